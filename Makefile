@@ -1,0 +1,84 @@
+# torchtpu build. `make test` and `make demo` work on a fresh machine with
+# only this repository: they create .venv, install pinned deps and build.
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+DEPS_STAMP := $(VENV)/.deps-stamp
+BUILD := build
+
+# The PJRT header and default plugin come from the installed xla-cpu-pjrt
+# wheel. Override PJRT_INCLUDE_DIR to build against a newer header (needed
+# for plugins newer than it, e.g. a recent libtpu or CUDA plugin).
+PJRT_PKG_DIR = $(shell $(PY) -c 'import os, xla_plugins.xla_cpu_pjrt as m; print(os.path.dirname(m.__file__))')
+PJRT_INCLUDE_DIR ?= $(PJRT_PKG_DIR)/include
+PJRT_DEFAULT_PLUGIN ?= $(PJRT_PKG_DIR)/xla_cpu_pjrt.so
+
+CC ?= gcc
+CFLAGS_COMMON := -std=c17 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -fPIC -Icsrc
+CFLAGS ?= -O2 -g
+CORE_SRCS := $(filter-out %_test.c,$(wildcard csrc/core/*.c csrc/core/*/*.c))
+CORE_TESTS := $(wildcard csrc/core/*_test.c csrc/core/*/*_test.c)
+LDLIBS := -ldl -lpthread -lm
+
+.PHONY: all deps core ctest ctest-asan install test pytest demo bench info clean
+
+all: install
+
+deps: $(DEPS_STAMP)
+$(DEPS_STAMP): requirements.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check -r requirements.txt
+	touch $@
+
+# --- C core (no Python, no PyTorch) -------------------------------------
+# build/<variant>/libtorchtpu_core.a; variant "asan" adds sanitizers.
+define core_rules
+$(BUILD)/$(1)/obj/%.o: csrc/%.c $(wildcard csrc/core/*.h csrc/core/*/*.h) | $(DEPS_STAMP)
+	@mkdir -p $$(dir $$@)
+	$(CC) $(CFLAGS_COMMON) $(2) -I$$(PJRT_INCLUDE_DIR) \
+	  -DTPU_DEFAULT_PLUGIN_PATH='"$$(PJRT_DEFAULT_PLUGIN)"' -c $$< -o $$@
+$(BUILD)/$(1)/libtorchtpu_core.a: $(patsubst csrc/%.c,$(BUILD)/$(1)/obj/%.o,$(CORE_SRCS))
+	ar rcs $$@ $$^
+$(BUILD)/$(1)/tests/%: $(BUILD)/$(1)/obj/%.o $(BUILD)/$(1)/libtorchtpu_core.a
+	@mkdir -p $$(dir $$@)
+	$(CC) $(2) -o $$@ $$^ $(LDLIBS)
+endef
+$(eval $(call core_rules,release,$(CFLAGS)))
+$(eval $(call core_rules,asan,-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer))
+
+CTEST_BINS = $(patsubst csrc/%.c,$(BUILD)/$(1)/tests/%,$(CORE_TESTS))
+
+core: $(BUILD)/release/libtorchtpu_core.a
+
+# Runs every *_test.c binary; no Python involved at run time.
+ctest: $(call CTEST_BINS,release)
+	@set -e; for t in $^; do echo "== $$t"; $$t; done
+
+# The same tests under AddressSanitizer + LeakSanitizer (leaks inside the
+# uninstrumented plugin are suppressed; ours are not).
+ctest-asan: $(call CTEST_BINS,asan)
+	@set -e; for t in $^; do echo "== $$t (asan)"; \
+	  ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=suppressions=$(CURDIR)/.ci/lsan.supp:print_suppressions=0 $$t; done
+
+# --- Python package -------------------------------------------------------
+install: $(DEPS_STAMP) core
+	TORCHTPU_CORE_LIB=$(CURDIR)/$(BUILD)/release/libtorchtpu_core.a \
+	  $(PY) -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps -e .
+
+pytest: install
+	$(PY) -m pytest -q tests
+
+test: install ctest ctest-asan pytest
+
+demo: install
+	$(PY) examples/demo.py
+
+bench: install
+	$(PY) bench/runtime_overhead.py
+
+info: install
+	$(PY) -m torchtpu.info
+
+clean:
+	rm -rf $(BUILD) torchtpu/*.so *.egg-info

@@ -1,0 +1,121 @@
+/* StableHLO text builder: emits one module with one public function @main in
+ * MLIR's generic op form ("stablehlo.add"(%a, %b) : (T, T) -> T), which every
+ * StableHLO consumer accepts and which needs no per-op printing rules.
+ *
+ * Errors are sticky: any call that fails (bad operand, allocation failure,
+ * unsupported dtype) records the first error and returns an invalid value;
+ * later calls become no-ops, and tpu_hlo_builder_finish returns that error.
+ * So call sites stay flat and check once at the end. */
+#ifndef TORCHTPU_CORE_HLO_BUILDER_H_
+#define TORCHTPU_CORE_HLO_BUILDER_H_
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../dtype.h"
+#include "../status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TPU_HLO_MAX_RANK 16
+
+typedef struct tpu_hlo_type_s {
+  tpu_dtype_t dtype;
+  int rank; /* 0 = scalar */
+  int64_t dims[TPU_HLO_MAX_RANK];
+} tpu_hlo_type_t;
+
+/* An SSA value of the function being built. id < 0 = invalid. */
+typedef struct tpu_hlo_value_s {
+  int id;
+} tpu_hlo_value_t;
+
+typedef struct tpu_hlo_builder_s tpu_hlo_builder_t;
+
+tpu_hlo_type_t tpu_hlo_type_make(tpu_dtype_t dtype, int rank,
+                                 const int64_t* dims);
+tpu_hlo_type_t tpu_hlo_type_scalar(tpu_dtype_t dtype);
+/* Writes "tensor<2x3xf32>" into out (NUL-terminated, truncated to cap). */
+void tpu_hlo_type_print(const tpu_hlo_type_t* type, char* out, size_t cap);
+
+tpu_status_t tpu_hlo_builder_create(tpu_hlo_builder_t** out_builder);
+void tpu_hlo_builder_destroy(tpu_hlo_builder_t* builder); /* NULL is fine */
+
+/* Appends a parameter of @main. `attrs` is an attribute-dict body or NULL,
+ * e.g. "tf.aliasing_output = 0 : i32" to donate it to output 0. Arguments
+ * must all be added before the first op. */
+tpu_hlo_value_t tpu_hlo_arg(tpu_hlo_builder_t* b, tpu_hlo_type_t type,
+                            const char* attrs);
+
+/* The type of a value (dtype INVALID for an invalid value). */
+tpu_hlo_type_t tpu_hlo_value_type(const tpu_hlo_builder_t* b,
+                                  tpu_hlo_value_t value);
+
+/* Emits %r = "<name>"(operands) {attrs} : (operand types) -> result_type.
+ * `name` is the full op name ("stablehlo.add"); `attrs` is the attribute-dict
+ * body or NULL, e.g. "comparison_direction = #stablehlo<comparison_direction
+ * LT>". Returns the single result. */
+tpu_hlo_value_t tpu_hlo_op(tpu_hlo_builder_t* b, const char* name,
+                           const tpu_hlo_value_t* operands, int num_operands,
+                           tpu_hlo_type_t result_type, const char* attrs);
+
+/* As tpu_hlo_op with several results (sort, reduce of tuples, while). */
+void tpu_hlo_op_multi(tpu_hlo_builder_t* b, const char* name,
+                      const tpu_hlo_value_t* operands, int num_operands,
+                      const tpu_hlo_type_t* result_types, int num_results,
+                      const char* attrs, tpu_hlo_value_t* out_results);
+
+/* Ops with regions (reduce, scatter, sort, select_and_scatter, while ...):
+ *   tpu_hlo_region_op_begin(b, "stablehlo.reduce", operands, n,
+ *                           result_types, nres, "dimensions = array<i64: 1>");
+ *   tpu_hlo_block_begin(b, block_arg_types, 2, args);   // ^bb0(...)
+ *     ... ops using args ...
+ *   tpu_hlo_block_return(b, &sum, 1);                    // stablehlo.return
+ *   tpu_hlo_region_op_end(b, out_results);
+ * Several blocks in a row make several regions (while: cond then body).
+ * Region ops nest. Values defined inside a block are not visible after it. */
+void tpu_hlo_region_op_begin(tpu_hlo_builder_t* b, const char* name,
+                             const tpu_hlo_value_t* operands, int num_operands,
+                             const tpu_hlo_type_t* result_types,
+                             int num_results, const char* attrs);
+void tpu_hlo_block_begin(tpu_hlo_builder_t* b, const tpu_hlo_type_t* arg_types,
+                         int num_args, tpu_hlo_value_t* out_args);
+void tpu_hlo_block_return(tpu_hlo_builder_t* b, const tpu_hlo_value_t* values,
+                          int num_values);
+void tpu_hlo_region_op_end(tpu_hlo_builder_t* b, tpu_hlo_value_t* out_results);
+
+/* Constants, printed exactly: integers in decimal, floats with round-trip
+ * precision, non-finite floats (and f16/bf16 always) as hex bit patterns.
+ * A scalar constant of `type` splats the value over every element. */
+tpu_hlo_value_t tpu_hlo_constant_int(tpu_hlo_builder_t* b, tpu_hlo_type_t type,
+                                     int64_t value);
+tpu_hlo_value_t tpu_hlo_constant_uint(tpu_hlo_builder_t* b,
+                                      tpu_hlo_type_t type, uint64_t value);
+tpu_hlo_value_t tpu_hlo_constant_float(tpu_hlo_builder_t* b,
+                                       tpu_hlo_type_t type, double value);
+tpu_hlo_value_t tpu_hlo_constant_complex(tpu_hlo_builder_t* b,
+                                         tpu_hlo_type_t type, float real,
+                                         float imag);
+tpu_hlo_value_t tpu_hlo_constant_bool(tpu_hlo_builder_t* b,
+                                      tpu_hlo_type_t type, bool value);
+/* A dense constant from host bytes in `type.dtype`'s layout, row-major. */
+tpu_hlo_value_t tpu_hlo_constant_dense(tpu_hlo_builder_t* b,
+                                       tpu_hlo_type_t type, const void* data);
+
+/* Ends @main returning these values (its result types). */
+void tpu_hlo_return(tpu_hlo_builder_t* b, const tpu_hlo_value_t* values,
+                    int num_values);
+
+/* The module text. *out_text is malloc'd (caller frees with free()),
+ * NUL-terminated; out_len excludes the NUL. Returns the first recorded
+ * error instead, if any. */
+tpu_status_t tpu_hlo_builder_finish(tpu_hlo_builder_t* b, char** out_text,
+                                    size_t* out_len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

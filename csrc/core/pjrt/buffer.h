@@ -1,0 +1,61 @@
+/* Device buffers: an owned handle to one PJRT_Buffer on one device. */
+#ifndef TORCHTPU_CORE_PJRT_BUFFER_H_
+#define TORCHTPU_CORE_PJRT_BUFFER_H_
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../dtype.h"
+#include "../status.h"
+#include "client.h"
+#include "event.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TPU_MAX_RANK 16
+
+typedef struct tpu_buffer_s tpu_buffer_t;
+
+/* Copies host data to a new buffer on device `device_index` of `client`.
+ * dims has `rank` entries (rank 0 = scalar). byte_strides, when not NULL,
+ * has `rank` entries giving the host layout in bytes (non-negative;
+ * any order, so transposed and sliced host tensors upload without a host
+ * copy); NULL means dense row-major. The host memory may be reused as soon
+ * as this returns. */
+tpu_status_t tpu_buffer_from_host(tpu_client_t* client, int device_index,
+                                  const void* data, tpu_dtype_t dtype,
+                                  const int64_t* dims, int rank,
+                                  const int64_t* byte_strides,
+                                  tpu_buffer_t** out_buffer);
+
+/* Copies the whole buffer to `dst` (dense row-major, dst_bytes must equal
+ * tpu_buffer_nbytes) and waits for it. */
+tpu_status_t tpu_buffer_to_host(tpu_buffer_t* buffer, void* dst,
+                                size_t dst_bytes);
+/* Starts that copy and returns its event; dst must stay alive until the
+ * event fires. */
+tpu_status_t tpu_buffer_to_host_async(tpu_buffer_t* buffer, void* dst,
+                                      size_t dst_bytes,
+                                      tpu_event_t** out_event);
+
+/* Waits until the buffer's contents are computed (surfaces async errors). */
+tpu_status_t tpu_buffer_await_ready(tpu_buffer_t* buffer);
+
+tpu_dtype_t tpu_buffer_dtype(const tpu_buffer_t* buffer);
+int tpu_buffer_rank(const tpu_buffer_t* buffer);
+const int64_t* tpu_buffer_dims(const tpu_buffer_t* buffer); /* rank entries */
+int64_t tpu_buffer_numel(const tpu_buffer_t* buffer);
+size_t tpu_buffer_nbytes(const tpu_buffer_t* buffer); /* dense host size */
+int tpu_buffer_device_index(const tpu_buffer_t* buffer);
+/* True once the buffer was donated to an execution (its data is gone). */
+bool tpu_buffer_is_deleted(const tpu_buffer_t* buffer);
+
+void tpu_buffer_destroy(tpu_buffer_t* buffer); /* NULL is fine */
+
+#ifdef __cplusplus
+}
+#endif
+#endif
