@@ -1,0 +1,35 @@
+#include "status.h"
+
+#include "testing.h"
+
+static void test_ok_is_null(void) {
+  CHECK_EQ(tpu_status_code(NULL), TPU_STATUS_OK);
+  CHECK(strcmp(tpu_status_message(NULL), "") == 0);
+  tpu_status_free(NULL);
+}
+
+static void test_message_and_annotate(void) {
+  tpu_status_t s = tpu_status_make(TPU_STATUS_NOT_FOUND, "no plugin at %s", "/x.so");
+  CHECK_EQ(tpu_status_code(s), TPU_STATUS_NOT_FOUND);
+  s = tpu_status_annotate(s, "while loading %d: ", 3);
+  CHECK(strcmp(tpu_status_message(s), "while loading 3: no plugin at /x.so") == 0);
+  CHECK(strcmp(tpu_status_code_name(tpu_status_code(s)), "NOT_FOUND") == 0);
+  tpu_status_free(s);
+}
+
+static tpu_status_t fails_then_returns(int* reached) {
+  TPU_RETURN_IF_ERROR(tpu_status_make(TPU_STATUS_INTERNAL, "boom"));
+  *reached = 1;
+  return NULL;
+}
+
+static void test_return_if_error(void) {
+  int reached = 0;
+  tpu_status_t s = fails_then_returns(&reached);
+  CHECK_EQ(reached, 0);
+  CHECK(strcmp(tpu_status_message(s), "boom") == 0);
+  tpu_status_free(s);
+}
+
+TPU_TEST_MAIN(TPU_TEST(test_ok_is_null), TPU_TEST(test_message_and_annotate),
+              TPU_TEST(test_return_if_error))
