@@ -1,0 +1,49 @@
+#include "env.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const tpu_env_var_t kEnvVars[] = {
+    {"TORCHTPU_PJRT_PLUGIN", "",
+     "Path to the PJRT plugin .so that serves the tpu device (libtpu, "
+     "xla_cuda_plugin.so, ...). Default: the installed xla-cpu-pjrt plugin.",
+     "stable"},
+    {"TORCHTPU_NUM_DEVICES", "1",
+     "Number of devices the CPU plugin creates (its cpu_device_count). "
+     "Ignored by other plugins.",
+     "stable"},
+    {"TORCHTPU_FALLBACK", "warn",
+     "Ops without a device lowering run on CPU: 'warn' (once per op), "
+     "'silent', or 'error' (raise, naming the op).",
+     "stable"},
+};
+
+size_t tpu_env_count(void) { return sizeof kEnvVars / sizeof kEnvVars[0]; }
+
+const tpu_env_var_t* tpu_env_at(size_t i) {
+  return i < tpu_env_count() ? &kEnvVars[i] : NULL;
+}
+
+const tpu_env_var_t* tpu_env_find(const char* name) {
+  for (size_t i = 0; i < tpu_env_count(); i++)
+    if (strcmp(kEnvVars[i].name, name) == 0) return &kEnvVars[i];
+  return NULL;
+}
+
+const char* tpu_env_get(const char* name) {
+  const tpu_env_var_t* var = tpu_env_find(name);
+  if (!var) return "";
+  const char* value = getenv(name);
+  return value && value[0] ? value : var->default_value;
+}
+
+int64_t tpu_env_get_int(const char* name, int64_t fallback) {
+  const char* text = tpu_env_get(name);
+  if (!text[0]) return fallback;
+  char* end = NULL;
+  errno = 0;
+  long long value = strtoll(text, &end, 10);
+  if (errno || !end || *end) return fallback;
+  return value;
+}

@@ -1,0 +1,38 @@
+/* The one registry of torchtpu's environment variables: name, default,
+ * meaning. Everything that reads configuration from the environment goes
+ * through here, so `python -m torchtpu.info` and the README list exactly
+ * what the code reads. */
+#ifndef TORCHTPU_CORE_ENV_H_
+#define TORCHTPU_CORE_ENV_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct tpu_env_var_s {
+  const char* name;
+  const char* default_value; /* as text; "" = unset */
+  const char* meaning;
+  const char* stability;     /* "stable" | "experimental" */
+} tpu_env_var_t;
+
+size_t tpu_env_count(void);
+const tpu_env_var_t* tpu_env_at(size_t i);
+/* NULL for a name that is not in the registry. */
+const tpu_env_var_t* tpu_env_find(const char* name);
+
+/* The variable's value, or its registered default when unset or empty.
+ * Reading a name missing from the registry is a programming error and
+ * returns "". */
+const char* tpu_env_get(const char* name);
+/* Parses tpu_env_get(name) as a decimal integer; `fallback` when it is not
+ * one. */
+int64_t tpu_env_get_int(const char* name, int64_t fallback);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,36 @@
+#include "memory.h"
+
+#include "testing.h"
+
+static void test_alloc_free_peak(void) {
+  tpu_memory_stats_t s;
+  tpu_memory_record_alloc(3, 100);
+  tpu_memory_record_alloc(3, 50);
+  tpu_memory_record_free(3, 100);
+  tpu_memory_stats_get(3, &s);
+  CHECK_EQ(s.allocated_bytes, 50);
+  CHECK_EQ(s.peak_allocated_bytes, 150);
+  CHECK_EQ(s.num_allocs, 2);
+  CHECK_EQ(s.num_frees, 1);
+  CHECK_EQ(s.live_allocations, 1);
+  tpu_memory_reset_peak(3);
+  tpu_memory_stats_get(3, &s);
+  CHECK_EQ(s.peak_allocated_bytes, 50);
+  tpu_memory_reset_accumulated(3);
+  tpu_memory_stats_get(3, &s);
+  CHECK_EQ(s.num_allocs, 0);
+  CHECK_EQ(s.allocated_bytes, 50);
+  tpu_memory_stats_get(2, &s);
+  CHECK_EQ(s.allocated_bytes, 0);
+}
+
+static void test_out_of_range_device_is_ignored(void) {
+  tpu_memory_stats_t s;
+  tpu_memory_record_alloc(-1, 10);
+  tpu_memory_record_alloc(TPU_MAX_DEVICES, 10);
+  tpu_memory_stats_get(TPU_MAX_DEVICES, &s);
+  CHECK_EQ(s.allocated_bytes, 0);
+}
+
+TPU_TEST_MAIN(TPU_TEST(test_alloc_free_peak),
+              TPU_TEST(test_out_of_range_device_is_ignored))

@@ -1,0 +1,86 @@
+#include "metrics.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Open-addressing hash table; grows by doubling. Counters are few (tens to
+ * hundreds) and updated from the dispatch path, so lookups must be cheap. */
+typedef struct {
+  char* name;
+  int64_t value;
+  size_t order; /* creation order, for stable snapshots */
+} slot_t;
+
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static slot_t* g_slots;
+static size_t g_capacity;
+static size_t g_count;
+
+static uint64_t hash_name(const char* s) {
+  uint64_t h = 1469598103934665603ull; /* FNV-1a */
+  for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+  return h;
+}
+
+static slot_t* find_slot(slot_t* slots, size_t capacity, const char* name) {
+  size_t i = hash_name(name) & (capacity - 1);
+  while (slots[i].name && strcmp(slots[i].name, name) != 0)
+    i = (i + 1) & (capacity - 1);
+  return &slots[i];
+}
+
+static int grow(void) {
+  size_t capacity = g_capacity ? g_capacity * 2 : 64;
+  slot_t* slots = calloc(capacity, sizeof *slots);
+  if (!slots) return 0;
+  for (size_t i = 0; i < g_capacity; i++)
+    if (g_slots[i].name) *find_slot(slots, capacity, g_slots[i].name) = g_slots[i];
+  free(g_slots);
+  g_slots = slots;
+  g_capacity = capacity;
+  return 1;
+}
+
+void tpu_metrics_add(const char* name, int64_t delta) {
+  pthread_mutex_lock(&g_lock);
+  if ((g_count + 1) * 2 > g_capacity && !grow()) goto done;
+  slot_t* slot = find_slot(g_slots, g_capacity, name);
+  if (!slot->name) {
+    slot->name = strdup(name);
+    if (!slot->name) goto done;
+    slot->order = g_count++;
+  }
+  slot->value += delta;
+done:
+  pthread_mutex_unlock(&g_lock);
+}
+
+int64_t tpu_metrics_get(const char* name) {
+  int64_t value = 0;
+  pthread_mutex_lock(&g_lock);
+  if (g_capacity) {
+    slot_t* slot = find_slot(g_slots, g_capacity, name);
+    if (slot->name) value = slot->value;
+  }
+  pthread_mutex_unlock(&g_lock);
+  return value;
+}
+
+size_t tpu_metrics_snapshot(tpu_metrics_entry_t* out_entries, size_t capacity) {
+  pthread_mutex_lock(&g_lock);
+  size_t count = g_count;
+  for (size_t i = 0; i < g_capacity; i++) {
+    if (!g_slots[i].name || g_slots[i].order >= capacity) continue;
+    out_entries[g_slots[i].order].name = g_slots[i].name;
+    out_entries[g_slots[i].order].value = g_slots[i].value;
+  }
+  pthread_mutex_unlock(&g_lock);
+  return count;
+}
+
+void tpu_metrics_reset(void) {
+  pthread_mutex_lock(&g_lock);
+  for (size_t i = 0; i < g_capacity; i++) g_slots[i].value = 0;
+  pthread_mutex_unlock(&g_lock);
+}

@@ -1,0 +1,39 @@
+/* The process-wide runtime: one plugin, one client, its devices. Created on
+ * first use (tpu_runtime_init) and kept for the life of the process: PyTorch
+ * may free tensors during interpreter shutdown, after any atexit hook, so
+ * the client is never torn down implicitly. */
+#ifndef TORCHTPU_CORE_RUNTIME_H_
+#define TORCHTPU_CORE_RUNTIME_H_
+
+#include <stdbool.h>
+
+#include "pjrt/pjrt.h"
+#include "status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Loads the plugin (tpu_plugin_resolve_path(fallback_plugin_path)) and
+ * creates the client with TORCHTPU_NUM_DEVICES CPU devices. Idempotent and
+ * thread-safe. On failure nothing is kept, so a later call may retry (e.g.
+ * after fixing TORCHTPU_PJRT_PLUGIN). */
+tpu_status_t tpu_runtime_init(const char* fallback_plugin_path);
+bool tpu_runtime_is_initialized(void);
+
+/* Borrowed; NULL before a successful init. */
+tpu_client_t* tpu_runtime_client(void);
+tpu_plugin_t* tpu_runtime_plugin(void);
+int tpu_runtime_device_count(void); /* 0 before init */
+
+/* Checks device_index against the device count (OUT_OF_RANGE naming both). */
+tpu_status_t tpu_runtime_check_device(int device_index);
+
+/* Destroys the client. Only for programs that know every buffer is gone
+ * (the C tests); the plugin stays loaded. */
+void tpu_runtime_shutdown(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,163 @@
+#include "storage.h"
+
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "memory.h"
+#include "runtime.h"
+
+struct tpu_storage_s {
+  atomic_int refcount;
+  int device;
+  size_t nbytes;
+  tpu_buffer_t* buffer; /* owned; NULL = never written */
+  uintptr_t address;
+};
+
+/* Fake device addresses: TPU_ADDRESS_BASE + device << 44 + a per-device bump
+ * offset. 16 TiB per device before the offset wraps; a wrap can only make
+ * two storages' addresses collide, which PyTorch tolerates (it compares
+ * addresses only within one storage). */
+#define TPU_ADDRESS_BASE ((uintptr_t)1 << 52)
+#define TPU_ADDRESS_DEVICE_SHIFT 44
+#define TPU_ADDRESS_ALIGN 256
+static atomic_uint_fast64_t g_next_offset[TPU_MAX_DEVICES];
+
+static uintptr_t next_address(int device, size_t nbytes) {
+  uint64_t span = ((uint64_t)nbytes + TPU_ADDRESS_ALIGN) & ~(uint64_t)(TPU_ADDRESS_ALIGN - 1);
+  uint64_t offset = atomic_fetch_add(&g_next_offset[device], span);
+  offset &= ((uint64_t)1 << TPU_ADDRESS_DEVICE_SHIFT) - 1;
+  return TPU_ADDRESS_BASE + ((uintptr_t)device << TPU_ADDRESS_DEVICE_SHIFT) +
+         (uintptr_t)offset + TPU_ADDRESS_ALIGN;
+}
+
+tpu_status_t tpu_storage_create(int device_index, size_t nbytes,
+                                tpu_storage_t** out_storage) {
+  TPU_RETURN_IF_ERROR(tpu_runtime_check_device(device_index));
+  if (device_index >= TPU_MAX_DEVICES)
+    return tpu_status_make(TPU_STATUS_OUT_OF_RANGE,
+                           "tpu device index %d exceeds the supported %d",
+                           device_index, TPU_MAX_DEVICES);
+  tpu_storage_t* s = calloc(1, sizeof *s);
+  if (!s)
+    return tpu_status_make(TPU_STATUS_RESOURCE_EXHAUSTED,
+                           "out of host memory for a storage descriptor");
+  atomic_init(&s->refcount, 1);
+  s->device = device_index;
+  s->nbytes = nbytes;
+  s->address = next_address(device_index, nbytes);
+  tpu_memory_record_alloc(device_index, nbytes);
+  *out_storage = s;
+  return NULL;
+}
+
+void tpu_storage_retain(tpu_storage_t* storage) {
+  if (storage) atomic_fetch_add(&storage->refcount, 1);
+}
+
+void tpu_storage_release(tpu_storage_t* storage) {
+  if (!storage || atomic_fetch_sub(&storage->refcount, 1) != 1) return;
+  tpu_buffer_destroy(storage->buffer);
+  tpu_memory_record_free(storage->device, storage->nbytes);
+  free(storage);
+}
+
+int tpu_storage_device(const tpu_storage_t* storage) { return storage->device; }
+
+uintptr_t tpu_storage_address(const tpu_storage_t* storage) {
+  return storage->address;
+}
+
+int tpu_storage_device_from_address(uintptr_t address) {
+  if (address < TPU_ADDRESS_BASE) return -1;
+  uintptr_t device = (address - TPU_ADDRESS_BASE) >> TPU_ADDRESS_DEVICE_SHIFT;
+  return device < TPU_MAX_DEVICES ? (int)device : -1;
+}
+size_t tpu_storage_nbytes(const tpu_storage_t* storage) {
+  return storage->nbytes;
+}
+tpu_buffer_t* tpu_storage_buffer(const tpu_storage_t* storage) {
+  return storage->buffer;
+}
+
+tpu_status_t tpu_storage_set_buffer(tpu_storage_t* storage,
+                                    tpu_buffer_t* buffer) {
+  if (buffer && tpu_buffer_nbytes(buffer) != storage->nbytes) {
+    size_t got = tpu_buffer_nbytes(buffer);
+    tpu_buffer_destroy(buffer);
+    return tpu_status_make(TPU_STATUS_INTERNAL,
+                           "buffer of %zu bytes cannot back a storage of %zu "
+                           "bytes",
+                           got, storage->nbytes);
+  }
+  tpu_buffer_t* old = storage->buffer;
+  storage->buffer = buffer;
+  tpu_buffer_destroy(old);
+  return NULL;
+}
+
+tpu_status_t tpu_storage_write_host(tpu_storage_t* storage, const void* data,
+                                    tpu_dtype_t dtype, const int64_t* dims,
+                                    int rank, const int64_t* byte_strides) {
+  if (!tpu_dtype_is_valid(dtype))
+    return tpu_status_make(TPU_STATUS_INVALID_ARGUMENT,
+                           "unsupported dtype code %d", (int)dtype);
+  size_t numel = 1;
+  for (int i = 0; i < rank; i++) numel *= (size_t)dims[i];
+  if (numel * tpu_dtype_size(dtype) != storage->nbytes)
+    return tpu_status_make(TPU_STATUS_INVALID_ARGUMENT,
+                           "a write of %zu %s elements does not cover a "
+                           "storage of %zu bytes",
+                           numel, tpu_dtype_name(dtype), storage->nbytes);
+  tpu_buffer_t* buffer = NULL;
+  TPU_RETURN_IF_ERROR(tpu_buffer_from_host(tpu_runtime_client(),
+                                           storage->device, data, dtype, dims,
+                                           rank, byte_strides, &buffer));
+  return tpu_storage_set_buffer(storage, buffer);
+}
+
+tpu_status_t tpu_storage_write_bytes(tpu_storage_t* storage, const void* data,
+                                     tpu_dtype_t dtype) {
+  size_t size = tpu_dtype_size(dtype);
+  if (size == 0 || storage->nbytes % size != 0) {
+    dtype = TPU_DTYPE_UINT8;
+    size = 1;
+  }
+  int64_t dims[1] = {(int64_t)(storage->nbytes / size)};
+  return tpu_storage_write_host(storage, data, dtype, dims, 1, NULL);
+}
+
+tpu_status_t tpu_storage_read_bytes(tpu_storage_t* storage, void* dst,
+                                    size_t nbytes) {
+  if (nbytes != storage->nbytes)
+    return tpu_status_make(TPU_STATUS_INVALID_ARGUMENT,
+                           "reading %zu bytes from a storage of %zu bytes",
+                           nbytes, storage->nbytes);
+  if (!storage->buffer) {
+    memset(dst, 0, nbytes);
+    return NULL;
+  }
+  return tpu_buffer_to_host(storage->buffer, dst, nbytes);
+}
+
+tpu_status_t tpu_storage_copy_prefix(tpu_storage_t* dst, tpu_storage_t* src) {
+  size_t n = src->nbytes < dst->nbytes ? src->nbytes : dst->nbytes;
+  if (n == 0 || !src->buffer) return NULL;
+  uint8_t* staging = calloc(1, dst->nbytes + src->nbytes);
+  if (!staging)
+    return tpu_status_make(TPU_STATUS_RESOURCE_EXHAUSTED,
+                           "out of host memory staging %zu bytes",
+                           dst->nbytes + src->nbytes);
+  uint8_t* dst_bytes = staging;
+  uint8_t* src_bytes = staging + dst->nbytes;
+  tpu_status_t status = tpu_storage_read_bytes(dst, dst_bytes, dst->nbytes);
+  if (!status) status = tpu_storage_read_bytes(src, src_bytes, src->nbytes);
+  if (!status) {
+    memcpy(dst_bytes, src_bytes, n);
+    status = tpu_storage_write_bytes(dst, dst_bytes,
+                                     tpu_buffer_dtype(src->buffer));
+  }
+  free(staging);
+  return status;
+}

@@ -1,0 +1,71 @@
+/* A device storage: what a c10::StorageImpl's DataPtr owns on "tpu".
+ * It holds the device, the byte size and the *current* PJRT buffer. PyTorch
+ * allocates storages untyped, so a fresh storage has no buffer at all; the
+ * first write fixes the buffer's element type and shape (its total bytes
+ * always equal the storage's). Writes replace the buffer, so every tensor
+ * viewing the storage sees the new contents. Refcounted: the DataPtr holds
+ * one reference, pending work may hold more. */
+#ifndef TORCHTPU_CORE_STORAGE_H_
+#define TORCHTPU_CORE_STORAGE_H_
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dtype.h"
+#include "pjrt/buffer.h"
+#include "status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct tpu_storage_s tpu_storage_t;
+
+/* A storage of nbytes on device_index (refcount 1, no buffer). Counts the
+ * bytes in the device's memory stats. */
+tpu_status_t tpu_storage_create(int device_index, size_t nbytes,
+                                tpu_storage_t** out_storage);
+void tpu_storage_retain(tpu_storage_t* storage);
+/* Drops a reference; the last one frees the buffer and the accounting. */
+void tpu_storage_release(tpu_storage_t* storage);
+
+int tpu_storage_device(const tpu_storage_t* storage);
+/* A unique, never-dereferenced address for the storage's bytes: PyTorch
+ * needs a data pointer per storage (data_ptr(), overlap checks), and the
+ * device index is encoded in it so a pointer alone names its device. */
+uintptr_t tpu_storage_address(const tpu_storage_t* storage);
+/* The device an address from tpu_storage_address belongs to; -1 if it is
+ * not one of ours. */
+int tpu_storage_device_from_address(uintptr_t address);
+size_t tpu_storage_nbytes(const tpu_storage_t* storage);
+/* Borrowed; NULL while the storage has never been written. */
+tpu_buffer_t* tpu_storage_buffer(const tpu_storage_t* storage);
+/* Installs `buffer` (ownership moves to the storage) as the current
+ * contents and destroys the previous one. Its bytes must equal nbytes. */
+tpu_status_t tpu_storage_set_buffer(tpu_storage_t* storage,
+                                    tpu_buffer_t* buffer);
+
+/* Replaces the whole contents from host memory laid out as `dtype` with
+ * `dims` and optional byte_strides (see tpu_buffer_from_host); the
+ * element count times the dtype size must equal the storage's bytes. */
+tpu_status_t tpu_storage_write_host(tpu_storage_t* storage, const void* data,
+                                    tpu_dtype_t dtype, const int64_t* dims,
+                                    int rank, const int64_t* byte_strides);
+/* Replaces the whole contents with nbytes raw bytes (dense), typed as
+ * `dtype` when nbytes is a multiple of its size, else as uint8. */
+tpu_status_t tpu_storage_write_bytes(tpu_storage_t* storage, const void* data,
+                                     tpu_dtype_t dtype);
+/* Copies the whole contents (nbytes bytes) to host memory and waits. A
+ * storage never written reads as zeros. */
+tpu_status_t tpu_storage_read_bytes(tpu_storage_t* storage, void* dst,
+                                    size_t nbytes);
+/* Copies the first min(dst, src) bytes of src into dst (device to device,
+ * staged through the host); the rest of dst keeps its contents (zeros when
+ * never written). Used when PyTorch resizes a storage. */
+tpu_status_t tpu_storage_copy_prefix(tpu_storage_t* dst, tpu_storage_t* src);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,129 @@
+#include "common.h"
+
+#include <atomic>
+#include <mutex>
+
+#include <c10/core/Allocator.h>
+#include <c10/core/StorageImpl.h>
+
+extern "C" {
+#include "core/runtime.h"
+}
+
+namespace torchtpu {
+
+namespace {
+std::mutex g_path_lock;
+std::string g_default_plugin_path;
+std::atomic<bool> g_runtime_ready{false};
+thread_local c10::DeviceIndex t_current_device = 0;
+}  // namespace
+
+void throw_status(tpu_status_t status, const char* context) {
+  std::string message = std::string("torchtpu: ") + context + ": " +
+                        tpu_status_message(status);
+  tpu_status_code_t code = tpu_status_code(status);
+  tpu_status_free(status);
+  if (code == TPU_STATUS_OUT_OF_RANGE) TORCH_CHECK_INDEX(false, message);
+  if (code == TPU_STATUS_UNIMPLEMENTED) TORCH_CHECK_NOT_IMPLEMENTED(false, message);
+  TORCH_CHECK(false, message);
+}
+
+void set_default_plugin_path(const std::string& path) {
+  std::lock_guard<std::mutex> guard(g_path_lock);
+  g_default_plugin_path = path;
+}
+
+void ensure_runtime() {
+  if (g_runtime_ready.load(std::memory_order_acquire)) return;
+  std::string path;
+  {
+    std::lock_guard<std::mutex> guard(g_path_lock);
+    path = g_default_plugin_path;
+  }
+  TPU_CHECK(tpu_runtime_init(path.empty() ? nullptr : path.c_str()),
+            "cannot start the tpu runtime");
+  g_runtime_ready.store(true, std::memory_order_release);
+}
+
+c10::DeviceIndex device_count_noexcept() {
+  try {
+    ensure_runtime();
+  } catch (...) {
+    return 0;
+  }
+  return static_cast<c10::DeviceIndex>(tpu_runtime_device_count());
+}
+
+c10::DeviceIndex current_device() { return t_current_device; }
+
+void set_current_device(c10::DeviceIndex index) {
+  ensure_runtime();
+  TPU_CHECK(tpu_runtime_check_device(index), "cannot set the current device");
+  t_current_device = index;
+}
+
+tpu_dtype_t to_tpu_dtype(c10::ScalarType type) {
+  switch (type) {
+    case c10::kBool: return TPU_DTYPE_BOOL;
+    case c10::kByte: return TPU_DTYPE_UINT8;
+    case c10::kChar: return TPU_DTYPE_INT8;
+    case c10::kShort: return TPU_DTYPE_INT16;
+    case c10::kInt: return TPU_DTYPE_INT32;
+    case c10::kLong: return TPU_DTYPE_INT64;
+    case c10::kHalf: return TPU_DTYPE_FLOAT16;
+    case c10::kBFloat16: return TPU_DTYPE_BFLOAT16;
+    case c10::kFloat: return TPU_DTYPE_FLOAT32;
+    case c10::kDouble: return TPU_DTYPE_FLOAT64;
+    case c10::kComplexFloat: return TPU_DTYPE_COMPLEX64;
+    default:
+      TORCH_CHECK_TYPE(false, "torchtpu: dtype ", c10::toString(type),
+                       " is not supported on the tpu device (supported: bool, "
+                       "uint8, int8, int16, int32, int64, float16, bfloat16, "
+                       "float32, float64, complex64)");
+  }
+}
+
+bool is_supported_dtype(c10::ScalarType type) {
+  switch (type) {
+    case c10::kBool: case c10::kByte: case c10::kChar: case c10::kShort:
+    case c10::kInt: case c10::kLong: case c10::kHalf: case c10::kBFloat16:
+    case c10::kFloat: case c10::kDouble: case c10::kComplexFloat:
+      return true;
+    default:
+      return false;
+  }
+}
+
+c10::ScalarType to_scalar_type(tpu_dtype_t dtype) {
+  static const c10::ScalarType kTypes[TPU_DTYPE_COUNT] = {
+      c10::kBool, c10::kByte, c10::kChar, c10::kShort, c10::kInt, c10::kLong,
+      c10::kHalf, c10::kBFloat16, c10::kFloat, c10::kDouble,
+      c10::kComplexFloat};
+  TORCH_CHECK(tpu_dtype_is_valid(dtype), "torchtpu: invalid dtype code ",
+              static_cast<int>(dtype));
+  return kTypes[dtype];
+}
+
+tpu_storage_t* storage_of(const c10::Storage& storage) {
+  const c10::DataPtr& ptr = storage.data_ptr();
+  TORCH_CHECK(ptr.get_deleter() == &delete_storage,
+              "torchtpu: this tensor's storage was not allocated by the tpu "
+              "allocator (device ", ptr.device(), ")");
+  return static_cast<tpu_storage_t*>(ptr.get_context());
+}
+
+void resize_storage_bytes(const c10::Storage& storage, size_t nbytes) {
+  TORCH_CHECK(storage.resizable(),
+              "Trying to resize storage that is not resizable");
+  tpu_storage_t* old_storage = storage_of(storage);
+  c10::DataPtr fresh = storage.allocator()->allocate(nbytes);
+  TPU_CHECK(tpu_storage_copy_prefix(static_cast<tpu_storage_t*>(fresh.get_context()),
+                                    old_storage),
+            "resizing a storage");
+  c10::StorageImpl* impl = storage.unsafeGetStorageImpl();
+  impl->set_data_ptr_noswap(std::move(fresh));
+  impl->set_nbytes(nbytes);
+}
+
+}  // namespace torchtpu

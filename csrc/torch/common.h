@@ -1,0 +1,55 @@
+// Shared helpers for the C++ glue: status -> c10::Error, dtype mapping,
+// storage lookup, lazy runtime start. Kept header-light on purpose.
+#pragma once
+
+#include <c10/core/Device.h>
+#include <c10/core/ScalarType.h>
+#include <c10/core/Storage.h>
+#include <c10/util/Exception.h>
+
+#include <string>
+
+extern "C" {
+#include "core/dtype.h"
+#include "core/status.h"
+#include "core/storage.h"
+}
+
+namespace torchtpu {
+
+// Takes ownership of `status`; throws c10::Error carrying its message.
+[[noreturn]] void throw_status(tpu_status_t status, const char* context);
+
+// Converts a C status into a PyTorch error naming what we were doing.
+#define TPU_CHECK(expr, context)                              \
+  do {                                                        \
+    tpu_status_t tpu_check_status_ = (expr);                  \
+    if (tpu_check_status_) ::torchtpu::throw_status(tpu_check_status_, context); \
+  } while (0)
+
+// Loads the plugin and creates the client on first use; throws on failure.
+void ensure_runtime();
+// The plugin path Python found (installed xla-cpu-pjrt); may be empty.
+void set_default_plugin_path(const std::string& path);
+
+// The calling thread's current tpu device index.
+c10::DeviceIndex current_device();
+void set_current_device(c10::DeviceIndex index);  // checks the range
+c10::DeviceIndex device_count_noexcept();
+
+// dtype mapping; throws a TypeError naming the dtype if unsupported.
+tpu_dtype_t to_tpu_dtype(c10::ScalarType type);
+c10::ScalarType to_scalar_type(tpu_dtype_t dtype);
+bool is_supported_dtype(c10::ScalarType type);
+
+// The C storage behind a tpu tensor's storage; throws if it is not ours.
+tpu_storage_t* storage_of(const c10::Storage& storage);
+
+// The allocator's deleter, to recognise our DataPtrs.
+void delete_storage(void* ctx);
+
+// Replaces `storage`'s bytes with a fresh allocation of `nbytes`, keeping the
+// common prefix (used by resize_ and set_ when a storage must grow).
+void resize_storage_bytes(const c10::Storage& storage, size_t nbytes);
+
+}  // namespace torchtpu
