@@ -3,11 +3,22 @@
 #include <limits.h>
 #include <pthread.h>
 
+#include <stdlib.h>
+
 #include "env.h"
+#include "memory.h"
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static tpu_plugin_t* g_plugin;
 static tpu_client_t* g_client;
+
+/* Outstanding completion events per device (guarded by g_pending_lock). */
+typedef struct {
+  tpu_event_t** events;
+  size_t count, capacity;
+} pending_t;
+static pthread_mutex_t g_pending_lock = PTHREAD_MUTEX_INITIALIZER;
+static pending_t g_pending[TPU_MAX_DEVICES];
 
 tpu_status_t tpu_runtime_init(const char* fallback_plugin_path) {
   pthread_mutex_lock(&g_lock);
@@ -66,7 +77,63 @@ tpu_status_t tpu_runtime_check_device(int device_index) {
   return NULL;
 }
 
+void tpu_runtime_track(int device_index, tpu_event_t* event) {
+  if (!event) return;
+  if (device_index < 0 || device_index >= TPU_MAX_DEVICES) {
+    tpu_status_free(tpu_event_await(event));
+    tpu_event_destroy(event);
+    return;
+  }
+  pthread_mutex_lock(&g_pending_lock);
+  pending_t* p = &g_pending[device_index];
+  size_t kept = 0;
+  for (size_t i = 0; i < p->count; i++) {
+    if (tpu_event_is_ready(p->events[i])) {
+      tpu_status_free(tpu_event_await(p->events[i]));
+      tpu_event_destroy(p->events[i]);
+    } else {
+      p->events[kept++] = p->events[i];
+    }
+  }
+  p->count = kept;
+  if (p->count == p->capacity) {
+    size_t capacity = p->capacity ? p->capacity * 2 : 16;
+    tpu_event_t** grown = realloc(p->events, capacity * sizeof *grown);
+    if (!grown) { /* cannot track: wait now instead */
+      pthread_mutex_unlock(&g_pending_lock);
+      tpu_status_free(tpu_event_await(event));
+      tpu_event_destroy(event);
+      return;
+    }
+    p->events = grown;
+    p->capacity = capacity;
+  }
+  p->events[p->count++] = event;
+  pthread_mutex_unlock(&g_pending_lock);
+}
+
+tpu_status_t tpu_runtime_synchronize(int device_index) {
+  if (device_index < 0 || device_index >= TPU_MAX_DEVICES) return NULL;
+  pthread_mutex_lock(&g_pending_lock);
+  pending_t* p = &g_pending[device_index];
+  tpu_event_t** events = p->events;
+  size_t count = p->count;
+  p->events = NULL;
+  p->count = p->capacity = 0;
+  pthread_mutex_unlock(&g_pending_lock);
+  tpu_status_t first = NULL;
+  for (size_t i = 0; i < count; i++) {
+    tpu_status_t s = tpu_event_await(events[i]);
+    if (s && !first) first = s; else tpu_status_free(s);
+    tpu_event_destroy(events[i]);
+  }
+  free(events);
+  return first;
+}
+
 void tpu_runtime_shutdown(void) {
+  for (int d = 0; d < TPU_MAX_DEVICES; d++)
+    tpu_status_free(tpu_runtime_synchronize(d));
   pthread_mutex_lock(&g_lock);
   tpu_client_destroy(g_client);
   tpu_plugin_release(g_plugin);

@@ -29,6 +29,14 @@ int tpu_runtime_device_count(void); /* 0 before init */
 /* Checks device_index against the device count (OUT_OF_RANGE naming both). */
 tpu_status_t tpu_runtime_check_device(int device_index);
 
+/* Takes ownership of `event` (the completion of work enqueued on
+ * device_index) so tpu_runtime_synchronize can wait for it. Events already
+ * fired are dropped as new ones arrive. */
+void tpu_runtime_track(int device_index, tpu_event_t* event);
+/* Waits for every tracked event of the device; returns the first error any
+ * of them carried (the rest are still waited for). */
+tpu_status_t tpu_runtime_synchronize(int device_index);
+
 /* Destroys the client. Only for programs that know every buffer is gone
  * (the C tests); the plugin stays loaded. */
 void tpu_runtime_shutdown(void);

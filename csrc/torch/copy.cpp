@@ -1,0 +1,144 @@
+// Host <-> device copies and reading scalars.
+//
+// A write that covers its whole storage densely uploads straight from the
+// source's memory (any strides: PJRT takes byte strides). A write into part
+// of a storage (a view) is staged through the host: read the storage, write
+// the view on the CPU, upload the whole storage; correct for every view, and
+// replaced by device-side dynamic_update_slice once the eager engine lands.
+#include <ATen/ATen.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <numeric>
+#include <vector>
+
+#include "common.h"
+
+extern "C" {
+#include "core/metrics.h"
+}
+
+namespace torchtpu {
+namespace {
+
+// The whole storage as a CPU uint8 tensor.
+at::Tensor read_storage_image(const at::Tensor& t) {
+  tpu_storage_t* storage = storage_of(t.storage());
+  size_t nbytes = tpu_storage_nbytes(storage);
+  at::Tensor image = at::empty({static_cast<int64_t>(nbytes)},
+                               at::TensorOptions().dtype(at::kByte));
+  TPU_CHECK(tpu_storage_read_bytes(storage, image.data_ptr(), nbytes),
+            "copying a tensor to the host");
+  tpu_metrics_add("bytes_to_host", static_cast<int64_t>(nbytes));
+  return image;
+}
+
+// A CPU tensor aliasing `t`'s elements inside a host image of its storage.
+at::Tensor host_view(const at::Tensor& t, const at::Tensor& image) {
+  auto* base = static_cast<uint8_t*>(image.data_ptr()) +
+               t.storage_offset() * static_cast<int64_t>(t.itemsize());
+  return at::from_blob(base, t.sizes(), t.strides(), [image](void*) {},
+                       at::TensorOptions().dtype(t.scalar_type()));
+}
+
+bool covers_storage_densely(const at::Tensor& t) {
+  return t.storage_offset() == 0 && t.is_non_overlapping_and_dense() &&
+         static_cast<size_t>(t.numel()) * t.itemsize() == t.storage().nbytes();
+}
+
+// Writes CPU tensor `src` (any dtype, broadcastable) into tpu tensor `dst`.
+void write_from_host(const at::Tensor& dst, const at::Tensor& src_any) {
+  tpu_dtype_t dtype = to_tpu_dtype(dst.scalar_type());
+  if (dst.numel() == 0) return;
+  at::Tensor src = src_any.to(dst.scalar_type()).resolve_conj().resolve_neg();
+  src = src.expand(dst.sizes());
+  tpu_storage_t* storage = storage_of(dst.storage());
+  int64_t itemsize = static_cast<int64_t>(dst.itemsize());
+  if (covers_storage_densely(dst)) {
+    // The buffer's row-major order is dst's memory order: dims sorted by
+    // dst's strides, outermost first; src is read through matching strides.
+    int rank = static_cast<int>(dst.dim());
+    std::vector<int64_t> order(rank);
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+      return dst.stride(a) > dst.stride(b);
+    });
+    std::vector<int64_t> dims(rank), byte_strides(rank);
+    for (int i = 0; i < rank; i++) {
+      dims[i] = dst.size(order[i]);
+      byte_strides[i] = src.stride(order[i]) * itemsize;
+    }
+    TPU_CHECK(tpu_storage_write_host(storage, src.data_ptr(), dtype,
+                                     dims.data(), rank, byte_strides.data()),
+              "copying a tensor to the tpu device");
+    tpu_metrics_add("bytes_to_device", static_cast<int64_t>(dst.numel()) * itemsize);
+    return;
+  }
+  at::Tensor image = read_storage_image(dst);
+  host_view(dst, image).copy_(src);
+  TPU_CHECK(tpu_storage_write_bytes(storage, image.data_ptr(), dtype),
+            "writing into a view of a tpu tensor");
+  tpu_metrics_add("bytes_to_device", image.numel());
+}
+
+// Reads tpu tensor `src` into CPU tensor `dst` (converting dtype, broadcasting).
+void read_to_host(const at::Tensor& src, const at::Tensor& dst) {
+  if (dst.numel() == 0) return;
+  to_tpu_dtype(src.scalar_type());
+  if (covers_storage_densely(src) && src.is_contiguous() && dst.is_contiguous() &&
+      dst.scalar_type() == src.scalar_type() && dst.sizes() == src.sizes()) {
+    size_t nbytes = src.storage().nbytes();
+    TPU_CHECK(tpu_storage_read_bytes(storage_of(src.storage()), dst.data_ptr(),
+                                     nbytes),
+              "copying a tensor to the host");
+    tpu_metrics_add("bytes_to_host", static_cast<int64_t>(nbytes));
+    return;
+  }
+  at::Tensor image = read_storage_image(src);
+  dst.copy_(host_view(src, image));
+}
+
+at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst,
+                     bool non_blocking) {
+  TORCH_CHECK(self.defined() && dst.defined(),
+              "torchtpu: copy_ needs defined tensors");
+  bool src_tpu = self.device().is_privateuseone();
+  bool dst_tpu = dst.device().is_privateuseone();
+  if (dst_tpu && !src_tpu) {
+    TORCH_CHECK(self.device().is_cpu(), "torchtpu: cannot copy from ",
+                self.device(), " to tpu; go through the CPU");
+    write_from_host(dst, self);
+  } else if (src_tpu && !dst_tpu) {
+    TORCH_CHECK(dst.device().is_cpu(), "torchtpu: cannot copy from tpu to ",
+                dst.device(), "; go through the CPU");
+    read_to_host(self, dst);
+  } else {
+    // tpu -> tpu (same or another device), staged through the host for now.
+    at::Tensor image = read_storage_image(self);
+    write_from_host(dst, host_view(self, image));
+  }
+  return dst;
+}
+
+at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
+  if (dst.sizes() != self.sizes()) dst.resize_(self.sizes());
+  return copy_from(self, dst, false);
+}
+
+at::Scalar local_scalar_dense(const at::Tensor& self) {
+  TORCH_CHECK(self.numel() == 1, "torchtpu: a Tensor with ", self.numel(),
+              " elements cannot be converted to Scalar");
+  at::Tensor host = at::empty({}, at::TensorOptions().dtype(self.scalar_type()));
+  read_to_host(self.reshape({}), host);
+  tpu_metrics_add("host_syncs", 1);
+  return host.item();
+}
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("_copy_from", copy_from);
+  m.impl("_copy_from_and_resize", copy_from_and_resize);
+  m.impl("_local_scalar_dense", local_scalar_dense);
+}
+
+}  // namespace
+}  // namespace torchtpu

@@ -1,0 +1,176 @@
+// torchtpu._C: the Python entry points of the runtime. Plain pybind11 types
+// only (no ATen headers), so this unit compiles quickly.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+extern "C" {
+#include "core/env.h"
+#include "core/memory.h"
+#include "core/metrics.h"
+#include "core/pjrt/pjrt.h"
+#include "core/runtime.h"
+}
+
+namespace torchtpu {
+void set_default_plugin_path(const std::string& path);
+void ensure_runtime();
+void set_fallback_quiet(bool quiet);
+}  // namespace torchtpu
+
+namespace py = pybind11;
+
+namespace {
+
+// Python-facing errors: a clean RuntimeError/IndexError with the C message.
+void raise_status(tpu_status_t status, const char* context) {
+  std::string message = std::string("torchtpu: ") + context + ": " +
+                        tpu_status_message(status);
+  tpu_status_code_t code = tpu_status_code(status);
+  tpu_status_free(status);
+  if (code == TPU_STATUS_OUT_OF_RANGE) throw py::index_error(message);
+  throw std::runtime_error(message);
+}
+
+void init_runtime() {
+  try {
+    torchtpu::ensure_runtime();
+  } catch (const std::exception& e) {
+    // c10::Error::what() may carry a C++ backtrace; keep the first line.
+    std::string what = e.what();
+    throw std::runtime_error(what.substr(0, what.find('\n')));
+  }
+}
+
+tpu_client_t* client() {
+  init_runtime();
+  return tpu_runtime_client();
+}
+
+py::dict plugin_info() {
+  tpu_client_t* c = client();
+  tpu_plugin_t* p = tpu_runtime_plugin();
+  py::dict info;
+  info["path"] = tpu_plugin_path(p);
+  info["api_version"] = std::to_string(tpu_plugin_api_major(p)) + "." +
+                        std::to_string(tpu_plugin_api_minor(p));
+  info["header_api_version"] = std::to_string(tpu_plugin_header_api_major()) +
+                               "." + std::to_string(tpu_plugin_header_api_minor());
+  info["platform_name"] = tpu_client_platform_name(c);
+  info["platform_version"] = tpu_client_platform_version(c);
+  py::dict attributes;
+  for (size_t i = 0; i < tpu_plugin_attribute_count(p); i++) {
+    const char *name, *value;
+    tpu_plugin_attribute_at(p, i, &name, &value);
+    attributes[name] = value;
+  }
+  info["attributes"] = attributes;
+  return info;
+}
+
+py::list devices_info() {
+  tpu_client_t* c = client();
+  py::list out;
+  for (int i = 0; i < tpu_client_device_count(c); i++) {
+    tpu_device_t* d = nullptr;
+    tpu_status_t s = tpu_client_device(c, i, &d);
+    if (s) raise_status(s, "listing devices");
+    py::dict info;
+    info["index"] = i;
+    info["id"] = tpu_device_id(d);
+    info["kind"] = tpu_device_kind(d);
+    info["description"] = tpu_device_to_string(d);
+    info["process_index"] = tpu_device_process_index(d);
+    py::dict attributes;
+    for (size_t k = 0; k < tpu_device_attribute_count(d); k++) {
+      const tpu_device_attribute_t* a = tpu_device_attribute_at(d, k);
+      switch (a->kind) {
+        case TPU_DEVICE_ATTRIBUTE_STRING: attributes[a->name] = a->string_value; break;
+        case TPU_DEVICE_ATTRIBUTE_INT64: attributes[a->name] = a->int64_value; break;
+        case TPU_DEVICE_ATTRIBUTE_BOOL: attributes[a->name] = a->int64_value != 0; break;
+        case TPU_DEVICE_ATTRIBUTE_FLOAT: attributes[a->name] = a->float_value; break;
+        case TPU_DEVICE_ATTRIBUTE_INT64_LIST:
+          attributes[a->name] = std::vector<int64_t>(a->int64_list, a->int64_list + a->int64_list_size);
+          break;
+      }
+    }
+    info["attributes"] = attributes;
+    out.append(info);
+  }
+  return out;
+}
+
+py::dict memory_stats(int device) {
+  tpu_memory_stats_t s;
+  tpu_memory_stats_get(device, &s);
+  py::dict d;
+  d["allocated_bytes"] = s.allocated_bytes;
+  d["peak_allocated_bytes"] = s.peak_allocated_bytes;
+  d["total_allocated_bytes"] = s.total_allocated_bytes;
+  d["total_freed_bytes"] = s.total_freed_bytes;
+  d["num_allocs"] = s.num_allocs;
+  d["num_frees"] = s.num_frees;
+  d["live_allocations"] = s.live_allocations;
+  return d;
+}
+
+py::dict metrics() {
+  std::vector<tpu_metrics_entry_t> entries(256);
+  size_t n = tpu_metrics_snapshot(entries.data(), entries.size());
+  if (n > entries.size()) {
+    entries.resize(n + 64);
+    n = std::min(tpu_metrics_snapshot(entries.data(), entries.size()), entries.size());
+  }
+  py::dict d;
+  for (size_t i = 0; i < n; i++) d[entries[i].name] = entries[i].value;
+  return d;
+}
+
+py::list env_vars() {
+  py::list out;
+  for (size_t i = 0; i < tpu_env_count(); i++) {
+    const tpu_env_var_t* v = tpu_env_at(i);
+    out.append(py::make_tuple(v->name, v->default_value, v->meaning, v->stability));
+  }
+  return out;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "torchtpu runtime bindings";
+  m.def("_set_default_plugin_path", &torchtpu::set_default_plugin_path);
+  m.def("_init", &init_runtime, "Start the runtime (load plugin, create client)");
+  m.def("_is_initialized", [] { return tpu_runtime_is_initialized(); });
+  m.def("_device_count", [] {
+    try {
+      init_runtime();
+    } catch (const std::exception&) {
+      return 0;
+    }
+    return tpu_runtime_device_count();
+  });
+  m.def("_plugin_info", &plugin_info);
+  m.def("_devices_info", &devices_info);
+  m.def("_memory_stats", &memory_stats);
+  m.def("_reset_peak_memory_stats", [](int d) { tpu_memory_reset_peak(d); });
+  m.def("_reset_accumulated_memory_stats", [](int d) { tpu_memory_reset_accumulated(d); });
+  m.def("_metrics", &metrics);
+  m.def("_reset_metrics", [] { tpu_metrics_reset(); });
+  m.def("_env_vars", &env_vars);
+  m.def("_set_fallback_quiet", &torchtpu::set_fallback_quiet);
+  m.def("_synchronize", [](int device) {
+    init_runtime();
+    tpu_status_t s = tpu_runtime_check_device(device);
+    if (s) raise_status(s, "synchronize");
+    py::gil_scoped_release release;
+    s = tpu_runtime_synchronize(device);
+    if (s) {
+      py::gil_scoped_acquire acquire;
+      raise_status(s, "synchronize");
+    }
+  });
+}

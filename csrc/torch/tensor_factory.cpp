@@ -1,0 +1,145 @@
+// Tensor creation and metadata-only kernels: empty, views, resize_, set_.
+// Views only touch sizes/strides/offset, so PyTorch's generic kernels serve;
+// creation checks the dtype early so an unsupported one fails at the call.
+#include <ATen/EmptyTensor.h>
+#include <ATen/ops/_reshape_alias_native.h>
+#include <ATen/ops/as_strided_native.h>
+#include <ATen/ops/set_native.h>
+#include <ATen/ops/view_native.h>
+#include <c10/core/DeviceGuard.h>
+#include <torch/library.h>
+
+#include "common.h"
+
+namespace torchtpu {
+namespace {
+
+void check_options(std::optional<c10::Layout> layout,
+                   std::optional<bool> pin_memory, c10::ScalarType dtype) {
+  TORCH_CHECK(c10::layout_or_default(layout) == c10::Layout::Strided,
+              "torchtpu: only strided tensors are supported on tpu");
+  TORCH_CHECK(!c10::pinned_memory_or_default(pin_memory),
+              "torchtpu: pin_memory applies to CPU tensors only");
+  to_tpu_dtype(dtype);  // throws a TypeError for unsupported dtypes
+}
+
+at::Tensor empty_memory_format(c10::IntArrayRef size,
+                               std::optional<c10::ScalarType> dtype,
+                               std::optional<c10::Layout> layout,
+                               std::optional<c10::Device> device,
+                               std::optional<bool> pin_memory,
+                               std::optional<c10::MemoryFormat> memory_format) {
+  auto type = c10::dtype_or_default(dtype);
+  check_options(layout, pin_memory, type);
+  const c10::DeviceGuard guard(c10::device_or_default(device));
+  return at::detail::empty_generic(size, c10::GetAllocator(c10::kPrivateUse1),
+                                   c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                   type, memory_format);
+}
+
+at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
+                         std::optional<c10::ScalarType> dtype,
+                         std::optional<c10::Layout> layout,
+                         std::optional<c10::Device> device,
+                         std::optional<bool> pin_memory) {
+  auto type = c10::dtype_or_default(dtype);
+  check_options(layout, pin_memory, type);
+  const c10::DeviceGuard guard(c10::device_or_default(device));
+  return at::detail::empty_strided_generic(
+      size, stride, c10::GetAllocator(c10::kPrivateUse1),
+      c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), type);
+}
+
+at::Tensor as_strided(const at::Tensor& self, c10::SymIntArrayRef size,
+                      c10::SymIntArrayRef stride,
+                      std::optional<c10::SymInt> storage_offset) {
+  std::optional<int64_t> offset;
+  if (storage_offset) offset = storage_offset->expect_int();
+  return at::native::as_strided_tensorimpl(self, C10_AS_INTARRAYREF_SLOW(size),
+                                           C10_AS_INTARRAYREF_SLOW(stride), offset);
+}
+
+at::Tensor view(const at::Tensor& self, c10::SymIntArrayRef size) {
+  return at::native::view(self, C10_AS_INTARRAYREF_SLOW(size));
+}
+
+at::Tensor reshape_alias(const at::Tensor& self, c10::SymIntArrayRef size,
+                         c10::SymIntArrayRef stride) {
+  return at::native::_reshape_alias(self, C10_AS_INTARRAYREF_SLOW(size),
+                                    C10_AS_INTARRAYREF_SLOW(stride));
+}
+
+// Grows the storage when the new geometry needs more bytes than it has.
+void ensure_storage_fits(const at::Tensor& self) {
+  auto* impl = self.unsafeGetTensorImpl();
+  if (impl->numel() == 0) return;
+  size_t needed = at::detail::computeStorageNbytes(
+      impl->sizes(), impl->strides(), impl->itemsize(), impl->storage_offset());
+  if (needed > impl->storage().nbytes())
+    resize_storage_bytes(impl->storage(), needed);
+}
+
+const at::Tensor& resize_(const at::Tensor& self, c10::SymIntArrayRef size,
+                          std::optional<c10::MemoryFormat> memory_format) {
+  auto sizes = C10_AS_INTARRAYREF_SLOW(size);
+  auto* impl = self.unsafeGetTensorImpl();
+  for (auto s : sizes)
+    TORCH_CHECK(s >= 0, "torchtpu: resize_ got a negative size ", sizes);
+  if (impl->sizes() != sizes) impl->set_sizes_contiguous(sizes);
+  if (memory_format && *memory_format != c10::MemoryFormat::Preserve)
+    impl->empty_tensor_restride(*memory_format);
+  ensure_storage_fits(self);
+  return self;
+}
+
+at::Tensor& set_source_storage_offset(at::Tensor& self, c10::Storage source,
+                                      int64_t storage_offset,
+                                      c10::IntArrayRef size,
+                                      c10::IntArrayRef stride) {
+  TORCH_CHECK(storage_offset >= 0, "torchtpu: set_ got a negative storage "
+              "offset ", storage_offset);
+  TORCH_CHECK(size.size() == stride.size(), "torchtpu: set_ got ", size.size(),
+              " sizes and ", stride.size(), " strides");
+  TORCH_CHECK(source.device_type() == c10::DeviceType::PrivateUse1,
+              "torchtpu: set_ needs a tpu storage, got one on ", source.device());
+  auto* impl = self.unsafeGetTensorImpl();
+  if (!impl->storage().is_alias_of(source))
+    impl->set_storage_keep_dtype(std::move(source));
+  impl->set_sizes_and_strides(size, stride, storage_offset);
+  ensure_storage_fits(self);
+  return self;
+}
+
+at::Tensor& set_source_storage(at::Tensor& self, c10::Storage source) {
+  size_t itemsize = self.dtype().itemsize();
+  int64_t numel = static_cast<int64_t>(source.nbytes() / itemsize);
+  return set_source_storage_offset(self, std::move(source), 0, {numel}, {1});
+}
+
+at::Tensor& set_source_tensor(at::Tensor& self, const at::Tensor& source) {
+  if (self.unsafeGetTensorImpl() == source.unsafeGetTensorImpl()) return self;
+  return set_source_storage_offset(self, source.storage(), source.storage_offset(),
+                                   source.sizes(), source.strides());
+}
+
+at::Tensor& set_empty(at::Tensor& self) {
+  c10::Storage fresh(c10::Storage::use_byte_size_t(), 0,
+                     c10::GetAllocator(c10::kPrivateUse1), /*resizable=*/true);
+  return set_source_storage_offset(self, fresh, 0, {0}, {1});
+}
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("empty.memory_format", empty_memory_format);
+  m.impl("empty_strided", empty_strided);
+  m.impl("as_strided", as_strided);
+  m.impl("view", view);
+  m.impl("_reshape_alias", reshape_alias);
+  m.impl("resize_", resize_);
+  m.impl("set_.source_Storage_storage_offset", set_source_storage_offset);
+  m.impl("set_.source_Storage", set_source_storage);
+  m.impl("set_.source_Tensor", set_source_tensor);
+  m.impl("set_", set_empty);
+}
+
+}  // namespace
+}  // namespace torchtpu

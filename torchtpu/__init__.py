@@ -1,0 +1,45 @@
+"""torchtpu: a native PyTorch device backend for XLA accelerators.
+
+`import torchtpu` (or just `import torch`, through the torch.backends entry
+point) makes torch.device("tpu") an ordinary PyTorch device served by a PJRT
+plugin: libtpu on TPU VMs, the CUDA plugin on NVIDIA GPUs, OpenXLA's CPU
+plugin everywhere else.
+"""
+import os
+
+import torch
+
+__version__ = "0.1.0"
+
+
+def _installed_cpu_plugin():
+    """Path of the xla-cpu-pjrt plugin installed beside us, or ""."""
+    try:
+        import xla_plugins.xla_cpu_pjrt as pkg
+    except ImportError:
+        return ""
+    path = os.path.join(os.path.dirname(pkg.__file__), "xla_cpu_pjrt.so")
+    return path if os.path.exists(path) else ""
+
+
+from . import _C  # noqa: E402  (registers allocator, guard, hooks, kernels)
+
+_C._set_default_plugin_path(_installed_cpu_plugin())
+
+if torch._C._get_privateuse1_backend_name() != "tpu":
+    torch.utils.rename_privateuse1_backend("tpu")
+
+from . import tpu as _tpu_module  # noqa: E402
+
+torch._register_device_module("tpu", _tpu_module)
+torch.utils.generate_methods_for_privateuse1_backend(
+    for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
+)
+
+from . import _printing  # noqa: E402,F401
+from . import metrics  # noqa: E402,F401
+from .runtime import plugin_info, devices_info  # noqa: E402,F401
+
+
+def _autoload():
+    """Entry point for torch.backends autoloading: importing us is enough."""

@@ -1,0 +1,207 @@
+"""torch.tpu: the device module PyTorch and libraries look up by name
+(getattr(torch, "tpu")), shaped like torch.cuda."""
+import os
+import threading
+from collections import namedtuple
+
+import torch
+
+from . import _C
+
+_initialized = False
+_init_lock = threading.Lock()
+_seed = None
+
+
+def is_available():
+    """True when the PJRT plugin loads and reports at least one device."""
+    return _C._device_count() > 0
+
+
+def device_count():
+    return _C._device_count()
+
+
+def is_initialized():
+    return _initialized and _C._is_initialized()
+
+
+def _lazy_init():
+    """Start the runtime; raises RuntimeError with the plugin's message."""
+    global _initialized
+    if _initialized:
+        return
+    with _init_lock:
+        if not _initialized:
+            _C._init()
+            _initialized = True
+
+
+def init():
+    _lazy_init()
+
+
+def _is_in_bad_fork():
+    return False
+
+
+def current_device():
+    _lazy_init()
+    return torch._C._accelerator_hooks_get_current_device()
+
+
+def _device_index(device, optional=False):
+    if device is None:
+        return current_device() if optional else 0
+    if isinstance(device, int):
+        return device
+    if isinstance(device, str):
+        device = torch.device(device)
+    if isinstance(device, torch.device):
+        if device.type != "tpu":
+            raise ValueError(f"expected a tpu device, got {device}")
+        return current_device() if device.index is None else device.index
+    raise TypeError(f"expected a device, int or str, got {type(device).__name__}")
+
+
+def set_device(device):
+    _lazy_init()
+    index = _device_index(device)
+    if not 0 <= index < device_count():
+        raise IndexError(
+            f"tpu device index {index} is out of range: {device_count()} "
+            f"device(s) available")
+    torch._C._accelerator_hooks_set_current_device(index)
+
+
+class device:
+    """Context manager that changes the current tpu device."""
+
+    def __init__(self, device):
+        self.idx = _device_index(device, optional=True)
+        self.prev_idx = -1
+
+    def __enter__(self):
+        self.prev_idx = current_device()
+        if self.idx != self.prev_idx:
+            set_device(self.idx)
+
+    def __exit__(self, *exc):
+        if self.prev_idx != self.idx:
+            set_device(self.prev_idx)
+        return False
+
+
+def synchronize(device=None):
+    """Waits for all work queued on the device. Every host read already waits
+    for the data it needs."""
+    _lazy_init()
+    _C._synchronize(_device_index(device, optional=True))
+
+
+_DeviceProperties = namedtuple(
+    "_DeviceProperties",
+    ["name", "platform", "kind", "index", "total_memory", "plugin", "xla_version"],
+)
+
+
+def _host_memory_bytes():
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return 0
+
+
+def get_device_properties(device=None):
+    _lazy_init()
+    index = _device_index(device, optional=True)
+    devices = _C._devices_info()
+    if not 0 <= index < len(devices):
+        raise IndexError(f"tpu device index {index} is out of range")
+    info = _C._plugin_info()
+    d = devices[index]
+    platform = info["platform_name"]
+    # The CPU plugin's devices share host memory; other plugins report
+    # their own through PJRT memory stats (not yet wired).
+    total = _host_memory_bytes() if platform == "cpu" else 0
+    return _DeviceProperties(
+        name=f"{platform}:{d['kind']}", platform=platform, kind=d["kind"],
+        index=index, total_memory=total, plugin=info["path"],
+        xla_version=info["attributes"].get("xla_version", ""))
+
+
+def get_device_name(device=None):
+    return get_device_properties(device).name
+
+
+def get_device_capability(device=None):
+    return {"platform": get_device_properties(device).platform}
+
+
+# --- memory: our own byte accounting of live storages -------------------
+
+def memory_stats(device=None):
+    """Keys follow torch.cuda.memory_stats where they apply."""
+    index = _device_index(device, optional=True)
+    s = _C._memory_stats(index)
+    return {
+        "allocated_bytes.all.current": s["allocated_bytes"],
+        "allocated_bytes.all.peak": s["peak_allocated_bytes"],
+        "allocated_bytes.all.allocated": s["total_allocated_bytes"],
+        "allocated_bytes.all.freed": s["total_freed_bytes"],
+        "active_bytes.all.current": s["allocated_bytes"],
+        "active_bytes.all.peak": s["peak_allocated_bytes"],
+        "reserved_bytes.all.current": s["allocated_bytes"],
+        "reserved_bytes.all.peak": s["peak_allocated_bytes"],
+        "allocation.all.current": s["live_allocations"],
+        "allocation.all.allocated": s["num_allocs"],
+        "allocation.all.freed": s["num_frees"],
+        "num_alloc_retries": 0,
+        "num_ooms": 0,
+    }
+
+
+def memory_allocated(device=None):
+    return _C._memory_stats(_device_index(device, optional=True))["allocated_bytes"]
+
+
+def max_memory_allocated(device=None):
+    return _C._memory_stats(_device_index(device, optional=True))["peak_allocated_bytes"]
+
+
+def memory_reserved(device=None):
+    return memory_allocated(device)  # no caching allocator: reserved == allocated
+
+
+def max_memory_reserved(device=None):
+    return max_memory_allocated(device)
+
+
+def reset_peak_memory_stats(device=None):
+    _C._reset_peak_memory_stats(_device_index(device, optional=True))
+
+
+def reset_accumulated_memory_stats(device=None):
+    _C._reset_accumulated_memory_stats(_device_index(device, optional=True))
+
+
+def empty_cache():
+    """Nothing to release: storages free their device buffers when they die."""
+
+
+# --- seeds ----------------------------------------------------------------
+# Random ops have no device lowering yet and run through the CPU fallback,
+# which draws from CPU's default generator; torch.manual_seed seeds that one.
+# The seed is kept here for the device generator that replaces it.
+
+def manual_seed(seed):
+    global _seed
+    _seed = int(seed)
+
+
+def manual_seed_all(seed):
+    manual_seed(seed)
+
+
+def initial_seed():
+    return torch.initial_seed() if _seed is None else _seed
