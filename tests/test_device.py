@@ -1,0 +1,78 @@
+"""torch.tpu, torch.accelerator and the registration of the "tpu" device."""
+import pytest
+import torch
+
+from conftest import run_python
+
+
+def test_device_is_available_and_named_tpu():
+    assert torch.tpu.is_available()
+    assert torch.tpu.device_count() >= 1
+    assert torch._C._get_privateuse1_backend_name() == "tpu"
+    assert torch.device("tpu").type == "tpu"
+    assert torch.accelerator.current_accelerator() == torch.device("tpu")
+    assert torch.accelerator.device_count() == torch.tpu.device_count()
+
+
+def test_current_device_and_context():
+    torch.tpu.init()
+    assert torch.tpu.is_initialized()
+    assert torch.tpu.current_device() == 0
+    with torch.tpu.device(0):
+        assert torch.tpu.current_device() == 0
+    with pytest.raises(IndexError, match="out of range"):
+        torch.tpu.set_device(torch.tpu.device_count() + 3)
+    assert torch.tpu.current_device() == 0
+
+
+def test_properties_and_name():
+    props = torch.tpu.get_device_properties(0)
+    assert props.platform == "cpu"  # the embedded default plugin
+    assert props.total_memory > 0
+    assert props.xla_version
+    assert torch.tpu.get_device_name() == props.name
+
+
+def test_synchronize_runs():
+    x = torch.ones(4, device="tpu")
+    torch.tpu.synchronize()
+    torch.accelerator.synchronize()
+    assert x.cpu().tolist() == [1.0] * 4
+
+
+def test_generated_methods():
+    x = torch.zeros(3)
+    assert x.tpu().is_tpu
+    assert not x.is_tpu
+    m = torch.nn.Linear(2, 2).tpu()
+    assert m.weight.device.type == "tpu"
+    s = torch.UntypedStorage(8).tpu()
+    assert s.is_tpu and s.device.type == "tpu"
+
+
+def test_autoload_through_entry_point():
+    r = run_python("import torch; print(hasattr(torch, 'tpu'), torch.tpu.is_available())")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["True", "True"]
+    r = run_python("import torch; print(hasattr(torch, 'tpu'))",
+                   {"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "False"
+
+
+def test_multiple_devices():
+    code = """
+import torch, torchtpu
+assert torch.tpu.device_count() == 4, torch.tpu.device_count()
+x = torch.arange(5.0).to("tpu:2")
+assert x.device == torch.device("tpu:2")
+y = x.to("tpu:1")
+assert y.device.index == 1 and y.cpu().tolist() == [0, 1, 2, 3, 4]
+with torch.tpu.device(3):
+    z = torch.ones(2, device="tpu")
+    assert z.device.index == 3
+print("ok")
+"""
+    r = run_python(code, {"TORCHTPU_NUM_DEVICES": "4"})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "ok"
