@@ -1,0 +1,863 @@
+#include "builder.h"
+
+#include <float.h>
+#include <math.h>
+#include <stdint.h>
+
+#include "../testing.h"
+#include "literal.h"
+#include "strbuf.h"
+
+/* ---- helpers ------------------------------------------------------------ */
+
+static tpu_hlo_type_t t2(tpu_dtype_t dtype, int64_t d0, int64_t d1) {
+  int64_t dims[2] = {d0, d1};
+  return tpu_hlo_type_make(dtype, 2, dims);
+}
+
+static tpu_hlo_type_t t1(tpu_dtype_t dtype, int64_t d0) {
+  return tpu_hlo_type_make(dtype, 1, &d0);
+}
+
+static tpu_hlo_type_t scalar(tpu_dtype_t dtype) {
+  return tpu_hlo_type_scalar(dtype);
+}
+
+/* Finishes b (which must succeed) and returns the text; NULL on error. */
+static char* finish_text(tpu_hlo_builder_t* b) {
+  char* text = NULL;
+  size_t len = 0;
+  tpu_status_t s = tpu_hlo_builder_finish(b, &text, &len);
+  if (s) {
+    fprintf(stderr, "finish failed: %s\n", tpu_status_message(s));
+    tpu_status_free(s);
+    return NULL;
+  }
+  if (strlen(text) != len) {
+    fprintf(stderr, "finish: out_len %zu != strlen %zu\n", len, strlen(text));
+    free(text);
+    return NULL;
+  }
+  return text;
+}
+
+static bool text_equals(const char* got, const char* want) {
+  if (got && strcmp(got, want) == 0) return true;
+  fprintf(stderr, "--- want:\n%s--- got:\n%s---\n", want, got ? got : "(null)");
+  return false;
+}
+
+/* The status finish returns for b (caller frees). */
+static tpu_status_t finish_status(tpu_hlo_builder_t* b) {
+  char* text = NULL;
+  tpu_status_t s = tpu_hlo_builder_finish(b, &text, NULL);
+  free(text);
+  return s;
+}
+
+/* ---- golden programs ---------------------------------------------------- */
+
+static void test_golden_add(void) {
+  tpu_hlo_builder_t* b;
+  CHECK_OK(tpu_hlo_builder_create(&b));
+  tpu_hlo_type_t t = t2(TPU_DTYPE_FLOAT32, 2, 3);
+  tpu_hlo_value_t x = tpu_hlo_arg(b, t, NULL);
+  tpu_hlo_value_t s =
+      tpu_hlo_arg(b, scalar(TPU_DTYPE_FLOAT32), "tf.aliasing_output = 0 : i32");
+  tpu_hlo_value_t bcast = tpu_hlo_op(b, "stablehlo.broadcast_in_dim", &s, 1, t,
+                                     "broadcast_dimensions = array<i64>");
+  tpu_hlo_value_t add_in[2] = {x, bcast};
+  tpu_hlo_value_t sum = tpu_hlo_op(b, "stablehlo.add", add_in, 2, t, NULL);
+  tpu_hlo_value_t mul_in[2] = {sum, x};
+  tpu_hlo_value_t prod = tpu_hlo_op(b, "stablehlo.multiply", mul_in, 2, t, NULL);
+  tpu_hlo_return(b, &prod, 1);
+  CHECK_EQ(tpu_hlo_value_type(b, sum).dtype, TPU_DTYPE_FLOAT32);
+  CHECK_EQ(tpu_hlo_value_type(b, sum).dims[1], 3);
+  char* text = finish_text(b);
+  tpu_hlo_builder_destroy(b);
+  bool same = text_equals(
+      text,
+      "module @torchtpu {\n"
+      "  func.func public @main(%arg0: tensor<2x3xf32>, %arg1: tensor<f32> "
+      "{tf.aliasing_output = 0 : i32}) -> (tensor<2x3xf32>) {\n"
+      "    %0 = \"stablehlo.broadcast_in_dim\"(%arg1) {broadcast_dimensions = "
+      "array<i64>} : (tensor<f32>) -> tensor<2x3xf32>\n"
+      "    %1 = \"stablehlo.add\"(%arg0, %0) : (tensor<2x3xf32>, "
+      "tensor<2x3xf32>) -> tensor<2x3xf32>\n"
+      "    %2 = \"stablehlo.multiply\"(%1, %arg0) : (tensor<2x3xf32>, "
+      "tensor<2x3xf32>) -> tensor<2x3xf32>\n"
+      "    \"func.return\"(%2) : (tensor<2x3xf32>) -> ()\n"
+      "  }\n"
+      "}\n");
+  free(text);
+  CHECK(same);
+}
+
+static void test_golden_reduce(void) {
+  tpu_hlo_builder_t* b;
+  CHECK_OK(tpu_hlo_builder_create(&b));
+  tpu_hlo_type_t f = scalar(TPU_DTYPE_FLOAT32);
+  tpu_hlo_value_t ops[2];
+  ops[0] = tpu_hlo_arg(b, t2(TPU_DTYPE_FLOAT32, 2, 3), NULL);
+  ops[1] = tpu_hlo_constant_float(b, f, 0.0);
+  tpu_hlo_type_t out = t1(TPU_DTYPE_FLOAT32, 2);
+  tpu_hlo_region_op_begin(b, "stablehlo.reduce", ops, 2, &out, 1,
+                          "dimensions = array<i64: 1>");
+  tpu_hlo_type_t arg_types[2] = {f, f};
+  tpu_hlo_value_t args[2];
+  tpu_hlo_block_begin(b, arg_types, 2, args);
+  tpu_hlo_value_t sum = tpu_hlo_op(b, "stablehlo.add", args, 2, f, NULL);
+  tpu_hlo_block_return(b, &sum, 1);
+  tpu_hlo_value_t reduced;
+  tpu_hlo_region_op_end(b, &reduced);
+  tpu_hlo_return(b, &reduced, 1);
+  CHECK_EQ(tpu_hlo_value_type(b, reduced).rank, 1);
+  char* text = finish_text(b);
+  tpu_hlo_builder_destroy(b);
+  bool same = text_equals(
+      text,
+      "module @torchtpu {\n"
+      "  func.func public @main(%arg0: tensor<2x3xf32>) -> (tensor<2xf32>) {\n"
+      "    %0 = \"stablehlo.constant\"() {value = dense<0.0> : tensor<f32>} : "
+      "() -> tensor<f32>\n"
+      "    %1 = \"stablehlo.reduce\"(%arg0, %0) ({\n"
+      "    ^bb0(%b0: tensor<f32>, %b1: tensor<f32>):\n"
+      "      %2 = \"stablehlo.add\"(%b0, %b1) : (tensor<f32>, tensor<f32>) -> "
+      "tensor<f32>\n"
+      "      \"stablehlo.return\"(%2) : (tensor<f32>) -> ()\n"
+      "    }) {dimensions = array<i64: 1>} : (tensor<2x3xf32>, tensor<f32>) "
+      "-> tensor<2xf32>\n"
+      "    \"func.return\"(%1) : (tensor<2xf32>) -> ()\n"
+      "  }\n"
+      "}\n");
+  free(text);
+  CHECK(same);
+}
+
+static void test_golden_sort_multi_result(void) {
+  tpu_hlo_builder_t* b;
+  CHECK_OK(tpu_hlo_builder_create(&b));
+  tpu_hlo_value_t ops[2];
+  ops[0] = tpu_hlo_arg(b, t1(TPU_DTYPE_FLOAT32, 4), NULL);
+  ops[1] = tpu_hlo_arg(b, t1(TPU_DTYPE_INT32, 4), NULL);
+  tpu_hlo_type_t outs[2] = {t1(TPU_DTYPE_FLOAT32, 4), t1(TPU_DTYPE_INT32, 4)};
+  tpu_hlo_region_op_begin(b, "stablehlo.sort", ops, 2, outs, 2,
+                          "dimension = 0 : i64, is_stable = true");
+  tpu_hlo_type_t f = scalar(TPU_DTYPE_FLOAT32), i = scalar(TPU_DTYPE_INT32);
+  tpu_hlo_type_t arg_types[4] = {f, f, i, i};
+  tpu_hlo_value_t args[4];
+  tpu_hlo_block_begin(b, arg_types, 4, args);
+  tpu_hlo_value_t less =
+      tpu_hlo_op(b, "stablehlo.compare", args, 2, scalar(TPU_DTYPE_BOOL),
+                 "comparison_direction = #stablehlo<comparison_direction LT>");
+  tpu_hlo_block_return(b, &less, 1);
+  tpu_hlo_value_t sorted[2];
+  tpu_hlo_region_op_end(b, sorted);
+  tpu_hlo_value_t rets[2] = {sorted[1], sorted[0]};
+  tpu_hlo_return(b, rets, 2);
+  CHECK_EQ(tpu_hlo_value_type(b, sorted[1]).dtype, TPU_DTYPE_INT32);
+  char* text = finish_text(b);
+  tpu_hlo_builder_destroy(b);
+  bool same = text_equals(
+      text,
+      "module @torchtpu {\n"
+      "  func.func public @main(%arg0: tensor<4xf32>, %arg1: tensor<4xi32>) "
+      "-> (tensor<4xi32>, tensor<4xf32>) {\n"
+      "    %0:2 = \"stablehlo.sort\"(%arg0, %arg1) ({\n"
+      "    ^bb0(%b0: tensor<f32>, %b1: tensor<f32>, %b2: tensor<i32>, %b3: "
+      "tensor<i32>):\n"
+      "      %1 = \"stablehlo.compare\"(%b0, %b1) {comparison_direction = "
+      "#stablehlo<comparison_direction LT>} : (tensor<f32>, tensor<f32>) -> "
+      "tensor<i1>\n"
+      "      \"stablehlo.return\"(%1) : (tensor<i1>) -> ()\n"
+      "    }) {dimension = 0 : i64, is_stable = true} : (tensor<4xf32>, "
+      "tensor<4xi32>) -> (tensor<4xf32>, tensor<4xi32>)\n"
+      "    \"func.return\"(%0#1, %0#0) : (tensor<4xi32>, tensor<4xf32>) -> ()\n"
+      "  }\n"
+      "}\n");
+  free(text);
+  CHECK(same);
+}
+
+/* A while loop (two regions) whose body holds a reduce (nested region) that
+ * uses a value of the enclosing block and one of @main. */
+static void test_golden_nested_regions(void) {
+  tpu_hlo_builder_t* b;
+  CHECK_OK(tpu_hlo_builder_create(&b));
+  tpu_hlo_type_t v = t1(TPU_DTYPE_FLOAT32, 3), f = scalar(TPU_DTYPE_FLOAT32);
+  tpu_hlo_value_t x = tpu_hlo_arg(b, v, NULL);
+  tpu_hlo_value_t zero = tpu_hlo_constant_float(b, f, 0.0);
+  tpu_hlo_region_op_begin(b, "stablehlo.while", &x, 1, &v, 1, NULL);
+  tpu_hlo_value_t c;
+  tpu_hlo_block_begin(b, &v, 1, &c);
+  tpu_hlo_value_t pred =
+      tpu_hlo_constant_bool(b, scalar(TPU_DTYPE_BOOL), false);
+  tpu_hlo_block_return(b, &pred, 1);
+  tpu_hlo_value_t body_arg;
+  tpu_hlo_block_begin(b, &v, 1, &body_arg);
+  tpu_hlo_value_t red_in[2] = {body_arg, zero};
+  tpu_hlo_region_op_begin(b, "stablehlo.reduce", red_in, 2, &f, 1,
+                          "dimensions = array<i64: 0>");
+  tpu_hlo_type_t ff[2] = {f, f};
+  tpu_hlo_value_t ab[2];
+  tpu_hlo_block_begin(b, ff, 2, ab);
+  tpu_hlo_value_t s = tpu_hlo_op(b, "stablehlo.add", ab, 2, f, NULL);
+  tpu_hlo_block_return(b, &s, 1);
+  tpu_hlo_value_t total;
+  tpu_hlo_region_op_end(b, &total);
+  tpu_hlo_value_t spread = tpu_hlo_op(b, "stablehlo.broadcast_in_dim", &total,
+                                      1, v, "broadcast_dimensions = array<i64>");
+  tpu_hlo_block_return(b, &spread, 1);
+  tpu_hlo_value_t result;
+  tpu_hlo_region_op_end(b, &result);
+  tpu_hlo_return(b, &result, 1);
+  char* text = finish_text(b);
+  tpu_hlo_builder_destroy(b);
+  bool same = text_equals(
+      text,
+      "module @torchtpu {\n"
+      "  func.func public @main(%arg0: tensor<3xf32>) -> (tensor<3xf32>) {\n"
+      "    %0 = \"stablehlo.constant\"() {value = dense<0.0> : tensor<f32>} : "
+      "() -> tensor<f32>\n"
+      "    %1 = \"stablehlo.while\"(%arg0) ({\n"
+      "    ^bb0(%b0: tensor<3xf32>):\n"
+      "      %2 = \"stablehlo.constant\"() {value = dense<false> : tensor<i1>} "
+      ": () -> tensor<i1>\n"
+      "      \"stablehlo.return\"(%2) : (tensor<i1>) -> ()\n"
+      "    }, {\n"
+      "    ^bb0(%b1: tensor<3xf32>):\n"
+      "      %3 = \"stablehlo.reduce\"(%b1, %0) ({\n"
+      "      ^bb0(%b2: tensor<f32>, %b3: tensor<f32>):\n"
+      "        %4 = \"stablehlo.add\"(%b2, %b3) : (tensor<f32>, tensor<f32>) -> "
+      "tensor<f32>\n"
+      "        \"stablehlo.return\"(%4) : (tensor<f32>) -> ()\n"
+      "      }) {dimensions = array<i64: 0>} : (tensor<3xf32>, tensor<f32>) -> "
+      "tensor<f32>\n"
+      "      %5 = \"stablehlo.broadcast_in_dim\"(%3) {broadcast_dimensions = "
+      "array<i64>} : (tensor<f32>) -> tensor<3xf32>\n"
+      "      \"stablehlo.return\"(%5) : (tensor<3xf32>) -> ()\n"
+      "    }) : (tensor<3xf32>) -> tensor<3xf32>\n"
+      "    \"func.return\"(%1) : (tensor<3xf32>) -> ()\n"
+      "  }\n"
+      "}\n");
+  free(text);
+  CHECK(same);
+}
+
+static void test_type_print(void) {
+  char text[64];
+  tpu_hlo_type_t t = t2(TPU_DTYPE_FLOAT32, 2, 3);
+  tpu_hlo_type_print(&t, text, sizeof text);
+  CHECK(strcmp(text, "tensor<2x3xf32>") == 0);
+  t = scalar(TPU_DTYPE_FLOAT32);
+  tpu_hlo_type_print(&t, text, sizeof text);
+  CHECK(strcmp(text, "tensor<f32>") == 0);
+  t = t2(TPU_DTYPE_FLOAT32, 0, 3);
+  tpu_hlo_type_print(&t, text, sizeof text);
+  CHECK(strcmp(text, "tensor<0x3xf32>") == 0);
+  const struct {
+    tpu_dtype_t dtype;
+    const char* text;
+  } kCases[] = {{TPU_DTYPE_BOOL, "tensor<i1>"},
+                {TPU_DTYPE_UINT8, "tensor<ui8>"},
+                {TPU_DTYPE_INT64, "tensor<i64>"},
+                {TPU_DTYPE_BFLOAT16, "tensor<bf16>"},
+                {TPU_DTYPE_COMPLEX64, "tensor<complex<f32>>"}};
+  for (size_t i = 0; i < sizeof kCases / sizeof kCases[0]; i++) {
+    t = scalar(kCases[i].dtype);
+    tpu_hlo_type_print(&t, text, sizeof text);
+    CHECK(strcmp(text, kCases[i].text) == 0);
+  }
+  t = t2(TPU_DTYPE_FLOAT32, 1000, 1000);
+  tpu_hlo_type_print(&t, text, 8); /* truncated, still terminated */
+  CHECK(strcmp(text, "tensor<") == 0);
+}
+
+/* Many ops: the text grows far past any initial buffer, nothing truncated. */
+static void test_long_program(void) {
+  tpu_hlo_builder_t* b;
+  CHECK_OK(tpu_hlo_builder_create(&b));
+  tpu_hlo_type_t t = t2(TPU_DTYPE_FLOAT32, 128, 256);
+  tpu_hlo_value_t v = tpu_hlo_arg(b, t, NULL);
+  for (int i = 0; i < 20000; i++) {
+    tpu_hlo_value_t in[2] = {v, v};
+    v = tpu_hlo_op(b, "stablehlo.add", in, 2, t, NULL);
+  }
+  tpu_hlo_return(b, &v, 1);
+  char* text = finish_text(b);
+  tpu_hlo_builder_destroy(b);
+  CHECK(text != NULL);
+  bool ok = strlen(text) > 20000 * 80 &&
+            strstr(text, "%19999 = \"stablehlo.add\"(%19998, %19998)") &&
+            strstr(text, "\"func.return\"(%19999)");
+  free(text);
+  CHECK(ok);
+}
+
+/* ---- literals ----------------------------------------------------------- */
+
+static double half_value(uint16_t bits) {
+  int e = (bits >> 10) & 0x1F, m = bits & 0x3FF;
+  double v = e == 0 ? ldexp(m, -24) : e == 31 ? INFINITY : ldexp(1024 + m, e - 25);
+  return bits & 0x8000 ? -v : v;
+}
+
+static double bf16_value(uint16_t bits) {
+  uint32_t f32 = (uint32_t)bits << 16;
+  float f;
+  memcpy(&f, &f32, sizeof f);
+  return f;
+}
+
+/* Reference rounding by search: the nearest of all positive values of the
+ * format (bits 0 .. inf, monotone; inf stands for the next power of two
+ * past the maximum), ties to the even bit pattern. */
+static uint16_t nearest_ref(double x, double (*value)(uint16_t),
+                            uint16_t inf_bits, double inf_as) {
+  double ax = fabs(x);
+  uint16_t sign = signbit(x) ? 0x8000 : 0;
+  uint16_t lo = 0, hi = inf_bits;
+  double hi_value = inf_as;
+  if (ax >= inf_as) return sign | inf_bits;
+  while (hi - lo > 1) { /* invariant: value(lo) <= ax < value(hi) */
+    uint16_t mid = (uint16_t)((lo + hi) / 2);
+    if (value(mid) <= ax) lo = mid; else hi = mid;
+  }
+  if (hi == inf_bits) hi_value = inf_as; else hi_value = value(hi);
+  double below = ax - value(lo), above = hi_value - ax; /* exact */
+  uint16_t pick = below < above ? lo : above < below ? hi : (lo & 1 ? hi : lo);
+  return sign | pick;
+}
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15u;
+static uint64_t rng(void) {
+  rng_state ^= rng_state << 13;
+  rng_state ^= rng_state >> 7;
+  rng_state ^= rng_state << 17;
+  return rng_state;
+}
+
+static void test_half_bits(void) {
+  CHECK_EQ(tpu_hlo_half_bits(1.0), 0x3C00);
+  CHECK_EQ(tpu_hlo_half_bits(-2.0), 0xC000);
+  CHECK_EQ(tpu_hlo_half_bits(65504.0), 0x7BFF);
+  CHECK_EQ(tpu_hlo_half_bits(65519.99), 0x7BFF);
+  CHECK_EQ(tpu_hlo_half_bits(65520.0), 0x7C00); /* tie rounds to even: inf */
+  CHECK_EQ(tpu_hlo_half_bits(1e300), 0x7C00);
+  CHECK_EQ(tpu_hlo_half_bits(-INFINITY), 0xFC00);
+  CHECK_EQ(tpu_hlo_half_bits(NAN), 0x7E00);
+  CHECK_EQ(tpu_hlo_half_bits(-0.0), 0x8000);
+  CHECK_EQ(tpu_hlo_half_bits(0x1p-24), 0x0001);    /* smallest subnormal */
+  CHECK_EQ(tpu_hlo_half_bits(0x1p-25), 0x0000);    /* tie -> even (0) */
+  CHECK_EQ(tpu_hlo_half_bits(0x1.000001p-25), 0x0001);
+  CHECK_EQ(tpu_hlo_half_bits(0x3p-25), 0x0002);    /* 1.5 ulp -> 2 */
+  CHECK_EQ(tpu_hlo_half_bits(0x1p-14), 0x0400);    /* smallest normal */
+  CHECK_EQ(tpu_hlo_half_bits(0x1p-14 - 0x1p-25), 0x0400); /* carry up */
+  CHECK_EQ(tpu_hlo_half_bits(1.0 + 0x1p-11), 0x3C00);
+  CHECK_EQ(tpu_hlo_half_bits(1.0 + 0x3p-11), 0x3C02);
+  CHECK_EQ(tpu_hlo_half_bits(1.0 / 3.0), 0x3555);
+  CHECK_EQ(tpu_hlo_half_bits(DBL_TRUE_MIN), 0x0000);
+  /* Every half value and every midpoint, then random doubles, against the
+   * search reference (and the compiler's own conversion where it has one). */
+  int bad = 0;
+  for (uint32_t h = 0; h < 0x7C00 && bad < 5; h++) {
+    double v = half_value((uint16_t)h), next = half_value((uint16_t)(h + 1));
+    double probes[4] = {v, -v, (v + next) / 2, nextafter((v + next) / 2, 0)};
+    for (int k = 0; k < 4; k++) {
+      uint16_t want = nearest_ref(probes[k], half_value, 0x7C00, 65536.0);
+      if (tpu_hlo_half_bits(probes[k]) != want) {
+        fprintf(stderr, "half(%a) = %04X, want %04X\n", probes[k],
+                tpu_hlo_half_bits(probes[k]), want);
+        bad++;
+      }
+    }
+  }
+  for (int i = 0; i < 200000 && bad < 5; i++) {
+    double x = ldexp((double)(rng() >> 11) / 0x1p53, (int)(rng() % 50) - 30);
+    if (rng() & 1) x = -x;
+    uint16_t want = nearest_ref(x, half_value, 0x7C00, 65536.0);
+#ifdef __FLT16_MAX__
+    _Float16 h = (_Float16)x;
+    uint16_t compiler;
+    memcpy(&compiler, &h, sizeof compiler);
+    if (compiler != want) {
+      fprintf(stderr, "reference disagrees with _Float16 for %a\n", x);
+      bad++;
+    }
+#endif
+    if (tpu_hlo_half_bits(x) != want) {
+      fprintf(stderr, "half(%a) = %04X, want %04X\n", x, tpu_hlo_half_bits(x),
+              want);
+      bad++;
+    }
+  }
+  CHECK_EQ(bad, 0);
+}
+
+static void test_bfloat16_bits(void) {
+  CHECK_EQ(tpu_hlo_bfloat16_bits(1.0), 0x3F80);
+  CHECK_EQ(tpu_hlo_bfloat16_bits(M_PI), 0x4049);
+  CHECK_EQ(tpu_hlo_bfloat16_bits(1.0 + 0x1p-8), 0x3F80);  /* tie -> even */
+  CHECK_EQ(tpu_hlo_bfloat16_bits(1.0 + 0x3p-8), 0x3F82);
+  /* Just above the tie: double rounding through float would give 0x3F80. */
+  CHECK_EQ(tpu_hlo_bfloat16_bits(1.0 + 0x1p-8 + 0x1p-40), 0x3F81);
+  CHECK_EQ(tpu_hlo_bfloat16_bits(0x1.fep127), 0x7F7F);     /* max */
+  CHECK_EQ(tpu_hlo_bfloat16_bits(0x1.ffp127), 0x7F80);     /* tie -> inf */
+  CHECK_EQ(tpu_hlo_bfloat16_bits(0x1p-133), 0x0001);       /* min subnormal */
+  CHECK_EQ(tpu_hlo_bfloat16_bits(0x1p-134), 0x0000);
+  CHECK_EQ(tpu_hlo_bfloat16_bits(NAN), 0x7FC0);
+  CHECK_EQ(tpu_hlo_bfloat16_bits(-NAN), 0xFFC0);
+  CHECK_EQ(tpu_hlo_bfloat16_bits(INFINITY), 0x7F80);
+  CHECK_EQ(tpu_hlo_bfloat16_bits(-0.0), 0x8000);
+  int bad = 0;
+  for (uint32_t h = 0; h < 0x7F80 && bad < 5; h++) {
+    double v = bf16_value((uint16_t)h), next = bf16_value((uint16_t)(h + 1));
+    if (h + 1 == 0x7F80) next = 0x1p128;
+    double probes[4] = {v, -v, (v + next) / 2, nextafter((v + next) / 2, 0)};
+    for (int k = 0; k < 4; k++) {
+      uint16_t want = nearest_ref(probes[k], bf16_value, 0x7F80, 0x1p128);
+      if (tpu_hlo_bfloat16_bits(probes[k]) != want) {
+        fprintf(stderr, "bf16(%a) = %04X, want %04X\n", probes[k],
+                tpu_hlo_bfloat16_bits(probes[k]), want);
+        bad++;
+      }
+    }
+  }
+  for (int i = 0; i < 200000 && bad < 5; i++) {
+    double x = ldexp((double)(rng() >> 11) / 0x1p53, (int)(rng() % 280) - 140);
+    uint16_t want = nearest_ref(x, bf16_value, 0x7F80, 0x1p128);
+    if (tpu_hlo_bfloat16_bits(x) != want) {
+      fprintf(stderr, "bf16(%a) = %04X, want %04X\n", x,
+              tpu_hlo_bfloat16_bits(x), want);
+      bad++;
+    }
+  }
+  CHECK_EQ(bad, 0);
+}
+
+static bool literal_is(tpu_dtype_t dtype, double value, const char* want) {
+  tpu_strbuf_t sb = {0};
+  tpu_hlo_append_float_literal(&sb, dtype, value);
+  bool same = sb.data && strcmp(sb.data, want) == 0;
+  if (!same) {
+    fprintf(stderr, "literal(%s, %a) = %s, want %s\n", tpu_dtype_name(dtype),
+            value, sb.data ? sb.data : "(null)", want);
+  }
+  tpu_strbuf_free(&sb);
+  return same;
+}
+
+static void test_float_literals(void) {
+  CHECK(literal_is(TPU_DTYPE_FLOAT32, 1.0, "1.0"));
+  CHECK(literal_is(TPU_DTYPE_FLOAT32, -0.0, "-0.0"));
+  CHECK(literal_is(TPU_DTYPE_FLOAT32, 1.5, "1.5"));
+  CHECK(literal_is(TPU_DTYPE_FLOAT32, 0.1, "0.100000001"));
+  CHECK(literal_is(TPU_DTYPE_FLOAT32, 1e10, "1.0e+10"));
+  CHECK(literal_is(TPU_DTYPE_FLOAT32, 16777216.0, "16777216.0"));
+  CHECK(literal_is(TPU_DTYPE_FLOAT32, FLT_MAX, "3.40282347e+38"));
+  CHECK(literal_is(TPU_DTYPE_FLOAT32, FLT_TRUE_MIN, "1.40129846e-45"));
+  CHECK(literal_is(TPU_DTYPE_FLOAT32, 1e39, "0x7F800000")); /* rounds to inf */
+  CHECK(literal_is(TPU_DTYPE_FLOAT32, NAN, "0x7FC00000"));
+  CHECK(literal_is(TPU_DTYPE_FLOAT32, -INFINITY, "0xFF800000"));
+  CHECK(literal_is(TPU_DTYPE_FLOAT64, 0.1, "0.10000000000000001"));
+  CHECK(literal_is(TPU_DTYPE_FLOAT64, 1e22, "1.0e+22"));
+  CHECK(literal_is(TPU_DTYPE_FLOAT64, DBL_TRUE_MIN, "4.9406564584124654e-324"));
+  CHECK(literal_is(TPU_DTYPE_FLOAT64, -0.0, "-0.0"));
+  CHECK(literal_is(TPU_DTYPE_FLOAT64, NAN, "0x7FF8000000000000"));
+  CHECK(literal_is(TPU_DTYPE_FLOAT64, -INFINITY, "0xFFF0000000000000"));
+  CHECK(literal_is(TPU_DTYPE_FLOAT16, 1.0, "0x3C00"));
+  CHECK(literal_is(TPU_DTYPE_FLOAT16, NAN, "0x7E00"));
+  CHECK(literal_is(TPU_DTYPE_BFLOAT16, -1.0, "0xBF80"));
+  CHECK(literal_is(TPU_DTYPE_BFLOAT16, INFINITY, "0x7F80"));
+  tpu_strbuf_t sb = {0};
+  tpu_hlo_append_complex_literal(&sb, 1.0f, -2.5f);
+  tpu_hlo_append_complex_literal(&sb, NAN, INFINITY);
+  CHECK(sb.data && strcmp(sb.data, "(1.0,-2.5)(0x7FC00000,0x7F800000)") == 0);
+  tpu_strbuf_free(&sb);
+}
+
+/* Random finite floats/doubles read back as MLIR reads them (strtod, then
+ * round to the element type) must give the same bits. */
+static void test_float_literals_round_trip(void) {
+  int bad = 0;
+  for (int i = 0; i < 200000 && bad < 5; i++) {
+    uint32_t bits32 = (uint32_t)rng();
+    float f;
+    memcpy(&f, &bits32, sizeof f);
+    if (!isfinite(f)) continue;
+    tpu_strbuf_t sb = {0};
+    tpu_hlo_append_float_literal(&sb, TPU_DTYPE_FLOAT32, f);
+    float back = (float)strtod(sb.data, NULL);
+    if (memcmp(&back, &f, sizeof f) != 0 || !strchr(sb.data, '.')) {
+      fprintf(stderr, "f32 %08X printed %s\n", bits32, sb.data);
+      bad++;
+    }
+    tpu_strbuf_free(&sb);
+    uint64_t bits64 = rng();
+    double d;
+    memcpy(&d, &bits64, sizeof d);
+    if (!isfinite(d)) continue;
+    tpu_hlo_append_float_literal(&sb, TPU_DTYPE_FLOAT64, d);
+    double back64 = strtod(sb.data, NULL);
+    if (memcmp(&back64, &d, sizeof d) != 0 || !strchr(sb.data, '.')) {
+      fprintf(stderr, "f64 %016llX printed %s\n", (unsigned long long)bits64,
+              sb.data);
+      bad++;
+    }
+    tpu_strbuf_free(&sb);
+  }
+  CHECK_EQ(bad, 0);
+}
+
+/* ---- constants ---------------------------------------------------------- */
+
+static void test_constants_every_dtype(void) {
+  tpu_hlo_builder_t* b;
+  CHECK_OK(tpu_hlo_builder_create(&b));
+  tpu_hlo_type_t f32 = t2(TPU_DTYPE_FLOAT32, 2, 3);
+  tpu_hlo_value_t v[40];
+  int n = 0;
+  v[n++] = tpu_hlo_constant_float(b, f32, 1.5);
+  v[n++] = tpu_hlo_constant_float(b, scalar(TPU_DTYPE_FLOAT32), NAN);
+  v[n++] = tpu_hlo_constant_float(b, scalar(TPU_DTYPE_FLOAT32), -INFINITY);
+  v[n++] = tpu_hlo_constant_float(b, scalar(TPU_DTYPE_FLOAT32), -0.0);
+  v[n++] = tpu_hlo_constant_float(b, scalar(TPU_DTYPE_FLOAT32), 1e-45);
+  v[n++] = tpu_hlo_constant_float(b, scalar(TPU_DTYPE_FLOAT64), 0.1);
+  v[n++] = tpu_hlo_constant_float(b, scalar(TPU_DTYPE_FLOAT64), 5e-324);
+  v[n++] = tpu_hlo_constant_float(b, scalar(TPU_DTYPE_FLOAT64), INFINITY);
+  v[n++] = tpu_hlo_constant_float(b, scalar(TPU_DTYPE_FLOAT16), 1.0);
+  v[n++] = tpu_hlo_constant_float(b, scalar(TPU_DTYPE_FLOAT16), 0x1p-24);
+  v[n++] = tpu_hlo_constant_float(b, scalar(TPU_DTYPE_BFLOAT16), NAN);
+  v[n++] = tpu_hlo_constant_float(b, scalar(TPU_DTYPE_BFLOAT16), -0.0);
+  v[n++] = tpu_hlo_constant_int(b, scalar(TPU_DTYPE_INT64), INT64_MIN);
+  v[n++] = tpu_hlo_constant_int(b, scalar(TPU_DTYPE_INT64), INT64_MAX);
+  v[n++] = tpu_hlo_constant_int(b, scalar(TPU_DTYPE_INT32), INT32_MIN);
+  v[n++] = tpu_hlo_constant_int(b, scalar(TPU_DTYPE_INT16), -32768);
+  v[n++] = tpu_hlo_constant_int(b, scalar(TPU_DTYPE_INT8), -128);
+  v[n++] = tpu_hlo_constant_uint(b, scalar(TPU_DTYPE_UINT8), 255);
+  v[n++] = tpu_hlo_constant_int(b, scalar(TPU_DTYPE_FLOAT32), 3);
+  v[n++] = tpu_hlo_constant_float(b, scalar(TPU_DTYPE_INT32), -7.0);
+  v[n++] = tpu_hlo_constant_bool(b, t1(TPU_DTYPE_BOOL, 4), true);
+  v[n++] = tpu_hlo_constant_int(b, scalar(TPU_DTYPE_BOOL), 0);
+  v[n++] = tpu_hlo_constant_complex(b, scalar(TPU_DTYPE_COMPLEX64), 1.0f, 2.0f);
+  v[n++] = tpu_hlo_constant_complex(b, scalar(TPU_DTYPE_COMPLEX64), NAN,
+                                    -INFINITY);
+  v[n++] = tpu_hlo_constant_float(b, t2(TPU_DTYPE_FLOAT32, 0, 3), 2.0);
+  tpu_hlo_return(b, v, n);
+  char* text = finish_text(b);
+  tpu_hlo_builder_destroy(b);
+  CHECK(text != NULL);
+  static const char* const kWant[] = {
+      "%0 = \"stablehlo.constant\"() {value = dense<1.5> : tensor<2x3xf32>} : "
+      "() -> tensor<2x3xf32>\n",
+      "{value = dense<0x7FC00000> : tensor<f32>}",
+      "{value = dense<0xFF800000> : tensor<f32>}",
+      "{value = dense<-0.0> : tensor<f32>}",
+      "{value = dense<1.40129846e-45> : tensor<f32>}",
+      "{value = dense<0.10000000000000001> : tensor<f64>}",
+      "{value = dense<4.9406564584124654e-324> : tensor<f64>}",
+      "{value = dense<0x7FF0000000000000> : tensor<f64>}",
+      "{value = dense<0x3C00> : tensor<f16>}",
+      "{value = dense<0x0001> : tensor<f16>}",
+      "{value = dense<0x7FC0> : tensor<bf16>}",
+      "{value = dense<0x8000> : tensor<bf16>}",
+      "{value = dense<-9223372036854775808> : tensor<i64>}",
+      "{value = dense<9223372036854775807> : tensor<i64>}",
+      "{value = dense<-2147483648> : tensor<i32>}",
+      "{value = dense<-32768> : tensor<i16>}",
+      "{value = dense<-128> : tensor<i8>}",
+      "{value = dense<255> : tensor<ui8>}",
+      "{value = dense<3.0> : tensor<f32>}",
+      "{value = dense<-7> : tensor<i32>}",
+      "{value = dense<true> : tensor<4xi1>}",
+      "{value = dense<false> : tensor<i1>}",
+      "{value = dense<(1.0,2.0)> : tensor<complex<f32>>}",
+      "{value = dense<(0x7FC00000,0xFF800000)> : tensor<complex<f32>>}",
+      "{value = dense<2.0> : tensor<0x3xf32>}",
+  };
+  for (size_t i = 0; i < sizeof kWant / sizeof kWant[0]; i++) {
+    if (!text || !strstr(text, kWant[i])) {
+      fprintf(stderr, "missing %s in:\n%s", kWant[i], text ? text : "");
+      tpu_test_failures_++;
+    }
+  }
+  free(text);
+}
+
+static void test_constant_dense(void) {
+  tpu_hlo_builder_t* b;
+  CHECK_OK(tpu_hlo_builder_create(&b));
+  const float f[3] = {1.0f, NAN, -0.0f};
+  const uint8_t flags[6] = {1, 0, 0, 1, 1, 1};
+  const int64_t big[2] = {INT64_MIN, 1};
+  const uint16_t half[2] = {0x3C00, 0x7E00};
+  tpu_hlo_value_t v[5];
+  v[0] = tpu_hlo_constant_dense(b, t1(TPU_DTYPE_FLOAT32, 3), f);
+  v[1] = tpu_hlo_constant_dense(b, t2(TPU_DTYPE_BOOL, 2, 3), flags);
+  v[2] = tpu_hlo_constant_dense(b, t1(TPU_DTYPE_INT64, 2), big);
+  v[3] = tpu_hlo_constant_dense(b, t1(TPU_DTYPE_FLOAT16, 2), half);
+  v[4] = tpu_hlo_constant_dense(b, t2(TPU_DTYPE_FLOAT32, 0, 3), NULL);
+  tpu_hlo_return(b, v, 5);
+  char* text = finish_text(b);
+  tpu_hlo_builder_destroy(b);
+  CHECK_STR_CONTAINS(text,
+                     "{value = dense<\"0x0000803F0000C07F00000080\"> : "
+                     "tensor<3xf32>}");
+  CHECK_STR_CONTAINS(text,
+                     "{value = dense<[[true, false, false], [true, true, "
+                     "true]]> : tensor<2x3xi1>}");
+  CHECK_STR_CONTAINS(text,
+                     "{value = dense<\"0x00000000000000800100000000000000\"> "
+                     ": tensor<2xi64>}");
+  CHECK_STR_CONTAINS(text, "{value = dense<\"0x003C007E\"> : tensor<2xf16>}");
+  CHECK_STR_CONTAINS(text, "{value = dense<> : tensor<0x3xf32>}");
+  free(text);
+}
+
+static void test_constant_range_errors(void) {
+  tpu_hlo_builder_t* b;
+  CHECK_OK(tpu_hlo_builder_create(&b));
+  tpu_hlo_value_t v = tpu_hlo_constant_uint(b, scalar(TPU_DTYPE_UINT8), 256);
+  CHECK(v.id < 0);
+  tpu_status_t s = finish_status(b);
+  CHECK_EQ(tpu_status_code(s), TPU_STATUS_OUT_OF_RANGE);
+  CHECK_STR_CONTAINS(tpu_status_message(s), "256 does not fit in uint8");
+  tpu_status_free(s);
+  tpu_hlo_builder_destroy(b);
+
+  CHECK_OK(tpu_hlo_builder_create(&b));
+  tpu_hlo_constant_int(b, scalar(TPU_DTYPE_INT8), -129);
+  s = finish_status(b);
+  CHECK_STR_CONTAINS(tpu_status_message(s), "-129 does not fit in int8");
+  tpu_status_free(s);
+  tpu_hlo_builder_destroy(b);
+
+  CHECK_OK(tpu_hlo_builder_create(&b));
+  tpu_hlo_constant_float(b, scalar(TPU_DTYPE_INT32), 0.5);
+  s = finish_status(b);
+  CHECK_EQ(tpu_status_code(s), TPU_STATUS_INVALID_ARGUMENT);
+  CHECK_STR_CONTAINS(tpu_status_message(s), "not representable in int32");
+  tpu_status_free(s);
+  tpu_hlo_builder_destroy(b);
+
+  CHECK_OK(tpu_hlo_builder_create(&b));
+  tpu_hlo_constant_complex(b, scalar(TPU_DTYPE_FLOAT32), 1.0f, 1.0f);
+  s = finish_status(b);
+  CHECK_STR_CONTAINS(tpu_status_message(s), "float32 is not complex");
+  tpu_status_free(s);
+  tpu_hlo_builder_destroy(b);
+}
+
+/* ---- errors ------------------------------------------------------------- */
+
+/* Expects finish to fail with `code` and a message containing `needle`. */
+static bool fails_with(tpu_hlo_builder_t* b, tpu_status_code_t code,
+                       const char* needle) {
+  tpu_status_t s = finish_status(b);
+  bool ok = tpu_status_code(s) == code &&
+            strstr(tpu_status_message(s), needle) != NULL;
+  if (!ok) {
+    fprintf(stderr, "want %s containing \"%s\", got %s: %s\n",
+            tpu_status_code_name(code), needle,
+            tpu_status_code_name(tpu_status_code(s)), tpu_status_message(s));
+  }
+  tpu_status_free(s);
+  return ok;
+}
+
+static void test_error_value_from_closed_block(void) {
+  tpu_hlo_builder_t* b;
+  CHECK_OK(tpu_hlo_builder_create(&b));
+  tpu_hlo_type_t f = scalar(TPU_DTYPE_FLOAT32);
+  tpu_hlo_value_t ops[2] = {tpu_hlo_arg(b, t1(TPU_DTYPE_FLOAT32, 3), NULL),
+                            tpu_hlo_arg(b, f, NULL)};
+  tpu_hlo_region_op_begin(b, "stablehlo.reduce", ops, 2, &f, 1,
+                          "dimensions = array<i64: 0>");
+  tpu_hlo_type_t ff[2] = {f, f};
+  tpu_hlo_value_t args[2];
+  tpu_hlo_block_begin(b, ff, 2, args);
+  tpu_hlo_value_t inner = tpu_hlo_op(b, "stablehlo.add", args, 2, f, NULL);
+  tpu_hlo_block_return(b, &inner, 1);
+  tpu_hlo_value_t r;
+  tpu_hlo_region_op_end(b, &r);
+  CHECK(r.id >= 0);
+  tpu_hlo_value_t leak[2] = {r, inner};
+  tpu_hlo_value_t bad = tpu_hlo_op(b, "stablehlo.add", leak, 2, f, NULL);
+  CHECK(bad.id < 0);
+  /* Later calls are no-ops that return invalid values. */
+  tpu_hlo_value_t later = tpu_hlo_op(b, "stablehlo.add", leak, 1, f, NULL);
+  CHECK(later.id < 0);
+  tpu_hlo_return(b, &r, 1);
+  CHECK(fails_with(b, TPU_STATUS_INVALID_ARGUMENT,
+                   "stablehlo.add: operand 1 (%1) was defined inside a block "
+                   "that has ended"));
+  /* Block arguments are scoped the same way. */
+  tpu_hlo_builder_destroy(b);
+  CHECK_OK(tpu_hlo_builder_create(&b));
+  ops[0] = tpu_hlo_arg(b, t1(TPU_DTYPE_FLOAT32, 3), NULL);
+  ops[1] = tpu_hlo_arg(b, f, NULL);
+  tpu_hlo_region_op_begin(b, "stablehlo.reduce", ops, 2, &f, 1,
+                          "dimensions = array<i64: 0>");
+  tpu_hlo_block_begin(b, ff, 2, args);
+  tpu_hlo_block_return(b, &args[0], 1);
+  tpu_hlo_region_op_end(b, &r);
+  tpu_hlo_return(b, &args[1], 1);
+  CHECK(fails_with(b, TPU_STATUS_INVALID_ARGUMENT, "operand 0 (%b1)"));
+  tpu_hlo_builder_destroy(b);
+}
+
+static void test_error_arg_after_op(void) {
+  tpu_hlo_builder_t* b;
+  CHECK_OK(tpu_hlo_builder_create(&b));
+  tpu_hlo_value_t x = tpu_hlo_arg(b, scalar(TPU_DTYPE_FLOAT32), NULL);
+  tpu_hlo_op(b, "stablehlo.negate", &x, 1, scalar(TPU_DTYPE_FLOAT32), NULL);
+  tpu_hlo_value_t y = tpu_hlo_arg(b, scalar(TPU_DTYPE_FLOAT32), NULL);
+  CHECK(y.id < 0);
+  CHECK(fails_with(b, TPU_STATUS_FAILED_PRECONDITION,
+                   "arguments must all be added before the first op"));
+  tpu_hlo_builder_destroy(b);
+}
+
+static void test_error_invalid_types(void) {
+  tpu_hlo_builder_t* b;
+  CHECK_OK(tpu_hlo_builder_create(&b));
+  tpu_hlo_value_t x = tpu_hlo_arg(b, scalar((tpu_dtype_t)42), NULL);
+  CHECK(x.id < 0);
+  CHECK(fails_with(b, TPU_STATUS_INVALID_ARGUMENT,
+                   "tpu_hlo_arg: invalid dtype 42"));
+  tpu_hlo_builder_destroy(b);
+
+  CHECK_OK(tpu_hlo_builder_create(&b));
+  tpu_hlo_constant_float(b, scalar(TPU_DTYPE_COUNT), 1.0);
+  CHECK(fails_with(b, TPU_STATUS_INVALID_ARGUMENT, "invalid dtype 11"));
+  tpu_hlo_builder_destroy(b);
+
+  int64_t dims[TPU_HLO_MAX_RANK + 1];
+  for (int i = 0; i <= TPU_HLO_MAX_RANK; i++) dims[i] = 1;
+  CHECK_OK(tpu_hlo_builder_create(&b));
+  x = tpu_hlo_arg(b, scalar(TPU_DTYPE_FLOAT32), NULL);
+  tpu_hlo_op(b, "stablehlo.reshape", &x, 1,
+             tpu_hlo_type_make(TPU_DTYPE_FLOAT32, TPU_HLO_MAX_RANK + 1, dims),
+             NULL);
+  CHECK(fails_with(b, TPU_STATUS_INVALID_ARGUMENT, "rank 17 is outside"));
+  tpu_hlo_builder_destroy(b);
+
+  CHECK_OK(tpu_hlo_builder_create(&b));
+  tpu_hlo_arg(b, t2(TPU_DTYPE_FLOAT32, 2, -1), NULL);
+  CHECK(fails_with(b, TPU_STATUS_INVALID_ARGUMENT, "dimension 1 is -1"));
+  tpu_hlo_builder_destroy(b);
+
+  /* The maximum rank itself is fine. */
+  CHECK_OK(tpu_hlo_builder_create(&b));
+  x = tpu_hlo_arg(
+      b, tpu_hlo_type_make(TPU_DTYPE_FLOAT32, TPU_HLO_MAX_RANK, dims), NULL);
+  tpu_hlo_return(b, &x, 1);
+  char* text = finish_text(b);
+  tpu_hlo_builder_destroy(b);
+  CHECK_STR_CONTAINS(text, "tensor<1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1xf32>");
+  free(text);
+}
+
+static void test_error_foreign_and_invalid_values(void) {
+  tpu_hlo_builder_t *a, *b;
+  CHECK_OK(tpu_hlo_builder_create(&a));
+  CHECK_OK(tpu_hlo_builder_create(&b));
+  tpu_hlo_value_t xa = tpu_hlo_arg(a, scalar(TPU_DTYPE_FLOAT32), NULL);
+  tpu_hlo_value_t xb = tpu_hlo_arg(b, scalar(TPU_DTYPE_FLOAT32), NULL);
+  CHECK(xa.id != xb.id);
+  CHECK_EQ(tpu_hlo_value_type(b, xa).dtype, TPU_DTYPE_INVALID);
+  tpu_hlo_return(b, &xa, 1);
+  CHECK(fails_with(b, TPU_STATUS_INVALID_ARGUMENT,
+                   "operand 0 (id"));
+  CHECK(fails_with(b, TPU_STATUS_INVALID_ARGUMENT,
+                   "is not a value of this builder"));
+  tpu_hlo_value_t invalid = {-1};
+  tpu_hlo_op(a, "stablehlo.negate", &invalid, 1, scalar(TPU_DTYPE_FLOAT32),
+             NULL);
+  CHECK(fails_with(a, TPU_STATUS_INVALID_ARGUMENT, "is an invalid value"));
+  tpu_hlo_builder_destroy(a);
+  tpu_hlo_builder_destroy(b);
+}
+
+static void test_error_structure(void) {
+  tpu_hlo_builder_t* b;
+  tpu_hlo_type_t f = scalar(TPU_DTYPE_FLOAT32);
+  /* No return. */
+  CHECK_OK(tpu_hlo_builder_create(&b));
+  tpu_hlo_constant_float(b, f, 1.0);
+  CHECK(fails_with(b, TPU_STATUS_FAILED_PRECONDITION, "no tpu_hlo_return"));
+  tpu_hlo_builder_destroy(b);
+  /* An op between blocks of a region op. */
+  CHECK_OK(tpu_hlo_builder_create(&b));
+  tpu_hlo_value_t x = tpu_hlo_arg(b, f, NULL);
+  tpu_hlo_region_op_begin(b, "stablehlo.while", &x, 1, &f, 1, NULL);
+  tpu_hlo_op(b, "stablehlo.negate", &x, 1, f, NULL);
+  tpu_hlo_value_t r = {7};
+  tpu_hlo_region_op_end(b, &r);
+  CHECK(r.id < 0);
+  CHECK(fails_with(b, TPU_STATUS_FAILED_PRECONDITION,
+                   "region op stablehlo.while has no open block"));
+  tpu_hlo_builder_destroy(b);
+  /* Ending a region op with its block open; returning from inside it. */
+  CHECK_OK(tpu_hlo_builder_create(&b));
+  x = tpu_hlo_arg(b, f, NULL);
+  tpu_hlo_region_op_begin(b, "stablehlo.while", &x, 1, &f, 1, NULL);
+  tpu_hlo_block_begin(b, &f, 1, &r);
+  tpu_hlo_region_op_end(b, &r);
+  CHECK(fails_with(b, TPU_STATUS_FAILED_PRECONDITION, "still has an open block"));
+  tpu_hlo_builder_destroy(b);
+  CHECK_OK(tpu_hlo_builder_create(&b));
+  x = tpu_hlo_arg(b, f, NULL);
+  tpu_hlo_region_op_begin(b, "stablehlo.while", &x, 1, &f, 1, NULL);
+  tpu_hlo_return(b, &x, 1);
+  CHECK(fails_with(b, TPU_STATUS_FAILED_PRECONDITION, "is still open"));
+  tpu_hlo_builder_destroy(b);
+  /* block_return with no region op; ops after return; bad op name. */
+  CHECK_OK(tpu_hlo_builder_create(&b));
+  x = tpu_hlo_arg(b, f, NULL);
+  tpu_hlo_block_return(b, &x, 1);
+  CHECK(fails_with(b, TPU_STATUS_FAILED_PRECONDITION, "no region op"));
+  tpu_hlo_builder_destroy(b);
+  CHECK_OK(tpu_hlo_builder_create(&b));
+  x = tpu_hlo_arg(b, f, NULL);
+  tpu_hlo_return(b, &x, 1);
+  tpu_hlo_op(b, "stablehlo.negate", &x, 1, f, NULL);
+  CHECK(fails_with(b, TPU_STATUS_FAILED_PRECONDITION, "already returned"));
+  tpu_hlo_builder_destroy(b);
+  CHECK_OK(tpu_hlo_builder_create(&b));
+  x = tpu_hlo_arg(b, f, NULL);
+  tpu_hlo_op(b, "stablehlo.add\"(", &x, 1, f, NULL);
+  CHECK(fails_with(b, TPU_STATUS_INVALID_ARGUMENT, "invalid op name"));
+  tpu_hlo_builder_destroy(b);
+  /* After an error in region_op_begin, end still fills its results. */
+  CHECK_OK(tpu_hlo_builder_create(&b));
+  tpu_hlo_value_t bogus = {12345};
+  tpu_hlo_type_t two[2] = {f, f};
+  tpu_hlo_region_op_begin(b, "stablehlo.sort", &bogus, 1, two, 2, NULL);
+  tpu_hlo_block_begin(b, two, 2, NULL);
+  tpu_hlo_value_t outs[2] = {{1}, {2}};
+  tpu_hlo_region_op_end(b, outs);
+  CHECK(outs[0].id < 0 && outs[1].id < 0);
+  CHECK(fails_with(b, TPU_STATUS_INVALID_ARGUMENT, "stablehlo.sort: operand 0"));
+  tpu_hlo_builder_destroy(b);
+  /* NULL builder. */
+  tpu_status_t s = tpu_hlo_builder_finish(NULL, NULL, NULL);
+  CHECK_EQ(tpu_status_code(s), TPU_STATUS_INVALID_ARGUMENT);
+  tpu_status_free(s);
+  tpu_hlo_builder_destroy(NULL);
+}
+
+TPU_TEST_MAIN(TPU_TEST(test_golden_add), TPU_TEST(test_golden_reduce),
+              TPU_TEST(test_golden_sort_multi_result),
+              TPU_TEST(test_golden_nested_regions), TPU_TEST(test_type_print),
+              TPU_TEST(test_long_program), TPU_TEST(test_half_bits),
+              TPU_TEST(test_bfloat16_bits), TPU_TEST(test_float_literals),
+              TPU_TEST(test_float_literals_round_trip),
+              TPU_TEST(test_constants_every_dtype),
+              TPU_TEST(test_constant_dense),
+              TPU_TEST(test_constant_range_errors),
+              TPU_TEST(test_error_value_from_closed_block),
+              TPU_TEST(test_error_arg_after_op),
+              TPU_TEST(test_error_invalid_types),
+              TPU_TEST(test_error_foreign_and_invalid_values),
+              TPU_TEST(test_error_structure))
