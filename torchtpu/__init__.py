@@ -7,9 +7,17 @@ plugin everywhere else.
 """
 import os
 
-import torch
-
 __version__ = "0.1.0"
+
+
+def _autoload():
+    """Entry point for torch.backends autoloading: importing us is enough.
+
+    Defined before `import torch` because `import torchtpu` imports torch,
+    whose autoloading then looks this up on the half-imported module."""
+
+
+import torch  # noqa: E402
 
 
 def _installed_cpu_plugin():
@@ -39,7 +47,3 @@ torch.utils.generate_methods_for_privateuse1_backend(
 from . import _printing  # noqa: E402,F401
 from . import metrics  # noqa: E402,F401
 from .runtime import plugin_info, devices_info  # noqa: E402,F401
-
-
-def _autoload():
-    """Entry point for torch.backends autoloading: importing us is enough."""

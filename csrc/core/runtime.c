@@ -24,6 +24,9 @@ tpu_status_t tpu_runtime_init(const char* fallback_plugin_path) {
   pthread_mutex_lock(&g_lock);
   tpu_status_t status = NULL;
   if (g_client) goto done;
+  /* XLA logs INFO lines to stderr through absl before anyone initialises
+   * logging; keep user output clean unless the user asked for them. */
+  setenv("TF_CPP_MIN_LOG_LEVEL", "1", /*overwrite=*/0);
   char path[PATH_MAX];
   status = tpu_plugin_resolve_path(fallback_plugin_path, path, sizeof path);
   if (status) goto done;

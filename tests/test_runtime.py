@@ -1,0 +1,96 @@
+"""The runtime under the device: plugin selection and its failures, info,
+metrics, the CPU fallback policy."""
+import os
+
+import torch
+
+import torchtpu
+from conftest import run_python
+
+
+def test_plugin_info_reports_identity():
+    info = torchtpu.plugin_info()
+    assert info["path"].endswith(".so") and os.path.exists(info["path"])
+    assert info["platform_name"] == "cpu"
+    assert info["attributes"]["xla_version"]
+    major, minor = map(int, info["api_version"].split("."))
+    assert major == 0 and minor > 0
+    devices = torchtpu.devices_info()
+    assert len(devices) == torch.tpu.device_count()
+    assert devices[0]["kind"] == "cpu"
+
+
+def test_missing_plugin_raises_then_recovers_in_same_process():
+    code = r"""
+import os, torch, torchtpu
+os.environ["TORCHTPU_PJRT_PLUGIN"] = "/no/such/plugin.so"
+assert not torch.tpu.is_available()
+try:
+    torch.zeros(2, device="tpu")
+except RuntimeError as e:
+    msg = str(e)
+else:
+    raise SystemExit("no error")
+assert "/no/such/plugin.so" in msg and "cannot be opened" in msg, msg
+del os.environ["TORCHTPU_PJRT_PLUGIN"]
+assert torch.tpu.is_available()
+print(torch.ones(2, device="tpu").cpu().tolist())
+"""
+    r = run_python(code)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[1.0, 1.0]"
+
+
+def test_file_that_is_not_a_plugin_raises(tmp_path):
+    bogus = tmp_path / "libbogus.so"
+    bogus.write_text("not an ELF file")
+    for path in (str(bogus), "/bin/ls"):
+        r = run_python("import torch, torchtpu\n"
+                       "try:\n    torchtpu.runtime.init()\n"
+                       "except RuntimeError as e:\n    print('ERR', e)\n",
+                       {"TORCHTPU_PJRT_PLUGIN": path})
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.startswith("ERR") and path in r.stdout, r.stdout
+
+
+def test_bad_device_count_env_raises():
+    r = run_python("import torch, torchtpu\n"
+                   "try:\n    torchtpu.runtime.init()\n"
+                   "except RuntimeError as e:\n    print('ERR', e)\n",
+                   {"TORCHTPU_NUM_DEVICES": "zero"})
+    assert r.returncode == 0, r.stderr
+    assert "TORCHTPU_NUM_DEVICES" in r.stdout
+
+
+def test_info_command_prints_plugin_and_env():
+    r = run_python("import runpy; runpy.run_module('torchtpu.info', run_name='__main__')")
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    assert "xla_version" in out and "PJRT API" in out and "tpu:0" in out
+    for name, *_ in torchtpu.runtime.env_vars():
+        assert name in out
+    assert "absl" not in r.stderr  # plugin logging stays quiet
+
+
+def test_fallback_is_counted():
+    torchtpu.metrics.reset()
+    x = torch.arange(6.0, device="tpu")
+    before = torchtpu.metrics.fallback_counts().get("aten::cumsum.out", 0)
+    y = torch.cumsum(x, 0)
+    assert y.cpu().tolist() == [0.0, 1.0, 3.0, 6.0, 10.0, 15.0]
+    assert torchtpu.metrics.fallback_counts()["aten::cumsum.out"] == before + 1
+    assert "fallback::aten::cumsum.out" in torchtpu.metrics.report()
+
+
+def test_fallback_error_policy_names_the_op():
+    code = r"""
+import torch, torchtpu
+x = torch.tensor([0.0, 1.0, 2.0, 3.0]).to("tpu")  # a copy: never a fallback
+try:
+    torch.cumsum(x, 0)
+except NotImplementedError as e:
+    print("ERR", str(e).splitlines()[0])
+"""
+    r = run_python(code, {"TORCHTPU_FALLBACK": "error"})
+    assert r.returncode == 0, r.stderr
+    assert "ERR" in r.stdout and "cumsum" in r.stdout and "TORCHTPU_FALLBACK" in r.stdout
