@@ -1,0 +1,142 @@
+#include "program.h"
+
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "metrics.h"
+#include "runtime.h"
+
+struct tpu_program_s {
+  char* text;
+  size_t len;
+  uint64_t hash;
+  tpu_executable_t* executable;
+  struct tpu_program_s* next; /* bucket chain */
+};
+
+#define BUCKETS 1024
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static tpu_program_t* g_buckets[BUCKETS];
+static size_t g_count;
+
+static uint64_t hash_text(const char* s, size_t n) {
+  uint64_t h = 1469598103934665603ull; /* FNV-1a */
+  for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
+  return h;
+}
+
+static int64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static tpu_program_t* lookup(uint64_t hash, const char* mlir, size_t len) {
+  for (tpu_program_t* p = g_buckets[hash % BUCKETS]; p; p = p->next)
+    if (p->hash == hash && p->len == len && memcmp(p->text, mlir, len) == 0)
+      return p;
+  return NULL;
+}
+
+tpu_status_t tpu_program_get(const char* mlir, size_t mlir_len,
+                             tpu_program_t** out_program) {
+  tpu_client_t* client = tpu_runtime_client();
+  if (!client)
+    return tpu_status_make(TPU_STATUS_FAILED_PRECONDITION,
+                           "the runtime is not initialized");
+  uint64_t hash = hash_text(mlir, mlir_len);
+  pthread_mutex_lock(&g_lock);
+  tpu_program_t* found = lookup(hash, mlir, mlir_len);
+  pthread_mutex_unlock(&g_lock);
+  if (found) {
+    tpu_metrics_add("program_cache_hits", 1);
+    *out_program = found;
+    return NULL;
+  }
+  /* Compile outside the lock: compiles take milliseconds to seconds. Two
+   * threads racing on one text both compile; the loser's copy is dropped. */
+  int64_t start = now_ns();
+  tpu_executable_t* executable = NULL;
+  TPU_RETURN_IF_ERROR(
+      tpu_executable_compile(client, mlir, mlir_len, NULL, &executable));
+  tpu_metrics_add("compiles", 1);
+  tpu_metrics_add("compile_ns", now_ns() - start);
+  tpu_program_t* program = calloc(1, sizeof *program);
+  char* text = malloc(mlir_len + 1);
+  if (!program || !text) {
+    free(program);
+    free(text);
+    tpu_executable_destroy(executable);
+    return tpu_status_make(TPU_STATUS_RESOURCE_EXHAUSTED,
+                           "out of host memory caching a program");
+  }
+  memcpy(text, mlir, mlir_len);
+  text[mlir_len] = '\0';
+  program->text = text;
+  program->len = mlir_len;
+  program->hash = hash;
+  program->executable = executable;
+  pthread_mutex_lock(&g_lock);
+  found = lookup(hash, mlir, mlir_len);
+  if (!found) {
+    program->next = g_buckets[hash % BUCKETS];
+    g_buckets[hash % BUCKETS] = program;
+    g_count++;
+  }
+  pthread_mutex_unlock(&g_lock);
+  if (found) {
+    tpu_executable_destroy(program->executable);
+    free(program->text);
+    free(program);
+    program = found;
+  }
+  *out_program = program;
+  return NULL;
+}
+
+tpu_executable_t* tpu_program_executable(const tpu_program_t* program) {
+  return program->executable;
+}
+
+int tpu_program_num_outputs(const tpu_program_t* program) {
+  return tpu_executable_num_outputs(program->executable);
+}
+
+tpu_status_t tpu_program_execute(tpu_program_t* program, int device_index,
+                                 tpu_buffer_t* const* args, int nargs,
+                                 tpu_buffer_t** out_results) {
+  tpu_event_t* done = NULL;
+  TPU_RETURN_IF_ERROR(tpu_executable_execute(program->executable, device_index,
+                                             args, nargs, NULL, out_results,
+                                             &done));
+  tpu_metrics_add("executions", 1);
+  tpu_runtime_track(device_index, done);
+  return NULL;
+}
+
+size_t tpu_program_cache_size(void) {
+  pthread_mutex_lock(&g_lock);
+  size_t n = g_count;
+  pthread_mutex_unlock(&g_lock);
+  return n;
+}
+
+void tpu_program_cache_clear(void) {
+  pthread_mutex_lock(&g_lock);
+  for (size_t b = 0; b < BUCKETS; b++) {
+    tpu_program_t* p = g_buckets[b];
+    while (p) {
+      tpu_program_t* next = p->next;
+      tpu_executable_destroy(p->executable);
+      free(p->text);
+      free(p);
+      p = next;
+    }
+    g_buckets[b] = NULL;
+  }
+  g_count = 0;
+  pthread_mutex_unlock(&g_lock);
+}

@@ -1,0 +1,44 @@
+/* Compiled programs and the in-process executable cache (tier 1): a
+ * StableHLO text is compiled at most once per process; later requests for
+ * the same text return the same program. Programs live until
+ * tpu_program_cache_clear (they are few and small). Execution is
+ * asynchronous; its completion is tracked for tpu_runtime_synchronize. */
+#ifndef TORCHTPU_CORE_PROGRAM_H_
+#define TORCHTPU_CORE_PROGRAM_H_
+
+#include <stddef.h>
+
+#include "pjrt/pjrt.h"
+#include "status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct tpu_program_s tpu_program_t;
+
+/* The program for `mlir` (borrowed result), compiling it on a miss. Counts
+ * metrics "compiles", "compile_ns", "program_cache_hits". A program that
+ * does not compile returns the compiler's message and is not cached. */
+tpu_status_t tpu_program_get(const char* mlir, size_t mlir_len,
+                             tpu_program_t** out_program);
+
+tpu_executable_t* tpu_program_executable(const tpu_program_t* program);
+int tpu_program_num_outputs(const tpu_program_t* program);
+
+/* Enqueues the program on device_index with borrowed args; out_results
+ * (num_outputs entries) receives new buffers. No argument is donated.
+ * Counts "executions". */
+tpu_status_t tpu_program_execute(tpu_program_t* program, int device_index,
+                                 tpu_buffer_t* const* args, int nargs,
+                                 tpu_buffer_t** out_results);
+
+/* Number of cached programs. */
+size_t tpu_program_cache_size(void);
+/* Destroys every cached program (tests and shutdown only). */
+void tpu_program_cache_clear(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
