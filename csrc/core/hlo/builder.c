@@ -75,20 +75,21 @@ void tpu_hlo_fail_(tpu_hlo_builder_t* b, tpu_status_code_t code,
 
 bool tpu_hlo_ok_(const tpu_hlo_builder_t* b) { return b && !b->error; }
 
-static bool grow(tpu_hlo_builder_t* b, void** items, int* cap, int need,
-                 size_t item_size) {
-  if (need <= *cap) return true;
+/* Grows an array to hold `need` items; returns it (possibly moved), or NULL
+ * with the error recorded and the old array untouched. */
+static void* grow(tpu_hlo_builder_t* b, void* items, int* cap, int need,
+                  size_t item_size) {
+  if (need <= *cap) return items;
   int new_cap = *cap ? *cap * 2 : 16;
   while (new_cap < need) new_cap *= 2;
-  void* grown = realloc(*items, (size_t)new_cap * item_size);
+  void* grown = realloc(items, (size_t)new_cap * item_size);
   if (!grown) {
     tpu_hlo_fail_(b, TPU_STATUS_RESOURCE_EXHAUSTED,
                   "HLO builder: out of host memory");
-    return false;
+    return NULL;
   }
-  *items = grown;
   *cap = new_cap;
-  return true;
+  return grown;
 }
 
 static char* dup_or_null(tpu_hlo_builder_t* b, const char* text) {
@@ -203,10 +204,10 @@ static tpu_hlo_value_t add_value(tpu_hlo_builder_t* b,
                   "HLO builder: more than %d values", kMaxValues);
     return kInvalid;
   }
-  if (!grow(b, (void**)&b->values, &b->cap_values, b->num_values + 1,
-            sizeof *b->values)) {
-    return kInvalid;
-  }
+  value_info_t* values = grow(b, b->values, &b->cap_values,
+                              b->num_values + 1, sizeof *values);
+  if (!values) return kInvalid;
+  b->values = values;
   value_info_t* v = &b->values[b->num_values];
   v->type = *type;
   v->block = block;
@@ -474,18 +475,20 @@ void tpu_hlo_region_op_begin(tpu_hlo_builder_t* b, const char* name,
                              const tpu_hlo_type_t* result_types,
                              int num_results, const char* attrs) {
   if (!b) return;
-  if (grow(b, (void**)&b->region_results, &b->cap_region_results,
-           b->num_region_results + 1, sizeof *b->region_results)) {
+  int* counts = grow(b, b->region_results, &b->cap_region_results,
+                     b->num_region_results + 1, sizeof *counts);
+  if (counts) {
+    b->region_results = counts;
     b->region_results[b->num_region_results++] =
         num_results > 0 ? num_results : 0;
   }
   if (!tpu_hlo_ok_(b) || !check_op_name(b, name)) return;
   frame_t* parent = op_frame(b, name);
   if (!parent || !check_results(b, name, result_types, num_results)) return;
-  if (!grow(b, (void**)&b->frames, &b->cap_frames, b->num_frames + 1,
-            sizeof *b->frames)) {
-    return;
-  }
+  frame_t* frames = grow(b, b->frames, &b->cap_frames, b->num_frames + 1,
+                         sizeof *frames);
+  if (!frames) return;
+  b->frames = frames;
   parent = &b->frames[b->num_frames - 1]; /* frames may have moved */
   frame_t f;
   memset(&f, 0, sizeof f);
@@ -540,10 +543,10 @@ void tpu_hlo_block_begin(tpu_hlo_builder_t* b, const tpu_hlo_type_t* arg_types,
   if (!tpu_hlo_ok_(b)) return;
   frame_t* f = region_frame(b, kWhat, false);
   if (!f || !check_results(b, kWhat, arg_types, num_args)) return;
-  if (!grow(b, (void**)&b->block_open, &b->cap_blocks, b->num_blocks + 1,
-            sizeof *b->block_open)) {
-    return;
-  }
+  bool* open = grow(b, b->block_open, &b->cap_blocks, b->num_blocks + 1,
+                    sizeof *open);
+  if (!open) return;
+  b->block_open = open;
   int block = b->num_blocks++;
   b->block_open[block] = true;
   tpu_strbuf_t* sb = &f->text;

@@ -648,6 +648,29 @@ static void test_constant_range_errors(void) {
   tpu_hlo_builder_destroy(b);
 }
 
+/* Integers past 2^53 round once, straight to the element type (through a
+ * nearest double they would round twice and land on the even neighbour). */
+static void test_constant_int_to_float_rounding(void) {
+  tpu_hlo_builder_t* b;
+  CHECK_OK(tpu_hlo_builder_create(&b));
+  const int64_t above_f32_tie = (INT64_C(1) << 60) + (INT64_C(1) << 36) + 1;
+  const int64_t above_bf16_tie = (INT64_C(1) << 60) + (INT64_C(1) << 52) + 1;
+  tpu_hlo_value_t v[4];
+  v[0] = tpu_hlo_constant_int(b, scalar(TPU_DTYPE_FLOAT32), above_f32_tie);
+  v[1] = tpu_hlo_constant_int(b, scalar(TPU_DTYPE_BFLOAT16), -above_bf16_tie);
+  v[2] = tpu_hlo_constant_uint(b, scalar(TPU_DTYPE_FLOAT64), UINT64_MAX);
+  v[3] = tpu_hlo_constant_int(b, scalar(TPU_DTYPE_FLOAT32), INT64_MIN);
+  tpu_hlo_return(b, v, 4);
+  char* text = finish_text(b);
+  tpu_hlo_builder_destroy(b);
+  CHECK((float)above_f32_tie == 0x1.000002p60f); /* what C's conversion says */
+  CHECK_STR_CONTAINS(text, "dense<1.15292164e+18> : tensor<f32>");
+  CHECK_STR_CONTAINS(text, "dense<0xDD81> : tensor<bf16>");
+  CHECK_STR_CONTAINS(text, "dense<1.8446744073709552e+19> : tensor<f64>");
+  CHECK_STR_CONTAINS(text, "dense<-9.22337204e+18> : tensor<f32>");
+  free(text);
+}
+
 /* ---- errors ------------------------------------------------------------- */
 
 /* Expects finish to fail with `code` and a message containing `needle`. */
@@ -856,6 +879,7 @@ TPU_TEST_MAIN(TPU_TEST(test_golden_add), TPU_TEST(test_golden_reduce),
               TPU_TEST(test_constants_every_dtype),
               TPU_TEST(test_constant_dense),
               TPU_TEST(test_constant_range_errors),
+              TPU_TEST(test_constant_int_to_float_rounding),
               TPU_TEST(test_error_value_from_closed_block),
               TPU_TEST(test_error_arg_after_op),
               TPU_TEST(test_error_invalid_types),

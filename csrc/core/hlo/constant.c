@@ -8,6 +8,11 @@
 #include "literal.h"
 #include "strbuf.h"
 
+/* Hex-string constants are the host's bytes; MLIR reads them little-endian. */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "tpu_hlo_constant_dense assumes a little-endian host"
+#endif
+
 tpu_hlo_value_t tpu_hlo_emit_constant_(tpu_hlo_builder_t* b,
                                        tpu_hlo_type_t type,
                                        tpu_strbuf_t* literal) {
@@ -58,6 +63,22 @@ static bool int_fits(tpu_dtype_t dtype, bool negative, uint64_t magnitude) {
   return negative ? magnitude <= max_neg : magnitude <= max_pos;
 }
 
+/* An integer as a double that still rounds correctly to `dtype`: f64 gets
+ * the nearest double; narrower formats get it exact below 2^53, else
+ * rounded to odd (truncated with a sticky low bit), which keeps their later
+ * round-to-nearest-even from rounding twice. */
+static double integer_as_double(tpu_dtype_t dtype, bool negative,
+                                uint64_t magnitude) {
+  double value = (double)magnitude;
+  if (dtype != TPU_DTYPE_FLOAT64 && magnitude >> 53) {
+    int shift = 64 - 53 - __builtin_clzll(magnitude); /* 1 .. 11 */
+    uint64_t kept = magnitude >> shift;
+    if (magnitude & ((UINT64_C(1) << shift) - 1)) kept |= 1;
+    value = ldexp((double)kept, shift);
+  }
+  return negative ? -value : value;
+}
+
 /* An integer given as sign and magnitude, so int64 min and uint64 max both
  * print exactly. Integral and bool dtypes are range-checked; float and
  * complex dtypes get the value converted. */
@@ -66,13 +87,14 @@ static tpu_hlo_value_t constant_integer(tpu_hlo_builder_t* b,
                                         uint64_t magnitude, const char* what) {
   tpu_hlo_value_t invalid = {-1};
   if (!check(b, &type, what)) return invalid;
-  double as_double = negative ? -(double)magnitude : (double)magnitude;
   tpu_strbuf_t lit = {0};
   tpu_strbuf_append(&lit, "dense<");
   if (tpu_dtype_is_floating(type.dtype)) {
-    tpu_hlo_append_float_literal(&lit, type.dtype, as_double);
+    tpu_hlo_append_float_literal(
+        &lit, type.dtype, integer_as_double(type.dtype, negative, magnitude));
   } else if (tpu_dtype_is_complex(type.dtype)) {
-    tpu_hlo_append_complex_literal(&lit, (float)as_double, 0.0f);
+    float real = (float)integer_as_double(type.dtype, negative, magnitude);
+    tpu_hlo_append_complex_literal(&lit, real, 0.0f);
   } else if (!int_fits(type.dtype, negative, magnitude)) {
     tpu_hlo_fail_(b, TPU_STATUS_OUT_OF_RANGE,
                   "%s: %s%" PRIu64 " does not fit in %s", what,
