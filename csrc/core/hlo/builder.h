@@ -28,7 +28,9 @@ typedef struct tpu_hlo_type_s {
   int64_t dims[TPU_HLO_MAX_RANK];
 } tpu_hlo_type_t;
 
-/* An SSA value of the function being built. id < 0 = invalid. */
+/* An SSA value of the function being built. id < 0 = invalid. Ids are
+ * opaque: they encode the builder (a value of another builder is rejected,
+ * best effort: 255 builder tags) and are not dense indices. */
 typedef struct tpu_hlo_value_s {
   int id;
 } tpu_hlo_value_t;
@@ -89,7 +91,11 @@ void tpu_hlo_region_op_end(tpu_hlo_builder_t* b, tpu_hlo_value_t* out_results);
 
 /* Constants, printed exactly: integers in decimal, floats with round-trip
  * precision, non-finite floats (and f16/bf16 always) as hex bit patterns.
- * A scalar constant of `type` splats the value over every element. */
+ * A scalar constant of `type` splats the value over every element.
+ * Values are converted to type.dtype with one round-to-nearest-even; an
+ * integer that does not fit an integral/bool dtype is OUT_OF_RANGE, a float
+ * given to an integral dtype must be an exact integer, and _complex needs a
+ * complex dtype. */
 tpu_hlo_value_t tpu_hlo_constant_int(tpu_hlo_builder_t* b, tpu_hlo_type_t type,
                                      int64_t value);
 tpu_hlo_value_t tpu_hlo_constant_uint(tpu_hlo_builder_t* b,
@@ -101,7 +107,10 @@ tpu_hlo_value_t tpu_hlo_constant_complex(tpu_hlo_builder_t* b,
                                          float imag);
 tpu_hlo_value_t tpu_hlo_constant_bool(tpu_hlo_builder_t* b,
                                       tpu_hlo_type_t type, bool value);
-/* A dense constant from host bytes in `type.dtype`'s layout, row-major. */
+/* A dense constant from host bytes in `type.dtype`'s layout, row-major
+ * (bool: one byte per element, nonzero = true). data may be NULL for a
+ * zero-element type. Printed as the raw bytes (dense<"0x...">), so every bit
+ * pattern, NaN payloads included, is kept. */
 tpu_hlo_value_t tpu_hlo_constant_dense(tpu_hlo_builder_t* b,
                                        tpu_hlo_type_t type, const void* data);
 

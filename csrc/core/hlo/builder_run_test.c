@@ -564,9 +564,7 @@ static void test_bad_attribute_is_reported(void) {
   free(text);
   CHECK(client() != NULL);
   CHECK(s != NULL && exe == NULL);
-  /* executable.h promises INVALID_ARGUMENT here; the PJRT layer currently
-   * passes the plugin's INTERNAL through, so only the diagnostic is checked
-   * (the code is the PJRT layer's contract, tested there). */
+  CHECK_EQ(tpu_status_code(s), TPU_STATUS_INVALID_ARGUMENT);
   CHECK_STR_CONTAINS(tpu_status_message(s), "ComparisonDirection");
   tpu_status_free(s);
 }
