@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "memory.h"
+#include "metrics.h"
 #include "runtime.h"
 
 struct tpu_storage_s {
@@ -160,4 +161,29 @@ tpu_status_t tpu_storage_copy_prefix(tpu_storage_t* dst, tpu_storage_t* src) {
   }
   free(staging);
   return status;
+}
+
+tpu_status_t tpu_storage_buffer_as(tpu_storage_t* storage, tpu_dtype_t dtype,
+                                   const int64_t* dims, int rank,
+                                   tpu_buffer_t** out_buffer) {
+  tpu_buffer_t* current = storage->buffer;
+  if (current && tpu_buffer_dtype(current) == dtype &&
+      tpu_buffer_rank(current) == rank &&
+      (rank == 0 ||
+       memcmp(tpu_buffer_dims(current), dims, sizeof(int64_t) * (size_t)rank) == 0)) {
+    *out_buffer = current;
+    return NULL;
+  }
+  void* staging = malloc(storage->nbytes ? storage->nbytes : 1);
+  if (!staging)
+    return tpu_status_make(TPU_STATUS_RESOURCE_EXHAUSTED,
+                           "out of host memory staging %zu bytes", storage->nbytes);
+  tpu_status_t status = tpu_storage_read_bytes(storage, staging, storage->nbytes);
+  if (!status)
+    status = tpu_storage_write_host(storage, staging, dtype, dims, rank, NULL);
+  free(staging);
+  TPU_RETURN_IF_ERROR(status);
+  tpu_metrics_add("restages", 1);
+  *out_buffer = storage->buffer;
+  return NULL;
 }

@@ -60,6 +60,13 @@ tpu_status_t tpu_storage_write_bytes(tpu_storage_t* storage, const void* data,
  * storage never written reads as zeros. */
 tpu_status_t tpu_storage_read_bytes(tpu_storage_t* storage, void* dst,
                                     size_t nbytes);
+/* The current buffer, typed as `dtype` with `dims` (their bytes must equal
+ * the storage's). When the buffer was written with another shape or type
+ * (or never), its bytes are restaged through the host into one that has
+ * them; counted as "restages". Borrowed result. */
+tpu_status_t tpu_storage_buffer_as(tpu_storage_t* storage, tpu_dtype_t dtype,
+                                   const int64_t* dims, int rank,
+                                   tpu_buffer_t** out_buffer);
 /* Copies the first min(dst, src) bytes of src into dst (device to device,
  * staged through the host); the rest of dst keeps its contents (zeros when
  * never written). Used when PyTorch resizes a storage. */

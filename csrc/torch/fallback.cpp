@@ -42,7 +42,9 @@ Policy policy() {
   return value;
 }
 
-void tpu_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+}  // namespace
+
+void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const auto& name = op.schema().operator_name();
   std::string full = name.name;
   if (!name.overload_name.empty()) full += "." + name.overload_name;
@@ -66,9 +68,9 @@ void tpu_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   at::native::cpu_fallback(op, stack);
 }
 
+namespace {
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
-  m.fallback(torch::CppFunction::makeFromBoxedFunction<&tpu_cpu_fallback>());
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());
 }
-
 }  // namespace
 }  // namespace torchtpu
