@@ -1,0 +1,395 @@
+#include "buffer.h"
+
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+/* ---- dtype mapping ------------------------------------------------------------ */
+
+static const PJRT_Buffer_Type kBufferTypes[TPU_DTYPE_COUNT] = {
+    [TPU_DTYPE_BOOL] = PJRT_Buffer_Type_PRED,
+    [TPU_DTYPE_UINT8] = PJRT_Buffer_Type_U8,
+    [TPU_DTYPE_INT8] = PJRT_Buffer_Type_S8,
+    [TPU_DTYPE_INT16] = PJRT_Buffer_Type_S16,
+    [TPU_DTYPE_INT32] = PJRT_Buffer_Type_S32,
+    [TPU_DTYPE_INT64] = PJRT_Buffer_Type_S64,
+    [TPU_DTYPE_FLOAT16] = PJRT_Buffer_Type_F16,
+    [TPU_DTYPE_BFLOAT16] = PJRT_Buffer_Type_BF16,
+    [TPU_DTYPE_FLOAT32] = PJRT_Buffer_Type_F32,
+    [TPU_DTYPE_FLOAT64] = PJRT_Buffer_Type_F64,
+    [TPU_DTYPE_COMPLEX64] = PJRT_Buffer_Type_C64,
+};
+
+PJRT_Buffer_Type tpu_pjrt_buffer_type(tpu_dtype_t dtype) {
+  return tpu_dtype_is_valid(dtype) ? kBufferTypes[dtype]
+                                   : PJRT_Buffer_Type_INVALID;
+}
+
+tpu_dtype_t tpu_pjrt_dtype(PJRT_Buffer_Type type) {
+  if (type == PJRT_Buffer_Type_INVALID) return TPU_DTYPE_INVALID;
+  for (int d = 0; d < TPU_DTYPE_COUNT; d++)
+    if (kBufferTypes[d] == type) return (tpu_dtype_t)d;
+  return TPU_DTYPE_INVALID;
+}
+
+const char* tpu_pjrt_buffer_type_name(PJRT_Buffer_Type type) {
+  switch (type) {
+    case PJRT_Buffer_Type_INVALID: return "invalid";
+    case PJRT_Buffer_Type_PRED: return "pred";
+    case PJRT_Buffer_Type_S8: return "s8";
+    case PJRT_Buffer_Type_S16: return "s16";
+    case PJRT_Buffer_Type_S32: return "s32";
+    case PJRT_Buffer_Type_S64: return "s64";
+    case PJRT_Buffer_Type_U8: return "u8";
+    case PJRT_Buffer_Type_U16: return "u16";
+    case PJRT_Buffer_Type_U32: return "u32";
+    case PJRT_Buffer_Type_U64: return "u64";
+    case PJRT_Buffer_Type_F16: return "f16";
+    case PJRT_Buffer_Type_F32: return "f32";
+    case PJRT_Buffer_Type_F64: return "f64";
+    case PJRT_Buffer_Type_BF16: return "bf16";
+    case PJRT_Buffer_Type_C64: return "c64";
+    case PJRT_Buffer_Type_C128: return "c128";
+    case PJRT_Buffer_Type_TOKEN: return "token";
+    default: return "an 8/4/2-bit type";
+  }
+}
+
+/* ---- helpers ------------------------------------------------------------------ */
+
+static atomic_bool g_force_host_pack;
+
+void tpu_buffer_set_force_host_pack(bool force) {
+  atomic_store(&g_force_host_pack, force);
+}
+
+static void destroy_pjrt_buffer(const PJRT_Api* api, PJRT_Buffer* buffer) {
+  if (!buffer) return;
+  TPU_PJRT_ARGS(PJRT_Buffer_Destroy_Args, args);
+  args.buffer = buffer;
+  tpu_status_free(TPU_PJRT_CALL(api, PJRT_Buffer_Destroy, &args));
+}
+
+/* numel of dims, or -1 on overflow / negative dims. */
+static int64_t checked_numel(const int64_t* dims, int rank) {
+  int64_t n = 1;
+  for (int i = 0; i < rank; i++) {
+    if (dims[i] < 0) return -1;
+    if (dims[i] && n > INT64_MAX / dims[i]) return -1;
+    n *= dims[i];
+  }
+  return n;
+}
+
+static bool strides_are_dense(const int64_t* dims, int rank,
+                              const int64_t* byte_strides, size_t elem) {
+  int64_t expected = (int64_t)elem;
+  for (int i = rank - 1; i >= 0; i--) {
+    /* A size-1 dimension is never stepped over: any stride is fine. */
+    if (dims[i] != 1 && byte_strides[i] != expected) return false;
+    expected *= dims[i];
+  }
+  return true;
+}
+
+/* Copies a strided host array into a dense row-major one. numel > 0. */
+static void pack_strided(const void* src, size_t elem, const int64_t* dims,
+                         int rank, const int64_t* byte_strides, void* dst) {
+  if (rank == 0) {
+    memcpy(dst, src, elem);
+    return;
+  }
+  int64_t index[TPU_MAX_RANK] = {0};
+  const int last = rank - 1;
+  const int64_t inner = dims[last];
+  const bool inner_contiguous = byte_strides[last] == (int64_t)elem;
+  const char* base = src;
+  char* out = dst;
+  for (;;) {
+    const char* row = base;
+    for (int i = 0; i < last; i++) row += index[i] * byte_strides[i];
+    if (inner_contiguous) {
+      memcpy(out, row, (size_t)inner * elem);
+      out += (size_t)inner * elem;
+    } else {
+      for (int64_t j = 0; j < inner; j++) {
+        memcpy(out, row + j * byte_strides[last], elem);
+        out += elem;
+      }
+    }
+    int d = last - 1;
+    while (d >= 0 && ++index[d] == dims[d]) index[d--] = 0;
+    if (d < 0) return;
+  }
+}
+
+static tpu_status_t upload(tpu_client_t* client, PJRT_Device* device,
+                           const void* data, tpu_dtype_t dtype,
+                           const int64_t* dims, int rank,
+                           const int64_t* byte_strides,
+                           PJRT_Buffer** out_buffer) {
+  const PJRT_Api* api = client->api;
+  TPU_PJRT_ARGS(PJRT_Client_BufferFromHostBuffer_Args, args);
+  args.client = client->client;
+  args.data = data;
+  args.type = tpu_pjrt_buffer_type(dtype);
+  args.dims = dims;
+  args.num_dims = (size_t)rank;
+  args.byte_strides = byte_strides;
+  args.num_byte_strides = byte_strides ? (size_t)rank : 0;
+  /* The plugin copies (or finishes reading) `data` before returning. */
+  args.host_buffer_semantics = PJRT_HostBufferSemantics_kImmutableOnlyDuringCall;
+  args.device = device;
+  TPU_RETURN_IF_ERROR(
+      TPU_PJRT_CALL(api, PJRT_Client_BufferFromHostBuffer, &args));
+  /* Already fired under this semantics; waiting costs nothing and keeps the
+   * promise "host memory reusable on return" even for a lax plugin. */
+  tpu_status_t status = tpu_pjrt_event_await_destroy(
+      api, args.done_with_host_buffer, "host-to-device transfer");
+  if (status) {
+    destroy_pjrt_buffer(api, args.buffer);
+    return status;
+  }
+  *out_buffer = args.buffer;
+  return NULL;
+}
+
+static tpu_status_t make_buffer(tpu_client_t* client, int device_index,
+                                PJRT_Buffer* pjrt_buffer, tpu_dtype_t dtype,
+                                const int64_t* dims, int rank,
+                                tpu_buffer_t** out_buffer) {
+  tpu_buffer_t* buffer = calloc(1, sizeof *buffer);
+  if (!buffer) {
+    destroy_pjrt_buffer(client->api, pjrt_buffer);
+    return tpu_status_make(TPU_STATUS_RESOURCE_EXHAUSTED,
+                           "out of memory allocating a buffer");
+  }
+  buffer->client = client;
+  buffer->buffer = pjrt_buffer;
+  buffer->dtype = dtype;
+  buffer->rank = rank;
+  if (rank) memcpy(buffer->dims, dims, (size_t)rank * sizeof(int64_t));
+  buffer->device_index = device_index;
+  tpu_pjrt_track(TPU_PJRT_HANDLE_BUFFER, 1);
+  *out_buffer = buffer;
+  return NULL;
+}
+
+/* ---- creation ------------------------------------------------------------------ */
+
+tpu_status_t tpu_buffer_from_host(tpu_client_t* client, int device_index,
+                                  const void* data, tpu_dtype_t dtype,
+                                  const int64_t* dims, int rank,
+                                  const int64_t* byte_strides,
+                                  tpu_buffer_t** out_buffer) {
+  if (!out_buffer || !client) {
+    return tpu_status_make(TPU_STATUS_INVALID_ARGUMENT,
+                           "client and out_buffer must not be NULL");
+  }
+  *out_buffer = NULL;
+  if (device_index < 0 || device_index >= client->device_count) {
+    return tpu_status_make(TPU_STATUS_OUT_OF_RANGE,
+                           "device index %d out of range: the client has %d "
+                           "device(s)",
+                           device_index, client->device_count);
+  }
+  if (!tpu_dtype_is_valid(dtype)) {
+    return tpu_status_make(TPU_STATUS_INVALID_ARGUMENT, "invalid dtype %d",
+                           (int)dtype);
+  }
+  if (rank < 0 || rank > TPU_MAX_RANK || (rank > 0 && !dims)) {
+    return tpu_status_make(TPU_STATUS_INVALID_ARGUMENT,
+                           "rank %d is not in [0, %d] or dims is NULL", rank,
+                           TPU_MAX_RANK);
+  }
+  const size_t elem = tpu_dtype_size(dtype);
+  int64_t numel = checked_numel(dims, rank);
+  if (numel < 0 || (uint64_t)numel > SIZE_MAX / elem) {
+    return tpu_status_make(TPU_STATUS_INVALID_ARGUMENT,
+                           "dimensions are negative or their product overflows");
+  }
+  if (numel > 0 && !data) {
+    return tpu_status_make(TPU_STATUS_INVALID_ARGUMENT,
+                           "data is NULL for a non-empty buffer");
+  }
+  if (byte_strides) {
+    for (int i = 0; i < rank; i++) {
+      if (byte_strides[i] < 0) {
+        return tpu_status_make(TPU_STATUS_INVALID_ARGUMENT,
+                               "byte_strides[%d] = %lld is negative", i,
+                               (long long)byte_strides[i]);
+      }
+    }
+    /* Dense strides and empty arrays need no layout at all. */
+    if (numel == 0 || strides_are_dense(dims, rank, byte_strides, elem))
+      byte_strides = NULL;
+  }
+  /* PJRT wants a non-NULL pointer even for zero bytes. */
+  static const uint64_t kEmpty = 0;
+  if (numel == 0) data = &kEmpty;
+
+  PJRT_Device* device = client->devices[device_index].device;
+  PJRT_Buffer* pjrt_buffer = NULL;
+  tpu_status_t status = NULL;
+  bool try_plugin_strides = byte_strides && !atomic_load(&g_force_host_pack);
+  if (!byte_strides || try_plugin_strides) {
+    status = upload(client, device, data, dtype, dims, rank, byte_strides,
+                    &pjrt_buffer);
+  }
+  if (byte_strides && (status || !try_plugin_strides)) {
+    /* The plugin rejected this layout (or we were told not to ask): pack
+     * densely on the host and upload that. */
+    tpu_status_free(status);
+    void* packed = malloc((size_t)numel * elem);
+    if (!packed) {
+      return tpu_status_make(TPU_STATUS_RESOURCE_EXHAUSTED,
+                             "out of memory packing a strided host array");
+    }
+    pack_strided(data, elem, dims, rank, byte_strides, packed);
+    status = upload(client, device, packed, dtype, dims, rank, NULL,
+                    &pjrt_buffer);
+    free(packed); /* safe: upload waited for done_with_host_buffer */
+  }
+  if (status) {
+    return tpu_status_annotate(status, "uploading a %s buffer: ",
+                               tpu_dtype_name(dtype));
+  }
+  return make_buffer(client, device_index, pjrt_buffer, dtype, dims, rank,
+                     out_buffer);
+}
+
+tpu_status_t tpu_buffer_wrap(tpu_client_t* client, int device_index,
+                             PJRT_Buffer* pjrt_buffer,
+                             tpu_buffer_t** out_buffer) {
+  const PJRT_Api* api = client->api;
+  TPU_PJRT_ARGS(PJRT_Buffer_ElementType_Args, type);
+  type.buffer = pjrt_buffer;
+  tpu_status_t status = TPU_PJRT_CALL(api, PJRT_Buffer_ElementType, &type);
+  tpu_dtype_t dtype = TPU_DTYPE_INVALID;
+  if (!status) {
+    dtype = tpu_pjrt_dtype(type.type);
+    if (dtype == TPU_DTYPE_INVALID) {
+      status = tpu_status_make(TPU_STATUS_UNIMPLEMENTED,
+                               "buffer element type %s is not supported",
+                               tpu_pjrt_buffer_type_name(type.type));
+    }
+  }
+  TPU_PJRT_ARGS(PJRT_Buffer_Dimensions_Args, dims);
+  dims.buffer = pjrt_buffer;
+  if (!status) status = TPU_PJRT_CALL(api, PJRT_Buffer_Dimensions, &dims);
+  if (!status && (dims.num_dims > TPU_MAX_RANK || (dims.num_dims && !dims.dims))) {
+    status = tpu_status_make(TPU_STATUS_UNIMPLEMENTED,
+                             "buffer rank %zu exceeds the maximum %d",
+                             dims.num_dims, TPU_MAX_RANK);
+  }
+  if (status) {
+    destroy_pjrt_buffer(api, pjrt_buffer);
+    return status;
+  }
+  return make_buffer(client, device_index, pjrt_buffer, dtype, dims.dims,
+                     (int)dims.num_dims, out_buffer);
+}
+
+/* ---- transfers back --------------------------------------------------------- */
+
+static tpu_status_t start_to_host(tpu_buffer_t* buffer, void* dst,
+                                  size_t dst_bytes, PJRT_Event** out_event) {
+  *out_event = NULL;
+  if (!buffer) {
+    return tpu_status_make(TPU_STATUS_INVALID_ARGUMENT, "buffer is NULL");
+  }
+  size_t nbytes = tpu_buffer_nbytes(buffer);
+  if (dst_bytes != nbytes) {
+    return tpu_status_make(TPU_STATUS_INVALID_ARGUMENT,
+                           "destination has %zu bytes, the buffer has %zu",
+                           dst_bytes, nbytes);
+  }
+  if (tpu_buffer_is_deleted(buffer)) {
+    return tpu_status_make(TPU_STATUS_FAILED_PRECONDITION,
+                           "buffer was deleted or donated to an execution");
+  }
+  if (nbytes == 0) return NULL; /* dst may be NULL, which PJRT reads as a query */
+  if (!dst) {
+    return tpu_status_make(TPU_STATUS_INVALID_ARGUMENT, "dst is NULL");
+  }
+  TPU_PJRT_ARGS(PJRT_Buffer_ToHostBuffer_Args, args);
+  args.src = buffer->buffer;
+  /* No host_layout: the CPU plugin ignores it and returns the buffer's own
+   * layout, which is dense row-major there. */
+  args.dst = dst;
+  args.dst_size = dst_bytes;
+  TPU_RETURN_IF_ERROR(
+      TPU_PJRT_CALL(buffer->client->api, PJRT_Buffer_ToHostBuffer, &args));
+  *out_event = args.event;
+  return NULL;
+}
+
+tpu_status_t tpu_buffer_to_host(tpu_buffer_t* buffer, void* dst,
+                                size_t dst_bytes) {
+  PJRT_Event* event;
+  TPU_RETURN_IF_ERROR(start_to_host(buffer, dst, dst_bytes, &event));
+  return tpu_pjrt_event_await_destroy(buffer->client->api, event,
+                                      "device-to-host transfer");
+}
+
+tpu_status_t tpu_buffer_to_host_async(tpu_buffer_t* buffer, void* dst,
+                                      size_t dst_bytes,
+                                      tpu_event_t** out_event) {
+  if (!out_event) {
+    return tpu_status_make(TPU_STATUS_INVALID_ARGUMENT, "out_event is NULL");
+  }
+  *out_event = NULL;
+  PJRT_Event* event;
+  TPU_RETURN_IF_ERROR(start_to_host(buffer, dst, dst_bytes, &event));
+  return tpu_event_wrap(buffer->client->api, event, out_event);
+}
+
+tpu_status_t tpu_buffer_await_ready(tpu_buffer_t* buffer) {
+  if (!buffer) {
+    return tpu_status_make(TPU_STATUS_INVALID_ARGUMENT, "buffer is NULL");
+  }
+  const PJRT_Api* api = buffer->client->api;
+  TPU_PJRT_ARGS(PJRT_Buffer_ReadyEvent_Args, args);
+  args.buffer = buffer->buffer;
+  TPU_RETURN_IF_ERROR(TPU_PJRT_CALL(api, PJRT_Buffer_ReadyEvent, &args));
+  return tpu_pjrt_event_await_destroy(api, args.event, "buffer");
+}
+
+/* ---- accessors ------------------------------------------------------------- */
+
+tpu_dtype_t tpu_buffer_dtype(const tpu_buffer_t* buffer) { return buffer->dtype; }
+int tpu_buffer_rank(const tpu_buffer_t* buffer) { return buffer->rank; }
+const int64_t* tpu_buffer_dims(const tpu_buffer_t* buffer) { return buffer->dims; }
+
+int64_t tpu_buffer_numel(const tpu_buffer_t* buffer) {
+  return checked_numel(buffer->dims, buffer->rank);
+}
+
+size_t tpu_buffer_nbytes(const tpu_buffer_t* buffer) {
+  return (size_t)tpu_buffer_numel(buffer) * tpu_dtype_size(buffer->dtype);
+}
+
+int tpu_buffer_device_index(const tpu_buffer_t* buffer) {
+  return buffer->device_index;
+}
+
+bool tpu_buffer_is_deleted(const tpu_buffer_t* buffer) {
+  const PJRT_Api* api = buffer->client->api;
+  TPU_PJRT_ARGS(PJRT_Buffer_IsDeleted_Args, args);
+  args.buffer = buffer->buffer;
+  tpu_status_t status = TPU_PJRT_CALL(api, PJRT_Buffer_IsDeleted, &args);
+  if (status) {
+    tpu_status_free(status);
+    return false;
+  }
+  return args.is_deleted;
+}
+
+void tpu_buffer_destroy(tpu_buffer_t* buffer) {
+  if (!buffer) return;
+  destroy_pjrt_buffer(buffer->client->api, buffer->buffer);
+  tpu_pjrt_track(TPU_PJRT_HANDLE_BUFFER, -1);
+  free(buffer);
+}
