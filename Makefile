@@ -45,7 +45,9 @@ $(BUILD)/$(1)/tests/%: $(BUILD)/$(1)/obj/%.o $(BUILD)/$(1)/libtorchtpu_core.a
 	$(CC) $(2) -o $$@ $$^ $(LDLIBS)
 endef
 $(eval $(call core_rules,release,$(CFLAGS)))
-$(eval $(call core_rules,asan,-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer))
+# In a variable: a literal comma inside $(call ...) would split the argument.
+ASAN_CFLAGS := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer
+$(eval $(call core_rules,asan,$(ASAN_CFLAGS)))
 
 CTEST_BINS = $(patsubst csrc/%.c,$(BUILD)/$(1)/tests/%,$(CORE_TESTS))
 
