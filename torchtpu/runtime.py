@@ -23,3 +23,17 @@ def devices_info():
 def env_vars():
     """[(name, default, meaning, stability)] for every variable we read."""
     return _C._env_vars()
+
+
+def run_stablehlo(module, *inputs):
+    """Runs a StableHLO module (text, @main) on tpu tensors; returns its
+    results as new tpu tensors. The module is compiled once per process and
+    cached by its text. Raises RuntimeError with the compiler's message if
+    it does not compile."""
+    import torch
+
+    if not isinstance(module, str):
+        raise TypeError(f"module must be StableHLO text, got {type(module).__name__}")
+    if not inputs:
+        raise ValueError("run_stablehlo needs at least one tpu tensor input")
+    return list(torch.ops.torchtpu.run_stablehlo(module, list(inputs)))

@@ -80,9 +80,10 @@ tpu_status_t tpu_lower_matmul(const tpu_hlo_type_t* lhs,
   tpu_dtype_t acc = half ? TPU_DTYPE_FLOAT32 : dtype;
   tpu_hlo_builder_t* b = NULL;
   TPU_RETURN_IF_ERROR(tpu_hlo_builder_create(&b));
-  tpu_hlo_value_t operands[2] = {
-      tpu_emit_convert(b, tpu_hlo_arg(b, *lhs, NULL), acc),
-      tpu_emit_convert(b, tpu_hlo_arg(b, *rhs, NULL), acc)};
+  tpu_hlo_value_t x = tpu_hlo_arg(b, *lhs, NULL);
+  tpu_hlo_value_t y = tpu_hlo_arg(b, *rhs, NULL);
+  tpu_hlo_value_t operands[2] = {tpu_emit_convert(b, x, acc),
+                                 tpu_emit_convert(b, y, acc)};
   int64_t dims[2] = {lhs->dims[0], rhs->dims[1]};
   tpu_hlo_value_t r = tpu_hlo_op(
       b, "stablehlo.dot_general", operands, 2, tpu_hlo_type_make(acc, 2, dims),

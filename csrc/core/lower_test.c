@@ -91,6 +91,19 @@ static void test_matmul_and_cache_reuse(void) {
   CHECK_EQ(tpu_metrics_get("compiles") - compiles, 1); /* second run: cache hit */
 }
 
+static void test_half_matmul_accumulates_in_f32(void) {
+  int64_t d[2] = {1, 2};
+  tpu_hlo_type_t lhs = tpu_hlo_type_make(TPU_DTYPE_BFLOAT16, 2, d);
+  int64_t e[2] = {2, 1};
+  tpu_hlo_type_t rhs = tpu_hlo_type_make(TPU_DTYPE_BFLOAT16, 2, e);
+  char* text = NULL;
+  size_t len = 0;
+  CHECK_OK(tpu_lower_matmul(&lhs, &rhs, &text, &len));
+  CHECK_STR_CONTAINS(text, "stablehlo.convert");
+  CHECK_STR_CONTAINS(text, "-> tensor<1x1xf32>");
+  free(text);
+}
+
 static void test_fill_scalar_is_a_runtime_argument(void) {
   tpu_hlo_type_t out = f32(2, 2, 2);
   char* text = NULL;
@@ -132,5 +145,6 @@ static void test_cleanup(void) {
 TPU_TEST_MAIN(TPU_TEST(test_binary_broadcast_each_op),
               TPU_TEST(test_integer_division_is_refused),
               TPU_TEST(test_matmul_and_cache_reuse),
+              TPU_TEST(test_half_matmul_accumulates_in_f32),
               TPU_TEST(test_fill_scalar_is_a_runtime_argument),
               TPU_TEST(test_bad_program_is_not_cached), TPU_TEST(test_cleanup))
