@@ -459,6 +459,96 @@ static void test_execute_on_second_device(void) {
   RUN_WITH_FIXTURE(2, second_device_body);
 }
 
+/* For every dtype: a program typed in that dtype's MLIR spelling reports
+ * the dtype back (PJRT -> torchtpu mapping), accepts our upload and converts
+ * known values to f32 as C does (so the plugin reads the bits as that type),
+ * and returns its argument bit-exactly. */
+static tpu_status_t dtype_case(fixture_t* f, tpu_dtype_t dtype, const void* values,
+                               const float want[3]) {
+  char text[1024];
+  const char* t = tpu_dtype_mlir(dtype);
+  snprintf(text, sizeof text,
+           "module @convert {\n"
+           "  func.func public @main(%%arg0: tensor<3x%s>) -> (tensor<3xf32>, "
+           "tensor<3x%s>) {\n"
+           "    %%0 = \"stablehlo.convert\"(%%arg0) : (tensor<3x%s>) -> "
+           "tensor<3xf32>\n"
+           "    \"func.return\"(%%0, %%arg0) : (tensor<3xf32>, tensor<3x%s>) -> ()\n"
+           "  }\n"
+           "}\n",
+           t, t, t, t);
+  tpu_executable_t* exe = NULL;
+  tpu_buffer_t* in = NULL;
+  tpu_buffer_t* out[2] = {NULL, NULL};
+  tpu_status_t s = tpu_executable_compile(f->client, text, strlen(text), NULL, &exe);
+  if (!s && (tpu_executable_output_dtype(exe, 0) != TPU_DTYPE_FLOAT32 ||
+             tpu_executable_output_dtype(exe, 1) != dtype))
+    s = tpu_status_make(TPU_STATUS_INTERNAL, "output dtype is %s",
+                        tpu_dtype_name(tpu_executable_output_dtype(exe, 1)));
+  const int64_t dims[1] = {3};
+  if (!s) s = tpu_buffer_from_host(f->client, 0, values, dtype, dims, 1, NULL, &in);
+  if (!s) s = tpu_executable_execute(exe, 0, &in, 1, NULL, out, NULL);
+  float got[3];
+  unsigned char back[3 * 8];
+  size_t nbytes = 3 * tpu_dtype_size(dtype);
+  if (!s) s = tpu_buffer_to_host(out[0], got, sizeof got);
+  if (!s) s = tpu_buffer_to_host(out[1], back, nbytes);
+  if (!s && tpu_buffer_dtype(out[1]) != dtype)
+    s = tpu_status_make(TPU_STATUS_INTERNAL, "result buffer dtype");
+  if (!s && memcmp(got, want, sizeof got) != 0)
+    s = tpu_status_make(TPU_STATUS_INTERNAL, "converted %.9g %.9g %.9g, want %.9g %.9g %.9g",
+                        got[0], got[1], got[2], want[0], want[1], want[2]);
+  if (!s && memcmp(back, values, nbytes) != 0)
+    s = tpu_status_make(TPU_STATUS_INTERNAL, "returned argument differs");
+  tpu_buffer_destroy(out[0]);
+  tpu_buffer_destroy(out[1]);
+  tpu_buffer_destroy(in);
+  tpu_executable_destroy(exe);
+  return tpu_status_annotate(s, "%s: ", tpu_dtype_name(dtype));
+}
+
+static tpu_status_t dtypes_body(fixture_t* f) {
+  const uint8_t b[3] = {1, 0, 1};
+  const float want_b[3] = {1, 0, 1};
+  TPU_RETURN_IF_ERROR(dtype_case(f, TPU_DTYPE_BOOL, b, want_b));
+  const uint8_t u8[3] = {0, 200, 255};
+  const float want_u8[3] = {0, 200, 255};
+  TPU_RETURN_IF_ERROR(dtype_case(f, TPU_DTYPE_UINT8, u8, want_u8));
+  const int8_t i8[3] = {-128, -1, 127};
+  const float want_i8[3] = {-128, -1, 127};
+  TPU_RETURN_IF_ERROR(dtype_case(f, TPU_DTYPE_INT8, i8, want_i8));
+  const int16_t i16[3] = {-32768, 7, 32767};
+  const float want_i16[3] = {-32768, 7, 32767};
+  TPU_RETURN_IF_ERROR(dtype_case(f, TPU_DTYPE_INT16, i16, want_i16));
+  const int32_t i32[3] = {INT32_MIN, -5, 123456};
+  const float want_i32[3] = {(float)INT32_MIN, -5, 123456};
+  TPU_RETURN_IF_ERROR(dtype_case(f, TPU_DTYPE_INT32, i32, want_i32));
+  const int64_t i64[3] = {-(1ll << 40), 0, (1ll << 40) + 1};
+  const float want_i64[3] = {-1099511627776.0f, 0, 1099511627776.0f};
+  TPU_RETURN_IF_ERROR(dtype_case(f, TPU_DTYPE_INT64, i64, want_i64));
+  /* f16: 1.0, -2.0, 0x3555 = 1365/4096 = 0.333251953125. */
+  const uint16_t h[3] = {0x3c00, 0xc000, 0x3555};
+  const float want_h[3] = {1.0f, -2.0f, 0.333251953125f};
+  TPU_RETURN_IF_ERROR(dtype_case(f, TPU_DTYPE_FLOAT16, h, want_h));
+  /* bf16: 1.0, -3.0, 0x4049 = 3.140625 (the same bits as f16 would differ). */
+  const uint16_t bf[3] = {0x3f80, 0xc040, 0x4049};
+  const float want_bf[3] = {1.0f, -3.0f, 3.140625f};
+  TPU_RETURN_IF_ERROR(dtype_case(f, TPU_DTYPE_BFLOAT16, bf, want_bf));
+  const float f32[3] = {1.5f, -0.25f, 1e10f};
+  TPU_RETURN_IF_ERROR(dtype_case(f, TPU_DTYPE_FLOAT32, f32, f32));
+  const double f64[3] = {0.1, -2.5, 1e300};
+  const float want_f64[3] = {(float)0.1, -2.5f, INFINITY};
+  TPU_RETURN_IF_ERROR(dtype_case(f, TPU_DTYPE_FLOAT64, f64, want_f64));
+  /* complex -> real keeps the real part. */
+  const float c64[6] = {1, 2, -3, 4, 0.5f, -1};
+  const float want_c64[3] = {1, -3, 0.5f};
+  TPU_RETURN_IF_ERROR(dtype_case(f, TPU_DTYPE_COMPLEX64, c64, want_c64));
+  return NULL;
+}
+static void test_every_dtype_through_a_program(void) {
+  RUN_WITH_FIXTURE(1, dtypes_body);
+}
+
 static tpu_status_t bad_args_body(fixture_t* f) {
   TPU_RETURN_IF_ERROR(compile(f->client, kAdd, true, &f->exe[0]));
   const float a[6] = {0};
@@ -497,4 +587,5 @@ TPU_TEST_MAIN(TPU_TEST(test_compile_options_encoding), TPU_TEST(test_add),
               TPU_TEST(test_compare_select), TPU_TEST(test_malformed_program),
               TPU_TEST(test_serialize_roundtrip), TPU_TEST(test_donation),
               TPU_TEST(test_execute_on_second_device),
+              TPU_TEST(test_every_dtype_through_a_program),
               TPU_TEST(test_bad_arguments))
