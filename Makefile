@@ -76,7 +76,13 @@ test: install ctest ctest-asan pytest
 demo: install
 	$(PY) examples/demo.py
 
-bench: install
+$(BUILD)/bench/runtime_bench: bench/runtime_bench.c $(BUILD)/release/libtorchtpu_core.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_COMMON) $(CFLAGS) -o $@ $^ $(LDLIBS)
+
+# Runtime overheads: the C layer alone, then through PyTorch beside CPU.
+bench: install $(BUILD)/bench/runtime_bench
+	$(BUILD)/bench/runtime_bench
 	$(PY) bench/runtime_overhead.py
 
 info: install

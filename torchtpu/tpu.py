@@ -125,7 +125,7 @@ def get_device_properties(device=None):
     # their own through PJRT memory stats (not yet wired).
     total = _host_memory_bytes() if platform == "cpu" else 0
     return _DeviceProperties(
-        name=f"{platform}:{d['kind']}", platform=platform, kind=d["kind"],
+        name=f"{d['kind']} (PJRT {platform})", platform=platform, kind=d["kind"],
         index=index, total_memory=total, plugin=info["path"],
         xla_version=info["attributes"].get("xla_version", ""))
 
