@@ -36,7 +36,8 @@ int tpu_plugin_header_api_major(void);
 int tpu_plugin_header_api_minor(void);
 /* Named string attributes from PJRT_Plugin_Attributes ("xla_version",
  * "stablehlo_current_version", ...); "" when the plugin does not report it.
- * Integer attributes are rendered as decimal text. */
+ * Integer attributes are rendered as decimal text, int64 lists (version
+ * triples) dot-joined ("1.13.3"), bools as "true"/"false". */
 const char* tpu_plugin_attribute(const tpu_plugin_t* plugin, const char* name);
 size_t tpu_plugin_attribute_count(const tpu_plugin_t* plugin);
 /* name/value of attribute i, both borrowed. */
