@@ -21,6 +21,9 @@ CORE_SRCS := $(filter-out %_test.c,$(wildcard csrc/core/*.c csrc/core/*/*.c))
 CORE_TESTS := $(wildcard csrc/core/*_test.c csrc/core/*/*_test.c)
 LDLIBS := -ldl -lpthread -lm
 
+# Keep test objects between runs (they are intermediates of the test rule).
+.SECONDARY:
+
 .PHONY: all deps core ctest ctest-asan install test pytest demo bench info clean
 
 all: install

@@ -100,7 +100,12 @@ module @m {
     torch.testing.assert_close(ex.cpu(), a.exp())
     with pytest.raises(RuntimeError, match="does not compile.*error"):
         torchtpu.runtime.run_stablehlo("module { this is not stablehlo", ta)
-    with pytest.raises(RuntimeError):  # wrong argument shape for the program
+    with pytest.raises(RuntimeError, match=r"argument 0 is declared tensor<2x3xf32>"):
         torchtpu.runtime.run_stablehlo(module, ta[:1], ta[:1])
+    # Same byte size, other dtype: PJRT alone would reinterpret the bits.
+    with pytest.raises(RuntimeError, match=r"argument 1 is declared"):
+        torchtpu.runtime.run_stablehlo(module, ta, ta.view(torch.int32))
+    with pytest.raises(RuntimeError, match="takes 2 arguments, got 1"):
+        torchtpu.runtime.run_stablehlo(module, ta)
     # The process keeps working after both errors.
     torch.testing.assert_close((ta + ta).cpu(), a + a)

@@ -14,6 +14,7 @@ static struct tpu_status_s kOutOfMemoryStatus = {
     TPU_STATUS_RESOURCE_EXHAUSTED, "out of host memory while reporting an error"};
 
 static char* vformat(const char* fmt, va_list args) {
+  if (!fmt) fmt = "(no message)";
   va_list copy;
   va_copy(copy, args);
   int n = vsnprintf(NULL, 0, fmt, copy);

@@ -13,6 +13,7 @@
 #include "common.h"
 
 extern "C" {
+#include "core/hlo/signature.h"
 #include "core/lower.h"
 #include "core/program.h"
 #include "core/runtime.h"
@@ -197,6 +198,31 @@ std::vector<at::Tensor> run_stablehlo(c10::string_view module,
                                       at::TensorList inputs) {
   ensure_runtime();
   c10::Device device(c10::DeviceType::PrivateUse1, current_device());
+  tpu_program_t* program = nullptr;
+  TPU_CHECK(tpu_program_get(module.data(), module.size(), &program),
+            "run_stablehlo: the module does not compile");
+  // PJRT checks arguments by byte size only; check dtype and shape here so
+  // a mismatch is an error instead of reinterpreted bits.
+  std::vector<tpu_hlo_type_t> params(inputs.size() + 1);
+  size_t num_params = 0;
+  TPU_CHECK(tpu_hlo_parse_main_params(module.data(), module.size(), params.data(),
+                                      params.size(), &num_params),
+            "run_stablehlo: reading the module's @main signature");
+  TORCH_CHECK(num_params == inputs.size(), "torchtpu.run_stablehlo: @main takes ",
+              num_params, " arguments, got ", inputs.size(), " tensors");
+  for (size_t i = 0; i < inputs.size(); i++) {
+    const auto& t = inputs[i];
+    const tpu_hlo_type_t& p = params[i];
+    bool same = is_supported_dtype(t.scalar_type()) &&
+                to_tpu_dtype(t.scalar_type()) == p.dtype && t.dim() == p.rank;
+    for (int d = 0; same && d < p.rank; d++) same = t.size(d) == p.dims[d];
+    if (!same) {
+      char declared[256];
+      tpu_hlo_type_print(&p, declared, sizeof declared);
+      TORCH_CHECK(false, "torchtpu.run_stablehlo: argument ", i, " is declared ",
+                  declared, " but the tensor is ", t.scalar_type(), t.sizes());
+    }
+  }
   Operands operands;
   for (const auto& t : inputs) {
     TORCH_CHECK(t.device().is_privateuseone(),
@@ -205,9 +231,6 @@ std::vector<at::Tensor> run_stablehlo(c10::string_view module,
     device = t.device();
     operands.add_tensor(t);
   }
-  tpu_program_t* program = nullptr;
-  TPU_CHECK(tpu_program_get(module.data(), module.size(), &program),
-            "run_stablehlo: the module does not compile");
   tpu_executable_t* exe = tpu_program_executable(program);
   int n = tpu_program_num_outputs(program);
   std::vector<tpu_buffer_t*> results(n, nullptr);
