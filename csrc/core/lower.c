@@ -10,34 +10,6 @@ static tpu_status_t finish(tpu_hlo_builder_t* b, char** out_text,
   return s;
 }
 
-tpu_hlo_value_t tpu_emit_broadcast_to(tpu_hlo_builder_t* b,
-                                      tpu_hlo_value_t value,
-                                      const tpu_hlo_type_t* type) {
-  tpu_hlo_type_t from = tpu_hlo_value_type(b, value);
-  tpu_hlo_type_t to = *type;
-  to.dtype = from.dtype;
-  if (from.rank == to.rank &&
-      memcmp(from.dims, to.dims, sizeof(int64_t) * (size_t)from.rank) == 0)
-    return value;
-  /* broadcast_dimensions maps operand dim i to result dim (rank delta + i);
-   * size-1 operand dims expand. */
-  char attrs[64 + 24 * TPU_HLO_MAX_RANK];
-  int n = snprintf(attrs, sizeof attrs, "broadcast_dimensions = array<i64");
-  for (int i = 0; i < from.rank; i++)
-    n += snprintf(attrs + n, sizeof attrs - (size_t)n, "%s %d", i ? "," : ":",
-                  to.rank - from.rank + i);
-  snprintf(attrs + n, sizeof attrs - (size_t)n, ">");
-  return tpu_hlo_op(b, "stablehlo.broadcast_in_dim", &value, 1, to, attrs);
-}
-
-tpu_hlo_value_t tpu_emit_convert(tpu_hlo_builder_t* b, tpu_hlo_value_t value,
-                                 tpu_dtype_t dtype) {
-  tpu_hlo_type_t type = tpu_hlo_value_type(b, value);
-  if (type.dtype == dtype) return value;
-  type.dtype = dtype;
-  return tpu_hlo_op(b, "stablehlo.convert", &value, 1, type, NULL);
-}
-
 static const char* const kBinaryOpNames[TPU_BINARY_COUNT] = {
     [TPU_BINARY_ADD] = "stablehlo.add",     [TPU_BINARY_SUB] = "stablehlo.subtract",
     [TPU_BINARY_MUL] = "stablehlo.multiply", [TPU_BINARY_DIV] = "stablehlo.divide",

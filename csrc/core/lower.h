@@ -12,6 +12,7 @@
 #include <stddef.h>
 
 #include "hlo/builder.h"
+#include "lower/emit.h"
 #include "status.h"
 
 #ifdef __cplusplus
@@ -44,15 +45,6 @@ tpu_status_t tpu_lower_matmul(const tpu_hlo_type_t* lhs,
 /* out = broadcast of a rank-0 runtime argument of out's dtype. */
 tpu_status_t tpu_lower_fill(const tpu_hlo_type_t* out, char** out_text,
                             size_t* out_len);
-
-/* Shared emit helpers. */
-/* Broadcasts `value` to `type` (numpy rules, right-aligned dims). */
-tpu_hlo_value_t tpu_emit_broadcast_to(tpu_hlo_builder_t* b,
-                                      tpu_hlo_value_t value,
-                                      const tpu_hlo_type_t* type);
-/* Converts `value` to `dtype` (no-op when it already has it). */
-tpu_hlo_value_t tpu_emit_convert(tpu_hlo_builder_t* b, tpu_hlo_value_t value,
-                                 tpu_dtype_t dtype);
 
 #ifdef __cplusplus
 }

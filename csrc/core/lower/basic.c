@@ -1,0 +1,120 @@
+/* Basic family: arithmetic (+ - * /), mm, fill_ and zero_: the ops every
+ * program touches first. */
+#include <string.h>
+
+#include "emit.h"
+#include "lowering.h"
+
+/* Operand i (tensor or scalar) cast to the output's dtype and shape. */
+static tpu_hlo_value_t operand_as_output(tpu_lower_ctx_t* ctx, int i) {
+  tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
+  const tpu_lower_arg_t* a = tpu_lower_arg(ctx, i);
+  tpu_hlo_value_t v = a->kind == TPU_ARG_TENSOR ? tpu_lower_tensor(ctx, i)
+                                                : tpu_lower_scalar(ctx, i, out.dtype);
+  return tpu_emit_cast_to(tpu_lower_builder(ctx), v, &out);
+}
+
+/* add / sub: self (+|-) alpha * other. */
+static tpu_status_t lower_add_sub(tpu_lower_ctx_t* ctx, const char* op) {
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
+  if (out.dtype == TPU_DTYPE_BOOL) return tpu_lower_decline(ctx, "bool arithmetic");
+  tpu_hlo_value_t x = operand_as_output(ctx, 0);
+  tpu_hlo_value_t y = operand_as_output(ctx, 1);
+  if (tpu_lower_arg(ctx, 2)->kind == TPU_ARG_SCALAR ||
+      tpu_lower_arg(ctx, 2)->kind == TPU_ARG_INT || tpu_lower_arg(ctx, 2)->kind == TPU_ARG_FLOAT) {
+    tpu_hlo_value_t alpha = tpu_emit_broadcast_to(b, tpu_lower_scalar(ctx, 2, out.dtype), &out);
+    y = tpu_emit_binary(b, "stablehlo.multiply", y, alpha);
+  }
+  tpu_lower_set_output(ctx, 0, tpu_emit_binary(b, op, x, y));
+  return NULL;
+}
+
+static tpu_status_t lower_add(tpu_lower_ctx_t* ctx) {
+  return lower_add_sub(ctx, "stablehlo.add");
+}
+static tpu_status_t lower_sub(tpu_lower_ctx_t* ctx) {
+  return lower_add_sub(ctx, "stablehlo.subtract");
+}
+
+static tpu_status_t lower_mul(tpu_lower_ctx_t* ctx) {
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
+  tpu_hlo_value_t x = operand_as_output(ctx, 0), y = operand_as_output(ctx, 1);
+  const char* op = out.dtype == TPU_DTYPE_BOOL ? "stablehlo.and" : "stablehlo.multiply";
+  tpu_lower_set_output(ctx, 0, tpu_emit_binary(b, op, x, y));
+  return NULL;
+}
+
+/* div, with rounding_mode None / "trunc" / "floor". */
+static tpu_status_t lower_div(tpu_lower_ctx_t* ctx) {
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
+  const tpu_lower_arg_t* mode = tpu_lower_arg(ctx, 2);
+  const char* rounding = mode->kind == TPU_ARG_STRING ? mode->str : NULL;
+  if (out.dtype == TPU_DTYPE_BOOL) return tpu_lower_decline(ctx, "bool division");
+  tpu_hlo_value_t x = operand_as_output(ctx, 0), y = operand_as_output(ctx, 1);
+  tpu_hlo_value_t q = tpu_emit_binary(b, "stablehlo.divide", x, y);
+  if (rounding && tpu_dtype_is_floating(out.dtype)) {
+    if (strcmp(rounding, "floor") == 0) q = tpu_emit_unary(b, "stablehlo.floor", q);
+    else if (strcmp(rounding, "trunc") == 0) {
+      /* trunc = sign(q) * floor(|q|) */
+      tpu_hlo_value_t mag = tpu_emit_unary(b, "stablehlo.floor", tpu_emit_unary(b, "stablehlo.abs", q));
+      q = tpu_emit_binary(b, "stablehlo.multiply", tpu_emit_unary(b, "stablehlo.sign", q), mag);
+    }
+  } else if (rounding && strcmp(rounding, "floor") == 0) {
+    /* Integer division truncates; floor differs when the remainder is
+     * nonzero and the operands' signs differ. */
+    tpu_hlo_value_t r = tpu_emit_binary(b, "stablehlo.remainder", x, y);
+    tpu_hlo_value_t zero = tpu_emit_const_like(b, &out, 0);
+    tpu_hlo_value_t r_nonzero = tpu_emit_compare(b, "NE", r, zero);
+    tpu_hlo_value_t signs_differ = tpu_emit_compare(b, "NE", tpu_emit_compare(b, "LT", r, zero),
+                                                    tpu_emit_compare(b, "LT", y, zero));
+    tpu_hlo_value_t adjust = tpu_emit_binary(b, "stablehlo.and", r_nonzero, signs_differ);
+    tpu_hlo_value_t one = tpu_emit_const_like(b, &out, 1);
+    q = tpu_emit_select(b, adjust, tpu_emit_binary(b, "stablehlo.subtract", q, one), q);
+  } else if (!rounding && !tpu_dtype_is_floating(out.dtype) && !tpu_dtype_is_complex(out.dtype)) {
+    return tpu_lower_decline(ctx, "true division into an integer output");
+  }
+  tpu_lower_set_output(ctx, 0, q);
+  return NULL;
+}
+
+/* mm: [m,k] @ [k,n]; half types accumulate in float32 like PyTorch's CPU. */
+static tpu_status_t lower_mm(tpu_lower_ctx_t* ctx) {
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
+  bool half = out.dtype == TPU_DTYPE_FLOAT16 || out.dtype == TPU_DTYPE_BFLOAT16;
+  tpu_dtype_t acc = half ? TPU_DTYPE_FLOAT32 : out.dtype;
+  tpu_hlo_value_t operands[2] = {tpu_emit_convert(b, tpu_lower_tensor(ctx, 0), acc),
+                                 tpu_emit_convert(b, tpu_lower_tensor(ctx, 1), acc)};
+  tpu_hlo_type_t acc_type = out;
+  acc_type.dtype = acc;
+  tpu_hlo_value_t r = tpu_hlo_op(b, "stablehlo.dot_general", operands, 2, acc_type,
+                                 "dot_dimension_numbers = #stablehlo.dot<"
+                                 "lhs_contracting_dimensions = [1], "
+                                 "rhs_contracting_dimensions = [0]>");
+  tpu_lower_set_output(ctx, 0, tpu_emit_convert(b, r, out.dtype));
+  return NULL;
+}
+
+/* fill_(self, value): value is a Scalar or a 0-dim tensor. */
+static tpu_status_t lower_fill(tpu_lower_ctx_t* ctx) {
+  tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
+  tpu_lower_set_output(ctx, 0, tpu_emit_broadcast_to(tpu_lower_builder(ctx),
+                                                     tpu_lower_scalar(ctx, 1, out.dtype), &out));
+  return NULL;
+}
+
+static tpu_status_t lower_zero(tpu_lower_ctx_t* ctx) {
+  tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
+  tpu_lower_set_output(ctx, 0, tpu_emit_const_like(tpu_lower_builder(ctx), &out, 0));
+  return NULL;
+}
+
+const tpu_lowering_t tpu_lowerings_basic[] = {
+    {"add", lower_add, 0},   {"sub", lower_sub, 0},   {"mul", lower_mul, 0},
+    {"div", lower_div, 0},   {"mm", lower_mm, 0},     {"fill", lower_fill, 0},
+    {"zero", lower_zero, 0},
+};
+const size_t tpu_lowerings_basic_count = sizeof tpu_lowerings_basic / sizeof tpu_lowerings_basic[0];

@@ -1,0 +1,202 @@
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ctx_internal.h"
+#include "emit.h"
+
+static const tpu_lower_arg_t kNoneArg = {.kind = TPU_ARG_NONE};
+
+tpu_hlo_builder_t* tpu_lower_builder(tpu_lower_ctx_t* ctx) { return ctx->b; }
+const char* tpu_lower_op_name(const tpu_lower_ctx_t* ctx) { return ctx->op_name; }
+int tpu_lower_num_args(const tpu_lower_ctx_t* ctx) { return ctx->num_args; }
+
+const tpu_lower_arg_t* tpu_lower_arg(const tpu_lower_ctx_t* ctx, int i) {
+  return i >= 0 && i < ctx->num_args ? &ctx->args[i] : &kNoneArg;
+}
+
+static tpu_hlo_value_t invalid(void) { return (tpu_hlo_value_t){-1}; }
+
+tpu_hlo_value_t tpu_lower_tensor(tpu_lower_ctx_t* ctx, int i) {
+  if (tpu_lower_arg(ctx, i)->kind != TPU_ARG_TENSOR) {
+    if (!ctx->declined)
+      ctx->declined = tpu_status_make(TPU_STATUS_INVALID_ARGUMENT,
+                                      "%s: argument %d is not a tensor", ctx->op_name, i);
+    return invalid();
+  }
+  return ctx->arg_values[i];
+}
+
+tpu_hlo_value_t tpu_lower_list_tensor(tpu_lower_ctx_t* ctx, int i, int k) {
+  const tpu_lower_arg_t* a = tpu_lower_arg(ctx, i);
+  if (a->kind != TPU_ARG_TENSORS || k < 0 || k >= a->num_tensors) {
+    if (!ctx->declined)
+      ctx->declined = tpu_status_make(TPU_STATUS_INVALID_ARGUMENT,
+                                      "%s: argument %d has no tensor %d", ctx->op_name, i, k);
+    return invalid();
+  }
+  return ctx->list_values[ctx->list_offset[i] + k];
+}
+
+tpu_hlo_type_t tpu_lower_list_type(const tpu_lower_ctx_t* ctx, int i, int k) {
+  const tpu_lower_arg_t* a = tpu_lower_arg(ctx, i);
+  if (a->kind != TPU_ARG_TENSORS || k < 0 || k >= a->num_tensors)
+    return (tpu_hlo_type_t){.dtype = TPU_DTYPE_INVALID};
+  return ctx->list_types[ctx->list_offset[i] + k];
+}
+
+tpu_hlo_value_t tpu_lower_scalar(tpu_lower_ctx_t* ctx, int i, tpu_dtype_t dtype) {
+  const tpu_lower_arg_t* a = tpu_lower_arg(ctx, i);
+  tpu_hlo_builder_t* b = ctx->b;
+  switch (a->kind) {
+    case TPU_ARG_SCALAR:
+      return tpu_emit_convert(b, ctx->arg_values[i], dtype);
+    case TPU_ARG_TENSOR:
+      if (a->type.rank == 0) return tpu_emit_convert(b, ctx->arg_values[i], dtype);
+      break;
+    case TPU_ARG_INT:
+    case TPU_ARG_BOOL: {
+      tpu_hlo_type_t t = tpu_hlo_type_scalar(dtype);
+      if (tpu_dtype_is_floating(dtype)) return tpu_hlo_constant_float(b, t, (double)a->i);
+      if (dtype == TPU_DTYPE_BOOL) return tpu_hlo_constant_bool(b, t, a->i != 0);
+      if (tpu_dtype_is_complex(dtype)) return tpu_hlo_constant_complex(b, t, (float)a->i, 0);
+      return tpu_hlo_constant_int(b, t, a->i);
+    }
+    case TPU_ARG_FLOAT:
+      return tpu_emit_const(b, dtype, a->f);
+    default:
+      break;
+  }
+  if (!ctx->declined)
+    ctx->declined = tpu_status_make(TPU_STATUS_INVALID_ARGUMENT,
+                                    "%s: argument %d is not a scalar", ctx->op_name, i);
+  return invalid();
+}
+
+int tpu_lower_num_outputs(const tpu_lower_ctx_t* ctx) { return ctx->num_outputs; }
+
+tpu_hlo_type_t tpu_lower_output_type(const tpu_lower_ctx_t* ctx, int i) {
+  if (i < 0 || i >= ctx->num_outputs) return (tpu_hlo_type_t){.dtype = TPU_DTYPE_INVALID};
+  return ctx->output_types[i];
+}
+
+void tpu_lower_set_output(tpu_lower_ctx_t* ctx, int i, tpu_hlo_value_t value) {
+  if (i >= 0 && i < ctx->num_outputs) ctx->outputs[i] = value;
+}
+
+tpu_hlo_value_t tpu_lower_random_bits(tpu_lower_ctx_t* ctx, const tpu_hlo_type_t* shape_type,
+                                      tpu_dtype_t bits_dtype) {
+  if (ctx->rng_state.id < 0) {
+    if (!ctx->declined)
+      ctx->declined = tpu_status_make(TPU_STATUS_INTERNAL,
+                                      "%s: random bits requested but the table row lacks "
+                                      "TPU_LOWER_NEEDS_RNG",
+                                      ctx->op_name);
+    return invalid();
+  }
+  tpu_hlo_type_t types[2] = {tpu_hlo_value_type(ctx->b, ctx->rng_state), *shape_type};
+  types[1].dtype = bits_dtype;
+  tpu_hlo_value_t results[2];
+  tpu_hlo_op_multi(ctx->b, "stablehlo.rng_bit_generator", &ctx->rng_state, 1, types, 2,
+                   "rng_algorithm = #stablehlo<rng_algorithm THREE_FRY>", results);
+  ctx->rng_state = results[0];
+  return results[1];
+}
+
+tpu_status_t tpu_lower_decline(tpu_lower_ctx_t* ctx, const char* fmt, ...) {
+  char why[256];
+  va_list args;
+  va_start(args, fmt);
+  vsnprintf(why, sizeof why, fmt, args);
+  va_end(args);
+  return tpu_status_make(TPU_STATUS_UNIMPLEMENTED, "%s: %s", ctx->op_name, why);
+}
+
+tpu_status_t tpu_lower_ctx_run(tpu_lower_ctx_t* ctx, tpu_lower_fn_t fn) {
+  for (int i = 0; i < ctx->num_outputs; i++) ctx->outputs[i] = invalid();
+  tpu_status_t s = fn(ctx);
+  if (s) {
+    tpu_status_free(ctx->declined);
+    ctx->declined = NULL;
+    return s;
+  }
+  if (ctx->declined) {
+    s = ctx->declined;
+    ctx->declined = NULL;
+    return s;
+  }
+  for (int i = 0; i < ctx->num_outputs; i++) {
+    tpu_hlo_type_t got = tpu_hlo_value_type(ctx->b, ctx->outputs[i]);
+    const tpu_hlo_type_t* want = &ctx->output_types[i];
+    if (ctx->outputs[i].id < 0)
+      return tpu_status_make(TPU_STATUS_INTERNAL, "%s: output %d was not set", ctx->op_name, i);
+    if (got.dtype != want->dtype || got.rank != want->rank ||
+        memcmp(got.dims, want->dims, sizeof(int64_t) * (size_t)want->rank) != 0) {
+      char g[128], w[128];
+      tpu_hlo_type_print(&got, g, sizeof g);
+      tpu_hlo_type_print(want, w, sizeof w);
+      return tpu_status_make(TPU_STATUS_INTERNAL, "%s: output %d is %s but PyTorch expects %s",
+                             ctx->op_name, i, g, w);
+    }
+  }
+  return NULL;
+}
+
+tpu_status_t tpu_lower_program_plain(const char* op_name, const tpu_lower_arg_t* args,
+                                     int num_args, const tpu_hlo_type_t* list_types,
+                                     const tpu_hlo_type_t* output_types, int num_outputs,
+                                     char** out_text, size_t* out_len) {
+  const tpu_lowering_t* row = tpu_lowering_find_row(op_name);
+  if (!row)
+    return tpu_status_make(TPU_STATUS_UNIMPLEMENTED, "%s has no lowering", op_name);
+  tpu_hlo_builder_t* b = NULL;
+  TPU_RETURN_IF_ERROR(tpu_hlo_builder_create(&b));
+  int num_list = 0;
+  for (int i = 0; i < num_args; i++)
+    if (args[i].kind == TPU_ARG_TENSORS) num_list += args[i].num_tensors;
+  tpu_hlo_value_t* arg_values = calloc((size_t)num_args + 1, sizeof *arg_values);
+  int* list_offset = calloc((size_t)num_args + 1, sizeof *list_offset);
+  tpu_hlo_value_t* list_values = calloc((size_t)num_list + 1, sizeof *list_values);
+  tpu_hlo_value_t* outputs = calloc((size_t)num_outputs + 1, sizeof *outputs);
+  tpu_status_t s = NULL;
+  if (!arg_values || !list_offset || !list_values || !outputs) {
+    s = tpu_status_make(TPU_STATUS_RESOURCE_EXHAUSTED, "out of host memory");
+    goto done;
+  }
+  /* Parameters: tensors (and list tensors) in order, then scalars, then rng. */
+  int k = 0;
+  for (int i = 0; i < num_args; i++) {
+    arg_values[i] = invalid();
+    if (args[i].kind == TPU_ARG_TENSOR) arg_values[i] = tpu_hlo_arg(b, args[i].type, NULL);
+    if (args[i].kind == TPU_ARG_TENSORS) {
+      list_offset[i] = k;
+      for (int j = 0; j < args[i].num_tensors; j++, k++)
+        list_values[k] = tpu_hlo_arg(b, list_types[k], NULL);
+    }
+  }
+  for (int i = 0; i < num_args; i++)
+    if (args[i].kind == TPU_ARG_SCALAR) arg_values[i] = tpu_hlo_arg(b, args[i].type, NULL);
+  tpu_lower_ctx_t ctx = {
+      .b = b, .op_name = op_name, .args = args, .num_args = num_args,
+      .arg_values = arg_values, .list_offset = list_offset, .list_values = list_values,
+      .list_types = list_types, .num_outputs = num_outputs, .output_types = output_types,
+      .outputs = outputs, .rng_state = invalid()};
+  if (row->flags & TPU_LOWER_NEEDS_RNG) {
+    /* Generator state: two 64-bit words, the last parameter. */
+    int64_t two = 2;
+    ctx.rng_state = tpu_hlo_arg(b, tpu_hlo_type_make(TPU_DTYPE_INT64, 1, &two), NULL);
+  }
+  s = tpu_lower_ctx_run(&ctx, row->fn);
+  if (!s) {
+    tpu_hlo_return(b, outputs, num_outputs);
+    s = tpu_hlo_builder_finish(b, out_text, out_len);
+  }
+done:
+  free(arg_values);
+  free(list_offset);
+  free(list_values);
+  free(outputs);
+  tpu_hlo_builder_destroy(b);
+  return s;
+}

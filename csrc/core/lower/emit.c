@@ -1,0 +1,222 @@
+#include "emit.h"
+
+#include <stdio.h>
+#include <string.h>
+
+void tpu_emit_i64_array(char* out, size_t cap, const int64_t* values, int n) {
+  int len = snprintf(out, cap, "array<i64");
+  for (int i = 0; i < n && (size_t)len < cap; i++)
+    len += snprintf(out + len, cap - (size_t)len, "%s %lld", i ? "," : ":",
+                    (long long)values[i]);
+  if ((size_t)len < cap) snprintf(out + len, cap - (size_t)len, ">");
+}
+
+tpu_hlo_value_t tpu_emit_broadcast_to(tpu_hlo_builder_t* b, tpu_hlo_value_t value,
+                                      const tpu_hlo_type_t* type) {
+  tpu_hlo_type_t from = tpu_hlo_value_type(b, value);
+  tpu_hlo_type_t to = *type;
+  to.dtype = from.dtype;
+  if (from.rank == to.rank &&
+      memcmp(from.dims, to.dims, sizeof(int64_t) * (size_t)from.rank) == 0)
+    return value;
+  int64_t map[TPU_HLO_MAX_RANK];
+  for (int i = 0; i < from.rank; i++) map[i] = to.rank - from.rank + i;
+  char arr[24 * TPU_HLO_MAX_RANK + 16], attrs[sizeof arr + 32];
+  tpu_emit_i64_array(arr, sizeof arr, map, from.rank);
+  snprintf(attrs, sizeof attrs, "broadcast_dimensions = %s", arr);
+  return tpu_hlo_op(b, "stablehlo.broadcast_in_dim", &value, 1, to, attrs);
+}
+
+tpu_hlo_value_t tpu_emit_convert(tpu_hlo_builder_t* b, tpu_hlo_value_t value,
+                                 tpu_dtype_t dtype) {
+  tpu_hlo_type_t type = tpu_hlo_value_type(b, value);
+  if (type.dtype == dtype) return value;
+  if (dtype == TPU_DTYPE_BOOL) {
+    tpu_hlo_value_t zero = tpu_emit_const_like(b, &type, 0.0);
+    return tpu_emit_compare(b, "NE", value, zero);
+  }
+  type.dtype = dtype;
+  return tpu_hlo_op(b, "stablehlo.convert", &value, 1, type, NULL);
+}
+
+tpu_hlo_value_t tpu_emit_cast_to(tpu_hlo_builder_t* b, tpu_hlo_value_t value,
+                                 const tpu_hlo_type_t* type) {
+  return tpu_emit_broadcast_to(b, tpu_emit_convert(b, value, type->dtype), type);
+}
+
+tpu_hlo_value_t tpu_emit_const_like(tpu_hlo_builder_t* b, const tpu_hlo_type_t* type,
+                                    double value) {
+  if (type->dtype == TPU_DTYPE_BOOL) return tpu_hlo_constant_bool(b, *type, value != 0);
+  if (tpu_dtype_is_complex(type->dtype))
+    return tpu_hlo_constant_complex(b, *type, (float)value, 0.0f);
+  if (tpu_dtype_is_floating(type->dtype)) return tpu_hlo_constant_float(b, *type, value);
+  return tpu_hlo_constant_int(b, *type, (int64_t)value);
+}
+
+tpu_hlo_value_t tpu_emit_const(tpu_hlo_builder_t* b, tpu_dtype_t dtype, double value) {
+  tpu_hlo_type_t t = tpu_hlo_type_scalar(dtype);
+  return tpu_emit_const_like(b, &t, value);
+}
+
+tpu_hlo_value_t tpu_emit_unary(tpu_hlo_builder_t* b, const char* op, tpu_hlo_value_t x) {
+  return tpu_hlo_op(b, op, &x, 1, tpu_hlo_value_type(b, x), NULL);
+}
+
+tpu_hlo_value_t tpu_emit_binary(tpu_hlo_builder_t* b, const char* op, tpu_hlo_value_t x,
+                                tpu_hlo_value_t y) {
+  tpu_hlo_value_t operands[2] = {x, y};
+  return tpu_hlo_op(b, op, operands, 2, tpu_hlo_value_type(b, x), NULL);
+}
+
+tpu_hlo_value_t tpu_emit_compare(tpu_hlo_builder_t* b, const char* direction,
+                                 tpu_hlo_value_t x, tpu_hlo_value_t y) {
+  tpu_hlo_type_t t = tpu_hlo_value_type(b, x);
+  t.dtype = TPU_DTYPE_BOOL;
+  char attrs[96];
+  snprintf(attrs, sizeof attrs,
+           "comparison_direction = #stablehlo<comparison_direction %s>", direction);
+  tpu_hlo_value_t operands[2] = {x, y};
+  return tpu_hlo_op(b, "stablehlo.compare", operands, 2, t, attrs);
+}
+
+tpu_hlo_value_t tpu_emit_select(tpu_hlo_builder_t* b, tpu_hlo_value_t pred,
+                                tpu_hlo_value_t on_true, tpu_hlo_value_t on_false) {
+  tpu_hlo_value_t operands[3] = {pred, on_true, on_false};
+  return tpu_hlo_op(b, "stablehlo.select", operands, 3, tpu_hlo_value_type(b, on_true),
+                    NULL);
+}
+
+tpu_hlo_value_t tpu_emit_reduce(tpu_hlo_builder_t* b, tpu_hlo_value_t value,
+                                tpu_hlo_value_t init, const int64_t* dims, int num_dims,
+                                const char* op) {
+  tpu_hlo_type_t in = tpu_hlo_value_type(b, value);
+  tpu_hlo_type_t out = {.dtype = in.dtype, .rank = 0};
+  for (int d = 0; d < in.rank; d++) {
+    bool reduced = false;
+    for (int k = 0; k < num_dims; k++) reduced |= dims[k] == d;
+    if (!reduced) out.dims[out.rank++] = in.dims[d];
+  }
+  char arr[24 * TPU_HLO_MAX_RANK + 16], attrs[sizeof arr + 32];
+  tpu_emit_i64_array(arr, sizeof arr, dims, num_dims);
+  snprintf(attrs, sizeof attrs, "dimensions = %s", arr);
+  tpu_hlo_value_t operands[2] = {value, init};
+  tpu_hlo_region_op_begin(b, "stablehlo.reduce", operands, 2, &out, 1, attrs);
+  tpu_hlo_type_t scalar = tpu_hlo_type_scalar(in.dtype);
+  tpu_hlo_type_t block_types[2] = {scalar, scalar};
+  tpu_hlo_value_t block_args[2];
+  tpu_hlo_block_begin(b, block_types, 2, block_args);
+  tpu_hlo_value_t r = tpu_hlo_op(b, op, block_args, 2, scalar, NULL);
+  tpu_hlo_block_return(b, &r, 1);
+  tpu_hlo_value_t result;
+  tpu_hlo_region_op_end(b, &result);
+  return result;
+}
+
+tpu_hlo_value_t tpu_emit_reshape(tpu_hlo_builder_t* b, tpu_hlo_value_t value,
+                                 const int64_t* dims, int rank) {
+  tpu_hlo_type_t in = tpu_hlo_value_type(b, value);
+  if (in.rank == rank && memcmp(in.dims, dims, sizeof(int64_t) * (size_t)rank) == 0)
+    return value;
+  return tpu_hlo_op(b, "stablehlo.reshape", &value, 1,
+                    tpu_hlo_type_make(in.dtype, rank, dims), NULL);
+}
+
+tpu_hlo_value_t tpu_emit_transpose(tpu_hlo_builder_t* b, tpu_hlo_value_t value,
+                                   const int64_t* permutation) {
+  tpu_hlo_type_t in = tpu_hlo_value_type(b, value);
+  bool identity = true;
+  tpu_hlo_type_t out = in;
+  for (int d = 0; d < in.rank; d++) {
+    out.dims[d] = in.dims[permutation[d]];
+    identity &= permutation[d] == d;
+  }
+  if (identity) return value;
+  char arr[24 * TPU_HLO_MAX_RANK + 16], attrs[sizeof arr + 32];
+  tpu_emit_i64_array(arr, sizeof arr, permutation, in.rank);
+  snprintf(attrs, sizeof attrs, "permutation = %s", arr);
+  return tpu_hlo_op(b, "stablehlo.transpose", &value, 1, out, attrs);
+}
+
+tpu_hlo_value_t tpu_emit_slice(tpu_hlo_builder_t* b, tpu_hlo_value_t value,
+                               const int64_t* start, const int64_t* limit,
+                               const int64_t* stride) {
+  tpu_hlo_type_t in = tpu_hlo_value_type(b, value);
+  tpu_hlo_type_t out = in;
+  bool identity = true;
+  for (int d = 0; d < in.rank; d++) {
+    out.dims[d] = limit[d] <= start[d] ? 0 : (limit[d] - start[d] + stride[d] - 1) / stride[d];
+    identity &= start[d] == 0 && limit[d] == in.dims[d] && stride[d] == 1;
+  }
+  if (identity) return value;
+  char s0[24 * TPU_HLO_MAX_RANK + 16], s1[sizeof s0], s2[sizeof s0];
+  char attrs[3 * sizeof s0 + 96];
+  tpu_emit_i64_array(s0, sizeof s0, start, in.rank);
+  tpu_emit_i64_array(s1, sizeof s1, limit, in.rank);
+  tpu_emit_i64_array(s2, sizeof s2, stride, in.rank);
+  snprintf(attrs, sizeof attrs, "start_indices = %s, limit_indices = %s, strides = %s",
+           s0, s1, s2);
+  return tpu_hlo_op(b, "stablehlo.slice", &value, 1, out, attrs);
+}
+
+tpu_hlo_value_t tpu_emit_iota(tpu_hlo_builder_t* b, const tpu_hlo_type_t* type, int dim) {
+  char attrs[48];
+  snprintf(attrs, sizeof attrs, "iota_dimension = %d : i64", dim);
+  return tpu_hlo_op(b, "stablehlo.iota", NULL, 0, *type, attrs);
+}
+
+/* Promotion categories and widths. */
+static int category(tpu_dtype_t d) {
+  if (d == TPU_DTYPE_BOOL) return 0;
+  if (tpu_dtype_is_integral(d)) return 1;
+  if (tpu_dtype_is_floating(d)) return 2;
+  return 3;
+}
+
+/* Promotes two dtypes of one tier like torch.promote_types. */
+static tpu_dtype_t promote(tpu_dtype_t a, tpu_dtype_t b) {
+  if (a == b) return a;
+  int ca = category(a), cb = category(b);
+  if (ca != cb) return ca > cb ? a : b;
+  if (ca == 1) {
+    /* uint8 with a signed type: the smallest signed type holding both. */
+    if (a == TPU_DTYPE_UINT8 || b == TPU_DTYPE_UINT8) {
+      tpu_dtype_t other = a == TPU_DTYPE_UINT8 ? b : a;
+      return other == TPU_DTYPE_INT8 ? TPU_DTYPE_INT16 : other;
+    }
+    return tpu_dtype_size(a) >= tpu_dtype_size(b) ? a : b;
+  }
+  if (ca == 2) {
+    /* float16 with bfloat16 -> float32. */
+    if (tpu_dtype_size(a) == 2 && tpu_dtype_size(b) == 2) return TPU_DTYPE_FLOAT32;
+    return tpu_dtype_size(a) >= tpu_dtype_size(b) ? a : b;
+  }
+  return a;
+}
+
+tpu_dtype_t tpu_lower_result_type(const tpu_lower_ctx_t* ctx, const int* arg_indices,
+                                  int n) {
+  /* tiers: 0 = dim>0 tensors, 1 = 0-dim tensors, 2 = wrapped numbers */
+  tpu_dtype_t tier[3] = {TPU_DTYPE_INVALID, TPU_DTYPE_INVALID, TPU_DTYPE_INVALID};
+  for (int k = 0; k < n; k++) {
+    const tpu_lower_arg_t* a = tpu_lower_arg(ctx, arg_indices[k]);
+    int t;
+    if (a->kind == TPU_ARG_TENSOR) t = a->type.rank > 0 ? 0 : 1;
+    else if (a->kind == TPU_ARG_SCALAR) t = a->wrapped_number ? 2 : 1;
+    else continue;
+    tier[t] = tier[t] == TPU_DTYPE_INVALID ? a->type.dtype : promote(tier[t], a->type.dtype);
+  }
+  tpu_dtype_t result = TPU_DTYPE_INVALID;
+  for (int t = 0; t < 3; t++) {
+    if (tier[t] == TPU_DTYPE_INVALID) continue;
+    if (result == TPU_DTYPE_INVALID) {
+      result = tier[t];
+    } else if (category(tier[t]) > category(result)) {
+      /* A lower tier only raises the category, using the default dtype for
+       * wrapped numbers (float32 / complex64 here). */
+      static const tpu_dtype_t kWrappedDefault[4] = {
+          TPU_DTYPE_BOOL, TPU_DTYPE_INT64, TPU_DTYPE_FLOAT32, TPU_DTYPE_COMPLEX64};
+      result = t == 2 ? kWrappedDefault[category(tier[t])] : tier[t];
+    }
+  }
+  return result;
+}

@@ -1,0 +1,69 @@
+/* Shared emit helpers for lowerings: broadcasting, conversion, type
+ * promotion, reductions, constants. Lowerings are built from these so they
+ * stay a few lines each. */
+#ifndef TORCHTPU_CORE_LOWER_EMIT_H_
+#define TORCHTPU_CORE_LOWER_EMIT_H_
+
+#include "../hlo/builder.h"
+#include "lowering.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Broadcasts `value` to `type`'s shape (numpy rules, right-aligned; size-1
+ * dims expand). Keeps the value's dtype. */
+tpu_hlo_value_t tpu_emit_broadcast_to(tpu_hlo_builder_t* b, tpu_hlo_value_t value,
+                                      const tpu_hlo_type_t* type);
+/* Converts to `dtype` (no-op when equal). bool targets compare != 0. */
+tpu_hlo_value_t tpu_emit_convert(tpu_hlo_builder_t* b, tpu_hlo_value_t value,
+                                 tpu_dtype_t dtype);
+/* Converts and broadcasts to `type` (dtype and shape). */
+tpu_hlo_value_t tpu_emit_cast_to(tpu_hlo_builder_t* b, tpu_hlo_value_t value,
+                                 const tpu_hlo_type_t* type);
+/* A constant scalar of dtype (splat over `type` when type != NULL, else
+ * rank 0). */
+tpu_hlo_value_t tpu_emit_const(tpu_hlo_builder_t* b, tpu_dtype_t dtype, double value);
+tpu_hlo_value_t tpu_emit_const_like(tpu_hlo_builder_t* b, const tpu_hlo_type_t* type,
+                                    double value);
+/* An elementwise op with one or two operands of the same type. */
+tpu_hlo_value_t tpu_emit_unary(tpu_hlo_builder_t* b, const char* op, tpu_hlo_value_t x);
+tpu_hlo_value_t tpu_emit_binary(tpu_hlo_builder_t* b, const char* op, tpu_hlo_value_t x,
+                                tpu_hlo_value_t y);
+/* stablehlo.compare with direction "EQ", "LT", ...; result is bool. */
+tpu_hlo_value_t tpu_emit_compare(tpu_hlo_builder_t* b, const char* direction,
+                                 tpu_hlo_value_t x, tpu_hlo_value_t y);
+tpu_hlo_value_t tpu_emit_select(tpu_hlo_builder_t* b, tpu_hlo_value_t pred,
+                                tpu_hlo_value_t on_true, tpu_hlo_value_t on_false);
+/* Reduces `value` over `dims` with the binary op `op` ("stablehlo.add",
+ * "stablehlo.maximum", ...) starting from `init` (a scalar of the value's
+ * dtype). Result drops the reduced dims. */
+tpu_hlo_value_t tpu_emit_reduce(tpu_hlo_builder_t* b, tpu_hlo_value_t value,
+                                tpu_hlo_value_t init, const int64_t* dims, int num_dims,
+                                const char* op);
+/* Reshape / transpose with explicit targets. */
+tpu_hlo_value_t tpu_emit_reshape(tpu_hlo_builder_t* b, tpu_hlo_value_t value,
+                                 const int64_t* dims, int rank);
+tpu_hlo_value_t tpu_emit_transpose(tpu_hlo_builder_t* b, tpu_hlo_value_t value,
+                                   const int64_t* permutation);
+/* stablehlo.slice with start/limit/stride per dim. */
+tpu_hlo_value_t tpu_emit_slice(tpu_hlo_builder_t* b, tpu_hlo_value_t value,
+                               const int64_t* start, const int64_t* limit,
+                               const int64_t* stride);
+/* iota along `dim` of `type`. */
+tpu_hlo_value_t tpu_emit_iota(tpu_hlo_builder_t* b, const tpu_hlo_type_t* type, int dim);
+
+/* PyTorch's result_type over a call's TENSOR / SCALAR args (listed by
+ * index): dim>0 tensors first, then 0-dim tensors, then wrapped numbers;
+ * within a tier the higher category (bool < int < float < complex) wins,
+ * and among tensors of one category the wider dtype. */
+tpu_dtype_t tpu_lower_result_type(const tpu_lower_ctx_t* ctx, const int* arg_indices,
+                                  int n);
+
+/* Writes "array<i64: 1, 2>" (or "array<i64>") for a list of ints. */
+void tpu_emit_i64_array(char* out, size_t cap, const int64_t* values, int n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,30 @@
+/* The op families of the lowering table. Each family file defines
+ *   const tpu_lowering_t tpu_lowerings_<name>[];
+ *   const size_t tpu_lowerings_<name>_count;
+ * Add a family: one TPU_FAMILY line here, one file beside this. */
+#ifndef TORCHTPU_CORE_LOWER_FAMILIES_H_
+#define TORCHTPU_CORE_LOWER_FAMILIES_H_
+
+#include <stddef.h>
+
+#include "lowering.h"
+
+#define TPU_LOWERING_FAMILIES \
+  TPU_FAMILY(basic) \
+  TPU_FAMILY(pointwise) \
+  TPU_FAMILY(reduce) \
+  TPU_FAMILY(linalg) \
+  TPU_FAMILY(nn) \
+  TPU_FAMILY(conv) \
+  TPU_FAMILY(index) \
+  TPU_FAMILY(shape) \
+  TPU_FAMILY(factory) \
+  TPU_FAMILY(foreach)
+
+#define TPU_FAMILY(name)                            \
+  extern const tpu_lowering_t tpu_lowerings_##name[]; \
+  extern const size_t tpu_lowerings_##name##_count;
+TPU_LOWERING_FAMILIES
+#undef TPU_FAMILY
+
+#endif

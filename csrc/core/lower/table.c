@@ -1,0 +1,60 @@
+/* The lowering table: every family's rows, searched by ATen base name.
+ * Each family lives in its own file (pointwise.c, reduce.c, ...) and
+ * exports one array; adding a family means adding one line here. */
+#include <string.h>
+
+#include "families.h"
+#include "lowering.h"
+
+typedef struct {
+  const tpu_lowering_t* rows;
+  const size_t* count;
+} family_t;
+
+static const family_t kFamilies[] = {
+#define TPU_FAMILY(name) {tpu_lowerings_##name, &tpu_lowerings_##name##_count},
+    TPU_LOWERING_FAMILIES
+#undef TPU_FAMILY
+};
+
+/* "aten::add_" / "add_" / "add" -> "add". In-place names end in one '_';
+ * dunder names ("__and__") keep theirs. */
+static size_t base_name(const char* op_name, const char** out_start) {
+  const char* s = strstr(op_name, "::");
+  s = s ? s + 2 : op_name;
+  size_t n = strcspn(s, ".");
+  if (n > 1 && s[n - 1] == '_' && !(n > 2 && s[n - 2] == '_')) n--;
+  *out_start = s;
+  return n;
+}
+
+const tpu_lowering_t* tpu_lowering_find_row(const char* op_name) {
+  const char* name;
+  size_t n = base_name(op_name, &name);
+  for (size_t f = 0; f < sizeof kFamilies / sizeof kFamilies[0]; f++)
+    for (size_t r = 0; r < *kFamilies[f].count; r++) {
+      const tpu_lowering_t* row = &kFamilies[f].rows[r];
+      if (strlen(row->name) == n && memcmp(row->name, name, n) == 0) return row;
+    }
+  return NULL;
+}
+
+tpu_lower_fn_t tpu_lowering_find(const char* op_name) {
+  const tpu_lowering_t* row = tpu_lowering_find_row(op_name);
+  return row ? row->fn : NULL;
+}
+
+size_t tpu_lowering_count(void) {
+  size_t n = 0;
+  for (size_t f = 0; f < sizeof kFamilies / sizeof kFamilies[0]; f++)
+    n += *kFamilies[f].count;
+  return n;
+}
+
+const tpu_lowering_t* tpu_lowering_at(size_t i) {
+  for (size_t f = 0; f < sizeof kFamilies / sizeof kFamilies[0]; f++) {
+    if (i < *kFamilies[f].count) return &kFamilies[f].rows[i];
+    i -= *kFamilies[f].count;
+  }
+  return NULL;
+}

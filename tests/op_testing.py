@@ -1,0 +1,116 @@
+"""Shared helpers for the op-family tests: run a function on tpu and on CPU
+with the same inputs, compare outputs (and gradients), and check the CPU
+fallback was not used."""
+import contextlib
+
+import torch
+
+import torchtpu
+
+
+def tolerances(dtype):
+    if dtype in (torch.bfloat16,):
+        return {"atol": 2e-2, "rtol": 2e-2}
+    if dtype == torch.float16:
+        return {"atol": 2e-3, "rtol": 2e-3}
+    if dtype == torch.float32:
+        return {"atol": 1e-5, "rtol": 1.3e-6 * 10}
+    return {"atol": 1e-7, "rtol": 1e-7}
+
+
+def make(shape, dtype=torch.float32, seed=0, low=None, high=None, noncontiguous=False):
+    g = torch.Generator().manual_seed(seed)
+    if dtype == torch.bool:
+        x = torch.randint(0, 2, shape, generator=g).bool()
+    elif dtype.is_floating_point:
+        x = torch.randn(shape, generator=g, dtype=torch.float64)
+        if low is not None or high is not None:
+            lo = -3 if low is None else low
+            hi = 3 if high is None else high
+            x = torch.rand(shape, generator=g, dtype=torch.float64) * (hi - lo) + lo
+        x = x.to(dtype)
+    else:
+        x = torch.randint(-50 if low is None else low, 50 if high is None else high,
+                          shape, generator=g).to(dtype)
+    if noncontiguous and x.dim() >= 2:
+        x = x.transpose(-1, -2).contiguous().transpose(-1, -2)
+        assert not x.is_contiguous()
+    return x
+
+
+def to_tpu(obj):
+    if isinstance(obj, torch.Tensor):
+        t = obj.detach().to("tpu")
+        return t.requires_grad_(obj.requires_grad)
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(to_tpu(o) for o in obj)
+    if isinstance(obj, dict):
+        return {k: to_tpu(v) for k, v in obj.items()}
+    return obj
+
+
+def to_cpu(obj):
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().cpu()
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(to_cpu(o) for o in obj)
+    return obj
+
+
+@contextlib.contextmanager
+def no_fallback():
+    """Fails if any op ran on the CPU fallback inside the block."""
+    before = dict(torchtpu.metrics.fallback_counts())
+    yield
+    after = torchtpu.metrics.fallback_counts()
+    used = {k: v - before.get(k, 0) for k, v in after.items() if v != before.get(k, 0)}
+    assert not used, f"ops ran on the CPU fallback: {used}"
+
+
+def assert_close(got, want, dtype=None, exact=False):
+    if isinstance(want, (list, tuple)):
+        assert len(got) == len(want)
+        for g, w in zip(got, want):
+            assert_close(g, w, dtype, exact)
+        return
+    if not isinstance(want, torch.Tensor):
+        assert got == want
+        return
+    got = to_cpu(got)
+    assert got.dtype == want.dtype, (got.dtype, want.dtype)
+    assert got.shape == want.shape, (got.shape, want.shape)
+    if exact or not (want.dtype.is_floating_point or want.dtype.is_complex):
+        assert torch.equal(got, want) or (
+            want.dtype.is_floating_point and torch.equal(got.isnan(), want.isnan())
+            and torch.equal(got[~got.isnan()], want[~want.isnan()])), (got, want)
+    else:
+        torch.testing.assert_close(got, want, equal_nan=True, **tolerances(dtype or want.dtype))
+
+
+def check(fn, *inputs, grad=False, dtype=None, exact=False, allow_fallback=False, **kwargs):
+    """Runs fn on CPU inputs and on their tpu copies; compares the outputs and
+    (grad=True) the gradients of every floating input that requires grad.
+    Fails if the tpu run used the CPU fallback (unless allow_fallback)."""
+    cpu_inputs = [i.detach().requires_grad_(grad and i.dtype.is_floating_point)
+                  if isinstance(i, torch.Tensor) else i for i in inputs]
+    tpu_inputs = to_tpu(cpu_inputs)
+    want = fn(*cpu_inputs, **kwargs)
+    ctx = contextlib.nullcontext() if allow_fallback else no_fallback()
+    with ctx:
+        got = fn(*tpu_inputs, **kwargs)
+        assert_close(got, to_cpu(want) if not isinstance(want, torch.Tensor) else want.detach(),
+                     dtype, exact)
+        if grad:
+            outs = want if isinstance(want, (list, tuple)) else [want]
+            touts = got if isinstance(got, (list, tuple)) else [got]
+            gen = torch.Generator().manual_seed(1)
+            for w, t in zip(outs, touts):
+                if isinstance(w, torch.Tensor) and w.requires_grad:
+                    g = torch.randn(w.shape, generator=gen, dtype=torch.float64).to(w.dtype)
+                    w.backward(g)
+                    t.backward(g.to("tpu"))
+            for ci, ti in zip(cpu_inputs, tpu_inputs):
+                if isinstance(ci, torch.Tensor) and ci.requires_grad:
+                    assert ti.grad is not None, "no gradient reached a tpu input"
+                    assert_close(ti.grad, ci.grad, dtype)
+    return got
