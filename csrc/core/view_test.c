@@ -1,0 +1,123 @@
+/* Views read from and written into a flat storage, run on the plugin and
+ * checked element by element against offset + sum(i * stride). */
+#include "view.h"
+
+#include <stdlib.h>
+
+#include "program.h"
+#include "runtime.h"
+#include "testing.h"
+
+enum { N = 64 };
+
+/* Runs a program over flat [N] f32 = 0..N-1 (and optionally a value input
+ * of the view's shape) returning one output of `out_n` floats. */
+static tpu_status_t run(const tpu_view_t* v, bool write, float* out, int64_t out_n) {
+  TPU_RETURN_IF_ERROR(tpu_runtime_init(NULL));
+  tpu_hlo_builder_t* b = NULL;
+  TPU_RETURN_IF_ERROR(tpu_hlo_builder_create(&b));
+  int64_t n = N;
+  tpu_hlo_value_t flat = tpu_hlo_arg(b, tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 1, &n), NULL);
+  tpu_hlo_value_t value = {-1};
+  if (write) value = tpu_hlo_arg(b, tpu_hlo_type_make(TPU_DTYPE_FLOAT32, v->rank, v->sizes), NULL);
+  tpu_hlo_value_t r = write ? tpu_view_emit_write(b, flat, v, value) : tpu_view_emit_read(b, flat, v);
+  tpu_hlo_return(b, &r, 1);
+  char* text = NULL;
+  size_t len = 0;
+  tpu_status_t s = tpu_hlo_builder_finish(b, &text, &len);
+  tpu_hlo_builder_destroy(b);
+  TPU_RETURN_IF_ERROR(s);
+  tpu_program_t* program = NULL;
+  s = tpu_program_get(text, len, &program);
+  free(text);
+  TPU_RETURN_IF_ERROR(s);
+  float host[N], values[N];
+  for (int i = 0; i < N; i++) host[i] = (float)i, values[i] = 1000.0f + (float)i;
+  tpu_buffer_t* args[2] = {0};
+  tpu_buffer_t* res = NULL;
+  s = tpu_buffer_from_host(tpu_runtime_client(), 0, host, TPU_DTYPE_FLOAT32, &n, 1, NULL, &args[0]);
+  if (!s && write)
+    s = tpu_buffer_from_host(tpu_runtime_client(), 0, values, TPU_DTYPE_FLOAT32, v->sizes,
+                             v->rank, NULL, &args[1]);
+  if (!s) s = tpu_program_execute(program, 0, args, write ? 2 : 1, &res);
+  if (!s) s = tpu_buffer_to_host(res, out, (size_t)out_n * sizeof(float));
+  tpu_buffer_destroy(args[0]);
+  tpu_buffer_destroy(args[1]);
+  tpu_buffer_destroy(res);
+  return s;
+}
+
+/* Flat index of the k-th element (row-major over sizes). */
+static int64_t flat_index(const tpu_view_t* v, int64_t k) {
+  int64_t idx = v->offset;
+  for (int d = v->rank - 1; d >= 0; d--) {
+    idx += (k % v->sizes[d]) * v->strides[d];
+    k /= v->sizes[d];
+  }
+  return idx;
+}
+
+static tpu_view_t view(int rank, const int64_t* sizes, const int64_t* strides, int64_t offset) {
+  tpu_view_t v = {.dtype = TPU_DTYPE_FLOAT32, .rank = rank, .offset = offset};
+  for (int d = 0; d < rank; d++) v.sizes[d] = sizes[d], v.strides[d] = strides[d];
+  return v;
+}
+
+static const struct {
+  const char* name;
+  int rank;
+  int64_t sizes[3], strides[3], offset;
+  bool writable; /* no two elements share a flat index */
+} kCases[] = {
+    {"contiguous slab", 2, {3, 4}, {4, 1}, 5, true},
+    {"whole storage", 2, {8, 8}, {8, 1}, 0, true},
+    {"transpose", 2, {8, 8}, {1, 8}, 0, true},
+    {"step slice", 2, {3, 2}, {16, 3}, 2, true},
+    {"column", 1, {7}, {8}, 3, true},
+    {"diagonal", 1, {8}, {9}, 0, true},
+    {"3d permuted slice", 3, {2, 3, 2}, {1, 16, 4}, 1, true},
+    {"expand", 2, {4, 5}, {0, 1}, 10, false},
+    {"unfold (overlapping)", 2, {5, 4}, {2, 1}, 0, false},
+    {"scalar", 0, {0}, {0}, 17, true},
+};
+
+static void test_reads_match_strided_indexing(void) {
+  for (size_t c = 0; c < sizeof kCases / sizeof kCases[0]; c++) {
+    tpu_view_t v = view(kCases[c].rank, kCases[c].sizes, kCases[c].strides, kCases[c].offset);
+    int64_t numel = tpu_view_numel(&v);
+    float out[N];
+    CHECK_OK(run(&v, false, out, numel));
+    for (int64_t k = 0; k < numel; k++) {
+      if (out[k] != (float)flat_index(&v, k)) {
+        fprintf(stderr, "%s: element %lld is %g, want %lld\n", kCases[c].name, (long long)k,
+                out[k], (long long)flat_index(&v, k));
+        CHECK(false);
+      }
+    }
+  }
+}
+
+static void test_writes_touch_exactly_the_view(void) {
+  for (size_t c = 0; c < sizeof kCases / sizeof kCases[0]; c++) {
+    if (!kCases[c].writable) continue;
+    tpu_view_t v = view(kCases[c].rank, kCases[c].sizes, kCases[c].strides, kCases[c].offset);
+    float out[N], want[N];
+    for (int i = 0; i < N; i++) want[i] = (float)i;
+    for (int64_t k = 0; k < tpu_view_numel(&v); k++) want[flat_index(&v, k)] = 1000.0f + (float)k;
+    CHECK_OK(run(&v, true, out, N));
+    for (int i = 0; i < N; i++) {
+      if (out[i] != want[i]) {
+        fprintf(stderr, "%s: flat[%d] is %g, want %g\n", kCases[c].name, i, out[i], want[i]);
+        CHECK(false);
+      }
+    }
+  }
+}
+
+static void test_cleanup(void) {
+  tpu_program_cache_clear();
+  tpu_runtime_shutdown();
+}
+
+TPU_TEST_MAIN(TPU_TEST(test_reads_match_strided_indexing),
+              TPU_TEST(test_writes_touch_exactly_the_view), TPU_TEST(test_cleanup))
