@@ -1,9 +1,520 @@
-/* reduce family of the lowering table (see lowering.h). */
+/* Reduce family: sum, mean, prod, nansum, amax/amin, max/min (full and .dim
+ * with indices), argmax/argmin, var/std (and *_mean), norms, logsumexp,
+ * cumsum/cumprod, all/any.
+ *
+ * Common shape handling: a lowering computes its result over the reduced
+ * dims (dropping them) and then reshapes to the output type PyTorch gives,
+ * which inserts the keepdim 1s. Output dtypes (sum's int64 promotion, dtype=
+ * args, bool sums) are also read from the output type rather than re-derived.
+ * Half types are reduced in float32 and rounded once (XLA:CPU would
+ * accumulate a bf16 reduce in bf16). */
+#include <math.h>
+#include <stdio.h>
+#include <stdint.h>
+#include <string.h>
+
 #include "emit.h"
 #include "lowering.h"
 
-/* Rows are added as lowerings land; an empty table sends every op of the
- * family to the CPU fallback. A zero-length array is not valid C, hence the
- * sentinel-free count below. */
-const tpu_lowering_t tpu_lowerings_reduce[1] = {{"", NULL, 0}};
-const size_t tpu_lowerings_reduce_count = 0;
+static bool is_half(tpu_dtype_t d) { return d == TPU_DTYPE_FLOAT16 || d == TPU_DTYPE_BFLOAT16; }
+static tpu_dtype_t acc_of(tpu_dtype_t d) { return is_half(d) ? TPU_DTYPE_FLOAT32 : d; }
+
+static tpu_hlo_type_t value_type(tpu_lower_ctx_t* ctx, tpu_hlo_value_t v) {
+  return tpu_hlo_value_type(tpu_lower_builder(ctx), v);
+}
+
+/* The dims to reduce, from argument i (int, int[] or None), normalized and
+ * ascending. None means every dim; an empty list means every dim too unless
+ * empty_is_none (any/all.dims treat [] as "reduce nothing"). */
+static int read_dims(tpu_lower_ctx_t* ctx, int i, int rank, bool empty_is_none, int64_t* dims) {
+  const tpu_lower_arg_t* a = tpu_lower_arg(ctx, i);
+  bool mask[TPU_HLO_MAX_RANK] = {0};
+  if (a->kind == TPU_ARG_INT) {
+    if (rank > 0) mask[(a->i % rank + rank) % rank] = true;
+  } else if (a->kind == TPU_ARG_INTS && (a->num_ints > 0 || empty_is_none)) {
+    for (int k = 0; k < a->num_ints && rank > 0; k++) mask[(a->ints[k] % rank + rank) % rank] = true;
+  } else {
+    for (int d = 0; d < rank; d++) mask[d] = true;
+  }
+  int n = 0;
+  for (int d = 0; d < rank; d++)
+    if (mask[d]) dims[n++] = d;
+  return n;
+}
+
+static int64_t count_of(const tpu_hlo_type_t* t, const int64_t* dims, int n) {
+  int64_t c = 1;
+  for (int k = 0; k < n; k++) c *= t->dims[dims[k]];
+  return c;
+}
+
+/* stablehlo.reduce, or the value itself when no dim is reduced. */
+static tpu_hlo_value_t reduce(tpu_hlo_builder_t* b, tpu_hlo_value_t x, double init,
+                              const int64_t* dims, int n, const char* op) {
+  if (n == 0) return x;
+  tpu_dtype_t d = tpu_hlo_value_type(b, x).dtype;
+  return tpu_emit_reduce(b, x, tpu_emit_const(b, d, init), dims, n, op);
+}
+
+/* The reduced value with the reduced dims kept as 1s, broadcast back over
+ * `full` (for x - mean and x - max). */
+static tpu_hlo_value_t expand_back(tpu_hlo_builder_t* b, tpu_hlo_value_t r,
+                                   const tpu_hlo_type_t* full, const int64_t* dims, int n) {
+  tpu_hlo_type_t kept = *full;
+  for (int k = 0; k < n; k++) kept.dims[dims[k]] = 1;
+  r = tpu_emit_reshape(b, r, kept.dims, kept.rank);
+  return tpu_emit_broadcast_to(b, r, full);
+}
+
+/* Sets output i from a value of its element count: converts to its dtype and
+ * reshapes (adds the keepdim 1s). */
+static void set_out(tpu_lower_ctx_t* ctx, int i, tpu_hlo_value_t v) {
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  tpu_hlo_type_t out = tpu_lower_output_type(ctx, i);
+  v = tpu_emit_convert(b, v, out.dtype);
+  tpu_lower_set_output(ctx, i, tpu_emit_reshape(b, v, out.dims, out.rank));
+}
+
+/* Argument 0 cast to output 0's dtype (PyTorch casts before reducing when a
+ * dtype= is given, and promotes ints/bools to int64 for sum/prod), then to
+ * its accumulation dtype. */
+static tpu_hlo_value_t input_as_acc(tpu_lower_ctx_t* ctx) {
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  tpu_dtype_t out = tpu_lower_output_type(ctx, 0).dtype;
+  tpu_hlo_value_t x = tpu_emit_convert(b, tpu_lower_tensor(ctx, 0), out);
+  return tpu_emit_convert(b, x, acc_of(out));
+}
+
+static tpu_status_t decline_complex(tpu_lower_ctx_t* ctx) {
+  if (tpu_dtype_is_complex(tpu_lower_arg(ctx, 0)->type.dtype) ||
+      tpu_dtype_is_complex(tpu_lower_output_type(ctx, 0).dtype))
+    return tpu_lower_decline(ctx, "complex reductions");
+  return NULL;
+}
+
+/* ---- sum / nansum / prod / mean ---- */
+
+/* sum(self, dtype) / sum.dim_IntList(self, dim, keepdim, dtype): arg 1 is a
+ * dim list only in the second form; otherwise every dim. */
+static tpu_status_t lower_sum_like(tpu_lower_ctx_t* ctx, bool nan_as_zero) {
+  tpu_status_t s = decline_complex(ctx);
+  if (s) return s;
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  tpu_hlo_value_t x = input_as_acc(ctx);
+  tpu_hlo_type_t t = value_type(ctx, x);
+  if (nan_as_zero && tpu_dtype_is_floating(t.dtype))
+    x = tpu_emit_select(b, tpu_emit_compare(b, "NE", x, x), tpu_emit_const_like(b, &t, 0), x);
+  int64_t dims[TPU_HLO_MAX_RANK];
+  int n = read_dims(ctx, 1, t.rank, false, dims);
+  const char* op = t.dtype == TPU_DTYPE_BOOL ? "stablehlo.or" : "stablehlo.add";
+  set_out(ctx, 0, reduce(b, x, 0, dims, n, op));
+  return NULL;
+}
+static tpu_status_t lower_sum(tpu_lower_ctx_t* ctx) { return lower_sum_like(ctx, false); }
+static tpu_status_t lower_nansum(tpu_lower_ctx_t* ctx) { return lower_sum_like(ctx, true); }
+
+/* prod(self, dtype) / prod.dim_int(self, dim, keepdim, dtype). */
+static tpu_status_t lower_prod(tpu_lower_ctx_t* ctx) {
+  tpu_status_t s = decline_complex(ctx);
+  if (s) return s;
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  tpu_hlo_value_t x = input_as_acc(ctx);
+  tpu_hlo_type_t t = value_type(ctx, x);
+  int64_t dims[TPU_HLO_MAX_RANK];
+  int n = read_dims(ctx, 1, t.rank, false, dims);
+  const char* op = t.dtype == TPU_DTYPE_BOOL ? "stablehlo.and" : "stablehlo.multiply";
+  set_out(ctx, 0, reduce(b, x, 1, dims, n, op));
+  return NULL;
+}
+
+/* mean(self, dtype) / mean.dim(self, dim, keepdim, dtype). */
+static tpu_status_t lower_mean(tpu_lower_ctx_t* ctx) {
+  tpu_status_t s = decline_complex(ctx);
+  if (s) return s;
+  if (!tpu_dtype_is_floating(tpu_lower_output_type(ctx, 0).dtype))
+    return tpu_lower_decline(ctx, "mean into a non-floating dtype");
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  tpu_hlo_value_t x = input_as_acc(ctx);
+  tpu_hlo_type_t t = value_type(ctx, x);
+  int64_t dims[TPU_HLO_MAX_RANK];
+  int n = read_dims(ctx, 1, t.rank, false, dims);
+  tpu_hlo_value_t sum = reduce(b, x, 0, dims, n, "stablehlo.add");
+  tpu_hlo_type_t st = value_type(ctx, sum);
+  tpu_hlo_value_t count = tpu_emit_const_like(b, &st, (double)count_of(&t, dims, n));
+  set_out(ctx, 0, tpu_emit_binary(b, "stablehlo.divide", sum, count));
+  return NULL;
+}
+
+/* ---- max / min family ---- */
+
+/* The identity of max (is_max) or min for dtype: -inf / +inf, the integer
+ * limits, false / true. */
+static tpu_hlo_value_t extreme_init(tpu_hlo_builder_t* b, tpu_dtype_t d, bool is_max) {
+  tpu_hlo_type_t t = tpu_hlo_type_scalar(d);
+  if (tpu_dtype_is_floating(d)) return tpu_hlo_constant_float(b, t, is_max ? -INFINITY : INFINITY);
+  if (d == TPU_DTYPE_BOOL) return tpu_hlo_constant_bool(b, t, !is_max);
+  int bits = (int)tpu_dtype_size(d) * 8;
+  if (d == TPU_DTYPE_UINT8) return tpu_hlo_constant_int(b, t, is_max ? 0 : 255);
+  int64_t hi = bits == 64 ? INT64_MAX : (((int64_t)1 << (bits - 1)) - 1);
+  return tpu_hlo_constant_int(b, t, is_max ? -hi - 1 : hi);
+}
+
+/* max/min over dims; bools use or/and. Floats propagate NaN like PyTorch:
+ * XLA:CPU's reduce with maximum drops NaNs (elementwise maximum keeps
+ * them), so a separate "any NaN" reduce selects NaN. */
+static tpu_hlo_value_t reduce_extreme(tpu_hlo_builder_t* b, tpu_hlo_value_t x,
+                                      const int64_t* dims, int n, bool is_max) {
+  if (n == 0) return x;
+  tpu_dtype_t d = tpu_hlo_value_type(b, x).dtype;
+  const char* op = d == TPU_DTYPE_BOOL ? (is_max ? "stablehlo.or" : "stablehlo.and")
+                                       : (is_max ? "stablehlo.maximum" : "stablehlo.minimum");
+  tpu_hlo_value_t r = tpu_emit_reduce(b, x, extreme_init(b, d, is_max), dims, n, op);
+  if (!tpu_dtype_is_floating(d)) return r;
+  tpu_hlo_value_t nan = reduce(b, tpu_emit_compare(b, "NE", x, x), 0, dims, n, "stablehlo.or");
+  tpu_hlo_type_t rt = tpu_hlo_value_type(b, r);
+  return tpu_emit_select(b, nan, tpu_emit_const_like(b, &rt, NAN), r);
+}
+
+/* Values and first-occurrence indices of the max (min) along `dim`, NaN
+ * counting as the largest (and smallest: PyTorch's min also returns NaN).
+ * A variadic reduce over (value, index) pairs ordered by value, then by
+ * lower index, is associative and commutative, so XLA may reduce in any
+ * order. */
+static void arg_reduce(tpu_hlo_builder_t* b, tpu_hlo_value_t x, int dim, bool is_max,
+                       tpu_hlo_value_t* out_values, tpu_hlo_value_t* out_indices) {
+  tpu_hlo_type_t t = tpu_hlo_value_type(b, x);
+  tpu_hlo_type_t it = t;
+  it.dtype = TPU_DTYPE_INT64;
+  tpu_hlo_value_t idx = tpu_emit_iota(b, &it, dim);
+  tpu_hlo_type_t sv = tpu_hlo_type_scalar(t.dtype), si = tpu_hlo_type_scalar(TPU_DTYPE_INT64);
+  tpu_hlo_type_t outs[2] = {{.dtype = t.dtype}, {.dtype = TPU_DTYPE_INT64}};
+  for (int d = 0; d < t.rank; d++)
+    if (d != dim) outs[0].dims[outs[0].rank++] = t.dims[d];
+  outs[1].rank = outs[0].rank;
+  memcpy(outs[1].dims, outs[0].dims, sizeof outs[0].dims);
+  tpu_hlo_value_t operands[4] = {x, idx, extreme_init(b, t.dtype, is_max),
+                                 tpu_hlo_constant_int(b, si, INT64_MAX)};
+  char attrs[64];
+  snprintf(attrs, sizeof attrs, "dimensions = array<i64: %d>", dim);
+  tpu_hlo_region_op_begin(b, "stablehlo.reduce", operands, 4, outs, 2, attrs);
+  tpu_hlo_type_t bt[4] = {sv, si, sv, si};
+  tpu_hlo_value_t a[4];
+  tpu_hlo_block_begin(b, bt, 4, a);
+  tpu_hlo_value_t better = tpu_emit_compare(b, is_max ? "GT" : "LT", a[0], a[2]);
+  tpu_hlo_value_t equal = tpu_emit_compare(b, "EQ", a[0], a[2]);
+  if (tpu_dtype_is_floating(t.dtype)) {
+    tpu_hlo_value_t an = tpu_emit_compare(b, "NE", a[0], a[0]);
+    tpu_hlo_value_t bn = tpu_emit_compare(b, "NE", a[2], a[2]);
+    tpu_hlo_value_t only_a = tpu_emit_binary(b, "stablehlo.and", an,
+                                             tpu_emit_unary(b, "stablehlo.not", bn));
+    better = tpu_emit_binary(b, "stablehlo.or", better, only_a);
+    equal = tpu_emit_binary(b, "stablehlo.or", equal, tpu_emit_binary(b, "stablehlo.and", an, bn));
+  }
+  tpu_hlo_value_t first = tpu_emit_binary(b, "stablehlo.and", equal,
+                                          tpu_emit_compare(b, "LT", a[1], a[3]));
+  tpu_hlo_value_t take_a = tpu_emit_binary(b, "stablehlo.or", better, first);
+  tpu_hlo_value_t r[2] = {tpu_emit_select(b, take_a, a[0], a[2]),
+                          tpu_emit_select(b, take_a, a[1], a[3])};
+  tpu_hlo_block_return(b, r, 2);
+  tpu_hlo_value_t res[2];
+  tpu_hlo_region_op_end(b, res);
+  *out_values = res[0];
+  *out_indices = res[1];
+}
+
+/* max(self) / max.dim(self, dim, keepdim) -> (values, indices) /
+ * max.out(self, other) (the binary form, when an out= is given). */
+static tpu_status_t lower_max_min(tpu_lower_ctx_t* ctx, bool is_max) {
+  tpu_status_t s = decline_complex(ctx);
+  if (s) return s;
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  tpu_hlo_value_t x = tpu_lower_tensor(ctx, 0);
+  tpu_hlo_type_t t = value_type(ctx, x);
+  const tpu_lower_arg_t* a1 = tpu_lower_arg(ctx, 1);
+  if (a1->kind == TPU_ARG_TENSOR) {
+    tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
+    if (out.dtype == TPU_DTYPE_BOOL) return tpu_lower_decline(ctx, "bool maximum");
+    tpu_hlo_value_t y = tpu_emit_cast_to(b, tpu_lower_tensor(ctx, 1), &out);
+    x = tpu_emit_cast_to(b, x, &out);
+    tpu_lower_set_output(ctx, 0, tpu_emit_binary(b, is_max ? "stablehlo.maximum"
+                                                           : "stablehlo.minimum", x, y));
+    return NULL;
+  }
+  if (a1->kind == TPU_ARG_INT) {
+    int dim = t.rank ? (int)((a1->i % t.rank + t.rank) % t.rank) : 0;
+    if (t.rank == 0) {
+      set_out(ctx, 0, x);
+      set_out(ctx, 1, tpu_emit_const(b, TPU_DTYPE_INT64, 0));
+      return NULL;
+    }
+    tpu_hlo_value_t v, i;
+    arg_reduce(b, x, dim, is_max, &v, &i);
+    set_out(ctx, 0, v);
+    set_out(ctx, 1, i);
+    return NULL;
+  }
+  int64_t dims[TPU_HLO_MAX_RANK];
+  int n = read_dims(ctx, -1, t.rank, false, dims);
+  set_out(ctx, 0, reduce_extreme(b, x, dims, n, is_max));
+  return NULL;
+}
+static tpu_status_t lower_max(tpu_lower_ctx_t* ctx) { return lower_max_min(ctx, true); }
+static tpu_status_t lower_min(tpu_lower_ctx_t* ctx) { return lower_max_min(ctx, false); }
+
+/* amax / amin(self, dim=[], keepdim): [] means every dim. */
+static tpu_status_t lower_amax_amin(tpu_lower_ctx_t* ctx, bool is_max) {
+  tpu_status_t s = decline_complex(ctx);
+  if (s) return s;
+  tpu_hlo_value_t x = tpu_lower_tensor(ctx, 0);
+  tpu_hlo_type_t t = value_type(ctx, x);
+  int64_t dims[TPU_HLO_MAX_RANK];
+  int n = read_dims(ctx, 1, t.rank, false, dims);
+  set_out(ctx, 0, reduce_extreme(tpu_lower_builder(ctx), x, dims, n, is_max));
+  return NULL;
+}
+static tpu_status_t lower_amax(tpu_lower_ctx_t* ctx) { return lower_amax_amin(ctx, true); }
+static tpu_status_t lower_amin(tpu_lower_ctx_t* ctx) { return lower_amax_amin(ctx, false); }
+
+/* argmax / argmin(self, dim=None, keepdim): None flattens. */
+static tpu_status_t lower_arg_extreme(tpu_lower_ctx_t* ctx, bool is_max) {
+  tpu_status_t s = decline_complex(ctx);
+  if (s) return s;
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  tpu_hlo_value_t x = tpu_lower_tensor(ctx, 0);
+  tpu_hlo_type_t t = value_type(ctx, x);
+  const tpu_lower_arg_t* a1 = tpu_lower_arg(ctx, 1);
+  int dim = 0;
+  if (a1->kind == TPU_ARG_INT && t.rank > 0) {
+    dim = (int)((a1->i % t.rank + t.rank) % t.rank);
+  } else {
+    int64_t n = 1;
+    for (int d = 0; d < t.rank; d++) n *= t.dims[d];
+    x = tpu_emit_reshape(b, x, &n, 1);
+  }
+  tpu_hlo_value_t v, i;
+  arg_reduce(b, x, dim, is_max, &v, &i);
+  set_out(ctx, 0, i);
+  return NULL;
+}
+static tpu_status_t lower_argmax(tpu_lower_ctx_t* ctx) { return lower_arg_extreme(ctx, true); }
+static tpu_status_t lower_argmin(tpu_lower_ctx_t* ctx) { return lower_arg_extreme(ctx, false); }
+
+/* ---- var / std ---- */
+
+/* var.correction(self, dim, *, correction=None, keepdim) and std, var_mean,
+ * std_mean (outputs: (var|std, mean)). The divisor max(N - correction, 0)
+ * is computed in the program since correction is a run-time Scalar. */
+static tpu_status_t lower_var_std(tpu_lower_ctx_t* ctx, bool take_sqrt) {
+  tpu_status_t s = decline_complex(ctx);
+  if (s) return s;
+  tpu_dtype_t od = tpu_lower_output_type(ctx, 0).dtype;
+  if (!tpu_dtype_is_floating(od)) return tpu_lower_decline(ctx, "var of a non-floating dtype");
+  if (tpu_lower_arg(ctx, 2)->kind == TPU_ARG_BOOL)
+    return tpu_lower_decline(ctx, "unbiased= overload (decomposed before the backend)");
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  tpu_hlo_value_t x = input_as_acc(ctx);
+  tpu_hlo_type_t t = value_type(ctx, x);
+  int64_t dims[TPU_HLO_MAX_RANK];
+  int n = read_dims(ctx, 1, t.rank, false, dims);
+  tpu_hlo_value_t sum = reduce(b, x, 0, dims, n, "stablehlo.add");
+  tpu_hlo_type_t st = value_type(ctx, sum);
+  double count = (double)count_of(&t, dims, n);
+  tpu_hlo_value_t mean =
+      tpu_emit_binary(b, "stablehlo.divide", sum, tpu_emit_const_like(b, &st, count));
+  tpu_hlo_value_t dev = tpu_emit_binary(b, "stablehlo.subtract", x, expand_back(b, mean, &t, dims, n));
+  tpu_hlo_value_t sq = reduce(b, tpu_emit_binary(b, "stablehlo.multiply", dev, dev), 0, dims, n,
+                              "stablehlo.add");
+  tpu_hlo_value_t correction = tpu_lower_arg(ctx, 2)->kind == TPU_ARG_NONE
+                                   ? tpu_emit_const(b, t.dtype, 1)
+                                   : tpu_lower_scalar(ctx, 2, t.dtype);
+  tpu_hlo_value_t div = tpu_emit_binary(b, "stablehlo.maximum",
+                                        tpu_emit_binary(b, "stablehlo.subtract",
+                                                        tpu_emit_const(b, t.dtype, count), correction),
+                                        tpu_emit_const(b, t.dtype, 0));
+  tpu_hlo_value_t var = tpu_emit_binary(b, "stablehlo.divide", sq, tpu_emit_broadcast_to(b, div, &st));
+  set_out(ctx, 0, take_sqrt ? tpu_emit_unary(b, "stablehlo.sqrt", var) : var);
+  if (tpu_lower_num_outputs(ctx) > 1) set_out(ctx, 1, mean);
+  return NULL;
+}
+static tpu_status_t lower_var(tpu_lower_ctx_t* ctx) { return lower_var_std(ctx, false); }
+static tpu_status_t lower_std(tpu_lower_ctx_t* ctx) { return lower_var_std(ctx, true); }
+
+/* ---- norms ---- */
+
+/* p-norm of `x` (an accumulation-dtype value) over dims with a run-time p:
+ * every case is computed and the one p names is selected (p is a program
+ * argument, so its value is unknown while lowering). 2 and 1 avoid pow so
+ * the common norms are exact; 0 counts nonzeros; +-inf take max/min |x|. */
+static tpu_hlo_value_t emit_pnorm(tpu_hlo_builder_t* b, tpu_hlo_value_t x, tpu_hlo_value_t p,
+                                  const int64_t* dims, int n) {
+  tpu_hlo_value_t a = tpu_emit_unary(b, "stablehlo.abs", x);
+  tpu_hlo_type_t t = tpu_hlo_value_type(b, a);
+  tpu_hlo_value_t pb = tpu_emit_broadcast_to(b, p, &t);
+  tpu_hlo_value_t two = tpu_emit_const_like(b, &t, 2), one = tpu_emit_const_like(b, &t, 1);
+  tpu_hlo_value_t zero = tpu_emit_const_like(b, &t, 0);
+  tpu_hlo_value_t nonzero = tpu_emit_convert(b, tpu_emit_compare(b, "NE", a, zero), t.dtype);
+  tpu_hlo_value_t term = tpu_emit_binary(b, "stablehlo.power", a, pb);
+  term = tpu_emit_select(b, tpu_emit_compare(b, "EQ", pb, zero), nonzero, term);
+  term = tpu_emit_select(b, tpu_emit_compare(b, "EQ", pb, one), a, term);
+  term = tpu_emit_select(b, tpu_emit_compare(b, "EQ", pb, two),
+                         tpu_emit_binary(b, "stablehlo.multiply", a, a), term);
+  tpu_hlo_value_t sum = reduce(b, term, 0, dims, n, "stablehlo.add");
+  tpu_hlo_type_t st = tpu_hlo_value_type(b, sum);
+  tpu_hlo_value_t ps = tpu_emit_broadcast_to(b, p, &st);
+  tpu_hlo_value_t s_one = tpu_emit_const_like(b, &st, 1);
+  tpu_hlo_value_t root = tpu_emit_binary(b, "stablehlo.power", sum,
+                                         tpu_emit_binary(b, "stablehlo.divide", s_one, ps));
+  tpu_hlo_value_t no_root = tpu_emit_binary(
+      b, "stablehlo.or", tpu_emit_compare(b, "EQ", ps, s_one),
+      tpu_emit_compare(b, "EQ", ps, tpu_emit_const_like(b, &st, 0)));
+  root = tpu_emit_select(b, no_root, sum, root);
+  root = tpu_emit_select(b, tpu_emit_compare(b, "EQ", ps, tpu_emit_const_like(b, &st, 2)),
+                         tpu_emit_unary(b, "stablehlo.sqrt", sum), root);
+  tpu_hlo_value_t mx = reduce_extreme(b, a, dims, n, true);
+  tpu_hlo_value_t mn = reduce_extreme(b, a, dims, n, false);
+  root = tpu_emit_select(b, tpu_emit_compare(b, "EQ", ps, tpu_emit_const_like(b, &st, INFINITY)),
+                         mx, root);
+  root = tpu_emit_select(b, tpu_emit_compare(b, "EQ", ps, tpu_emit_const_like(b, &st, -INFINITY)),
+                         mn, root);
+  return root;
+}
+
+/* norm.Scalar(self, p) / norm.ScalarOpt_dim[_dtype](self, p?, dim, keepdim,
+ * dtype) / norm.ScalarOpt_dtype(self, p?, dtype) and
+ * linalg_vector_norm(self, ord, dim?, keepdim, dtype?): p at 1 (None = 2),
+ * dims at 2 when given. */
+static tpu_status_t lower_norm(tpu_lower_ctx_t* ctx) {
+  tpu_status_t s = decline_complex(ctx);
+  if (s) return s;
+  if (!tpu_dtype_is_floating(tpu_lower_output_type(ctx, 0).dtype))
+    return tpu_lower_decline(ctx, "norm into a non-floating dtype");
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  tpu_hlo_value_t x = input_as_acc(ctx);
+  tpu_hlo_type_t t = value_type(ctx, x);
+  tpu_hlo_value_t p = tpu_lower_arg(ctx, 1)->kind == TPU_ARG_NONE
+                          ? tpu_emit_const(b, t.dtype, 2)
+                          : tpu_lower_scalar(ctx, 1, t.dtype);
+  int64_t dims[TPU_HLO_MAX_RANK];
+  int n = read_dims(ctx, 2, t.rank, false, dims);
+  set_out(ctx, 0, emit_pnorm(b, x, p, dims, n));
+  return NULL;
+}
+
+/* logsumexp(self, dim, keepdim) = log(sum(exp(x - m))) + m with m the max
+ * (0 where it is infinite, as PyTorch does, so all -inf gives -inf). */
+static tpu_status_t lower_logsumexp(tpu_lower_ctx_t* ctx) {
+  tpu_status_t s = decline_complex(ctx);
+  if (s) return s;
+  if (!tpu_dtype_is_floating(tpu_lower_output_type(ctx, 0).dtype))
+    return tpu_lower_decline(ctx, "logsumexp into a non-floating dtype");
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  tpu_hlo_value_t x = input_as_acc(ctx);
+  tpu_hlo_type_t t = value_type(ctx, x);
+  int64_t dims[TPU_HLO_MAX_RANK];
+  int n = read_dims(ctx, 1, t.rank, false, dims);
+  tpu_hlo_value_t m = reduce(b, x, -INFINITY, dims, n, "stablehlo.maximum");
+  tpu_hlo_type_t mt = value_type(ctx, m);
+  tpu_hlo_value_t inf = tpu_emit_const_like(b, &mt, INFINITY);
+  m = tpu_emit_select(b, tpu_emit_compare(b, "EQ", tpu_emit_unary(b, "stablehlo.abs", m), inf),
+                      tpu_emit_const_like(b, &mt, 0), m);
+  tpu_hlo_value_t e = tpu_emit_unary(
+      b, "stablehlo.exponential",
+      tpu_emit_binary(b, "stablehlo.subtract", x, expand_back(b, m, &t, dims, n)));
+  tpu_hlo_value_t r = tpu_emit_unary(b, "stablehlo.log", reduce(b, e, 0, dims, n, "stablehlo.add"));
+  set_out(ctx, 0, tpu_emit_binary(b, "stablehlo.add", r, m));
+  return NULL;
+}
+
+/* ---- scans ---- */
+
+/* Inclusive scan along `dim` (Hillis-Steele: log2(n) steps of "y op= y
+ * shifted by s", the shift padding with the identity), O(n log n) work
+ * where a reduce_window would be O(n^2). */
+static tpu_hlo_value_t emit_scan(tpu_hlo_builder_t* b, tpu_hlo_value_t y, int dim, double identity,
+                                 const char* op) {
+  tpu_hlo_type_t t = tpu_hlo_value_type(b, y);
+  int64_t n = t.dims[dim];
+  for (int64_t s = 1; s < n; s *= 2) {
+    int64_t start[TPU_HLO_MAX_RANK] = {0}, limit[TPU_HLO_MAX_RANK], stride[TPU_HLO_MAX_RANK];
+    int64_t low[TPU_HLO_MAX_RANK] = {0}, high[TPU_HLO_MAX_RANK] = {0}, interior[TPU_HLO_MAX_RANK] = {0};
+    for (int d = 0; d < t.rank; d++) limit[d] = t.dims[d], stride[d] = 1;
+    limit[dim] = n - s;
+    low[dim] = s;
+    tpu_hlo_value_t head = tpu_emit_slice(b, y, start, limit, stride);
+    char l[24 * TPU_HLO_MAX_RANK + 16], h[sizeof l], in[sizeof l], attrs[3 * sizeof l + 96];
+    tpu_emit_i64_array(l, sizeof l, low, t.rank);
+    tpu_emit_i64_array(h, sizeof h, high, t.rank);
+    tpu_emit_i64_array(in, sizeof in, interior, t.rank);
+    snprintf(attrs, sizeof attrs,
+             "edge_padding_low = %s, edge_padding_high = %s, interior_padding = %s", l, h, in);
+    tpu_hlo_value_t ops[2] = {head, tpu_emit_const(b, t.dtype, identity)};
+    tpu_hlo_value_t shifted = tpu_hlo_op(b, "stablehlo.pad", ops, 2, t, attrs);
+    y = tpu_emit_binary(b, op, y, shifted);
+  }
+  return y;
+}
+
+/* cumsum / cumprod(self, dim, *, dtype=None). */
+static tpu_status_t lower_cum(tpu_lower_ctx_t* ctx, bool is_sum) {
+  tpu_status_t s = decline_complex(ctx);
+  if (s) return s;
+  if (tpu_lower_output_type(ctx, 0).dtype == TPU_DTYPE_BOOL)
+    return tpu_lower_decline(ctx, "bool scan output");
+  tpu_hlo_value_t x = input_as_acc(ctx);
+  tpu_hlo_type_t t = value_type(ctx, x);
+  const tpu_lower_arg_t* a1 = tpu_lower_arg(ctx, 1);
+  if (a1->kind != TPU_ARG_INT) return tpu_lower_decline(ctx, "scan dim is not an int");
+  if (t.rank > 0) {
+    int dim = (int)((a1->i % t.rank + t.rank) % t.rank);
+    x = emit_scan(tpu_lower_builder(ctx), x, dim, is_sum ? 0 : 1,
+                  is_sum ? "stablehlo.add" : "stablehlo.multiply");
+  }
+  set_out(ctx, 0, x);
+  return NULL;
+}
+static tpu_status_t lower_cumsum(tpu_lower_ctx_t* ctx) { return lower_cum(ctx, true); }
+static tpu_status_t lower_cumprod(tpu_lower_ctx_t* ctx) { return lower_cum(ctx, false); }
+
+/* ---- all / any ---- */
+
+/* all(self) / all.dim(self, dim, keepdim) / all.dims(self, dim?, keepdim):
+ * nonzero test (NaN counts as true), then and/or. Output is bool, or uint8
+ * for uint8 input, as the output type says. */
+static tpu_status_t lower_all_any(tpu_lower_ctx_t* ctx, bool is_all) {
+  tpu_status_t s = decline_complex(ctx);
+  if (s) return s;
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  tpu_hlo_value_t x = tpu_emit_convert(b, tpu_lower_tensor(ctx, 0), TPU_DTYPE_BOOL);
+  tpu_hlo_type_t t = value_type(ctx, x);
+  int64_t dims[TPU_HLO_MAX_RANK];
+  int n = read_dims(ctx, 1, t.rank, true, dims);
+  set_out(ctx, 0, reduce(b, x, is_all ? 1 : 0, dims, n, is_all ? "stablehlo.and" : "stablehlo.or"));
+  return NULL;
+}
+static tpu_status_t lower_all(tpu_lower_ctx_t* ctx) { return lower_all_any(ctx, true); }
+static tpu_status_t lower_any(tpu_lower_ctx_t* ctx) { return lower_all_any(ctx, false); }
+
+const tpu_lowering_t tpu_lowerings_reduce[] = {
+    {"sum", lower_sum, 0},
+    {"nansum", lower_nansum, 0},
+    {"prod", lower_prod, 0},
+    {"mean", lower_mean, 0},
+    {"max", lower_max, 0},
+    {"min", lower_min, 0},
+    {"amax", lower_amax, 0},
+    {"amin", lower_amin, 0},
+    {"argmax", lower_argmax, 0},
+    {"argmin", lower_argmin, 0},
+    {"var", lower_var, 0},
+    {"std", lower_std, 0},
+    {"var_mean", lower_var, 0},
+    {"std_mean", lower_std, 0},
+    {"norm", lower_norm, 0},
+    {"linalg_vector_norm", lower_norm, 0},
+    {"logsumexp", lower_logsumexp, 0},
+    {"cumsum", lower_cumsum, 0},
+    {"cumprod", lower_cumprod, 0},
+    {"all", lower_all, 0},
+    {"any", lower_any, 0},
+};
+const size_t tpu_lowerings_reduce_count = sizeof tpu_lowerings_reduce / sizeof tpu_lowerings_reduce[0];

@@ -1,0 +1,412 @@
+/* Reduce family: each lowering run on the XLA CPU plugin against values
+ * computed here. */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "../testing.h"
+#include "emit.h"
+#include "lower_testing.h"
+
+static tpu_lower_arg_t ints_arg(int n, const int64_t* v) {
+  tpu_lower_arg_t a = {.kind = TPU_ARG_INTS, .num_ints = n};
+  for (int i = 0; i < n; i++) a.ints[i] = v[i];
+  return a;
+}
+static tpu_lower_arg_t int_arg(int64_t v) { return (tpu_lower_arg_t){.kind = TPU_ARG_INT, .i = v}; }
+static tpu_lower_arg_t bool_arg(bool v) { return (tpu_lower_arg_t){.kind = TPU_ARG_BOOL, .i = v}; }
+static const tpu_lower_arg_t kNone = {.kind = TPU_ARG_NONE};
+
+static uint16_t to_bf16(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  return (uint16_t)((u + 0x7FFF + ((u >> 16) & 1)) >> 16);
+}
+static float from_bf16(uint16_t h) {
+  uint32_t u = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+static bool close(double a, double b, double tol) {
+  return fabs(a - b) <= tol * (1 + fabs(b));
+}
+
+static void test_sum_dims_keepdim_negative(void) {
+  int64_t d[2] = {2, 3}, od[2] = {2, 1}, dim = -1;
+  tpu_lower_arg_t args[4] = {tpu_test_tensor_arg(TPU_DTYPE_FLOAT32, 2, d), ints_arg(1, &dim),
+                             bool_arg(true), kNone};
+  float x[6] = {1, 2, 3, 4, 5, 6};
+  const void* data[1] = {x};
+  tpu_hlo_type_t out = tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 2, od);
+  void* r[1];
+  CHECK_OK(tpu_test_run_op("aten::sum.dim_IntList", args, 4, NULL, data, &out, 1, r));
+  float* v = r[0];
+  bool ok = v[0] == 6 && v[1] == 15;
+  free(r[0]);
+  CHECK(ok);
+  /* An empty dim list reduces every dim. */
+  args[1] = ints_arg(0, NULL);
+  args[2] = bool_arg(false);
+  out = tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 0, NULL);
+  CHECK_OK(tpu_test_run_op("aten::sum.dim_IntList", args, 4, NULL, data, &out, 1, r));
+  ok = *(float*)r[0] == 21;
+  free(r[0]);
+  CHECK(ok);
+}
+
+static void test_sum_promotes_ints_and_bools(void) {
+  int64_t d[1] = {4};
+  tpu_lower_arg_t args[2] = {tpu_test_tensor_arg(TPU_DTYPE_INT32, 1, d), kNone};
+  int32_t x[4] = {2000000000, 2000000000, -5, 7};
+  const void* data[1] = {x};
+  tpu_hlo_type_t out = tpu_hlo_type_make(TPU_DTYPE_INT64, 0, NULL);
+  void* r[1];
+  CHECK_OK(tpu_test_run_op("aten::sum", args, 2, NULL, data, &out, 1, r));
+  bool ok = *(int64_t*)r[0] == 4000000002LL;
+  free(r[0]);
+  CHECK(ok);
+  args[0] = tpu_test_tensor_arg(TPU_DTYPE_BOOL, 1, d);
+  uint8_t bx[4] = {1, 0, 1, 1};
+  data[0] = bx;
+  CHECK_OK(tpu_test_run_op("aten::sum", args, 2, NULL, data, &out, 1, r));
+  ok = *(int64_t*)r[0] == 3;
+  free(r[0]);
+  CHECK(ok);
+}
+
+static void test_bf16_sum_and_mean_accumulate_in_f32(void) {
+  enum { N = 300 };
+  int64_t d[1] = {N};
+  uint16_t x[N];
+  float ref = 0;
+  for (int i = 0; i < N; i++) {
+    x[i] = to_bf16(1.0078125f + (float)(i % 7) * 0.0625f);
+    ref += from_bf16(x[i]);
+  }
+  tpu_lower_arg_t args[4] = {tpu_test_tensor_arg(TPU_DTYPE_BFLOAT16, 1, d), kNone, bool_arg(false),
+                             kNone};
+  const void* data[1] = {x};
+  tpu_hlo_type_t out = tpu_hlo_type_make(TPU_DTYPE_BFLOAT16, 0, NULL);
+  void* r[1];
+  CHECK_OK(tpu_test_run_op("aten::sum.dim_IntList", args, 4, NULL, data, &out, 1, r));
+  uint16_t got = *(uint16_t*)r[0];
+  free(r[0]);
+  CHECK_EQ(got, to_bf16(ref));
+  CHECK_OK(tpu_test_run_op("aten::mean.dim", args, 4, NULL, data, &out, 1, r));
+  got = *(uint16_t*)r[0];
+  free(r[0]);
+  CHECK_EQ(got, to_bf16(ref / N));
+}
+
+static void test_nansum_prod_mean(void) {
+  int64_t d[2] = {2, 3}, od[1] = {3}, zero = 0;
+  tpu_lower_arg_t args[4] = {tpu_test_tensor_arg(TPU_DTYPE_FLOAT32, 2, d), ints_arg(1, &zero),
+                             bool_arg(false), kNone};
+  float x[6] = {1, NAN, 3, 4, 5, -6};
+  const void* data[1] = {x};
+  tpu_hlo_type_t out = tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 1, od);
+  void* r[1];
+  CHECK_OK(tpu_test_run_op("aten::nansum", args, 4, NULL, data, &out, 1, r));
+  float* v = r[0];
+  bool ok = v[0] == 5 && v[1] == 5 && v[2] == -3;
+  free(r[0]);
+  CHECK(ok);
+  CHECK_OK(tpu_test_run_op("aten::mean.dim", args, 4, NULL, data, &out, 1, r));
+  v = r[0];
+  ok = v[0] == 2.5f && isnan(v[1]) && v[2] == -1.5f;
+  free(r[0]);
+  CHECK(ok);
+  /* prod.dim_int on int64 with keepdim. */
+  int64_t ix[6] = {1, 2, 3, 4, 5, -6}, kd[2] = {2, 1};
+  tpu_lower_arg_t pargs[4] = {tpu_test_tensor_arg(TPU_DTYPE_INT64, 2, d), int_arg(-1),
+                              bool_arg(true), kNone};
+  data[0] = ix;
+  out = tpu_hlo_type_make(TPU_DTYPE_INT64, 2, kd);
+  CHECK_OK(tpu_test_run_op("aten::prod.dim_int", pargs, 4, NULL, data, &out, 1, r));
+  int64_t* iv = r[0];
+  ok = iv[0] == 6 && iv[1] == -120;
+  free(r[0]);
+  CHECK(ok);
+}
+
+static void test_amax_amin_propagate_nan(void) {
+  int64_t d[2] = {2, 3}, od[1] = {2}, one = 1;
+  tpu_lower_arg_t args[3] = {tpu_test_tensor_arg(TPU_DTYPE_FLOAT32, 2, d), ints_arg(1, &one),
+                             bool_arg(false)};
+  float x[6] = {1, NAN, 3, -4, 5, -INFINITY};
+  const void* data[1] = {x};
+  tpu_hlo_type_t out = tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 1, od);
+  void* r[1];
+  CHECK_OK(tpu_test_run_op("aten::amax", args, 3, NULL, data, &out, 1, r));
+  float* v = r[0];
+  bool ok = isnan(v[0]) && v[1] == 5;
+  if (!ok) fprintf(stderr, "amax: %g %g\n", v[0], v[1]);
+  free(r[0]);
+  CHECK(ok);
+  CHECK_OK(tpu_test_run_op("aten::amin", args, 3, NULL, data, &out, 1, r));
+  v = r[0];
+  ok = isnan(v[0]) && v[1] == -INFINITY;
+  free(r[0]);
+  CHECK(ok);
+  /* max(self): every dim; int8 limits as the identity. */
+  int8_t ix[6] = {-128, -100, -128, -127, -128, -128};
+  tpu_lower_arg_t margs[1] = {tpu_test_tensor_arg(TPU_DTYPE_INT8, 2, d)};
+  data[0] = ix;
+  out = tpu_hlo_type_make(TPU_DTYPE_INT8, 0, NULL);
+  CHECK_OK(tpu_test_run_op("aten::max", margs, 1, NULL, data, &out, 1, r));
+  ok = *(int8_t*)r[0] == -100;
+  free(r[0]);
+  CHECK(ok);
+  CHECK_OK(tpu_test_run_op("aten::min", margs, 1, NULL, data, &out, 1, r));
+  ok = *(int8_t*)r[0] == -128;
+  free(r[0]);
+  CHECK(ok);
+}
+
+static void test_max_dim_first_index_and_nan(void) {
+  int64_t d[2] = {3, 4}, od[1] = {3};
+  tpu_lower_arg_t args[3] = {tpu_test_tensor_arg(TPU_DTYPE_FLOAT32, 2, d), int_arg(1),
+                             bool_arg(false)};
+  float x[12] = {1, 3, 3, 2, NAN, 5, NAN, 1, -INFINITY, -INFINITY, -INFINITY, -INFINITY};
+  const void* data[1] = {x};
+  tpu_hlo_type_t outs[2] = {tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 1, od),
+                            tpu_hlo_type_make(TPU_DTYPE_INT64, 1, od)};
+  void* r[2];
+  CHECK_OK(tpu_test_run_op("aten::max.dim", args, 3, NULL, data, outs, 2, r));
+  float* v = r[0];
+  int64_t* i = r[1];
+  bool ok = v[0] == 3 && i[0] == 1 && isnan(v[1]) && i[1] == 0 && v[2] == -INFINITY && i[2] == 0;
+  if (!ok) fprintf(stderr, "max.dim: %g %lld %g %lld %g %lld\n", v[0], (long long)i[0], v[1], (long long)i[1], v[2], (long long)i[2]);
+  free(r[0]);
+  free(r[1]);
+  CHECK(ok);
+  float y[12] = {2, 1, 1, 3, 4, 0, NAN, NAN, 7, 7, 7, 7};
+  data[0] = y;
+  CHECK_OK(tpu_test_run_op("aten::min.dim", args, 3, NULL, data, outs, 2, r));
+  v = r[0];
+  i = r[1];
+  ok = v[0] == 1 && i[0] == 1 && isnan(v[1]) && i[1] == 2 && v[2] == 7 && i[2] == 0;
+  free(r[0]);
+  free(r[1]);
+  CHECK(ok);
+}
+
+static void test_argmax_argmin(void) {
+  int64_t d[2] = {2, 3}, kd[2] = {1, 3};
+  tpu_lower_arg_t args[3] = {tpu_test_tensor_arg(TPU_DTYPE_INT32, 2, d), kNone, bool_arg(false)};
+  int32_t x[6] = {4, 9, 1, 9, -3, 1};
+  const void* data[1] = {x};
+  tpu_hlo_type_t out = tpu_hlo_type_make(TPU_DTYPE_INT64, 0, NULL);
+  void* r[1];
+  CHECK_OK(tpu_test_run_op("aten::argmax", args, 3, NULL, data, &out, 1, r));
+  bool ok = *(int64_t*)r[0] == 1;
+  free(r[0]);
+  CHECK(ok);
+  CHECK_OK(tpu_test_run_op("aten::argmin", args, 3, NULL, data, &out, 1, r));
+  ok = *(int64_t*)r[0] == 4;
+  free(r[0]);
+  CHECK(ok);
+  args[1] = int_arg(0);
+  args[2] = bool_arg(true);
+  out = tpu_hlo_type_make(TPU_DTYPE_INT64, 2, kd);
+  CHECK_OK(tpu_test_run_op("aten::argmin", args, 3, NULL, data, &out, 1, r));
+  int64_t* i = r[0];
+  ok = i[0] == 0 && i[1] == 1 && i[2] == 0;
+  free(r[0]);
+  CHECK(ok);
+  /* bool argmax: the first true. */
+  uint8_t bx[6] = {0, 0, 1, 1, 0, 1};
+  args[0] = tpu_test_tensor_arg(TPU_DTYPE_BOOL, 2, d);
+  args[1] = kNone;
+  args[2] = bool_arg(false);
+  data[0] = bx;
+  out = tpu_hlo_type_make(TPU_DTYPE_INT64, 0, NULL);
+  CHECK_OK(tpu_test_run_op("aten::argmax", args, 3, NULL, data, &out, 1, r));
+  ok = *(int64_t*)r[0] == 2;
+  free(r[0]);
+  CHECK(ok);
+}
+
+static void test_var_std_correction(void) {
+  int64_t d[2] = {2, 4}, od[1] = {2}, one = 1;
+  tpu_lower_arg_t args[4] = {tpu_test_tensor_arg(TPU_DTYPE_FLOAT32, 2, d), ints_arg(1, &one),
+                             tpu_test_scalar_arg(TPU_DTYPE_FLOAT64, true), bool_arg(false)};
+  float x[8] = {1, 2, 3, 4, 10, 10, 10, 14};
+  double corr = 1.5;
+  const void* data[2] = {x, &corr};
+  tpu_hlo_type_t outs[2] = {tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 1, od),
+                            tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 1, od)};
+  void* r[2];
+  CHECK_OK(tpu_test_run_op("aten::var.correction", args, 4, NULL, data, outs, 1, r));
+  float* v = r[0];
+  bool ok = close(v[0], 5.0 / 2.5, 1e-6) && close(v[1], 12.0 / 2.5, 1e-6);
+  free(r[0]);
+  CHECK(ok);
+  /* std_mean with the default correction (1) over every dim. */
+  args[1] = kNone;
+  args[2] = kNone;
+  outs[0] = outs[1] = tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 0, NULL);
+  double mean = 54.0 / 8, ss = 0;
+  for (int k = 0; k < 8; k++) ss += (x[k] - mean) * (x[k] - mean);
+  CHECK_OK(tpu_test_run_op("aten::std_mean.correction", args, 4, NULL, data, outs, 2, r));
+  ok = close(*(float*)r[0], sqrt(ss / 7), 1e-6) && close(*(float*)r[1], mean, 1e-6);
+  free(r[0]);
+  free(r[1]);
+  CHECK(ok);
+  /* correction > N: divisor clamps to 0 -> inf. */
+  args[2] = tpu_test_scalar_arg(TPU_DTYPE_INT64, true);
+  int64_t big = 9;
+  data[1] = &big;
+  CHECK_OK(tpu_test_run_op("aten::var.correction", args, 4, NULL, data, outs, 1, r));
+  ok = isinf(*(float*)r[0]);
+  free(r[0]);
+  CHECK(ok);
+}
+
+static void test_norms_with_runtime_p(void) {
+  int64_t d[2] = {2, 3}, od[1] = {2}, one = 1;
+  tpu_lower_arg_t args[5] = {tpu_test_tensor_arg(TPU_DTYPE_FLOAT32, 2, d),
+                             tpu_test_scalar_arg(TPU_DTYPE_FLOAT64, true), ints_arg(1, &one),
+                             bool_arg(false), kNone};
+  float x[6] = {3, -4, 0, 1, -2, 2};
+  double ps[6] = {2, 1, INFINITY, -INFINITY, 0, 3};
+  double want[6][2] = {{5, 3},
+                       {7, 5},
+                       {4, 2},
+                       {0, 1},
+                       {2, 3},
+                       {cbrt(91.0), cbrt(17.0)}};
+  tpu_hlo_type_t out = tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 1, od);
+  for (int k = 0; k < 6; k++) {
+    const void* data[2] = {x, &ps[k]};
+    void* r[1];
+    CHECK_OK(tpu_test_run_op("aten::linalg_vector_norm", args, 5, NULL, data, &out, 1, r));
+    float* v = r[0];
+    bool ok = close(v[0], want[k][0], 1e-6) && close(v[1], want[k][1], 1e-6);
+    if (!ok) fprintf(stderr, "p=%g: %g %g\n", ps[k], v[0], v[1]);
+    free(r[0]);
+    CHECK(ok);
+  }
+  /* norm.ScalarOpt_dim with p=None is the 2-norm. */
+  args[1] = kNone;
+  const void* data[1] = {x};
+  void* r[1];
+  CHECK_OK(tpu_test_run_op("aten::norm.ScalarOpt_dim", args, 4, NULL, data, &out, 1, r));
+  bool ok = close(((float*)r[0])[0], 5, 1e-6) && close(((float*)r[0])[1], 3, 1e-6);
+  free(r[0]);
+  CHECK(ok);
+}
+
+static void test_logsumexp(void) {
+  int64_t d[2] = {2, 3}, od[2] = {2, 1}, one = 1;
+  tpu_lower_arg_t args[3] = {tpu_test_tensor_arg(TPU_DTYPE_FLOAT32, 2, d), ints_arg(1, &one),
+                             bool_arg(true)};
+  float x[6] = {1000, 1000, 999, -INFINITY, -INFINITY, -INFINITY};
+  const void* data[1] = {x};
+  tpu_hlo_type_t out = tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 2, od);
+  void* r[1];
+  CHECK_OK(tpu_test_run_op("aten::logsumexp", args, 3, NULL, data, &out, 1, r));
+  float* v = r[0];
+  bool ok = close(v[0], 1000 + log(2 + exp(-1.0)), 1e-6) && v[1] == -INFINITY;
+  free(r[0]);
+  CHECK(ok);
+}
+
+static void test_cumsum_cumprod_any_dim(void) {
+  enum { R = 3, C = 37 };
+  int64_t d[2] = {R, C};
+  int32_t x[R * C];
+  for (int k = 0; k < R * C; k++) x[k] = (k * 7919) % 23 - 11;
+  for (int dim = -2; dim < 2; dim++) {
+    tpu_lower_arg_t args[3] = {tpu_test_tensor_arg(TPU_DTYPE_INT32, 2, d), int_arg(dim), kNone};
+    const void* data[1] = {x};
+    tpu_hlo_type_t out = tpu_hlo_type_make(TPU_DTYPE_INT64, 2, d);
+    void* r[1];
+    CHECK_OK(tpu_test_run_op("aten::cumsum", args, 3, NULL, data, &out, 1, r));
+    int64_t* v = r[0];
+    bool ok = true;
+    int nd = (dim + 2) % 2;
+    for (int i = 0; i < R; i++)
+      for (int j = 0; j < C; j++) {
+        int64_t want = 0;
+        for (int k = 0; k <= (nd ? j : i); k++) want += nd ? x[i * C + k] : x[k * C + j];
+        ok &= v[i * C + j] == want;
+      }
+    free(r[0]);
+    CHECK(ok);
+  }
+  int64_t d1[1] = {10};
+  float f[10] = {1, 2, -1, 0.5f, 3, 1, 1, -2, 0.25f, 2};
+  tpu_lower_arg_t args[3] = {tpu_test_tensor_arg(TPU_DTYPE_FLOAT32, 1, d1), int_arg(0), kNone};
+  const void* data[1] = {f};
+  tpu_hlo_type_t out = tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 1, d1);
+  void* r[1];
+  CHECK_OK(tpu_test_run_op("aten::cumprod", args, 3, NULL, data, &out, 1, r));
+  float* v = r[0];
+  float acc = 1;
+  bool ok = true;
+  for (int k = 0; k < 10; k++) ok &= v[k] == (acc *= f[k]);
+  free(r[0]);
+  CHECK(ok);
+}
+
+static void test_all_any(void) {
+  int64_t d[2] = {2, 3}, od[1] = {2}, one = 1;
+  tpu_lower_arg_t args[3] = {tpu_test_tensor_arg(TPU_DTYPE_FLOAT32, 2, d), ints_arg(1, &one),
+                             bool_arg(false)};
+  float x[6] = {1, NAN, -2, 0, 0, 0};
+  const void* data[1] = {x};
+  tpu_hlo_type_t out = tpu_hlo_type_make(TPU_DTYPE_BOOL, 1, od);
+  void* r[1];
+  CHECK_OK(tpu_test_run_op("aten::all.dims", args, 3, NULL, data, &out, 1, r));
+  uint8_t* v = r[0];
+  bool ok = v[0] == 1 && v[1] == 0;
+  free(r[0]);
+  CHECK(ok);
+  CHECK_OK(tpu_test_run_op("aten::any.dims", args, 3, NULL, data, &out, 1, r));
+  v = r[0];
+  ok = v[0] == 1 && v[1] == 0;
+  free(r[0]);
+  CHECK(ok);
+  /* any.dims with [] reduces nothing. */
+  args[1] = ints_arg(0, NULL);
+  out = tpu_hlo_type_make(TPU_DTYPE_BOOL, 2, d);
+  CHECK_OK(tpu_test_run_op("aten::any.dims", args, 3, NULL, data, &out, 1, r));
+  v = r[0];
+  ok = v[0] && v[1] && v[2] && !v[3];
+  free(r[0]);
+  CHECK(ok);
+  /* all(uint8) returns uint8. */
+  uint8_t u[6] = {1, 2, 3, 4, 5, 6};
+  tpu_lower_arg_t uargs[1] = {tpu_test_tensor_arg(TPU_DTYPE_UINT8, 2, d)};
+  data[0] = u;
+  out = tpu_hlo_type_make(TPU_DTYPE_UINT8, 0, NULL);
+  CHECK_OK(tpu_test_run_op("aten::all", uargs, 1, NULL, data, &out, 1, r));
+  ok = *(uint8_t*)r[0] == 1;
+  free(r[0]);
+  CHECK(ok);
+}
+
+static void test_binary_max_out(void) {
+  int64_t d[1] = {3};
+  tpu_lower_arg_t args[2] = {tpu_test_tensor_arg(TPU_DTYPE_FLOAT32, 1, d),
+                             tpu_test_tensor_arg(TPU_DTYPE_FLOAT32, 1, d)};
+  float a[3] = {1, NAN, 5}, b[3] = {2, 0, 4};
+  const void* data[2] = {a, b};
+  tpu_hlo_type_t out = tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 1, d);
+  void* r[1];
+  CHECK_OK(tpu_test_run_op("aten::max.out", args, 2, NULL, data, &out, 1, r));
+  float* v = r[0];
+  bool ok = v[0] == 2 && isnan(v[1]) && v[2] == 5;
+  free(r[0]);
+  CHECK(ok);
+}
+
+TPU_TEST_MAIN(TPU_TEST(test_sum_dims_keepdim_negative), TPU_TEST(test_sum_promotes_ints_and_bools),
+              TPU_TEST(test_bf16_sum_and_mean_accumulate_in_f32), TPU_TEST(test_nansum_prod_mean),
+              TPU_TEST(test_amax_amin_propagate_nan), TPU_TEST(test_max_dim_first_index_and_nan),
+              TPU_TEST(test_argmax_argmin), TPU_TEST(test_var_std_correction),
+              TPU_TEST(test_norms_with_runtime_p), TPU_TEST(test_logsumexp),
+              TPU_TEST(test_cumsum_cumprod_any_dim), TPU_TEST(test_all_any),
+              TPU_TEST(test_binary_max_out))
