@@ -1,9 +1,339 @@
-/* foreach family of the lowering table (see lowering.h). */
+/* foreach family of the lowering table (see lowering.h): the _foreach_*
+ * ops that optimizers (SGD, Adam, AdamW with foreach=True) and
+ * clip_grad_norm_ call. One program per call covers the whole list; output
+ * k is list element k (for in-place ops, the new value of self[k]).
+ *
+ * Operands of one element k come from, by argument kind:
+ *   TENSORS            element k of the list
+ *   TENSOR / SCALAR    rank 0: one value for every element (Scalar, 0-dim
+ *                      tensor); rank 1: a per-element list (the Tensor
+ *                      `scalars` of addcmul/addcdiv, or a Scalar[] passed
+ *                      as one rank-1 runtime argument): its element k
+ *   INT / FLOAT        a constant
+ * Half types compute in float32 and round once, like PyTorch's CPU
+ * kernels (opmath). */
+#include <math.h>
+#include <string.h>
+
 #include "emit.h"
 #include "lowering.h"
 
-/* Rows are added as lowerings land; an empty table sends every op of the
- * family to the CPU fallback. A zero-length array is not valid C, hence the
- * sentinel-free count below. */
-const tpu_lowering_t tpu_lowerings_foreach[1] = {{"", NULL, 0}};
-const size_t tpu_lowerings_foreach_count = 0;
+/* float32 for half types, else the dtype itself. */
+static tpu_dtype_t compute_dtype(tpu_dtype_t d) {
+  return d == TPU_DTYPE_FLOAT16 || d == TPU_DTYPE_BFLOAT16 ? TPU_DTYPE_FLOAT32 : d;
+}
+
+/* Element k of a rank-1 value, as a rank-0 value. */
+static tpu_hlo_value_t element(tpu_hlo_builder_t* b, tpu_hlo_value_t v, int k) {
+  int64_t start = k, limit = k + 1, stride = 1;
+  return tpu_emit_reshape(b, tpu_emit_slice(b, v, &start, &limit, &stride), NULL, 0);
+}
+
+/* Argument i's operand for list element k, as `ct` over `shape`. */
+static tpu_hlo_value_t operand(tpu_lower_ctx_t* ctx, int i, int k, const tpu_hlo_type_t* shape,
+                               tpu_dtype_t ct) {
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  const tpu_lower_arg_t* a = tpu_lower_arg(ctx, i);
+  tpu_hlo_value_t v;
+  if (a->kind == TPU_ARG_TENSORS) {
+    v = tpu_lower_list_tensor(ctx, i, k);
+  } else if ((a->kind == TPU_ARG_TENSOR || a->kind == TPU_ARG_SCALAR) && a->type.rank == 1) {
+    /* Per-element scalars: read the argument's own value, then pick k. */
+    v = a->kind == TPU_ARG_TENSOR ? tpu_lower_tensor(ctx, i)
+                                  : tpu_lower_scalar(ctx, i, a->type.dtype);
+    v = element(b, v, k);
+  } else if (a->kind == TPU_ARG_TENSOR) {
+    v = tpu_lower_tensor(ctx, i);
+  } else {
+    return tpu_emit_broadcast_to(b, tpu_lower_scalar(ctx, i, ct), shape);
+  }
+  tpu_hlo_type_t t = *shape;
+  t.dtype = ct;
+  return tpu_emit_cast_to(b, v, &t);
+}
+
+/* The combine step of one op over the operands of one element. */
+typedef tpu_hlo_value_t (*combine_fn)(tpu_hlo_builder_t* b, const tpu_hlo_value_t* v, int n);
+
+/* The number of arguments before the out= list of a "*.out" / "*_out"
+ * overload (all of them otherwise). */
+static int num_inputs(const tpu_lower_ctx_t* ctx) {
+  const char* dot = strrchr(tpu_lower_op_name(ctx), '.');
+  size_t len = dot ? strlen(dot) : 0;
+  bool out = dot && (strcmp(dot, ".out") == 0 || (len > 4 && strcmp(dot + len - 4, "_out") == 0));
+  return tpu_lower_num_args(ctx) - (out ? 1 : 0);
+}
+
+/* Whether argument i is present (an optional Scalar such as alpha). */
+static bool present(const tpu_lower_ctx_t* ctx, int i) {
+  if (i >= num_inputs(ctx)) return false;
+  tpu_arg_kind_t k = tpu_lower_arg(ctx, i)->kind;
+  return k == TPU_ARG_SCALAR || k == TPU_ARG_INT || k == TPU_ARG_FLOAT || k == TPU_ARG_TENSOR ||
+         k == TPU_ARG_TENSORS;
+}
+
+/* Scalar[] arguments the engine cannot pass yet arrive as OTHER. */
+static tpu_status_t check_args(tpu_lower_ctx_t* ctx, const int* args, int n) {
+  for (int j = 0; j < n; j++)
+    if (args[j] < num_inputs(ctx) && tpu_lower_arg(ctx, args[j])->kind == TPU_ARG_OTHER)
+      return tpu_lower_decline(ctx, "argument %d (a Scalar[]?) is not readable", args[j]);
+  return NULL;
+}
+
+/* Output k = combine(operands of element k); the operands are the listed
+ * arguments, the optional ones only when present. */
+enum { ALLOW_BOOL = 1, NO_UPCAST = 2 };
+
+static tpu_status_t foreach_map(tpu_lower_ctx_t* ctx, const int* args, int n, combine_fn fn,
+                                unsigned flags) {
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  tpu_status_t s = check_args(ctx, args, n);
+  if (s) return s;
+  for (int k = 0; k < tpu_lower_num_outputs(ctx); k++) {
+    tpu_hlo_type_t out = tpu_lower_output_type(ctx, k);
+    if (out.dtype == TPU_DTYPE_BOOL && !(flags & ALLOW_BOOL))
+      return tpu_lower_decline(ctx, "bool lists");
+    if (tpu_dtype_is_complex(out.dtype)) return tpu_lower_decline(ctx, "complex lists");
+    tpu_hlo_type_t ct = out;
+    if (!(flags & NO_UPCAST)) ct.dtype = compute_dtype(out.dtype);
+    tpu_hlo_value_t v[4];
+    int m = 0;
+    for (int j = 0; j < n; j++)
+      if (present(ctx, args[j])) v[m++] = operand(ctx, args[j], k, &ct, ct.dtype);
+    tpu_lower_set_output(ctx, k, tpu_emit_convert(b, fn(b, v, m), out.dtype));
+  }
+  return NULL;
+}
+
+/* ---- combine steps ---- */
+
+static tpu_hlo_value_t nan_to(tpu_hlo_builder_t* b, tpu_hlo_value_t x, tpu_hlo_value_t r) {
+  /* NaN in x wins over r (float only; x != x is false for integers). */
+  return tpu_emit_select(b, tpu_emit_compare(b, "NE", x, x), x, r);
+}
+
+/* self (+|-) alpha * other; alpha is v[2] when given. */
+static tpu_hlo_value_t c_add(tpu_hlo_builder_t* b, const tpu_hlo_value_t* v, int n) {
+  tpu_hlo_value_t y = n > 2 ? tpu_emit_binary(b, "stablehlo.multiply", v[2], v[1]) : v[1];
+  return tpu_emit_binary(b, "stablehlo.add", v[0], y);
+}
+static tpu_hlo_value_t c_sub(tpu_hlo_builder_t* b, const tpu_hlo_value_t* v, int n) {
+  tpu_hlo_value_t y = n > 2 ? tpu_emit_binary(b, "stablehlo.multiply", v[2], v[1]) : v[1];
+  return tpu_emit_binary(b, "stablehlo.subtract", v[0], y);
+}
+static tpu_hlo_value_t c_mul(tpu_hlo_builder_t* b, const tpu_hlo_value_t* v, int n) {
+  return tpu_emit_binary(b, "stablehlo.multiply", v[0], v[1]);
+}
+static tpu_hlo_value_t c_div(tpu_hlo_builder_t* b, const tpu_hlo_value_t* v, int n) {
+  return tpu_emit_binary(b, "stablehlo.divide", v[0], v[1]);
+}
+/* self + value * t1 * t2, multiplied in PyTorch's order. */
+static tpu_hlo_value_t c_addcmul(tpu_hlo_builder_t* b, const tpu_hlo_value_t* v, int n) {
+  tpu_hlo_value_t p = n > 3 ? tpu_emit_binary(b, "stablehlo.multiply", v[3], v[1]) : v[1];
+  p = tpu_emit_binary(b, "stablehlo.multiply", p, v[2]);
+  return tpu_emit_binary(b, "stablehlo.add", v[0], p);
+}
+/* self + value * t1 / t2, as (value * t1) / t2 like the CPU kernel. */
+static tpu_hlo_value_t c_addcdiv(tpu_hlo_builder_t* b, const tpu_hlo_value_t* v, int n) {
+  tpu_hlo_value_t p = n > 3 ? tpu_emit_binary(b, "stablehlo.multiply", v[3], v[1]) : v[1];
+  p = tpu_emit_binary(b, "stablehlo.divide", p, v[2]);
+  return tpu_emit_binary(b, "stablehlo.add", v[0], p);
+}
+/* PyTorch's lerp: |w| < 0.5 ? self + w * (end - self)
+ *                            : end - (end - self) * (1 - w). */
+static tpu_hlo_value_t c_lerp(tpu_hlo_builder_t* b, const tpu_hlo_value_t* v, int n) {
+  tpu_hlo_type_t t = tpu_hlo_value_type(b, v[0]);
+  tpu_hlo_value_t diff = tpu_emit_binary(b, "stablehlo.subtract", v[1], v[0]);
+  tpu_hlo_value_t lo = tpu_emit_binary(b, "stablehlo.add", v[0],
+                                       tpu_emit_binary(b, "stablehlo.multiply", v[2], diff));
+  tpu_hlo_value_t one_minus =
+      tpu_emit_binary(b, "stablehlo.subtract", tpu_emit_const_like(b, &t, 1), v[2]);
+  tpu_hlo_value_t hi = tpu_emit_binary(b, "stablehlo.subtract", v[1],
+                                       tpu_emit_binary(b, "stablehlo.multiply", diff, one_minus));
+  tpu_hlo_value_t small = tpu_emit_compare(b, "LT", tpu_emit_unary(b, "stablehlo.abs", v[2]),
+                                           tpu_emit_const_like(b, &t, 0.5));
+  return tpu_emit_select(b, small, lo, hi);
+}
+/* maximum / clamp_min (and minimum / clamp_max): NaN in either wins. */
+static tpu_hlo_value_t c_max(tpu_hlo_builder_t* b, const tpu_hlo_value_t* v, int n) {
+  return nan_to(b, v[1], nan_to(b, v[0], tpu_emit_binary(b, "stablehlo.maximum", v[0], v[1])));
+}
+static tpu_hlo_value_t c_min(tpu_hlo_builder_t* b, const tpu_hlo_value_t* v, int n) {
+  return nan_to(b, v[1], nan_to(b, v[0], tpu_emit_binary(b, "stablehlo.minimum", v[0], v[1])));
+}
+static tpu_hlo_value_t c_pow(tpu_hlo_builder_t* b, const tpu_hlo_value_t* v, int n) {
+  return tpu_emit_binary(b, "stablehlo.power", v[0], v[1]);
+}
+static tpu_hlo_value_t c_sqrt(tpu_hlo_builder_t* b, const tpu_hlo_value_t* v, int n) {
+  return tpu_emit_unary(b, "stablehlo.sqrt", v[0]);
+}
+static tpu_hlo_value_t c_neg(tpu_hlo_builder_t* b, const tpu_hlo_value_t* v, int n) {
+  return tpu_emit_unary(b, "stablehlo.negate", v[0]);
+}
+static tpu_hlo_value_t c_exp(tpu_hlo_builder_t* b, const tpu_hlo_value_t* v, int n) {
+  return tpu_emit_unary(b, "stablehlo.exponential", v[0]);
+}
+static tpu_hlo_value_t c_abs(tpu_hlo_builder_t* b, const tpu_hlo_value_t* v, int n) {
+  return tpu_emit_unary(b, "stablehlo.abs", v[0]);
+}
+static tpu_hlo_value_t c_reciprocal(tpu_hlo_builder_t* b, const tpu_hlo_value_t* v, int n) {
+  tpu_hlo_type_t t = tpu_hlo_value_type(b, v[0]);
+  return tpu_emit_binary(b, "stablehlo.divide", tpu_emit_const_like(b, &t, 1), v[0]);
+}
+/* torch.sign(NaN) is 0. */
+static tpu_hlo_value_t c_sign(tpu_hlo_builder_t* b, const tpu_hlo_value_t* v, int n) {
+  tpu_hlo_type_t t = tpu_hlo_value_type(b, v[0]);
+  tpu_hlo_value_t s = tpu_emit_unary(b, "stablehlo.sign", v[0]);
+  if (!tpu_dtype_is_floating(t.dtype)) return s;
+  return tpu_emit_select(b, tpu_emit_compare(b, "NE", v[0], v[0]), tpu_emit_const_like(b, &t, 0),
+                         s);
+}
+static tpu_hlo_value_t c_copy(tpu_hlo_builder_t* b, const tpu_hlo_value_t* v, int n) {
+  return v[1];
+}
+static tpu_hlo_value_t c_zero(tpu_hlo_builder_t* b, const tpu_hlo_value_t* v, int n) {
+  tpu_hlo_type_t t = tpu_hlo_value_type(b, v[0]);
+  return tpu_emit_const_like(b, &t, 0);
+}
+
+/* ---- rows ---- */
+
+#define UNARY(name, fn, flags)                               \
+  static tpu_status_t lower_##name(tpu_lower_ctx_t* ctx) {        \
+    static const int args[] = {0};                                \
+    return foreach_map(ctx, args, 1, fn, flags);             \
+  }
+UNARY(sqrt, c_sqrt, 0)
+UNARY(neg, c_neg, 0)
+UNARY(exp, c_exp, 0)
+UNARY(abs, c_abs, 0)
+UNARY(sign, c_sign, 0)
+UNARY(reciprocal, c_reciprocal, 0)
+UNARY(zero, c_zero, ALLOW_BOOL | NO_UPCAST)
+
+/* (self, other-or-scalar[, alpha]) */
+#define BINARY(name, fn, flags)                              \
+  static tpu_status_t lower_##name(tpu_lower_ctx_t* ctx) {        \
+    static const int args[] = {0, 1, 2};                          \
+    return foreach_map(ctx, args, 3, fn, flags);             \
+  }
+BINARY(add, c_add, 0)
+BINARY(sub, c_sub, 0)
+BINARY(mul, c_mul, 0)
+BINARY(div, c_div, 0)
+BINARY(maximum, c_max, 0)
+BINARY(minimum, c_min, 0)
+/* A copy converts src straight to self's dtype (no float32 step). */
+BINARY(copy, c_copy, ALLOW_BOOL | NO_UPCAST)
+
+/* (self, tensor1, tensor2, value) and (self, end, weight) */
+#define TERNARY(name, fn)                                         \
+  static tpu_status_t lower_##name(tpu_lower_ctx_t* ctx) {        \
+    static const int args[] = {0, 1, 2, 3};                       \
+    return foreach_map(ctx, args, 4, fn, 0);                  \
+  }
+TERNARY(addcmul, c_addcmul)
+TERNARY(addcdiv, c_addcdiv)
+TERNARY(lerp, c_lerp)
+
+/* pow: (Tensor[] self, exponent) or ScalarAndTensor (Scalar self,
+ * Tensor[] exponent); either way operands are (arg 0, arg 1). */
+static tpu_status_t lower_pow(tpu_lower_ctx_t* ctx) {
+  static const int args[] = {0, 1};
+  return foreach_map(ctx, args, 2, c_pow, 0);
+}
+
+/* A reduction of element k to a rank-0 value. */
+static tpu_hlo_value_t reduce_all(tpu_hlo_builder_t* b, tpu_hlo_value_t x, double init,
+                                  const char* op) {
+  tpu_hlo_type_t t = tpu_hlo_value_type(b, x);
+  int64_t dims[TPU_HLO_MAX_RANK];
+  for (int d = 0; d < t.rank; d++) dims[d] = d;
+  return tpu_emit_reduce(b, x, tpu_emit_const(b, t.dtype, init), dims, t.rank, op);
+}
+
+/* _foreach_norm(self, ord, dtype): ord is a run-time Scalar, so every
+ * supported norm is computed and the matching one selected (XLA folds the
+ * others away when ord is a constant): 2 -> sqrt(sum x^2), 1 -> sum |x|,
+ * inf -> max |x|, -inf -> min |x|, 0 -> count of nonzeros, else
+ * (sum |x|^p)^(1/p). */
+static tpu_status_t lower_norm(tpu_lower_ctx_t* ctx) {
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  for (int k = 0; k < tpu_lower_num_outputs(ctx); k++) {
+    tpu_hlo_type_t out = tpu_lower_output_type(ctx, k);
+    if (!tpu_dtype_is_floating(out.dtype)) return tpu_lower_decline(ctx, "non-float norm");
+    tpu_dtype_t ct = compute_dtype(out.dtype);
+    tpu_hlo_value_t a =
+        tpu_emit_unary(b, "stablehlo.abs", tpu_emit_convert(b, tpu_lower_list_tensor(ctx, 0, k), ct));
+    tpu_hlo_type_t at = tpu_hlo_value_type(b, a);
+    tpu_hlo_value_t p = tpu_lower_scalar(ctx, 1, ct);
+    tpu_hlo_value_t pb = tpu_emit_broadcast_to(b, p, &at);
+    tpu_hlo_value_t n2 = tpu_emit_unary(
+        b, "stablehlo.sqrt",
+        reduce_all(b, tpu_emit_binary(b, "stablehlo.multiply", a, a), 0, "stablehlo.add"));
+    tpu_hlo_value_t n1 = reduce_all(b, a, 0, "stablehlo.add");
+    tpu_hlo_value_t ninf = reduce_all(b, a, 0, "stablehlo.maximum");
+    tpu_hlo_value_t nminf = reduce_all(b, a, INFINITY, "stablehlo.minimum");
+    tpu_hlo_value_t n0 = reduce_all(
+        b, tpu_emit_convert(b, tpu_emit_compare(b, "NE", a, tpu_emit_const_like(b, &at, 0)), ct),
+        0, "stablehlo.add");
+    tpu_hlo_value_t np = tpu_emit_binary(
+        b, "stablehlo.power", reduce_all(b, tpu_emit_binary(b, "stablehlo.power", a, pb), 0,
+                                         "stablehlo.add"),
+        tpu_emit_binary(b, "stablehlo.divide", tpu_emit_const(b, ct, 1), p));
+    struct { double ord; tpu_hlo_value_t v; } cases[] = {
+        {0, n0}, {-INFINITY, nminf}, {INFINITY, ninf}, {1, n1}, {2, n2}};
+    tpu_hlo_value_t r = np;
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+      r = tpu_emit_select(b, tpu_emit_compare(b, "EQ", p, tpu_emit_const(b, ct, cases[c].ord)),
+                          cases[c].v, r);
+    tpu_lower_set_output(ctx, k, tpu_emit_convert(b, r, out.dtype));
+  }
+  return NULL;
+}
+
+/* _foreach_max: the max of each tensor (NaN propagates). */
+static tpu_status_t lower_max(tpu_lower_ctx_t* ctx) {
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  for (int k = 0; k < tpu_lower_num_outputs(ctx); k++) {
+    tpu_hlo_type_t out = tpu_lower_output_type(ctx, k);
+    tpu_dtype_t ct = compute_dtype(out.dtype);
+    if (!tpu_dtype_is_floating(ct)) return tpu_lower_decline(ctx, "non-float max");
+    tpu_hlo_value_t x = tpu_emit_convert(b, tpu_lower_list_tensor(ctx, 0, k), ct);
+    tpu_hlo_value_t m = reduce_all(b, x, -INFINITY, "stablehlo.maximum");
+    /* Any NaN: reduce a NaN flag too, since XLA's max may drop NaNs. */
+    tpu_hlo_value_t nan = reduce_all(
+        b, tpu_emit_convert(b, tpu_emit_compare(b, "NE", x, x), ct), 0, "stablehlo.maximum");
+    m = tpu_emit_select(b, tpu_emit_compare(b, "NE", nan, tpu_emit_const(b, ct, 0)),
+                        tpu_emit_const(b, ct, NAN), m);
+    tpu_lower_set_output(ctx, k, tpu_emit_convert(b, m, out.dtype));
+  }
+  return NULL;
+}
+
+const tpu_lowering_t tpu_lowerings_foreach[] = {
+    {"_foreach_add", lower_add, 0},
+    {"_foreach_sub", lower_sub, 0},
+    {"_foreach_mul", lower_mul, 0},
+    {"_foreach_div", lower_div, 0},
+    {"_foreach_addcmul", lower_addcmul, 0},
+    {"_foreach_addcdiv", lower_addcdiv, 0},
+    {"_foreach_lerp", lower_lerp, 0},
+    {"_foreach_maximum", lower_maximum, 0},
+    {"_foreach_clamp_min", lower_maximum, 0},
+    {"_foreach_minimum", lower_minimum, 0},
+    {"_foreach_clamp_max", lower_minimum, 0},
+    {"_foreach_pow", lower_pow, 0},
+    {"_foreach_sqrt", lower_sqrt, 0},
+    {"_foreach_neg", lower_neg, 0},
+    {"_foreach_exp", lower_exp, 0},
+    {"_foreach_abs", lower_abs, 0},
+    {"_foreach_sign", lower_sign, 0},
+    {"_foreach_reciprocal", lower_reciprocal, 0},
+    {"_foreach_copy", lower_copy, 0},
+    {"_foreach_zero", lower_zero, 0},
+    {"_foreach_norm", lower_norm, 0},
+    {"_foreach_max", lower_max, 0},
+};
+const size_t tpu_lowerings_foreach_count =
+    sizeof tpu_lowerings_foreach / sizeof tpu_lowerings_foreach[0];
