@@ -1,9 +1,516 @@
-/* shape family of the lowering table (see lowering.h). */
+/* shape family of the lowering table (see lowering.h): ops that move
+ * elements around without arithmetic: cat / stack, flip, roll, repeat,
+ * padding (constant, reflection, replication, and their backwards),
+ * tril / triu, sorting (sort, topk, kthvalue, median) and clone. Views
+ * (split, narrow, expand, permute, ...) never reach the table: the engine
+ * folds them into tensor reads. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "emit.h"
 #include "lowering.h"
 
-/* Rows are added as lowerings land; an empty table sends every op of the
- * family to the CPU fallback. A zero-length array is not valid C, hence the
- * sentinel-free count below. */
-const tpu_lowering_t tpu_lowerings_shape[1] = {{"", NULL, 0}};
-const size_t tpu_lowerings_shape_count = 0;
+#define ARR_CAP (24 * TPU_HLO_MAX_RANK + 16)
+
+static int wrap_dim(int64_t dim, int rank) {
+  if (rank == 0) rank = 1;
+  return (int)(dim < 0 ? dim + rank : dim);
+}
+
+static int64_t numel(const tpu_hlo_type_t* t) {
+  int64_t n = 1;
+  for (int d = 0; d < t->rank; d++) n *= t->dims[d];
+  return n;
+}
+
+/* x[start:limit] along `dim`, whole along the others. */
+static tpu_hlo_value_t slice_dim(tpu_hlo_builder_t* b, tpu_hlo_value_t x, int dim,
+                                 int64_t start, int64_t limit) {
+  tpu_hlo_type_t t = tpu_hlo_value_type(b, x);
+  int64_t lo[TPU_HLO_MAX_RANK] = {0}, hi[TPU_HLO_MAX_RANK], st[TPU_HLO_MAX_RANK];
+  for (int d = 0; d < t.rank; d++) hi[d] = t.dims[d], st[d] = 1;
+  lo[dim] = start;
+  hi[dim] = limit;
+  return tpu_emit_slice(b, x, lo, hi, st);
+}
+
+/* Concatenates values along `dim` into `out` (same dtype). */
+static tpu_hlo_value_t concat(tpu_hlo_builder_t* b, const tpu_hlo_value_t* parts, int n,
+                              int dim, tpu_hlo_type_t out) {
+  if (n == 1) return parts[0];
+  char attrs[48];
+  snprintf(attrs, sizeof attrs, "dimension = %d : i64", dim);
+  return tpu_hlo_op(b, "stablehlo.concatenate", parts, n, out, attrs);
+}
+
+/* cat(tensors, dim). Empty inputs contribute nothing (PyTorch also skips
+ * legacy 1-D empty tensors whatever their rank). */
+static tpu_status_t lower_cat(tpu_lower_ctx_t* ctx) {
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
+  const tpu_lower_arg_t* list = tpu_lower_arg(ctx, 0);
+  if (list->kind != TPU_ARG_TENSORS) return tpu_lower_decline(ctx, "no tensor list");
+  if (numel(&out) == 0) {
+    tpu_lower_set_output(ctx, 0, tpu_emit_const_like(b, &out, 0));
+    return NULL;
+  }
+  int dim = wrap_dim(tpu_lower_arg(ctx, 1)->i, out.rank);
+  tpu_hlo_value_t* parts = calloc((size_t)list->num_tensors + 1, sizeof *parts);
+  if (!parts) return tpu_status_make(TPU_STATUS_RESOURCE_EXHAUSTED, "out of host memory");
+  int n = 0;
+  for (int k = 0; k < list->num_tensors; k++) {
+    tpu_hlo_type_t t = tpu_lower_list_type(ctx, 0, k);
+    if (numel(&t) == 0) continue;
+    parts[n++] = tpu_emit_convert(b, tpu_lower_list_tensor(ctx, 0, k), out.dtype);
+  }
+  tpu_lower_set_output(ctx, 0, concat(b, parts, n, dim, out));
+  free(parts);
+  return NULL;
+}
+
+/* stack(tensors, dim): each gets a unit dim, then cat. */
+static tpu_status_t lower_stack(tpu_lower_ctx_t* ctx) {
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
+  const tpu_lower_arg_t* list = tpu_lower_arg(ctx, 0);
+  if (list->kind != TPU_ARG_TENSORS) return tpu_lower_decline(ctx, "no tensor list");
+  if (numel(&out) == 0) {
+    tpu_lower_set_output(ctx, 0, tpu_emit_const_like(b, &out, 0));
+    return NULL;
+  }
+  int dim = (int)(tpu_lower_arg(ctx, 1)->i < 0 ? tpu_lower_arg(ctx, 1)->i + out.rank
+                                               : tpu_lower_arg(ctx, 1)->i);
+  tpu_hlo_value_t* parts = calloc((size_t)list->num_tensors + 1, sizeof *parts);
+  if (!parts) return tpu_status_make(TPU_STATUS_RESOURCE_EXHAUSTED, "out of host memory");
+  tpu_hlo_type_t one = out;
+  one.dims[dim] = 1;
+  for (int k = 0; k < list->num_tensors; k++) {
+    tpu_hlo_value_t v = tpu_emit_convert(b, tpu_lower_list_tensor(ctx, 0, k), out.dtype);
+    parts[k] = tpu_emit_reshape(b, v, one.dims, one.rank);
+  }
+  tpu_lower_set_output(ctx, 0, concat(b, parts, list->num_tensors, dim, out));
+  free(parts);
+  return NULL;
+}
+
+/* flip(self, dims). */
+static tpu_status_t lower_flip(tpu_lower_ctx_t* ctx) {
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  tpu_hlo_value_t x = tpu_lower_tensor(ctx, 0);
+  tpu_hlo_type_t t = tpu_lower_arg(ctx, 0)->type;
+  const tpu_lower_arg_t* dims = tpu_lower_arg(ctx, 1);
+  int64_t d[TPU_HLO_MAX_RANK];
+  int n = 0;
+  for (int k = 0; k < dims->num_ints && t.rank > 0; k++) d[n++] = wrap_dim(dims->ints[k], t.rank);
+  if (n > 0) {
+    char arr[ARR_CAP], attrs[ARR_CAP + 32];
+    tpu_emit_i64_array(arr, sizeof arr, d, n);
+    snprintf(attrs, sizeof attrs, "dimensions = %s", arr);
+    x = tpu_hlo_op(b, "stablehlo.reverse", &x, 1, t, attrs);
+  }
+  tpu_lower_set_output(ctx, 0, x);
+  return NULL;
+}
+
+/* Rolls x by `shift` along dim: the last `shift` elements move to the
+ * front. */
+static tpu_hlo_value_t roll_dim(tpu_hlo_builder_t* b, tpu_hlo_value_t x, int dim, int64_t shift) {
+  tpu_hlo_type_t t = tpu_hlo_value_type(b, x);
+  int64_t n = t.dims[dim];
+  if (n == 0) return x;
+  int64_t s = ((shift % n) + n) % n;
+  if (s == 0) return x;
+  tpu_hlo_value_t parts[2] = {slice_dim(b, x, dim, n - s, n), slice_dim(b, x, dim, 0, n - s)};
+  return concat(b, parts, 2, dim, t);
+}
+
+/* roll(self, shifts, dims): no dims rolls the flattened tensor. */
+static tpu_status_t lower_roll(tpu_lower_ctx_t* ctx) {
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  tpu_hlo_value_t x = tpu_lower_tensor(ctx, 0);
+  tpu_hlo_type_t t = tpu_lower_arg(ctx, 0)->type;
+  const tpu_lower_arg_t* shifts = tpu_lower_arg(ctx, 1);
+  const tpu_lower_arg_t* dims = tpu_lower_arg(ctx, 2);
+  int nd = dims->kind == TPU_ARG_INTS ? dims->num_ints : 0;
+  if (nd == 0) {
+    if (shifts->num_ints != 1) return tpu_lower_decline(ctx, "shifts without dims");
+    int64_t n = numel(&t);
+    x = roll_dim(b, tpu_emit_reshape(b, x, &n, 1), 0, shifts->ints[0]);
+    x = tpu_emit_reshape(b, x, t.dims, t.rank);
+  } else {
+    if (shifts->num_ints != nd) return tpu_lower_decline(ctx, "shifts and dims differ");
+    for (int k = 0; k < nd; k++) x = roll_dim(b, x, wrap_dim(dims->ints[k], t.rank), shifts->ints[k]);
+  }
+  tpu_lower_set_output(ctx, 0, x);
+  return NULL;
+}
+
+/* repeat(self, repeats): broadcast to [r0, n0, r1, n1, ...] and merge. */
+static tpu_status_t lower_repeat(tpu_lower_ctx_t* ctx) {
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
+  tpu_hlo_type_t t = tpu_lower_arg(ctx, 0)->type;
+  const tpu_lower_arg_t* reps = tpu_lower_arg(ctx, 1);
+  int r = reps->num_ints;
+  if (2 * r > TPU_HLO_MAX_RANK) return tpu_lower_decline(ctx, "rank %d too high", r);
+  if (numel(&out) == 0) {
+    tpu_lower_set_output(ctx, 0, tpu_emit_const_like(b, &out, 0));
+    return NULL;
+  }
+  int64_t padded[TPU_HLO_MAX_RANK], map[TPU_HLO_MAX_RANK];
+  tpu_hlo_type_t wide = {.dtype = t.dtype, .rank = 2 * r};
+  for (int d = 0; d < r; d++) {
+    padded[d] = d < r - t.rank ? 1 : t.dims[d - (r - t.rank)];
+    wide.dims[2 * d] = reps->ints[d];
+    wide.dims[2 * d + 1] = padded[d];
+    map[d] = 2 * d + 1;
+  }
+  tpu_hlo_value_t x = tpu_emit_reshape(b, tpu_lower_tensor(ctx, 0), padded, r);
+  char arr[ARR_CAP], attrs[ARR_CAP + 32];
+  tpu_emit_i64_array(arr, sizeof arr, map, r);
+  snprintf(attrs, sizeof attrs, "broadcast_dimensions = %s", arr);
+  x = tpu_hlo_op(b, "stablehlo.broadcast_in_dim", &x, 1, wide, attrs);
+  tpu_lower_set_output(ctx, 0, tpu_emit_reshape(b, x, out.dims, out.rank));
+  return NULL;
+}
+
+/* constant_pad_nd(self, pad, value): pad pairs start at the last dim;
+ * negative pads crop, which stablehlo.pad also does. */
+static tpu_status_t lower_constant_pad_nd(tpu_lower_ctx_t* ctx) {
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
+  tpu_hlo_type_t t = tpu_lower_arg(ctx, 0)->type;
+  const tpu_lower_arg_t* pad = tpu_lower_arg(ctx, 1);
+  if (pad->num_ints % 2 || pad->num_ints / 2 > t.rank) return tpu_lower_decline(ctx, "pad list");
+  int64_t lo[TPU_HLO_MAX_RANK] = {0}, hi[TPU_HLO_MAX_RANK] = {0}, in[TPU_HLO_MAX_RANK] = {0};
+  for (int k = 0; k < pad->num_ints / 2; k++) {
+    lo[t.rank - 1 - k] = pad->ints[2 * k];
+    hi[t.rank - 1 - k] = pad->ints[2 * k + 1];
+  }
+  tpu_hlo_value_t value = tpu_lower_arg(ctx, 2)->kind == TPU_ARG_NONE
+                              ? tpu_emit_const(b, out.dtype, 0)
+                              : tpu_lower_scalar(ctx, 2, out.dtype);
+  char s0[ARR_CAP], s1[ARR_CAP], s2[ARR_CAP], attrs[3 * ARR_CAP + 96];
+  tpu_emit_i64_array(s0, sizeof s0, lo, t.rank);
+  tpu_emit_i64_array(s1, sizeof s1, hi, t.rank);
+  tpu_emit_i64_array(s2, sizeof s2, in, t.rank);
+  snprintf(attrs, sizeof attrs,
+           "edge_padding_low = %s, edge_padding_high = %s, interior_padding = %s", s0, s1, s2);
+  tpu_hlo_value_t operands[2] = {tpu_emit_convert(b, tpu_lower_tensor(ctx, 0), out.dtype), value};
+  tpu_lower_set_output(ctx, 0, tpu_hlo_op(b, "stablehlo.pad", operands, 2, out, attrs));
+  return NULL;
+}
+
+/* Writes "[a, b]" for gather/scatter dimension numbers. */
+static void dims_list(char* out, size_t cap, const int64_t* v, int n) {
+  int len = snprintf(out, cap, "[");
+  for (int i = 0; i < n && (size_t)len < cap; i++)
+    len += snprintf(out + len, cap - (size_t)len, "%s%lld", i ? ", " : "", (long long)v[i]);
+  if ((size_t)len < cap) snprintf(out + len, cap - (size_t)len, "]");
+}
+
+/* x gathered along `dim` at constant positions idx[0..m) (forward), or
+ * scatter-added back into `size` positions (backward). */
+static tpu_hlo_value_t along_dim(tpu_hlo_builder_t* b, tpu_hlo_value_t x, int dim,
+                                 const int64_t* idx, int64_t m, int64_t size, bool backward) {
+  tpu_hlo_type_t t = tpu_hlo_value_type(b, x);
+  tpu_hlo_type_t it = tpu_hlo_type_make(TPU_DTYPE_INT64, 2, (int64_t[]){m, 1});
+  tpu_hlo_value_t indices = tpu_hlo_constant_dense(b, it, idx);
+  int64_t window[TPU_HLO_MAX_RANK], slice[TPU_HLO_MAX_RANK], d64 = dim;
+  int nw = 0;
+  for (int d = 0; d < t.rank; d++) {
+    slice[d] = d == dim ? 1 : t.dims[d];
+    if (d != dim) window[nw++] = d;
+  }
+  char w[ARR_CAP], one[32], sizes[ARR_CAP], attrs[4 * ARR_CAP];
+  dims_list(w, sizeof w, window, nw);
+  dims_list(one, sizeof one, &d64, 1);
+  tpu_hlo_type_t out = t;
+  if (!backward) {
+    out.dims[dim] = m;
+    tpu_emit_i64_array(sizes, sizeof sizes, slice, t.rank);
+    snprintf(attrs, sizeof attrs,
+             "dimension_numbers = #stablehlo.gather<offset_dims = %s, collapsed_slice_dims = %s, "
+             "start_index_map = %s, index_vector_dim = 1>, slice_sizes = %s, "
+             "indices_are_sorted = false",
+             w, one, one, sizes);
+    tpu_hlo_value_t operands[2] = {x, indices};
+    return tpu_hlo_op(b, "stablehlo.gather", operands, 2, out, attrs);
+  }
+  out.dims[dim] = size;
+  snprintf(attrs, sizeof attrs,
+           "scatter_dimension_numbers = #stablehlo.scatter<update_window_dims = %s, "
+           "inserted_window_dims = %s, scatter_dims_to_operand_dims = %s, "
+           "index_vector_dim = 1>, indices_are_sorted = false, unique_indices = false",
+           w, one, one);
+  tpu_hlo_value_t operands[3] = {tpu_emit_const_like(b, &out, 0), indices, x};
+  tpu_hlo_region_op_begin(b, "stablehlo.scatter", operands, 3, &out, 1, attrs);
+  tpu_hlo_type_t s = tpu_hlo_type_scalar(t.dtype);
+  tpu_hlo_type_t bt[2] = {s, s};
+  tpu_hlo_value_t ba[2];
+  tpu_hlo_block_begin(b, bt, 2, ba);
+  tpu_hlo_value_t r = tpu_hlo_op(b, "stablehlo.add", ba, 2, s, NULL);
+  tpu_hlo_block_return(b, &r, 1);
+  tpu_hlo_value_t result;
+  tpu_hlo_region_op_end(b, &result);
+  return result;
+}
+
+/* reflection_pad{1,2,3}d / replication_pad{1,2,3}d and their backwards:
+ * every output position along a padded dim reads one input position, so
+ * forward gathers and backward scatter-adds with constant indices, one
+ * padded dim at a time. Schemas: (self, padding) and (grad_output, self,
+ * padding). */
+static tpu_status_t lower_pad_common(tpu_lower_ctx_t* ctx, bool reflect) {
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  bool backward = strstr(tpu_lower_op_name(ctx), "_backward") != NULL;
+  tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
+  tpu_hlo_type_t in = tpu_lower_arg(ctx, backward ? 1 : 0)->type; /* unpadded */
+  const tpu_lower_arg_t* pad = tpu_lower_arg(ctx, backward ? 2 : 1);
+  if (pad->num_ints % 2 || pad->num_ints / 2 > in.rank) return tpu_lower_decline(ctx, "padding");
+  if (numel(&out) == 0) {
+    tpu_lower_set_output(ctx, 0, tpu_emit_const_like(b, &out, 0));
+    return NULL;
+  }
+  tpu_hlo_value_t x = tpu_lower_tensor(ctx, 0);
+  int npairs = pad->num_ints / 2;
+  for (int j = 0; j < npairs; j++) {
+    /* Backward undoes the dims in reverse order of the forward. */
+    int k = backward ? npairs - 1 - j : j;
+    int dim = in.rank - 1 - k;
+    int64_t n = in.dims[dim], l = pad->ints[2 * k], r = pad->ints[2 * k + 1];
+    int64_t m = n + l + r;
+    if (n <= 0 || m <= 0) return tpu_lower_decline(ctx, "empty padded dim");
+    if (reflect && (l >= n || r >= n)) return tpu_lower_decline(ctx, "padding >= size");
+    int64_t* idx = malloc(sizeof(int64_t) * (size_t)m);
+    if (!idx) return tpu_status_make(TPU_STATUS_RESOURCE_EXHAUSTED, "out of host memory");
+    for (int64_t o = 0; o < m; o++) {
+      int64_t i = o - l;
+      if (reflect) {
+        if (i < 0) i = -i;
+        if (i >= n) i = 2 * (n - 1) - i;
+      } else {
+        i = i < 0 ? 0 : i >= n ? n - 1 : i;
+      }
+      idx[o] = i;
+    }
+    x = along_dim(b, x, dim, idx, m, n, backward);
+    free(idx);
+  }
+  tpu_lower_set_output(ctx, 0, x);
+  return NULL;
+}
+
+static tpu_status_t lower_reflection_pad(tpu_lower_ctx_t* ctx) {
+  return lower_pad_common(ctx, true);
+}
+static tpu_status_t lower_replication_pad(tpu_lower_ctx_t* ctx) {
+  return lower_pad_common(ctx, false);
+}
+
+/* tril / triu(self, diagonal): keep col - row <= (>=) diagonal. */
+static tpu_status_t lower_tri(tpu_lower_ctx_t* ctx, bool lower) {
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  tpu_hlo_type_t t = tpu_lower_arg(ctx, 0)->type;
+  if (t.rank < 2) return tpu_lower_decline(ctx, "rank < 2");
+  int64_t diag = tpu_lower_arg(ctx, 1)->kind == TPU_ARG_INT ? tpu_lower_arg(ctx, 1)->i : 0;
+  tpu_hlo_type_t m = tpu_hlo_type_make(TPU_DTYPE_INT64, 2, &t.dims[t.rank - 2]);
+  tpu_hlo_value_t diff = tpu_emit_binary(b, "stablehlo.subtract", tpu_emit_iota(b, &m, 1),
+                                         tpu_emit_iota(b, &m, 0));
+  tpu_hlo_value_t keep = tpu_emit_compare(b, lower ? "LE" : "GE", diff,
+                                          tpu_emit_const_like(b, &m, (double)diag));
+  tpu_hlo_type_t mask_t = t;
+  mask_t.dtype = TPU_DTYPE_BOOL;
+  keep = tpu_emit_broadcast_to(b, keep, &mask_t);
+  tpu_hlo_value_t x = tpu_lower_tensor(ctx, 0);
+  tpu_lower_set_output(ctx, 0, tpu_emit_select(b, keep, x, tpu_emit_const_like(b, &t, 0)));
+  return NULL;
+}
+static tpu_status_t lower_tril(tpu_lower_ctx_t* ctx) { return lower_tri(ctx, true); }
+static tpu_status_t lower_triu(tpu_lower_ctx_t* ctx) { return lower_tri(ctx, false); }
+
+/* ---- sorting ---- */
+
+enum sort_order { ASCENDING, DESCENDING, ASCENDING_NAN_FIRST };
+
+/* Stable sort of x along dim with the original positions (int64).
+ * ASCENDING puts NaN last and DESCENDING puts it first (NaN is the largest,
+ * as in PyTorch); ASCENDING_NAN_FIRST serves median's "first NaN". */
+static void sort_dim(tpu_hlo_builder_t* b, tpu_hlo_value_t x, int dim, enum sort_order order,
+                     tpu_hlo_value_t* values, tpu_hlo_value_t* indices) {
+  tpu_hlo_type_t t = tpu_hlo_value_type(b, x);
+  tpu_dtype_t dtype = t.dtype;
+  /* i1 has no ordering we rely on: sort bools as ui8. */
+  if (dtype == TPU_DTYPE_BOOL) x = tpu_emit_convert(b, x, TPU_DTYPE_UINT8);
+  tpu_hlo_type_t kt = tpu_hlo_value_type(b, x), it = t;
+  it.dtype = TPU_DTYPE_INT64;
+  tpu_hlo_value_t operands[2] = {x, tpu_emit_iota(b, &it, dim)};
+  tpu_hlo_type_t types[2] = {kt, it};
+  char attrs[64];
+  snprintf(attrs, sizeof attrs, "dimension = %d : i64, is_stable = true", dim);
+  tpu_hlo_region_op_begin(b, "stablehlo.sort", operands, 2, types, 2, attrs);
+  tpu_hlo_type_t ks = tpu_hlo_type_scalar(kt.dtype), is = tpu_hlo_type_scalar(TPU_DTYPE_INT64);
+  tpu_hlo_type_t bt[4] = {ks, ks, is, is};
+  tpu_hlo_value_t a[4];
+  tpu_hlo_block_begin(b, bt, 4, a);
+  tpu_hlo_value_t before = tpu_emit_compare(b, order == DESCENDING ? "GT" : "LT", a[0], a[1]);
+  if (tpu_dtype_is_floating(kt.dtype)) {
+    tpu_hlo_value_t a_nan = tpu_emit_compare(b, "NE", a[0], a[0]);
+    tpu_hlo_value_t b_nan = tpu_emit_compare(b, "NE", a[1], a[1]);
+    tpu_hlo_value_t not_nan_first = order == ASCENDING ? b_nan : a_nan;
+    tpu_hlo_value_t other = order == ASCENDING ? a_nan : b_nan;
+    tpu_hlo_value_t nan_rule = tpu_emit_binary(
+        b, "stablehlo.and", not_nan_first, tpu_emit_unary(b, "stablehlo.not", other));
+    before = tpu_emit_binary(b, "stablehlo.or", before, nan_rule);
+  }
+  tpu_hlo_block_return(b, &before, 1);
+  tpu_hlo_value_t r[2];
+  tpu_hlo_region_op_end(b, r);
+  *values = tpu_emit_convert(b, r[0], dtype);
+  *indices = r[1];
+}
+
+/* sort(self, dim, descending) and sort.stable(self, stable, dim,
+ * descending) -> (values, indices). Always stable: PyTorch's unstable sort
+ * may order ties either way. */
+static tpu_status_t lower_sort(tpu_lower_ctx_t* ctx) {
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  int at = strstr(tpu_lower_op_name(ctx), "stable") ? 2 : 1;
+  tpu_hlo_type_t t = tpu_lower_arg(ctx, 0)->type;
+  tpu_hlo_value_t x = tpu_lower_tensor(ctx, 0);
+  const tpu_lower_arg_t* dim_arg = tpu_lower_arg(ctx, at);
+  int dim = wrap_dim(dim_arg->kind == TPU_ARG_INT ? dim_arg->i : -1, t.rank);
+  bool desc = tpu_lower_arg(ctx, at + 1)->kind == TPU_ARG_BOOL && tpu_lower_arg(ctx, at + 1)->i;
+  tpu_hlo_value_t v, i;
+  if (t.rank == 0) {
+    v = x;
+    i = tpu_emit_const(b, TPU_DTYPE_INT64, 0);
+  } else {
+    sort_dim(b, x, dim, desc ? DESCENDING : ASCENDING, &v, &i);
+  }
+  tpu_lower_set_output(ctx, 0, v);
+  tpu_lower_set_output(ctx, 1, i);
+  return NULL;
+}
+
+/* One position `pos` of x along dim, reshaped to `out`. */
+static tpu_hlo_value_t pick(tpu_hlo_builder_t* b, tpu_hlo_value_t x, int dim, int64_t pos,
+                            const tpu_hlo_type_t* out) {
+  tpu_hlo_value_t v = slice_dim(b, x, dim, pos, pos + 1);
+  return tpu_emit_reshape(b, v, out->dims, out->rank);
+}
+
+/* topk(self, k, dim, largest, sorted): always sorted. */
+static tpu_status_t lower_topk(tpu_lower_ctx_t* ctx) {
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  tpu_hlo_type_t t = tpu_lower_arg(ctx, 0)->type;
+  tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
+  int64_t k = tpu_lower_arg(ctx, 1)->i;
+  const tpu_lower_arg_t* dim_arg = tpu_lower_arg(ctx, 2);
+  int dim = wrap_dim(dim_arg->kind == TPU_ARG_INT ? dim_arg->i : -1, t.rank);
+  bool largest = tpu_lower_arg(ctx, 3)->kind != TPU_ARG_BOOL || tpu_lower_arg(ctx, 3)->i;
+  tpu_hlo_value_t x = tpu_lower_tensor(ctx, 0), v, i;
+  if (t.rank == 0) {
+    int64_t one = 1;
+    x = tpu_emit_reshape(b, x, &one, 1);
+  }
+  sort_dim(b, x, t.rank == 0 ? 0 : dim, largest ? DESCENDING : ASCENDING, &v, &i);
+  v = slice_dim(b, v, t.rank == 0 ? 0 : dim, 0, k);
+  i = slice_dim(b, i, t.rank == 0 ? 0 : dim, 0, k);
+  tpu_lower_set_output(ctx, 0, tpu_emit_reshape(b, v, out.dims, out.rank));
+  tpu_lower_set_output(ctx, 1, tpu_emit_reshape(b, i, out.dims, out.rank));
+  return NULL;
+}
+
+/* kthvalue(self, k, dim, keepdim): the k-th smallest (NaN largest). */
+static tpu_status_t lower_kthvalue(tpu_lower_ctx_t* ctx) {
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  tpu_hlo_type_t t = tpu_lower_arg(ctx, 0)->type;
+  tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0), iout = tpu_lower_output_type(ctx, 1);
+  int64_t k = tpu_lower_arg(ctx, 1)->i;
+  const tpu_lower_arg_t* dim_arg = tpu_lower_arg(ctx, 2);
+  int dim = wrap_dim(dim_arg->kind == TPU_ARG_INT ? dim_arg->i : -1, t.rank);
+  tpu_hlo_value_t x = tpu_lower_tensor(ctx, 0), v, i;
+  if (t.rank == 0) {
+    int64_t one = 1;
+    x = tpu_emit_reshape(b, x, &one, 1);
+    dim = 0;
+  }
+  tpu_hlo_type_t xt = tpu_hlo_value_type(b, x);
+  if (k < 1 || k > xt.dims[dim]) return tpu_lower_decline(ctx, "k out of range");
+  sort_dim(b, x, dim, ASCENDING, &v, &i);
+  tpu_lower_set_output(ctx, 0, pick(b, v, dim, k - 1, &out));
+  tpu_lower_set_output(ctx, 1, pick(b, i, dim, k - 1, &iout));
+  return NULL;
+}
+
+/* median(self) and median.dim(self, dim, keepdim): the lower median; a
+ * slice holding NaN gives NaN at its first NaN's index. Sorting with NaN
+ * first makes that position 0, and otherwise changes nothing. */
+static tpu_status_t lower_median(tpu_lower_ctx_t* ctx) {
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  tpu_hlo_type_t t = tpu_lower_arg(ctx, 0)->type;
+  tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
+  bool has_dim = tpu_lower_arg(ctx, 1)->kind == TPU_ARG_INT;
+  tpu_hlo_value_t x = tpu_lower_tensor(ctx, 0), v, i;
+  int dim = has_dim ? wrap_dim(tpu_lower_arg(ctx, 1)->i, t.rank) : 0;
+  if (!has_dim || t.rank == 0) {
+    int64_t n = numel(&t);
+    x = tpu_emit_reshape(b, x, &n, 1);
+    dim = 0;
+  }
+  tpu_hlo_type_t xt = tpu_hlo_value_type(b, x);
+  int64_t n = xt.dims[dim];
+  if (n == 0) return tpu_lower_decline(ctx, "empty");
+  sort_dim(b, x, dim, ASCENDING_NAN_FIRST, &v, &i);
+  tpu_hlo_type_t it = out;
+  it.dtype = TPU_DTYPE_INT64;
+  tpu_hlo_value_t mv = pick(b, v, dim, (n - 1) / 2, &out);
+  tpu_hlo_value_t mi = pick(b, i, dim, (n - 1) / 2, &it);
+  if (tpu_dtype_is_floating(t.dtype)) {
+    tpu_hlo_value_t first = pick(b, v, dim, 0, &out);
+    tpu_hlo_value_t nan = tpu_emit_compare(b, "NE", first, first);
+    mv = tpu_emit_select(b, nan, first, mv);
+    mi = tpu_emit_select(b, nan, pick(b, i, dim, 0, &it), mi);
+  }
+  tpu_lower_set_output(ctx, 0, mv);
+  if (tpu_lower_num_outputs(ctx) > 1) tpu_lower_set_output(ctx, 1, mi);
+  return NULL;
+}
+
+/* clone(self, memory_format): the value itself; the engine writes it to a
+ * fresh tensor. */
+static tpu_status_t lower_clone(tpu_lower_ctx_t* ctx) {
+  tpu_lower_set_output(ctx, 0, tpu_lower_tensor(ctx, 0));
+  return NULL;
+}
+
+const tpu_lowering_t tpu_lowerings_shape[] = {
+    {"cat", lower_cat, 0},
+    {"stack", lower_stack, 0},
+    {"flip", lower_flip, 0},
+    {"roll", lower_roll, 0},
+    {"repeat", lower_repeat, 0},
+    {"constant_pad_nd", lower_constant_pad_nd, 0},
+    {"reflection_pad1d", lower_reflection_pad, 0},
+    {"reflection_pad2d", lower_reflection_pad, 0},
+    {"reflection_pad3d", lower_reflection_pad, 0},
+    {"reflection_pad1d_backward", lower_reflection_pad, 0},
+    {"reflection_pad2d_backward", lower_reflection_pad, 0},
+    {"reflection_pad3d_backward", lower_reflection_pad, 0},
+    {"replication_pad1d", lower_replication_pad, 0},
+    {"replication_pad2d", lower_replication_pad, 0},
+    {"replication_pad3d", lower_replication_pad, 0},
+    {"replication_pad1d_backward", lower_replication_pad, 0},
+    {"replication_pad2d_backward", lower_replication_pad, 0},
+    {"replication_pad3d_backward", lower_replication_pad, 0},
+    {"tril", lower_tril, 0},
+    {"triu", lower_triu, 0},
+    {"sort", lower_sort, 0},
+    {"topk", lower_topk, 0},
+    {"kthvalue", lower_kthvalue, 0},
+    {"median", lower_median, 0},
+    {"clone", lower_clone, 0},
+};
+const size_t tpu_lowerings_shape_count = sizeof tpu_lowerings_shape / sizeof tpu_lowerings_shape[0];

@@ -1,0 +1,235 @@
+/* shape family: each lowering run on the CPU plugin against values worked
+ * out by hand. */
+#include <math.h>
+
+#include "../testing.h"
+#include "lower_testing.h"
+
+static tpu_lower_arg_t int_arg(int64_t v) { return (tpu_lower_arg_t){.kind = TPU_ARG_INT, .i = v}; }
+static tpu_lower_arg_t bool_arg(bool v) { return (tpu_lower_arg_t){.kind = TPU_ARG_BOOL, .i = v}; }
+static tpu_lower_arg_t ints_arg(int n, const int64_t* v) {
+  tpu_lower_arg_t a = {.kind = TPU_ARG_INTS, .num_ints = n};
+  for (int k = 0; k < n; k++) a.ints[k] = v[k];
+  return a;
+}
+
+/* cat of f32 and int64 into f32 along dim 1, skipping a legacy empty [0]. */
+static void test_cat(void) {
+  int64_t ad[2] = {2, 1}, bd[2] = {2, 2}, ed[1] = {0}, od[2] = {2, 3};
+  float a[2] = {1, 2};
+  int64_t bb[4] = {3, 4, 5, 6};
+  tpu_hlo_type_t lt[3] = {tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 2, ad),
+                          tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 1, ed),
+                          tpu_hlo_type_make(TPU_DTYPE_INT64, 2, bd)};
+  tpu_lower_arg_t args[2] = {{.kind = TPU_ARG_TENSORS, .num_tensors = 3}, int_arg(-1)};
+  const void* data[3] = {a, NULL, bb};
+  tpu_hlo_type_t out = tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 2, od);
+  void* r[1];
+  CHECK_OK(tpu_test_run_op("aten::cat", args, 2, lt, data, &out, 1, r));
+  float* g = r[0];
+  CHECK(g[0] == 1 && g[1] == 3 && g[2] == 4 && g[3] == 2 && g[4] == 5 && g[5] == 6);
+  free(r[0]);
+}
+
+static void test_flip_roll_repeat(void) {
+  int64_t xd[2] = {2, 3};
+  float x[6] = {1, 2, 3, 4, 5, 6};
+  const void* data[1] = {x};
+  tpu_hlo_type_t out = tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 2, xd);
+  void* r[1];
+  int64_t fd[2] = {0, -1};
+  tpu_lower_arg_t fargs[2] = {tpu_test_tensor_arg(TPU_DTYPE_FLOAT32, 2, xd), ints_arg(2, fd)};
+  CHECK_OK(tpu_test_run_op("aten::flip", fargs, 2, NULL, data, &out, 1, r));
+  float* g = r[0];
+  for (int i = 0; i < 6; i++) CHECK(g[i] == 6 - i);
+  free(r[0]);
+  /* roll by -1 along dim 1: [2 3 1; 5 6 4]; flattened roll by 2: [5 6 1 2 3 4]. */
+  int64_t sh[1] = {-1}, dm[1] = {1}, sh2[1] = {2};
+  tpu_lower_arg_t rargs[3] = {fargs[0], ints_arg(1, sh), ints_arg(1, dm)};
+  CHECK_OK(tpu_test_run_op("aten::roll", rargs, 3, NULL, data, &out, 1, r));
+  g = r[0];
+  CHECK(g[0] == 2 && g[1] == 3 && g[2] == 1 && g[3] == 5 && g[5] == 4);
+  free(r[0]);
+  rargs[1] = ints_arg(1, sh2);
+  rargs[2] = ints_arg(0, NULL);
+  CHECK_OK(tpu_test_run_op("aten::roll", rargs, 3, NULL, data, &out, 1, r));
+  g = r[0];
+  CHECK(g[0] == 5 && g[1] == 6 && g[2] == 1 && g[5] == 4);
+  free(r[0]);
+  /* repeat([2, 1, 2]) of [2, 3] -> [2, 2, 6]. */
+  int64_t reps[3] = {2, 1, 2}, od[3] = {2, 2, 6};
+  tpu_lower_arg_t pargs[2] = {fargs[0], ints_arg(3, reps)};
+  tpu_hlo_type_t rout = tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 3, od);
+  CHECK_OK(tpu_test_run_op("aten::repeat", pargs, 2, NULL, data, &rout, 1, r));
+  g = r[0];
+  for (int a = 0; a < 2; a++)
+    for (int i = 0; i < 2; i++)
+      for (int j = 0; j < 6; j++) CHECK(g[(a * 2 + i) * 6 + j] == x[i * 3 + j % 3]);
+  free(r[0]);
+}
+
+/* constant_pad_nd with a crop; reflection and replication pads. */
+static void test_pads(void) {
+  int64_t xd[2] = {2, 3};
+  float x[6] = {1, 2, 3, 4, 5, 6};
+  const void* data[2] = {x, NULL};
+  void* r[1];
+  int64_t pad[4] = {1, -1, 0, 1}, pd[2] = {3, 3};
+  double v = 9;
+  data[1] = &v;
+  tpu_lower_arg_t cargs[3] = {tpu_test_tensor_arg(TPU_DTYPE_FLOAT32, 2, xd), ints_arg(4, pad),
+                              tpu_test_scalar_arg(TPU_DTYPE_FLOAT64, true)};
+  tpu_hlo_type_t cout = tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 2, pd);
+  CHECK_OK(tpu_test_run_op("aten::constant_pad_nd", cargs, 3, NULL, data, &cout, 1, r));
+  float* g = r[0];
+  float want[9] = {9, 1, 2, 9, 4, 5, 9, 9, 9};
+  for (int i = 0; i < 9; i++) CHECK(g[i] == want[i]);
+  free(r[0]);
+  /* reflection_pad1d (2, 1) on rows of 3: [3 2 1 2 3 2]. */
+  int64_t rp[2] = {2, 1}, rd[2] = {2, 6};
+  tpu_lower_arg_t pargs[2] = {cargs[0], ints_arg(2, rp)};
+  tpu_hlo_type_t rout = tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 2, rd);
+  CHECK_OK(tpu_test_run_op("aten::reflection_pad1d", pargs, 2, NULL, data, &rout, 1, r));
+  g = r[0];
+  float want_r[6] = {3, 2, 1, 2, 3, 2};
+  for (int i = 0; i < 6; i++) CHECK(g[i] == want_r[i] && g[6 + i] == want_r[i] + 3);
+  free(r[0]);
+  CHECK_OK(tpu_test_run_op("aten::replication_pad1d", pargs, 2, NULL, data, &rout, 1, r));
+  g = r[0];
+  float want_c[6] = {1, 1, 1, 2, 3, 3};
+  for (int i = 0; i < 6; i++) CHECK(g[i] == want_c[i]);
+  free(r[0]);
+  /* Backward of reflection_pad1d (2, 1) with ones: input 0 gets 1, input 1
+   * gets 3 (itself and both reflections), input 2 gets 2. */
+  float ones[12];
+  for (int i = 0; i < 12; i++) ones[i] = 1;
+  tpu_lower_arg_t bargs[3] = {tpu_test_tensor_arg(TPU_DTYPE_FLOAT32, 2, rd),
+                              tpu_test_tensor_arg(TPU_DTYPE_FLOAT32, 2, xd), ints_arg(2, rp)};
+  const void* bdata[2] = {ones, x};
+  tpu_hlo_type_t bout = tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 2, xd);
+  CHECK_OK(tpu_test_run_op("aten::reflection_pad1d_backward", bargs, 3, NULL, bdata, &bout, 1, r));
+  g = r[0];
+  CHECK(g[0] == 1 && g[1] == 3 && g[2] == 2 && g[3] == 1 && g[4] == 3 && g[5] == 2);
+  free(r[0]);
+  /* replication_pad2d (1, 0, 0, 1) backward: column 0 gets 2 per row, the
+   * last row gets doubled. */
+  int64_t p2[4] = {1, 0, 0, 1}, gd[3] = {1, 3, 4}, sd[3] = {1, 2, 3};
+  tpu_lower_arg_t b2[3] = {tpu_test_tensor_arg(TPU_DTYPE_FLOAT32, 3, gd),
+                           tpu_test_tensor_arg(TPU_DTYPE_FLOAT32, 3, sd), ints_arg(4, p2)};
+  tpu_hlo_type_t b2out = tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 3, sd);
+  CHECK_OK(tpu_test_run_op("aten::replication_pad2d_backward", b2, 3, NULL, bdata, &b2out, 1, r));
+  g = r[0];
+  CHECK(g[0] == 2 && g[1] == 1 && g[2] == 1 && g[3] == 4 && g[4] == 2 && g[5] == 2);
+  free(r[0]);
+}
+
+static void test_tril_triu(void) {
+  int64_t xd[2] = {3, 3};
+  int64_t x[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+  const void* data[1] = {x};
+  tpu_lower_arg_t args[2] = {tpu_test_tensor_arg(TPU_DTYPE_INT64, 2, xd), int_arg(-1)};
+  tpu_hlo_type_t out = tpu_hlo_type_make(TPU_DTYPE_INT64, 2, xd);
+  void* r[1];
+  CHECK_OK(tpu_test_run_op("aten::tril", args, 2, NULL, data, &out, 1, r));
+  int64_t* g = r[0];
+  int64_t want[9] = {0, 0, 0, 4, 0, 0, 7, 8, 0};
+  for (int i = 0; i < 9; i++) CHECK(g[i] == want[i]);
+  free(r[0]);
+  args[1] = int_arg(1);
+  CHECK_OK(tpu_test_run_op("aten::triu_", args, 2, NULL, data, &out, 1, r));
+  g = r[0];
+  int64_t want_u[9] = {0, 2, 3, 0, 0, 6, 0, 0, 0};
+  for (int i = 0; i < 9; i++) CHECK(g[i] == want_u[i]);
+  free(r[0]);
+}
+
+/* sort (NaN largest, stable ties), descending, topk, kthvalue, median. */
+static void test_sorting(void) {
+  int64_t xd[1] = {5};
+  float nan = NAN;
+  float x[5] = {2, nan, 1, 2, -3};
+  const void* data[1] = {x};
+  tpu_hlo_type_t outs[2] = {tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 1, xd),
+                            tpu_hlo_type_make(TPU_DTYPE_INT64, 1, xd)};
+  void* r[2];
+  tpu_lower_arg_t args[4] = {tpu_test_tensor_arg(TPU_DTYPE_FLOAT32, 1, xd), int_arg(0),
+                             bool_arg(false)};
+  CHECK_OK(tpu_test_run_op("aten::sort", args, 3, NULL, data, outs, 2, r));
+  float* v = r[0];
+  int64_t* i = r[1];
+  CHECK(v[0] == -3 && v[1] == 1 && v[2] == 2 && v[3] == 2 && isnan(v[4]));
+  CHECK(i[0] == 4 && i[1] == 2 && i[2] == 0 && i[3] == 3 && i[4] == 1);
+  free(r[0]);
+  free(r[1]);
+  tpu_lower_arg_t sargs[4] = {args[0], bool_arg(true), int_arg(-1), bool_arg(true)};
+  CHECK_OK(tpu_test_run_op("aten::sort.stable", sargs, 4, NULL, data, outs, 2, r));
+  v = r[0];
+  i = r[1];
+  CHECK(isnan(v[0]) && v[1] == 2 && v[2] == 2 && v[3] == 1 && v[4] == -3);
+  CHECK(i[0] == 1 && i[1] == 0 && i[2] == 3 && i[3] == 2 && i[4] == 4);
+  free(r[0]);
+  free(r[1]);
+  int64_t kd[1] = {2};
+  tpu_hlo_type_t kouts[2] = {tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 1, kd),
+                             tpu_hlo_type_make(TPU_DTYPE_INT64, 1, kd)};
+  tpu_lower_arg_t targs[5] = {args[0], int_arg(2), int_arg(-1), bool_arg(false), bool_arg(true)};
+  CHECK_OK(tpu_test_run_op("aten::topk", targs, 5, NULL, data, kouts, 2, r));
+  v = r[0];
+  i = r[1];
+  CHECK(v[0] == -3 && v[1] == 1 && i[0] == 4 && i[1] == 2);
+  free(r[0]);
+  free(r[1]);
+  tpu_hlo_type_t s_outs[2] = {tpu_hlo_type_scalar(TPU_DTYPE_FLOAT32),
+                              tpu_hlo_type_scalar(TPU_DTYPE_INT64)};
+  tpu_lower_arg_t kargs[4] = {args[0], int_arg(4), int_arg(0), bool_arg(false)};
+  CHECK_OK(tpu_test_run_op("aten::kthvalue", kargs, 4, NULL, data, s_outs, 2, r));
+  CHECK(*(float*)r[0] == 2 && *(int64_t*)r[1] == 3);
+  free(r[0]);
+  free(r[1]);
+  /* median.dim with a NaN: NaN at the first NaN's index; without: lower
+   * median. */
+  tpu_lower_arg_t margs[3] = {args[0], int_arg(0), bool_arg(false)};
+  CHECK_OK(tpu_test_run_op("aten::median.dim", margs, 3, NULL, data, s_outs, 2, r));
+  CHECK(isnan(*(float*)r[0]) && *(int64_t*)r[1] == 1);
+  free(r[0]);
+  free(r[1]);
+  float y[4] = {4, -1, 3, 0};
+  int64_t yd[1] = {4};
+  tpu_lower_arg_t m1[1] = {tpu_test_tensor_arg(TPU_DTYPE_FLOAT32, 1, yd)};
+  const void* ydata[1] = {y};
+  CHECK_OK(tpu_test_run_op("aten::median", m1, 1, NULL, ydata, s_outs, 1, r));
+  CHECK(*(float*)r[0] == 0);
+  free(r[0]);
+}
+
+static void test_sort_bool_and_stack(void) {
+  int64_t xd[1] = {4};
+  bool x[4] = {true, false, true, false};
+  const void* data[1] = {x};
+  tpu_hlo_type_t outs[2] = {tpu_hlo_type_make(TPU_DTYPE_BOOL, 1, xd),
+                            tpu_hlo_type_make(TPU_DTYPE_INT64, 1, xd)};
+  tpu_lower_arg_t args[3] = {tpu_test_tensor_arg(TPU_DTYPE_BOOL, 1, xd), int_arg(0),
+                             bool_arg(false)};
+  void* r[2];
+  CHECK_OK(tpu_test_run_op("aten::sort", args, 3, NULL, data, outs, 2, r));
+  bool* v = r[0];
+  int64_t* i = r[1];
+  CHECK(!v[0] && !v[1] && v[2] && v[3] && i[0] == 1 && i[1] == 3 && i[2] == 0 && i[3] == 2);
+  free(r[0]);
+  free(r[1]);
+  int64_t ad[1] = {2}, od[2] = {2, 2};
+  float a[2] = {1, 2}, b[2] = {3, 4};
+  tpu_hlo_type_t lt[2] = {tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 1, ad),
+                          tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 1, ad)};
+  tpu_lower_arg_t sargs[2] = {{.kind = TPU_ARG_TENSORS, .num_tensors = 2}, int_arg(1)};
+  const void* sdata[2] = {a, b};
+  tpu_hlo_type_t out = tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 2, od);
+  CHECK_OK(tpu_test_run_op("aten::stack", sargs, 2, lt, sdata, &out, 1, r));
+  float* g = r[0];
+  CHECK(g[0] == 1 && g[1] == 3 && g[2] == 2 && g[3] == 4);
+  free(r[0]);
+}
+
+TPU_TEST_MAIN(TPU_TEST(test_cat), TPU_TEST(test_flip_roll_repeat), TPU_TEST(test_pads),
+              TPU_TEST(test_tril_triu), TPU_TEST(test_sorting),
+              TPU_TEST(test_sort_bool_and_stack))
