@@ -1,6 +1,6 @@
 /* Reduce family: sum, mean, prod, nansum, amax/amin, max/min (full and .dim
  * with indices), argmax/argmin, var/std (and *_mean), norms, logsumexp,
- * cumsum/cumprod, all/any.
+ * cumsum/cumprod/_logcumsumexp, count_nonzero, aminmax, all/any.
  *
  * Common shape handling: a lowering computes its result over the reduced
  * dims (dropping them) and then reshapes to the output type PyTorch gives,
@@ -430,8 +430,11 @@ static tpu_status_t lower_logsumexp(tpu_lower_ctx_t* ctx) {
 /* Inclusive scan along `dim` (Hillis-Steele: log2(n) steps of "y op= y
  * shifted by s", the shift padding with the identity), O(n log n) work
  * where a reduce_window would be O(n^2). */
+typedef tpu_hlo_value_t (*combine_fn)(tpu_hlo_builder_t* b, const char* op, tpu_hlo_value_t x,
+                                      tpu_hlo_value_t y);
+
 static tpu_hlo_value_t emit_scan(tpu_hlo_builder_t* b, tpu_hlo_value_t y, int dim, double identity,
-                                 const char* op) {
+                                 const char* op, combine_fn combine) {
   tpu_hlo_type_t t = tpu_hlo_value_type(b, y);
   int64_t n = t.dims[dim];
   for (int64_t s = 1; s < n; s *= 2) {
@@ -449,9 +452,28 @@ static tpu_hlo_value_t emit_scan(tpu_hlo_builder_t* b, tpu_hlo_value_t y, int di
              "edge_padding_low = %s, edge_padding_high = %s, interior_padding = %s", l, h, in);
     tpu_hlo_value_t ops[2] = {head, tpu_emit_const(b, t.dtype, identity)};
     tpu_hlo_value_t shifted = tpu_hlo_op(b, "stablehlo.pad", ops, 2, t, attrs);
-    y = tpu_emit_binary(b, op, y, shifted);
+    y = combine(b, op, y, shifted);
   }
   return y;
+}
+
+/* log(exp(x) + exp(y)) as PyTorch's CPU scan computes it: max + log1p(exp(min -
+ * max)), except when both are the same infinity (then that infinity). */
+static tpu_hlo_value_t log_add_exp(tpu_hlo_builder_t* b, const char* unused, tpu_hlo_value_t x,
+                                   tpu_hlo_value_t y) {
+  tpu_hlo_type_t t = tpu_hlo_value_type(b, x);
+  tpu_hlo_value_t y_nan = tpu_emit_compare(b, "NE", y, y);
+  tpu_hlo_value_t mn = tpu_emit_select(b, y_nan, y, tpu_emit_binary(b, "stablehlo.minimum", x, y));
+  tpu_hlo_value_t mx = tpu_emit_select(b, y_nan, y, tpu_emit_binary(b, "stablehlo.maximum", x, y));
+  tpu_hlo_value_t r = tpu_emit_binary(
+      b, "stablehlo.add", mx,
+      tpu_emit_unary(b, "stablehlo.log_plus_one",
+                     tpu_emit_unary(b, "stablehlo.exponential",
+                                    tpu_emit_binary(b, "stablehlo.subtract", mn, mx))));
+  tpu_hlo_value_t finite = tpu_emit_compare(b, "NE", tpu_emit_unary(b, "stablehlo.abs", mn),
+                                            tpu_emit_const_like(b, &t, INFINITY));
+  tpu_hlo_value_t use_r = tpu_emit_binary(b, "stablehlo.or", tpu_emit_compare(b, "NE", mn, mx), finite);
+  return tpu_emit_select(b, use_r, r, x);
 }
 
 /* cumsum / cumprod(self, dim, *, dtype=None). */
@@ -467,13 +489,58 @@ static tpu_status_t lower_cum(tpu_lower_ctx_t* ctx, bool is_sum) {
   if (t.rank > 0) {
     int dim = (int)((a1->i % t.rank + t.rank) % t.rank);
     x = emit_scan(tpu_lower_builder(ctx), x, dim, is_sum ? 0 : 1,
-                  is_sum ? "stablehlo.add" : "stablehlo.multiply");
+                  is_sum ? "stablehlo.add" : "stablehlo.multiply", tpu_emit_binary);
   }
   set_out(ctx, 0, x);
   return NULL;
 }
+/* _logcumsumexp(self, dim) (logcumsumexp's kernel): a scan of log_add_exp
+ * starting from -inf. */
+static tpu_status_t lower_logcumsumexp(tpu_lower_ctx_t* ctx) {
+  tpu_status_t s = decline_complex(ctx);
+  if (s) return s;
+  if (!tpu_dtype_is_floating(tpu_lower_output_type(ctx, 0).dtype))
+    return tpu_lower_decline(ctx, "logcumsumexp into a non-floating dtype");
+  tpu_hlo_value_t x = input_as_acc(ctx);
+  tpu_hlo_type_t t = value_type(ctx, x);
+  const tpu_lower_arg_t* a1 = tpu_lower_arg(ctx, 1);
+  if (a1->kind != TPU_ARG_INT) return tpu_lower_decline(ctx, "scan dim is not an int");
+  if (t.rank > 0) {
+    int dim = (int)((a1->i % t.rank + t.rank) % t.rank);
+    x = emit_scan(tpu_lower_builder(ctx), x, dim, -INFINITY, NULL, log_add_exp);
+  }
+  set_out(ctx, 0, x);
+  return NULL;
+}
+
 static tpu_status_t lower_cumsum(tpu_lower_ctx_t* ctx) { return lower_cum(ctx, true); }
 static tpu_status_t lower_cumprod(tpu_lower_ctx_t* ctx) { return lower_cum(ctx, false); }
+
+/* count_nonzero.dim_IntList(self, dim) / count_nonzero(self, dim?): int64. */
+static tpu_status_t lower_count_nonzero(tpu_lower_ctx_t* ctx) {
+  tpu_status_t s = decline_complex(ctx);
+  if (s) return s;
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  tpu_hlo_value_t x = tpu_emit_convert(b, tpu_lower_tensor(ctx, 0), TPU_DTYPE_BOOL);
+  x = tpu_emit_convert(b, x, TPU_DTYPE_INT64);
+  int64_t dims[TPU_HLO_MAX_RANK];
+  int n = read_dims(ctx, 1, value_type(ctx, x).rank, false, dims);
+  set_out(ctx, 0, reduce(b, x, 0, dims, n, "stablehlo.add"));
+  return NULL;
+}
+
+/* aminmax(self, *, dim=None, keepdim) -> (min, max). */
+static tpu_status_t lower_aminmax(tpu_lower_ctx_t* ctx) {
+  tpu_status_t s = decline_complex(ctx);
+  if (s) return s;
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  tpu_hlo_value_t x = tpu_lower_tensor(ctx, 0);
+  int64_t dims[TPU_HLO_MAX_RANK];
+  int n = read_dims(ctx, 1, value_type(ctx, x).rank, false, dims);
+  set_out(ctx, 0, reduce_extreme(b, x, dims, n, false));
+  set_out(ctx, 1, reduce_extreme(b, x, dims, n, true));
+  return NULL;
+}
 
 /* ---- all / any ---- */
 
@@ -514,6 +581,9 @@ const tpu_lowering_t tpu_lowerings_reduce[] = {
     {"logsumexp", lower_logsumexp, 0},
     {"cumsum", lower_cumsum, 0},
     {"cumprod", lower_cumprod, 0},
+    {"_logcumsumexp", lower_logcumsumexp, 0},
+    {"count_nonzero", lower_count_nonzero, 0},
+    {"aminmax", lower_aminmax, 0},
     {"all", lower_all, 0},
     {"any", lower_any, 0},
 };

@@ -403,7 +403,44 @@ static void test_binary_max_out(void) {
   CHECK(ok);
 }
 
-TPU_TEST_MAIN(TPU_TEST(test_sum_dims_keepdim_negative), TPU_TEST(test_sum_promotes_ints_and_bools),
+static void test_logcumsumexp_count_nonzero_aminmax(void) {
+  int64_t d[1] = {6};
+  float x[6] = {-INFINITY, -INFINITY, 0, 1000, INFINITY, 3};
+  tpu_lower_arg_t args[2] = {tpu_test_tensor_arg(TPU_DTYPE_FLOAT32, 1, d), int_arg(0)};
+  const void* data[1] = {x};
+  tpu_hlo_type_t out = tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 1, d);
+  void* r[2];
+  CHECK_OK(tpu_test_run_op("aten::_logcumsumexp", args, 2, NULL, data, &out, 1, r));
+  float* v = r[0];
+  bool ok = v[0] == -INFINITY && v[1] == -INFINITY && v[2] == 0 && close(v[3], 1000, 1e-7) &&
+            v[4] == INFINITY && v[5] == INFINITY;
+  if (!ok) fprintf(stderr, "logcumsumexp: %g %g %g %g %g %g\n", v[0], v[1], v[2], v[3], v[4], v[5]);
+  free(r[0]);
+  CHECK(ok);
+  int64_t d2[2] = {2, 3}, od[1] = {3};
+  float y[6] = {0, NAN, 2, 0, 0, -1};
+  tpu_lower_arg_t cargs[2] = {tpu_test_tensor_arg(TPU_DTYPE_FLOAT32, 2, d2), ints_arg(0, NULL)};
+  data[0] = y;
+  out = tpu_hlo_type_make(TPU_DTYPE_INT64, 0, NULL);
+  CHECK_OK(tpu_test_run_op("aten::count_nonzero.dim_IntList", cargs, 2, NULL, data, &out, 1, r));
+  ok = *(int64_t*)r[0] == 3;
+  free(r[0]);
+  CHECK(ok);
+  float z[6] = {4, -1, 2, 0, 7, 2};
+  data[0] = z;
+  tpu_lower_arg_t margs[3] = {tpu_test_tensor_arg(TPU_DTYPE_FLOAT32, 2, d2), int_arg(0),
+                              bool_arg(false)};
+  tpu_hlo_type_t outs[2] = {tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 1, od),
+                            tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 1, od)};
+  CHECK_OK(tpu_test_run_op("aten::aminmax", margs, 3, NULL, data, outs, 2, r));
+  float *mn = r[0], *mx = r[1];
+  ok = mn[0] == 0 && mn[1] == -1 && mn[2] == 2 && mx[0] == 4 && mx[1] == 7 && mx[2] == 2;
+  free(r[0]);
+  free(r[1]);
+  CHECK(ok);
+}
+
+TPU_TEST_MAIN(TPU_TEST(test_logcumsumexp_count_nonzero_aminmax), TPU_TEST(test_sum_dims_keepdim_negative), TPU_TEST(test_sum_promotes_ints_and_bools),
               TPU_TEST(test_bf16_sum_and_mean_accumulate_in_f32), TPU_TEST(test_nansum_prod_mean),
               TPU_TEST(test_amax_amin_propagate_nan), TPU_TEST(test_max_dim_first_index_and_nan),
               TPU_TEST(test_argmax_argmin), TPU_TEST(test_var_std_correction),
