@@ -1,0 +1,409 @@
+/* conv family: each lowering runs on the XLA CPU plugin and is compared with
+ * a direct C evaluation of PyTorch's definition (small-integer data, so the
+ * float results are exact up to summation order). */
+#include <math.h>
+#include <stdint.h>
+
+#include "../testing.h"
+#include "lower_testing.h"
+
+static tpu_lower_arg_t ints_arg(int n, const int64_t* v) {
+  tpu_lower_arg_t a = {.kind = TPU_ARG_INTS, .num_ints = n};
+  for (int i = 0; i < n; i++) a.ints[i] = v[i];
+  return a;
+}
+static tpu_lower_arg_t int_arg(int64_t v) { return (tpu_lower_arg_t){.kind = TPU_ARG_INT, .i = v}; }
+static tpu_lower_arg_t bool_arg(bool v) { return (tpu_lower_arg_t){.kind = TPU_ARG_BOOL, .i = v}; }
+static tpu_lower_arg_t none_arg(void) { return (tpu_lower_arg_t){.kind = TPU_ARG_NONE}; }
+static tpu_lower_arg_t f32_arg(int rank, const int64_t* dims) {
+  return tpu_test_tensor_arg(TPU_DTYPE_FLOAT32, rank, dims);
+}
+
+/* Small integers in [-3, 3] (ties for the max pools, exact sums). */
+static void fill(float* a, int64_t n, uint32_t seed) {
+  for (int64_t i = 0; i < n; i++) {
+    seed = seed * 1664525u + 1013904223u;
+    a[i] = (float)((int)((seed >> 16) % 7) - 3);
+  }
+}
+
+static bool close_to(const float* got, const float* want, int64_t n) {
+  for (int64_t i = 0; i < n; i++) {
+    bool both_nan = isnan(got[i]) && isnan(want[i]);
+    if (!both_nan && !(fabsf(got[i] - want[i]) <= 1e-4f * (1 + fabsf(want[i])))) {
+      fprintf(stderr, "  element %lld: got %g want %g\n", (long long)i, got[i], want[i]);
+      return false;
+    }
+  }
+  return true;
+}
+
+/* The relation every convolution is made of: a "big" tensor [N, G*Bg, big]
+ * and a "small" one [N, G*Sg, small] are linked through w [G*Sg, Bg, k] at
+ * big = small*s - p + k*d. Regular conv: big = input, small = output;
+ * transposed: the reverse. 1-D cases use a trivial first spatial dim. */
+typedef struct rel_s {
+  int64_t N, G, Sg, Bg, small[2], big[2], k[2], s[2], p[2], d[2];
+} rel_t;
+
+enum { TO_SMALL, TO_BIG, TO_WEIGHT };
+
+static void conv_ref(const rel_t* r, int mode, float* small, float* big, float* w) {
+  for (int64_t n = 0; n < r->N; n++)
+    for (int64_t g = 0; g < r->G; g++)
+      for (int64_t a = 0; a < r->Sg; a++)
+        for (int64_t bl = 0; bl < r->Bg; bl++)
+          for (int64_t sy = 0; sy < r->small[0]; sy++)
+            for (int64_t sx = 0; sx < r->small[1]; sx++)
+              for (int64_t ky = 0; ky < r->k[0]; ky++)
+                for (int64_t kx = 0; kx < r->k[1]; kx++) {
+                  int64_t by = sy * r->s[0] - r->p[0] + ky * r->d[0];
+                  int64_t bx = sx * r->s[1] - r->p[1] + kx * r->d[1];
+                  if (by < 0 || by >= r->big[0] || bx < 0 || bx >= r->big[1]) continue;
+                  int64_t sc = g * r->Sg + a, bc = g * r->Bg + bl;
+                  int64_t si = ((n * r->G * r->Sg + sc) * r->small[0] + sy) * r->small[1] + sx;
+                  int64_t bi = ((n * r->G * r->Bg + bc) * r->big[0] + by) * r->big[1] + bx;
+                  int64_t wi = ((sc * r->Bg + bl) * r->k[0] + ky) * r->k[1] + kx;
+                  if (mode == TO_SMALL) small[si] += big[bi] * w[wi];
+                  else if (mode == TO_BIG) big[bi] += small[si] * w[wi];
+                  else w[wi] += small[si] * big[bi];
+                }
+}
+
+/* conv2d: groups 2, stride (2,1), padding (1,0), dilation (1,2), bias; the
+ * input's last row is not covered by any window. */
+static const int64_t kX2[4] = {2, 4, 8, 6}, kW2[4] = {6, 2, 3, 2}, kY2[4] = {2, 6, 4, 4};
+static const rel_t kRel2 = {.N = 2, .G = 2, .Sg = 3, .Bg = 2, .small = {4, 4}, .big = {8, 6},
+                            .k = {3, 2}, .s = {2, 1}, .p = {1, 0}, .d = {1, 2}};
+
+static void conv2d_args(tpu_lower_arg_t* args, bool bias) {
+  int64_t st[2] = {2, 1}, pd[2] = {1, 0}, dl[2] = {1, 2}, op[2] = {0, 0}, six = 6;
+  args[0] = f32_arg(4, kX2);
+  args[1] = f32_arg(4, kW2);
+  args[2] = bias ? f32_arg(1, &six) : none_arg();
+  args[3] = ints_arg(2, st);
+  args[4] = ints_arg(2, pd);
+  args[5] = ints_arg(2, dl);
+  args[6] = bool_arg(false);
+  args[7] = ints_arg(2, op);
+  args[8] = int_arg(2);
+}
+
+static void test_conv2d_forward(void) {
+  tpu_lower_arg_t args[9];
+  conv2d_args(args, true);
+  float x[2 * 4 * 8 * 6], w[6 * 2 * 3 * 2], bias[6], want[2 * 6 * 4 * 4] = {0};
+  fill(x, 384, 1), fill(w, 72, 2), fill(bias, 6, 3);
+  conv_ref(&kRel2, TO_SMALL, want, x, w);
+  for (int i = 0; i < 192; i++) want[i] += bias[(i / 16) % 6];
+  tpu_hlo_type_t out = tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 4, kY2);
+  const void* data[3] = {x, w, bias};
+  void* res[1];
+  /* Every name PyTorch may route a convolution through shares the row. */
+  const char* names[3] = {"aten::convolution", "aten::convolution_overrideable",
+                          "aten::_convolution"};
+  for (int k = 0; k < 3; k++) {
+    CHECK_OK(tpu_test_run_op(names[k], args, 9, NULL, data, &out, 1, res));
+    bool ok = close_to(res[0], want, 192);
+    free(res[0]);
+    CHECK(ok);
+  }
+}
+
+static void test_conv2d_backward(void) {
+  tpu_lower_arg_t fargs[9], args[11];
+  conv2d_args(fargs, false);
+  int64_t bias_sizes = 6, mask[3] = {1, 1, 1};
+  args[0] = f32_arg(4, kY2);
+  args[1] = fargs[0];
+  args[2] = fargs[1];
+  args[3] = ints_arg(1, &bias_sizes);
+  for (int i = 3; i < 9; i++) args[i + 1] = fargs[i];
+  args[10] = ints_arg(3, mask);
+  float g[192], x[384], w[72];
+  float want_x[384] = {0}, want_w[72] = {0}, want_b[6] = {0};
+  fill(g, 192, 4), fill(x, 384, 5), fill(w, 72, 6);
+  conv_ref(&kRel2, TO_BIG, g, want_x, w);
+  conv_ref(&kRel2, TO_WEIGHT, g, x, want_w);
+  for (int i = 0; i < 192; i++) want_b[(i / 16) % 6] += g[i];
+  int64_t six = 6;
+  tpu_hlo_type_t outs[3] = {tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 4, kX2),
+                            tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 4, kW2),
+                            tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 1, &six)};
+  const void* data[3] = {g, x, w};
+  void* res[3];
+  CHECK_OK(tpu_test_run_op("aten::convolution_backward", args, 11, NULL, data, outs, 3, res));
+  bool ok = close_to(res[0], want_x, 384) && close_to(res[1], want_w, 72) &&
+            close_to(res[2], want_b, 6);
+  for (int i = 0; i < 3; i++) free(res[i]);
+  CHECK(ok);
+}
+
+/* conv_transpose1d: x [2, 4, 5], w [4, 3, k], groups 2 -> [2, 6, L]. */
+static void transposed_case(int64_t k, int64_t pad, int64_t out_pad, int64_t L) {
+  int64_t xd[3] = {2, 4, 5}, wd[3] = {4, 3, k}, yd[3] = {2, 6, L};
+  int64_t st = 2, pd = pad, dl = 1, op = out_pad;
+  rel_t rel = {.N = 2, .G = 2, .Sg = 2, .Bg = 3, .small = {1, 5}, .big = {1, L}, .k = {1, k},
+               .s = {1, 2}, .p = {0, pad}, .d = {1, 1}};
+  tpu_lower_arg_t args[9] = {f32_arg(3, xd), f32_arg(3, wd), none_arg(), ints_arg(1, &st),
+                             ints_arg(1, &pd), ints_arg(1, &dl), bool_arg(true),
+                             ints_arg(1, &op), int_arg(2)};
+  float x[40], w[64], y[128] = {0};
+  fill(x, 40, 7), fill(w, 12 * k, 8);
+  conv_ref(&rel, TO_BIG, x, y, w);
+  tpu_hlo_type_t out = tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 3, yd);
+  const void* data[2] = {x, w};
+  void* res[1];
+  CHECK_OK(tpu_test_run_op("aten::convolution_overrideable", args, 9, NULL, data, &out, 1, res));
+  bool ok = close_to(res[0], y, 12 * L);
+  free(res[0]);
+  CHECK(ok);
+
+  /* Backward (the overrideable schema has no bias_sizes). */
+  int64_t mask[3] = {1, 1, 1};
+  tpu_lower_arg_t bargs[10] = {f32_arg(3, yd), args[0], args[1], args[3], args[4],
+                               args[5], args[6], args[7], args[8], ints_arg(3, mask)};
+  float g[128], gx[40] = {0}, gw[64] = {0}, gb[6] = {0};
+  fill(g, 12 * L, 9);
+  conv_ref(&rel, TO_SMALL, gx, g, w);
+  conv_ref(&rel, TO_WEIGHT, x, g, gw);
+  for (int i = 0; i < 12 * L; i++) gb[(i / L) % 6] += g[i];
+  int64_t six = 6;
+  tpu_hlo_type_t outs[3] = {tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 3, xd),
+                            tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 3, wd),
+                            tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 1, &six)};
+  const void* bdata[3] = {g, x, w};
+  void* bres[3];
+  CHECK_OK(tpu_test_run_op("aten::convolution_backward_overrideable", bargs, 10, NULL, bdata,
+                           outs, 3, bres));
+  ok = close_to(bres[0], gx, 40) && close_to(bres[1], gw, 12 * k) && close_to(bres[2], gb, 6);
+  for (int i = 0; i < 3; i++) free(bres[i]);
+  CHECK(ok);
+}
+
+static void test_conv_transpose1d(void) {
+  transposed_case(3, 1, 1, 10);
+  /* padding past the kernel's reach: negative edge padding internally. */
+  transposed_case(2, 2, 0, 6);
+}
+
+static void test_backward_output_mask(void) {
+  tpu_lower_arg_t fargs[9], args[11];
+  conv2d_args(fargs, false);
+  int64_t bias_sizes = 6, mask[3] = {0, 1, 0};
+  args[0] = f32_arg(4, kY2);
+  args[1] = fargs[0];
+  args[2] = fargs[1];
+  args[3] = ints_arg(1, &bias_sizes);
+  for (int i = 3; i < 9; i++) args[i + 1] = fargs[i];
+  args[10] = ints_arg(3, mask);
+  float g[192], x[384], w[72], want_w[72] = {0};
+  fill(g, 192, 4), fill(x, 384, 5), fill(w, 72, 6);
+  conv_ref(&kRel2, TO_WEIGHT, g, x, want_w);
+  int64_t six = 6;
+  tpu_hlo_type_t outs[3] = {tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 4, kX2),
+                            tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 4, kW2),
+                            tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 1, &six)};
+  const void* data[3] = {g, x, w};
+  void* res[3];
+  CHECK_OK(tpu_test_run_op("aten::convolution_backward", args, 11, NULL, data, outs, 3, res));
+  bool ok = close_to(res[1], want_w, 72);
+  for (int i = 0; i < 3; i++) free(res[i]);
+  CHECK(ok);
+}
+
+/* ---- pooling references (PyTorch's CPU loops) ---- */
+
+typedef struct pool_s {
+  int64_t B, H, W, OH, OW, k[2], s[2], p[2], d[2];
+} pool_t;
+
+static void max_pool_ref(const pool_t* q, const float* x, float* y, int64_t* ind) {
+  for (int64_t b = 0; b < q->B; b++)
+    for (int64_t oh = 0; oh < q->OH; oh++)
+      for (int64_t ow = 0; ow < q->OW; ow++) {
+        int64_t h0 = oh * q->s[0] - q->p[0], w0 = ow * q->s[1] - q->p[1];
+        while (h0 < 0) h0 += q->d[0];
+        while (w0 < 0) w0 += q->d[1];
+        int64_t best = h0 * q->W + w0;
+        float m = -INFINITY;
+        for (int64_t kh = 0; kh < q->k[0]; kh++)
+          for (int64_t kw = 0; kw < q->k[1]; kw++) {
+            int64_t h = oh * q->s[0] - q->p[0] + kh * q->d[0];
+            int64_t w = ow * q->s[1] - q->p[1] + kw * q->d[1];
+            if (h < 0 || h >= q->H || w < 0 || w >= q->W) continue;
+            float v = x[(b * q->H + h) * q->W + w];
+            if (v > m || isnan(v)) m = v, best = h * q->W + w;
+          }
+        y[(b * q->OH + oh) * q->OW + ow] = m;
+        ind[(b * q->OH + oh) * q->OW + ow] = best;
+      }
+}
+
+/* x [2, 3, 7, 6], kernel (3, 2), stride 2, padding 1, dilation (1, 2),
+ * ceil_mode: the output's last column only exists through ceil_mode. */
+static void test_max_pool2d_with_indices_and_backward(void) {
+  pool_t q = {.B = 6, .H = 7, .W = 6, .OH = 4, .OW = 4, .k = {3, 2}, .s = {2, 2}, .p = {1, 1},
+              .d = {1, 2}};
+  int64_t xd[4] = {2, 3, 7, 6}, yd[4] = {2, 3, 4, 4}, k[2] = {3, 2}, s[2] = {2, 2}, p = 1,
+          d[2] = {1, 2};
+  tpu_lower_arg_t args[6] = {f32_arg(4, xd), ints_arg(2, k), ints_arg(2, s), ints_arg(1, &p),
+                             ints_arg(2, d), bool_arg(true)};
+  float x[252], want[96];
+  int64_t want_i[96];
+  fill(x, 252, 11);
+  x[7] = NAN, x[9] = NAN; /* two NaNs in one window: the later index wins */
+  max_pool_ref(&q, x, want, want_i);
+  tpu_hlo_type_t outs[2] = {tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 4, yd),
+                            tpu_hlo_type_make(TPU_DTYPE_INT64, 4, yd)};
+  const void* data[1] = {x};
+  void* res[2];
+  CHECK_OK(tpu_test_run_op("aten::max_pool2d_with_indices.out", args, 6, NULL, data, outs, 2, res));
+  bool ok = close_to(res[0], want, 96) && memcmp(res[1], want_i, sizeof want_i) == 0;
+  for (int i = 0; ok && i < 96; i++)
+    if (((int64_t*)res[1])[i] != want_i[i])
+      fprintf(stderr, "  index %d: got %lld want %lld\n", i, (long long)((int64_t*)res[1])[i],
+              (long long)want_i[i]);
+  free(res[0]), free(res[1]);
+  CHECK(ok);
+
+  /* backward: (grad_output, self, kernel, stride, padding, dilation,
+   * ceil_mode, indices). */
+  tpu_lower_arg_t bargs[8] = {f32_arg(4, yd), args[0], args[1], args[2], args[3],
+                              args[4], args[5], tpu_test_tensor_arg(TPU_DTYPE_INT64, 4, yd)};
+  float g[96], gx[252] = {0};
+  fill(g, 96, 12);
+  for (int i = 0; i < 96; i++) gx[(i / 16) * 42 + want_i[i]] += g[i];
+  tpu_hlo_type_t gout = tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 4, xd);
+  const void* bdata[3] = {g, x, want_i};
+  CHECK_OK(tpu_test_run_op("aten::max_pool2d_with_indices_backward.grad_input", bargs, 8, NULL,
+                           bdata, &gout, 1, res));
+  ok = close_to(res[0], gx, 252);
+  free(res[0]);
+  CHECK(ok);
+}
+
+static void avg_ref(const pool_t* q, bool include_pad, int64_t override, const float* x,
+                    float* y, const float* g, float* gx) {
+  for (int64_t b = 0; b < q->B; b++)
+    for (int64_t oh = 0; oh < q->OH; oh++)
+      for (int64_t ow = 0; ow < q->OW; ow++) {
+        int64_t h0 = oh * q->s[0] - q->p[0], w0 = ow * q->s[1] - q->p[1];
+        int64_t h1 = h0 + q->k[0], w1 = w0 + q->k[1];
+        if (h1 > q->H + q->p[0]) h1 = q->H + q->p[0];
+        if (w1 > q->W + q->p[1]) w1 = q->W + q->p[1];
+        int64_t pool = (h1 - h0) * (w1 - w0);
+        if (h0 < 0) h0 = 0;
+        if (w0 < 0) w0 = 0;
+        if (h1 > q->H) h1 = q->H;
+        if (w1 > q->W) w1 = q->W;
+        float div = (float)(override ? override : include_pad ? pool : (h1 - h0) * (w1 - w0));
+        int64_t o = (b * q->OH + oh) * q->OW + ow;
+        float sum = 0;
+        for (int64_t h = h0; h < h1; h++)
+          for (int64_t w = w0; w < w1; w++) {
+            sum += x[(b * q->H + h) * q->W + w];
+            gx[(b * q->H + h) * q->W + w] += g[o] / div;
+          }
+        y[o] = sum / div;
+      }
+}
+
+/* avg_pool2d on [2, 3, 7, 6], kernel 3, stride 2, padding 1, ceil_mode. */
+static void test_avg_pool2d_and_backward(void) {
+  pool_t q = {.B = 6, .H = 7, .W = 6, .OH = 4, .OW = 4, .k = {3, 3}, .s = {2, 2}, .p = {1, 1}};
+  int64_t xd[4] = {2, 3, 7, 6}, yd[4] = {2, 3, 4, 4}, k = 3, s = 2, p = 1;
+  float x[252], g[96];
+  fill(x, 252, 13), fill(g, 96, 14);
+  for (int mode = 0; mode < 3; mode++) {
+    bool include = mode != 0;
+    int64_t override = mode == 2 ? 5 : 0;
+    tpu_lower_arg_t args[7] = {f32_arg(4, xd), ints_arg(1, &k), ints_arg(1, &s),
+                               ints_arg(1, &p), bool_arg(true), bool_arg(include),
+                               override ? int_arg(override) : none_arg()};
+    float want[96] = {0}, want_gx[252] = {0};
+    avg_ref(&q, include, override, x, want, g, want_gx);
+    tpu_hlo_type_t out = tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 4, yd);
+    const void* data[1] = {x};
+    void* res[1];
+    CHECK_OK(tpu_test_run_op("aten::avg_pool2d.out", args, 7, NULL, data, &out, 1, res));
+    bool ok = close_to(res[0], want, 96);
+    free(res[0]);
+    CHECK(ok);
+    tpu_lower_arg_t bargs[8] = {f32_arg(4, yd), args[0], args[1], args[2],
+                                args[3], args[4], args[5], args[6]};
+    tpu_hlo_type_t gout = tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 4, xd);
+    const void* bdata[2] = {g, x};
+    CHECK_OK(tpu_test_run_op("aten::avg_pool2d_backward.grad_input", bargs, 8, NULL, bdata,
+                             &gout, 1, res));
+    ok = close_to(res[0], want_gx, 252);
+    free(res[0]);
+    CHECK(ok);
+  }
+}
+
+static int64_t a_start(int64_t o, int64_t L, int64_t O) { return o * L / O; }
+static int64_t a_end(int64_t o, int64_t L, int64_t O) { return ((o + 1) * L + O - 1) / O; }
+
+/* Adaptive pools on [2, 3, 7, 5] -> (3, 2): overlapping, unequal windows. */
+static void test_adaptive_pools(void) {
+  int64_t xd[4] = {2, 3, 7, 5}, yd[4] = {2, 3, 3, 2}, osz[2] = {3, 2};
+  float x[210], g[36];
+  fill(x, 210, 15), fill(g, 36, 16);
+  float avg[36], mx[36], gavg[210] = {0}, gmax[210] = {0};
+  int64_t ind[36];
+  for (int b = 0; b < 6; b++)
+    for (int oh = 0; oh < 3; oh++)
+      for (int ow = 0; ow < 2; ow++) {
+        int64_t h0 = a_start(oh, 7, 3), h1 = a_end(oh, 7, 3);
+        int64_t w0 = a_start(ow, 5, 2), w1 = a_end(ow, 5, 2);
+        int o = (b * 3 + oh) * 2 + ow;
+        float sum = 0, m = -INFINITY;
+        int64_t best = h0 * 5 + w0;
+        float cnt = (float)((h1 - h0) * (w1 - w0));
+        for (int64_t h = h0; h < h1; h++)
+          for (int64_t w = w0; w < w1; w++) {
+            float v = x[b * 35 + h * 5 + w];
+            sum += v;
+            if (v > m || isnan(v)) m = v, best = h * 5 + w;
+            gavg[b * 35 + h * 5 + w] += g[o] / cnt;
+          }
+        avg[o] = sum / cnt, mx[o] = m, ind[o] = best;
+        gmax[b * 35 + best] += g[o];
+      }
+  tpu_lower_arg_t args[2] = {f32_arg(4, xd), ints_arg(2, osz)};
+  tpu_hlo_type_t out = tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 4, yd);
+  tpu_hlo_type_t outs[2] = {out, tpu_hlo_type_make(TPU_DTYPE_INT64, 4, yd)};
+  tpu_hlo_type_t gout = tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 4, xd);
+  const void* data[1] = {x};
+  void* res[2];
+  CHECK_OK(tpu_test_run_op("aten::_adaptive_avg_pool2d", args, 2, NULL, data, &out, 1, res));
+  bool ok = close_to(res[0], avg, 36);
+  free(res[0]);
+  CHECK(ok);
+  CHECK_OK(tpu_test_run_op("aten::adaptive_max_pool2d.out", args, 2, NULL, data, outs, 2, res));
+  ok = close_to(res[0], mx, 36) && memcmp(res[1], ind, sizeof ind) == 0;
+  free(res[0]), free(res[1]);
+  CHECK(ok);
+
+  tpu_lower_arg_t bargs[2] = {f32_arg(4, yd), f32_arg(4, xd)};
+  const void* bdata[2] = {g, x};
+  CHECK_OK(tpu_test_run_op("aten::_adaptive_avg_pool2d_backward", bargs, 2, NULL, bdata, &gout,
+                           1, res));
+  ok = close_to(res[0], gavg, 210);
+  free(res[0]);
+  CHECK(ok);
+  tpu_lower_arg_t margs[3] = {f32_arg(4, yd), f32_arg(4, xd),
+                              tpu_test_tensor_arg(TPU_DTYPE_INT64, 4, yd)};
+  const void* mdata[3] = {g, x, ind};
+  CHECK_OK(tpu_test_run_op("aten::adaptive_max_pool2d_backward.grad_input", margs, 3, NULL,
+                           mdata, &gout, 1, res));
+  ok = close_to(res[0], gmax, 210);
+  free(res[0]);
+  CHECK(ok);
+}
+
+TPU_TEST_MAIN(TPU_TEST(test_conv2d_forward), TPU_TEST(test_conv2d_backward),
+              TPU_TEST(test_conv_transpose1d), TPU_TEST(test_backward_output_mask),
+              TPU_TEST(test_max_pool2d_with_indices_and_backward),
+              TPU_TEST(test_avg_pool2d_and_backward), TPU_TEST(test_adaptive_pools))
