@@ -231,10 +231,12 @@ static tpu_status_t lower_max_min(tpu_lower_ctx_t* ctx, bool is_max) {
   tpu_hlo_value_t x = tpu_lower_tensor(ctx, 0);
   tpu_hlo_type_t t = value_type(ctx, x);
   const tpu_lower_arg_t* a1 = tpu_lower_arg(ctx, 1);
-  if (a1->kind == TPU_ARG_TENSOR) {
+  if (a1->kind == TPU_ARG_TENSOR || a1->kind == TPU_ARG_SCALAR) {
     tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
     if (out.dtype == TPU_DTYPE_BOOL) return tpu_lower_decline(ctx, "bool maximum");
-    tpu_hlo_value_t y = tpu_emit_cast_to(b, tpu_lower_tensor(ctx, 1), &out);
+    tpu_hlo_value_t y = a1->kind == TPU_ARG_TENSOR ? tpu_lower_tensor(ctx, 1)
+                                                   : tpu_lower_scalar(ctx, 1, out.dtype);
+    y = tpu_emit_cast_to(b, y, &out);
     x = tpu_emit_cast_to(b, x, &out);
     tpu_lower_set_output(ctx, 0, tpu_emit_binary(b, is_max ? "stablehlo.maximum"
                                                            : "stablehlo.minimum", x, y));
