@@ -1,9 +1,876 @@
-/* nn family of the lowering table (see lowering.h). */
+/* nn family of the lowering table: softmax / log_softmax, normalizations
+ * (layer, group, batch), losses (nll, mse, bce, smooth_l1, huber),
+ * embedding backward and dropout, each with its backward.
+ *
+ * Half types (float16 / bfloat16) compute in float32 and round once at the
+ * end, like PyTorch's CPU kernels (XLA:CPU would reduce them in bf16). */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
 #include "emit.h"
 #include "lowering.h"
 
-/* Rows are added as lowerings land; an empty table sends every op of the
- * family to the CPU fallback. A zero-length array is not valid C, hence the
- * sentinel-free count below. */
-const tpu_lowering_t tpu_lowerings_nn[1] = {{"", NULL, 0}};
-const size_t tpu_lowerings_nn_count = 0;
+/* ---- helpers ---- */
+
+static tpu_dtype_t acc_dtype(tpu_dtype_t d) {
+  return d == TPU_DTYPE_FLOAT16 || d == TPU_DTYPE_BFLOAT16 ? TPU_DTYPE_FLOAT32 : d;
+}
+
+static tpu_hlo_type_t type_of(tpu_hlo_builder_t* b, tpu_hlo_value_t v) {
+  return tpu_hlo_value_type(b, v);
+}
+
+/* Tensor argument i converted to its compute dtype (float32 for halves). */
+static tpu_hlo_value_t acc_tensor(tpu_lower_ctx_t* ctx, int i) {
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  tpu_hlo_value_t v = tpu_lower_tensor(ctx, i);
+  return tpu_emit_convert(b, v, acc_dtype(type_of(b, v).dtype));
+}
+
+static bool is_tensor(tpu_lower_ctx_t* ctx, int i) {
+  return tpu_lower_arg(ctx, i)->kind == TPU_ARG_TENSOR;
+}
+
+static int64_t numel(const tpu_hlo_type_t* t) {
+  int64_t n = 1;
+  for (int d = 0; d < t->rank; d++) n *= t->dims[d];
+  return n;
+}
+
+static int wrap_dim(int64_t d, int rank) {
+  if (rank == 0) return 0;
+  return (int)(d < 0 ? d + rank : d);
+}
+
+/* A splat constant shaped like v. */
+static tpu_hlo_value_t splat(tpu_hlo_builder_t* b, tpu_hlo_value_t like, double value) {
+  tpu_hlo_type_t t = type_of(b, like);
+  return tpu_emit_const_like(b, &t, value);
+}
+
+static tpu_hlo_value_t add(tpu_hlo_builder_t* b, tpu_hlo_value_t x, tpu_hlo_value_t y) {
+  return tpu_emit_binary(b, "stablehlo.add", x, y);
+}
+static tpu_hlo_value_t sub(tpu_hlo_builder_t* b, tpu_hlo_value_t x, tpu_hlo_value_t y) {
+  return tpu_emit_binary(b, "stablehlo.subtract", x, y);
+}
+static tpu_hlo_value_t mul(tpu_hlo_builder_t* b, tpu_hlo_value_t x, tpu_hlo_value_t y) {
+  return tpu_emit_binary(b, "stablehlo.multiply", x, y);
+}
+static tpu_hlo_value_t div_(tpu_hlo_builder_t* b, tpu_hlo_value_t x, tpu_hlo_value_t y) {
+  return tpu_emit_binary(b, "stablehlo.divide", x, y);
+}
+static tpu_hlo_value_t mul_c(tpu_hlo_builder_t* b, tpu_hlo_value_t x, double c) {
+  return mul(b, x, splat(b, x, c));
+}
+
+static tpu_hlo_value_t reduce_with(tpu_hlo_builder_t* b, tpu_hlo_value_t v, const int64_t* dims,
+                                   int n, const char* op, double init) {
+  tpu_dtype_t dt = type_of(b, v).dtype;
+  return tpu_emit_reduce(b, v, tpu_emit_const(b, dt, init), dims, n, op);
+}
+static tpu_hlo_value_t sum_dims(tpu_hlo_builder_t* b, tpu_hlo_value_t v, const int64_t* dims,
+                                int n) {
+  return reduce_with(b, v, dims, n, "stablehlo.add", 0.0);
+}
+static tpu_hlo_value_t sum_all(tpu_hlo_builder_t* b, tpu_hlo_value_t v) {
+  tpu_hlo_type_t t = type_of(b, v);
+  int64_t dims[TPU_HLO_MAX_RANK];
+  for (int d = 0; d < t.rank; d++) dims[d] = d;
+  return sum_dims(b, v, dims, t.rank);
+}
+
+/* A value reduced over `dims` of `full`, put back to full's shape (the
+ * reduced dims become size 1, then expand). */
+static tpu_hlo_value_t expand_back(tpu_hlo_builder_t* b, tpu_hlo_value_t reduced,
+                                   const tpu_hlo_type_t* full, const int64_t* dims, int n) {
+  int64_t keep[TPU_HLO_MAX_RANK];
+  for (int d = 0; d < full->rank; d++) {
+    keep[d] = full->dims[d];
+    for (int k = 0; k < n; k++)
+      if (dims[k] == d) keep[d] = 1;
+  }
+  tpu_hlo_value_t r = tpu_emit_reshape(b, reduced, keep, full->rank);
+  return tpu_emit_broadcast_to(b, r, full);
+}
+
+/* A [C] vector laid along dimension `dim` of `full` and expanded to it. */
+static tpu_hlo_value_t along(tpu_hlo_builder_t* b, tpu_hlo_value_t vec,
+                             const tpu_hlo_type_t* full, int dim) {
+  int64_t shape[TPU_HLO_MAX_RANK];
+  for (int d = 0; d < full->rank; d++) shape[d] = d == dim ? full->dims[d] : 1;
+  return tpu_emit_broadcast_to(b, tpu_emit_reshape(b, vec, shape, full->rank), full);
+}
+
+/* Sets output i from a value with the same element count (reshaped and
+ * converted to PyTorch's type). A zero-element output (a saved statistic
+ * PyTorch leaves empty) gets an empty constant. */
+static void set_out(tpu_lower_ctx_t* ctx, int i, tpu_hlo_value_t v) {
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  tpu_hlo_type_t out = tpu_lower_output_type(ctx, i);
+  if (out.dtype == TPU_DTYPE_INVALID) return;
+  tpu_hlo_type_t vt = type_of(b, v);
+  if (numel(&out) == 0 && numel(&vt) != 0) {
+    tpu_lower_set_output(ctx, i, tpu_emit_const_like(b, &out, 0));
+    return;
+  }
+  v = tpu_emit_reshape(b, v, out.dims, out.rank);
+  tpu_lower_set_output(ctx, i, tpu_emit_convert(b, v, out.dtype));
+}
+
+/* output_mask entry k (bool[3]); absent = true. */
+static bool mask_at(tpu_lower_ctx_t* ctx, int i, int k) {
+  const tpu_lower_arg_t* a = tpu_lower_arg(ctx, i);
+  if (a->kind == TPU_ARG_INTS && k < a->num_ints) return a->ints[k] != 0;
+  return true;
+}
+
+/* Sets a gradient output, or zeros when output_mask leaves it out. */
+static void set_grad(tpu_lower_ctx_t* ctx, int mask_arg, int i, tpu_hlo_value_t v) {
+  if (mask_at(ctx, mask_arg, i)) {
+    set_out(ctx, i, v);
+    return;
+  }
+  tpu_hlo_type_t out = tpu_lower_output_type(ctx, i);
+  if (out.dtype != TPU_DTYPE_INVALID)
+    tpu_lower_set_output(ctx, i, tpu_emit_const_like(tpu_lower_builder(ctx), &out, 0));
+}
+
+static double float_arg(tpu_lower_ctx_t* ctx, int i, double dflt) {
+  const tpu_lower_arg_t* a = tpu_lower_arg(ctx, i);
+  if (a->kind == TPU_ARG_FLOAT) return a->f;
+  if (a->kind == TPU_ARG_INT || a->kind == TPU_ARG_BOOL) return (double)a->i;
+  return dflt;
+}
+
+static int64_t int_arg(tpu_lower_ctx_t* ctx, int i, int64_t dflt) {
+  const tpu_lower_arg_t* a = tpu_lower_arg(ctx, i);
+  return a->kind == TPU_ARG_INT || a->kind == TPU_ARG_BOOL ? a->i : dflt;
+}
+
+static bool floating_out(tpu_lower_ctx_t* ctx) {
+  return tpu_dtype_is_floating(tpu_lower_output_type(ctx, 0).dtype);
+}
+
+/* ---- softmax / log_softmax ---- */
+
+/* Rank-0 tensors are treated as [1] (softmax over one element). */
+static tpu_hlo_value_t at_least_1d(tpu_hlo_builder_t* b, tpu_hlo_value_t v) {
+  if (type_of(b, v).rank > 0) return v;
+  int64_t one = 1;
+  return tpu_emit_reshape(b, v, &one, 1);
+}
+
+/* _softmax / _log_softmax(self, dim, half_to_float): stable form
+ * exp(x - max) / sum, in float32 for halves. */
+static tpu_status_t lower_softmax_common(tpu_lower_ctx_t* ctx, bool log) {
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  if (!floating_out(ctx)) return tpu_lower_decline(ctx, "non-floating softmax");
+  tpu_hlo_value_t x = at_least_1d(b, acc_tensor(ctx, 0));
+  tpu_hlo_type_t xt = type_of(b, x);
+  int64_t d = wrap_dim(int_arg(ctx, 1, -1), tpu_lower_arg(ctx, 0)->type.rank);
+  tpu_hlo_value_t m = reduce_with(b, x, &d, 1, "stablehlo.maximum", -INFINITY);
+  tpu_hlo_value_t shifted = sub(b, x, expand_back(b, m, &xt, &d, 1));
+  tpu_hlo_value_t e = tpu_emit_unary(b, "stablehlo.exponential", shifted);
+  tpu_hlo_value_t s = expand_back(b, sum_dims(b, e, &d, 1), &xt, &d, 1);
+  tpu_hlo_value_t r = log ? sub(b, shifted, tpu_emit_unary(b, "stablehlo.log", s))
+                          : div_(b, e, s);
+  set_out(ctx, 0, r);
+  return NULL;
+}
+static tpu_status_t lower_softmax(tpu_lower_ctx_t* ctx) {
+  return lower_softmax_common(ctx, false);
+}
+static tpu_status_t lower_log_softmax(tpu_lower_ctx_t* ctx) {
+  return lower_softmax_common(ctx, true);
+}
+
+/* _softmax_backward_data(grad, output, dim, input_dtype):
+ * y * (g - sum(g * y)); log form: g - exp(y) * sum(g). */
+static tpu_status_t lower_softmax_bwd_common(tpu_lower_ctx_t* ctx, bool log) {
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  if (!floating_out(ctx)) return tpu_lower_decline(ctx, "non-floating softmax backward");
+  tpu_hlo_value_t g = at_least_1d(b, acc_tensor(ctx, 0));
+  tpu_hlo_value_t y = at_least_1d(b, acc_tensor(ctx, 1));
+  tpu_hlo_type_t t = type_of(b, g);
+  int64_t d = wrap_dim(int_arg(ctx, 2, -1), tpu_lower_arg(ctx, 0)->type.rank);
+  tpu_hlo_value_t r;
+  if (log) {
+    tpu_hlo_value_t s = expand_back(b, sum_dims(b, g, &d, 1), &t, &d, 1);
+    r = sub(b, g, mul(b, tpu_emit_unary(b, "stablehlo.exponential", y), s));
+  } else {
+    tpu_hlo_value_t s = expand_back(b, sum_dims(b, mul(b, g, y), &d, 1), &t, &d, 1);
+    r = mul(b, y, sub(b, g, s));
+  }
+  set_out(ctx, 0, r);
+  return NULL;
+}
+static tpu_status_t lower_softmax_bwd(tpu_lower_ctx_t* ctx) {
+  return lower_softmax_bwd_common(ctx, false);
+}
+static tpu_status_t lower_log_softmax_bwd(tpu_lower_ctx_t* ctx) {
+  return lower_softmax_bwd_common(ctx, true);
+}
+
+/* ---- normalizations ---- */
+
+/* Mean and biased variance over `dims`; returns centered x, sets *mean and
+ * *rstd (reduced shapes). */
+static tpu_hlo_value_t moments(tpu_hlo_builder_t* b, tpu_hlo_value_t x, const int64_t* dims,
+                               int n, double eps, tpu_hlo_value_t* mean, tpu_hlo_value_t* var,
+                               tpu_hlo_value_t* rstd) {
+  tpu_hlo_type_t t = type_of(b, x);
+  double count = 1;
+  for (int k = 0; k < n; k++) count *= (double)t.dims[dims[k]];
+  tpu_hlo_value_t s = sum_dims(b, x, dims, n);
+  *mean = div_(b, s, splat(b, s, count));
+  tpu_hlo_value_t xc = sub(b, x, expand_back(b, *mean, &t, dims, n));
+  tpu_hlo_value_t ss = sum_dims(b, mul(b, xc, xc), dims, n);
+  *var = div_(b, ss, splat(b, ss, count));
+  *rstd = tpu_emit_unary(b, "stablehlo.rsqrt", add(b, *var, splat(b, *var, eps)));
+  return xc;
+}
+
+/* native_layer_norm(input, normalized_shape, weight?, bias?, eps)
+ * -> (out, mean, rstd); mean / rstd keep the normalized dims as size 1. */
+static tpu_status_t lower_layer_norm(tpu_lower_ctx_t* ctx) {
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  if (!floating_out(ctx)) return tpu_lower_decline(ctx, "non-floating layer_norm");
+  tpu_hlo_value_t x = acc_tensor(ctx, 0);
+  tpu_hlo_type_t xt = type_of(b, x);
+  int k = tpu_lower_arg(ctx, 1)->num_ints, axis = xt.rank - k;
+  if (axis < 0) return tpu_lower_decline(ctx, "normalized_shape longer than input");
+  int64_t dims[TPU_HLO_MAX_RANK];
+  for (int i = 0; i < k; i++) dims[i] = axis + i;
+  tpu_hlo_value_t mean, var, rstd;
+  tpu_hlo_value_t xc = moments(b, x, dims, k, float_arg(ctx, 4, 1e-5), &mean, &var, &rstd);
+  tpu_hlo_value_t y = mul(b, xc, expand_back(b, rstd, &xt, dims, k));
+  if (is_tensor(ctx, 2)) y = mul(b, y, tpu_emit_cast_to(b, tpu_lower_tensor(ctx, 2), &xt));
+  if (is_tensor(ctx, 3)) y = add(b, y, tpu_emit_cast_to(b, tpu_lower_tensor(ctx, 3), &xt));
+  set_out(ctx, 0, y);
+  set_out(ctx, 1, mean);
+  set_out(ctx, 2, rstd);
+  return NULL;
+}
+
+/* dx of a normalization over `dims` given gw = grad * weight and xhat:
+ * rstd * (gw - mean(gw) - xhat * mean(gw * xhat)). */
+static tpu_hlo_value_t norm_dx(tpu_hlo_builder_t* b, tpu_hlo_value_t gw, tpu_hlo_value_t xhat,
+                               tpu_hlo_value_t rstd_full, const int64_t* dims, int n) {
+  tpu_hlo_type_t t = type_of(b, gw);
+  double count = 1;
+  for (int k = 0; k < n; k++) count *= (double)t.dims[dims[k]];
+  tpu_hlo_value_t a = sum_dims(b, gw, dims, n);
+  a = expand_back(b, div_(b, a, splat(b, a, count)), &t, dims, n);
+  tpu_hlo_value_t c = sum_dims(b, mul(b, gw, xhat), dims, n);
+  c = expand_back(b, div_(b, c, splat(b, c, count)), &t, dims, n);
+  return mul(b, rstd_full, sub(b, sub(b, gw, a), mul(b, xhat, c)));
+}
+
+/* native_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd,
+ * weight?, bias?, output_mask) -> (dx, dweight, dbias). */
+static tpu_status_t lower_layer_norm_bwd(tpu_lower_ctx_t* ctx) {
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  if (!floating_out(ctx)) return tpu_lower_decline(ctx, "non-floating layer_norm");
+  tpu_hlo_value_t g = acc_tensor(ctx, 0), x = acc_tensor(ctx, 1);
+  tpu_hlo_type_t xt = type_of(b, x);
+  int k = tpu_lower_arg(ctx, 2)->num_ints, axis = xt.rank - k;
+  if (axis < 0) return tpu_lower_decline(ctx, "normalized_shape longer than input");
+  int64_t dims[TPU_HLO_MAX_RANK], outer[TPU_HLO_MAX_RANK];
+  for (int i = 0; i < k; i++) dims[i] = axis + i;
+  for (int i = 0; i < axis; i++) outer[i] = i;
+  /* mean / rstd: outer dims then size-1 normalized dims (same rank). */
+  tpu_hlo_value_t mean = tpu_emit_cast_to(b, tpu_lower_tensor(ctx, 3), &xt);
+  tpu_hlo_value_t rstd = tpu_emit_cast_to(b, tpu_lower_tensor(ctx, 4), &xt);
+  tpu_hlo_value_t xhat = mul(b, sub(b, x, mean), rstd);
+  tpu_hlo_value_t gw = g;
+  if (is_tensor(ctx, 5)) gw = mul(b, g, tpu_emit_cast_to(b, tpu_lower_tensor(ctx, 5), &xt));
+  set_grad(ctx, 7, 0, norm_dx(b, gw, xhat, rstd, dims, k));
+  set_grad(ctx, 7, 1, sum_dims(b, mul(b, g, xhat), outer, axis));
+  set_grad(ctx, 7, 2, sum_dims(b, g, outer, axis));
+  return NULL;
+}
+
+/* native_group_norm(input, weight?, bias?, N, C, HxW, group, eps)
+ * -> (out, mean [N, G], rstd [N, G]). */
+static tpu_status_t lower_group_norm(tpu_lower_ctx_t* ctx) {
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  if (!floating_out(ctx)) return tpu_lower_decline(ctx, "non-floating group_norm");
+  int64_t n = int_arg(ctx, 3, 0), c = int_arg(ctx, 4, 0), hw = int_arg(ctx, 5, 0);
+  int64_t g = int_arg(ctx, 6, 1);
+  if (g <= 0 || c % g != 0) return tpu_lower_decline(ctx, "channels not divisible by groups");
+  tpu_hlo_value_t x = acc_tensor(ctx, 0);
+  int64_t grouped[3] = {n, g, c / g * hw}, chw[3] = {n, c, hw}, last = 2;
+  tpu_hlo_value_t xg = tpu_emit_reshape(b, x, grouped, 3);
+  tpu_hlo_type_t gt = type_of(b, xg);
+  tpu_hlo_value_t mean, var, rstd;
+  tpu_hlo_value_t xc = moments(b, xg, &last, 1, float_arg(ctx, 7, 1e-5), &mean, &var, &rstd);
+  tpu_hlo_value_t y = tpu_emit_reshape(b, mul(b, xc, expand_back(b, rstd, &gt, &last, 1)), chw, 3);
+  tpu_hlo_type_t yt = type_of(b, y);
+  if (is_tensor(ctx, 1))
+    y = mul(b, y, along(b, tpu_emit_convert(b, tpu_lower_tensor(ctx, 1), yt.dtype), &yt, 1));
+  if (is_tensor(ctx, 2))
+    y = add(b, y, along(b, tpu_emit_convert(b, tpu_lower_tensor(ctx, 2), yt.dtype), &yt, 1));
+  set_out(ctx, 0, y);
+  set_out(ctx, 1, mean);
+  set_out(ctx, 2, rstd);
+  return NULL;
+}
+
+/* native_group_norm_backward(grad_out, input, mean, rstd, weight?, N, C,
+ * HxW, group, output_mask) -> (dx, dweight [C], dbias [C]). */
+static tpu_status_t lower_group_norm_bwd(tpu_lower_ctx_t* ctx) {
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  if (!floating_out(ctx)) return tpu_lower_decline(ctx, "non-floating group_norm");
+  int64_t n = int_arg(ctx, 5, 0), c = int_arg(ctx, 6, 0), hw = int_arg(ctx, 7, 0);
+  int64_t g = int_arg(ctx, 8, 1);
+  if (g <= 0 || c % g != 0) return tpu_lower_decline(ctx, "channels not divisible by groups");
+  int64_t chw[3] = {n, c, hw}, grouped[3] = {n, g, c / g * hw}, ng1[3] = {n, g, 1};
+  int64_t last = 2, nhw[2] = {0, 2};
+  tpu_hlo_value_t g3 = tpu_emit_reshape(b, acc_tensor(ctx, 0), chw, 3);
+  tpu_hlo_value_t x = tpu_emit_reshape(b, acc_tensor(ctx, 1), grouped, 3);
+  tpu_hlo_type_t gt = type_of(b, x), ct = type_of(b, g3);
+  tpu_hlo_value_t mean = tpu_emit_reshape(b, tpu_emit_convert(b, tpu_lower_tensor(ctx, 2), gt.dtype), ng1, 3);
+  tpu_hlo_value_t rstd = tpu_emit_reshape(b, tpu_emit_convert(b, tpu_lower_tensor(ctx, 3), gt.dtype), ng1, 3);
+  mean = tpu_emit_broadcast_to(b, mean, &gt);
+  rstd = tpu_emit_broadcast_to(b, rstd, &gt);
+  tpu_hlo_value_t xhat = mul(b, sub(b, x, mean), rstd);
+  tpu_hlo_value_t gw = g3;
+  if (is_tensor(ctx, 4))
+    gw = mul(b, g3, along(b, tpu_emit_convert(b, tpu_lower_tensor(ctx, 4), ct.dtype), &ct, 1));
+  gw = tpu_emit_reshape(b, gw, grouped, 3);
+  set_grad(ctx, 9, 0, norm_dx(b, gw, xhat, rstd, &last, 1));
+  tpu_hlo_value_t xhat3 = tpu_emit_reshape(b, xhat, chw, 3);
+  set_grad(ctx, 9, 1, sum_dims(b, mul(b, g3, xhat3), nhw, 2));
+  set_grad(ctx, 9, 2, sum_dims(b, g3, nhw, 2));
+  return NULL;
+}
+
+/* Batch norm over every dim but 1 (channels). rm / rv: argument indices of
+ * running_mean / running_var (-1: none). Outputs (out, save_mean,
+ * save_invstd[, running_mean_out, running_var_out]). */
+static tpu_status_t batch_norm(tpu_lower_ctx_t* ctx, int rm, int rv, bool training,
+                               double momentum, double eps) {
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  if (!floating_out(ctx)) return tpu_lower_decline(ctx, "non-floating batch_norm");
+  tpu_hlo_value_t x = acc_tensor(ctx, 0);
+  tpu_hlo_type_t xt = type_of(b, x);
+  if (xt.rank < 2) return tpu_lower_decline(ctx, "batch_norm input of rank < 2");
+  bool stats = rm >= 0 && is_tensor(ctx, rm) && is_tensor(ctx, rv);
+  bool stats_out = tpu_lower_num_outputs(ctx) >= 5;
+  int64_t dims[TPU_HLO_MAX_RANK];
+  int n = 0;
+  for (int d = 0; d < xt.rank; d++)
+    if (d != 1) dims[n++] = d;
+  tpu_hlo_value_t mean, var, invstd, xc;
+  if (training) {
+    /* The running-stat update is a write to arguments that are not
+     * outputs; only the functional form returns them. */
+    if (stats && !stats_out)
+      return tpu_lower_decline(ctx, "running-stat update needs the stats as outputs");
+    xc = moments(b, x, dims, n, eps, &mean, &var, &invstd);
+  } else {
+    if (!stats) return tpu_lower_decline(ctx, "evaluation without running stats");
+    mean = tpu_emit_convert(b, tpu_lower_tensor(ctx, rm), xt.dtype);
+    var = tpu_emit_convert(b, tpu_lower_tensor(ctx, rv), xt.dtype);
+    invstd = tpu_emit_unary(b, "stablehlo.rsqrt", add(b, var, splat(b, var, eps)));
+    xc = sub(b, x, along(b, mean, &xt, 1));
+  }
+  tpu_hlo_value_t y = mul(b, xc, along(b, invstd, &xt, 1));
+  if (is_tensor(ctx, 1))
+    y = mul(b, y, along(b, tpu_emit_convert(b, tpu_lower_tensor(ctx, 1), xt.dtype), &xt, 1));
+  if (is_tensor(ctx, 2))
+    y = add(b, y, along(b, tpu_emit_convert(b, tpu_lower_tensor(ctx, 2), xt.dtype), &xt, 1));
+  set_out(ctx, 0, y);
+  set_out(ctx, 1, mean);
+  set_out(ctx, 2, invstd);
+  if (stats_out) {
+    if (!stats) return tpu_lower_decline(ctx, "functional batch_norm without running stats");
+    tpu_hlo_value_t new_rm = tpu_lower_tensor(ctx, rm), new_rv = tpu_lower_tensor(ctx, rv);
+    if (training) {
+      /* running = (1 - momentum) * running + momentum * batch stat, with the
+       * unbiased variance. */
+      double count = (double)(numel(&xt) / xt.dims[1]);
+      double unbias = count > 1 ? count / (count - 1) : INFINITY;
+      tpu_hlo_value_t m0 = tpu_emit_convert(b, new_rm, xt.dtype);
+      tpu_hlo_value_t v0 = tpu_emit_convert(b, new_rv, xt.dtype);
+      new_rm = add(b, mul_c(b, m0, 1 - momentum), mul_c(b, mean, momentum));
+      new_rv = add(b, mul_c(b, v0, 1 - momentum), mul_c(b, mul_c(b, var, unbias), momentum));
+    }
+    set_out(ctx, 3, new_rm);
+    set_out(ctx, 4, new_rv);
+  }
+  return NULL;
+}
+
+/* native_batch_norm / _native_batch_norm_legit(_functional)(input, weight?,
+ * bias?, running_mean?, running_var?, training, momentum, eps); the
+ * no_stats overload drops the two running stats. */
+static tpu_status_t lower_native_batch_norm(tpu_lower_ctx_t* ctx) {
+  if (tpu_lower_arg(ctx, 3)->kind == TPU_ARG_BOOL)
+    return batch_norm(ctx, -1, -1, int_arg(ctx, 3, 1) != 0, float_arg(ctx, 4, 0.1),
+                      float_arg(ctx, 5, 1e-5));
+  return batch_norm(ctx, 3, 4, int_arg(ctx, 5, 1) != 0, float_arg(ctx, 6, 0.1),
+                    float_arg(ctx, 7, 1e-5));
+}
+
+/* _native_batch_norm_legit_no_training(input, weight?, bias?, running_mean,
+ * running_var, momentum, eps). */
+static tpu_status_t lower_batch_norm_no_training(tpu_lower_ctx_t* ctx) {
+  return batch_norm(ctx, 3, 4, false, float_arg(ctx, 5, 0.1), float_arg(ctx, 6, 1e-5));
+}
+
+/* native_batch_norm_backward(grad_out, input, weight?, running_mean?,
+ * running_var?, save_mean?, save_invstd?, train, eps, output_mask); also
+ * batch_norm_backward, whose arguments match up to output_mask (its
+ * save_var is the saved invstd, as on CPU). */
+static tpu_status_t lower_batch_norm_bwd(tpu_lower_ctx_t* ctx) {
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  if (!floating_out(ctx)) return tpu_lower_decline(ctx, "non-floating batch_norm");
+  tpu_hlo_value_t g = acc_tensor(ctx, 0), x = acc_tensor(ctx, 1);
+  tpu_hlo_type_t xt = type_of(b, x);
+  if (xt.rank < 2) return tpu_lower_decline(ctx, "batch_norm input of rank < 2");
+  bool train = int_arg(ctx, 7, 1) != 0;
+  double eps = float_arg(ctx, 8, 1e-5);
+  tpu_hlo_value_t mean, invstd;
+  if (train) {
+    if (!is_tensor(ctx, 5) || !is_tensor(ctx, 6))
+      return tpu_lower_decline(ctx, "training backward without saved stats");
+    mean = tpu_emit_convert(b, tpu_lower_tensor(ctx, 5), xt.dtype);
+    invstd = tpu_emit_convert(b, tpu_lower_tensor(ctx, 6), xt.dtype);
+  } else {
+    if (!is_tensor(ctx, 3) || !is_tensor(ctx, 4))
+      return tpu_lower_decline(ctx, "evaluation backward without running stats");
+    mean = tpu_emit_convert(b, tpu_lower_tensor(ctx, 3), xt.dtype);
+    tpu_hlo_value_t var = tpu_emit_convert(b, tpu_lower_tensor(ctx, 4), xt.dtype);
+    invstd = tpu_emit_unary(b, "stablehlo.rsqrt", add(b, var, splat(b, var, eps)));
+  }
+  int64_t dims[TPU_HLO_MAX_RANK];
+  int n = 0;
+  for (int d = 0; d < xt.rank; d++)
+    if (d != 1) dims[n++] = d;
+  tpu_hlo_value_t xhat = mul(b, sub(b, x, along(b, mean, &xt, 1)), along(b, invstd, &xt, 1));
+  tpu_hlo_value_t dbias = sum_dims(b, g, dims, n);
+  tpu_hlo_value_t dweight = sum_dims(b, mul(b, g, xhat), dims, n);
+  tpu_hlo_value_t scale = invstd;
+  if (is_tensor(ctx, 2))
+    scale = mul(b, scale, tpu_emit_convert(b, tpu_lower_tensor(ctx, 2), xt.dtype));
+  tpu_hlo_value_t dx;
+  if (train) {
+    double count = (double)(numel(&xt) / xt.dims[1]);
+    tpu_hlo_value_t mb = along(b, mul_c(b, dbias, 1 / count), &xt, 1);
+    tpu_hlo_value_t mw = along(b, mul_c(b, dweight, 1 / count), &xt, 1);
+    dx = mul(b, along(b, scale, &xt, 1), sub(b, sub(b, g, mb), mul(b, xhat, mw)));
+  } else {
+    dx = mul(b, g, along(b, scale, &xt, 1));
+  }
+  set_grad(ctx, 9, 0, dx);
+  set_grad(ctx, 9, 1, dweight);
+  set_grad(ctx, 9, 2, dbias);
+  return NULL;
+}
+
+/* ---- embedding backward ---- */
+
+/* Adds rows of `updates` [K, D] (or elements, [K]) into `operand` at the
+ * row indices `idx` [K, 1]. */
+static tpu_hlo_value_t scatter_add_rows(tpu_hlo_builder_t* b, tpu_hlo_value_t operand,
+                                        tpu_hlo_value_t idx, tpu_hlo_value_t updates) {
+  tpu_hlo_type_t t = type_of(b, operand);
+  const char* attrs =
+      t.rank == 2 ? "scatter_dimension_numbers = #stablehlo.scatter<update_window_dims = [1], "
+                    "inserted_window_dims = [0], scatter_dims_to_operand_dims = [0], "
+                    "index_vector_dim = 1>, indices_are_sorted = false, unique_indices = false"
+                  : "scatter_dimension_numbers = #stablehlo.scatter<"
+                    "inserted_window_dims = [0], scatter_dims_to_operand_dims = [0], "
+                    "index_vector_dim = 1>, indices_are_sorted = false, unique_indices = false";
+  tpu_hlo_value_t operands[3] = {operand, idx, updates};
+  tpu_hlo_region_op_begin(b, "stablehlo.scatter", operands, 3, &t, 1, attrs);
+  tpu_hlo_type_t s = tpu_hlo_type_scalar(t.dtype), bt[2] = {s, s};
+  tpu_hlo_value_t args[2];
+  tpu_hlo_block_begin(b, bt, 2, args);
+  tpu_hlo_value_t r = tpu_emit_binary(b, "stablehlo.add", args[0], args[1]);
+  tpu_hlo_block_return(b, &r, 1);
+  tpu_hlo_value_t out;
+  tpu_hlo_region_op_end(b, &out);
+  return out;
+}
+
+/* embedding_dense_backward(grad_output, indices, num_weights, padding_idx,
+ * scale_grad_by_freq): scatter-add of grad rows by index; the padding row
+ * gets nothing; with scale_grad_by_freq each row is divided by its index
+ * count. */
+static tpu_status_t lower_embedding_bwd(tpu_lower_ctx_t* ctx) {
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
+  if (!tpu_dtype_is_floating(out.dtype) || out.rank != 2)
+    return tpu_lower_decline(ctx, "non-floating embedding grad");
+  tpu_hlo_value_t g = acc_tensor(ctx, 0);
+  tpu_hlo_type_t it = tpu_lower_arg(ctx, 1)->type;
+  int64_t k = numel(&it), d = out.dims[1];
+  int64_t kd[2] = {k, d}, k1[2] = {k, 1};
+  int64_t pad = int_arg(ctx, 3, -1);
+  g = tpu_emit_reshape(b, g, kd, 2);
+  tpu_hlo_value_t idx = tpu_emit_reshape(
+      b, tpu_emit_convert(b, tpu_lower_tensor(ctx, 1), TPU_DTYPE_INT64), k1, 2);
+  tpu_hlo_type_t gt = type_of(b, g);
+  if (pad >= 0) {
+    tpu_hlo_value_t keep = tpu_emit_compare(b, "NE", idx, splat(b, idx, (double)pad));
+    g = tpu_emit_select(b, tpu_emit_broadcast_to(b, keep, &gt), g, splat(b, g, 0));
+  }
+  tpu_hlo_type_t acc_out = out;
+  acc_out.dtype = gt.dtype;
+  tpu_hlo_value_t r = scatter_add_rows(b, tpu_emit_const_like(b, &acc_out, 0), idx, g);
+  if (int_arg(ctx, 4, 0)) {
+    tpu_hlo_type_t cnt_t = tpu_hlo_type_make(gt.dtype, 1, &out.dims[0]);
+    tpu_hlo_type_t ones_t = tpu_hlo_type_make(gt.dtype, 1, &k);
+    tpu_hlo_value_t counts = scatter_add_rows(b, tpu_emit_const_like(b, &cnt_t, 0), idx,
+                                              tpu_emit_const_like(b, &ones_t, 1));
+    counts = tpu_emit_binary(b, "stablehlo.maximum", counts, splat(b, counts, 1));
+    r = div_(b, r, along(b, counts, &acc_out, 0));
+  }
+  set_out(ctx, 0, r);
+  return NULL;
+}
+
+/* ---- losses ---- */
+
+enum { REDUCE_NONE = 0, REDUCE_MEAN = 1, REDUCE_SUM = 2 };
+
+/* Applies reduction `red` to an elementwise loss. */
+static tpu_hlo_value_t reduce_loss(tpu_hlo_builder_t* b, tpu_hlo_value_t loss, int64_t red) {
+  if (red == REDUCE_NONE) return loss;
+  tpu_hlo_type_t t = type_of(b, loss);
+  tpu_hlo_value_t s = sum_all(b, loss);
+  if (red == REDUCE_MEAN) s = div_(b, s, splat(b, s, (double)numel(&t)));
+  return s;
+}
+
+/* Gradient scale of a reduced loss: grad_output broadcast to `t` (divided by
+ * the element count for mean). */
+static tpu_hlo_value_t loss_grad_scale(tpu_lower_ctx_t* ctx, int gi, int64_t red,
+                                       const tpu_hlo_type_t* t) {
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  tpu_hlo_value_t g = tpu_emit_cast_to(b, tpu_lower_tensor(ctx, gi), t);
+  if (red == REDUCE_MEAN) g = mul_c(b, g, 1.0 / (double)numel(t));
+  return g;
+}
+
+/* self and target (args 0 and 1, or 1 and 2) in compute dtype, broadcast to
+ * `t` (the loss's elementwise shape). */
+static tpu_hlo_value_t operand_to(tpu_lower_ctx_t* ctx, int i, const tpu_hlo_type_t* t) {
+  return tpu_emit_cast_to(tpu_lower_builder(ctx), tpu_lower_tensor(ctx, i), t);
+}
+
+/* The elementwise shape of a forward loss: output shape for none, else
+ * the broadcast of self and target. */
+static tpu_hlo_type_t loss_shape(tpu_lower_ctx_t* ctx, int si, int ti) {
+  tpu_hlo_type_t s = tpu_lower_arg(ctx, si)->type, t = tpu_lower_arg(ctx, ti)->type;
+  tpu_hlo_type_t r = s.rank >= t.rank ? s : t;
+  const tpu_hlo_type_t* o = s.rank >= t.rank ? &t : &s;
+  for (int d = 0; d < o->rank; d++) {
+    int64_t od = o->dims[d], *rd = &r.dims[r.rank - o->rank + d];
+    if (*rd == 1) *rd = od;
+  }
+  r.dtype = acc_dtype(tpu_lower_output_type(ctx, 0).dtype);
+  return r;
+}
+
+/* mse_loss(self, target, reduction). */
+static tpu_status_t lower_mse(tpu_lower_ctx_t* ctx) {
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  if (!floating_out(ctx)) return tpu_lower_decline(ctx, "non-floating loss");
+  tpu_hlo_type_t t = loss_shape(ctx, 0, 1);
+  tpu_hlo_value_t d = sub(b, operand_to(ctx, 0, &t), operand_to(ctx, 1, &t));
+  set_out(ctx, 0, reduce_loss(b, mul(b, d, d), int_arg(ctx, 2, REDUCE_MEAN)));
+  return NULL;
+}
+
+/* mse_loss_backward(grad_output, self, target, reduction): 2 (x - y) g. */
+static tpu_status_t lower_mse_bwd(tpu_lower_ctx_t* ctx) {
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  if (!floating_out(ctx)) return tpu_lower_decline(ctx, "non-floating loss");
+  tpu_hlo_type_t t = tpu_lower_output_type(ctx, 0);
+  t.dtype = acc_dtype(t.dtype);
+  tpu_hlo_value_t d = sub(b, operand_to(ctx, 1, &t), operand_to(ctx, 2, &t));
+  tpu_hlo_value_t g = loss_grad_scale(ctx, 0, int_arg(ctx, 3, REDUCE_MEAN), &t);
+  set_out(ctx, 0, mul(b, mul_c(b, d, 2.0), g));
+  return NULL;
+}
+
+/* Optional weight (argument i) broadcast to t, or NULL value. */
+static bool weight_to(tpu_lower_ctx_t* ctx, int i, const tpu_hlo_type_t* t, tpu_hlo_value_t* w) {
+  if (!is_tensor(ctx, i)) return false;
+  *w = operand_to(ctx, i, t);
+  return true;
+}
+
+/* binary_cross_entropy(self, target, weight?, reduction):
+ * (t - 1) * max(log1p(-x), -100) - t * max(log(x), -100), times weight. */
+static tpu_status_t lower_bce(tpu_lower_ctx_t* ctx) {
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  if (!floating_out(ctx)) return tpu_lower_decline(ctx, "non-floating loss");
+  tpu_hlo_type_t t = tpu_lower_arg(ctx, 0)->type;
+  t.dtype = acc_dtype(t.dtype);
+  tpu_hlo_value_t x = operand_to(ctx, 0, &t), y = operand_to(ctx, 1, &t), w;
+  tpu_hlo_value_t floor = splat(b, x, -100);
+  tpu_hlo_value_t l1 = tpu_emit_binary(
+      b, "stablehlo.maximum",
+      tpu_emit_unary(b, "stablehlo.log_plus_one", tpu_emit_unary(b, "stablehlo.negate", x)),
+      floor);
+  tpu_hlo_value_t l0 = tpu_emit_binary(b, "stablehlo.maximum", tpu_emit_unary(b, "stablehlo.log", x),
+                                       floor);
+  tpu_hlo_value_t loss = sub(b, mul(b, sub(b, y, splat(b, y, 1)), l1), mul(b, y, l0));
+  if (weight_to(ctx, 2, &t, &w)) loss = mul(b, loss, w);
+  set_out(ctx, 0, reduce_loss(b, loss, int_arg(ctx, 3, REDUCE_MEAN)));
+  return NULL;
+}
+
+/* binary_cross_entropy_backward(grad_output, self, target, weight?,
+ * reduction): g * (x - t) / max((1 - x) x, 1e-12) * weight. */
+static tpu_status_t lower_bce_bwd(tpu_lower_ctx_t* ctx) {
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  if (!floating_out(ctx)) return tpu_lower_decline(ctx, "non-floating loss");
+  tpu_hlo_type_t t = tpu_lower_output_type(ctx, 0);
+  t.dtype = acc_dtype(t.dtype);
+  tpu_hlo_value_t x = operand_to(ctx, 1, &t), y = operand_to(ctx, 2, &t), w;
+  tpu_hlo_value_t denom = mul(b, sub(b, splat(b, x, 1), x), x);
+  denom = tpu_emit_binary(b, "stablehlo.maximum", denom, splat(b, denom, 1e-12));
+  tpu_hlo_value_t r = div_(b, sub(b, x, y), denom);
+  r = mul(b, r, loss_grad_scale(ctx, 0, int_arg(ctx, 4, REDUCE_MEAN), &t));
+  if (weight_to(ctx, 3, &t, &w)) r = mul(b, r, w);
+  set_out(ctx, 0, r);
+  return NULL;
+}
+
+/* smooth_l1_loss (huber = false; param = beta) and huber_loss (param =
+ * delta): self, target, reduction, param. */
+static tpu_status_t lower_smooth_common(tpu_lower_ctx_t* ctx, bool huber) {
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  if (!floating_out(ctx)) return tpu_lower_decline(ctx, "non-floating loss");
+  tpu_hlo_type_t t = loss_shape(ctx, 0, 1);
+  double p = float_arg(ctx, 3, 1.0);
+  tpu_hlo_value_t z = tpu_emit_unary(b, "stablehlo.abs",
+                                     sub(b, operand_to(ctx, 0, &t), operand_to(ctx, 1, &t)));
+  tpu_hlo_value_t loss;
+  if (!huber && p == 0) {
+    loss = z;
+  } else {
+    tpu_hlo_value_t quad = mul_c(b, mul(b, z, z), huber ? 0.5 : 0.5 / p);
+    tpu_hlo_value_t lin = sub(b, z, splat(b, z, 0.5 * p));
+    if (huber) lin = mul_c(b, lin, p);
+    loss = tpu_emit_select(b, tpu_emit_compare(b, "LT", z, splat(b, z, p)), quad, lin);
+  }
+  set_out(ctx, 0, reduce_loss(b, loss, int_arg(ctx, 2, REDUCE_MEAN)));
+  return NULL;
+}
+static tpu_status_t lower_smooth_l1(tpu_lower_ctx_t* ctx) {
+  return lower_smooth_common(ctx, false);
+}
+static tpu_status_t lower_huber(tpu_lower_ctx_t* ctx) { return lower_smooth_common(ctx, true); }
+
+/* Backward of both (grad_output, self, target, reduction, param):
+ * smooth_l1: |d| < beta ? d / beta : sign(d); huber: clamp(d, -delta,
+ * delta). */
+static tpu_status_t lower_smooth_bwd_common(tpu_lower_ctx_t* ctx, bool huber) {
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  if (!floating_out(ctx)) return tpu_lower_decline(ctx, "non-floating loss");
+  tpu_hlo_type_t t = tpu_lower_output_type(ctx, 0);
+  t.dtype = acc_dtype(t.dtype);
+  double p = float_arg(ctx, 4, 1.0);
+  tpu_hlo_value_t d = sub(b, operand_to(ctx, 1, &t), operand_to(ctx, 2, &t));
+  tpu_hlo_value_t r;
+  if (huber) {
+    r = tpu_hlo_op(b, "stablehlo.clamp", (tpu_hlo_value_t[]){splat(b, d, -p), d, splat(b, d, p)},
+                   3, type_of(b, d), NULL);
+  } else {
+    tpu_hlo_value_t small = tpu_emit_compare(b, "LT", tpu_emit_unary(b, "stablehlo.abs", d),
+                                             splat(b, d, p));
+    tpu_hlo_value_t lin = tpu_emit_unary(b, "stablehlo.sign", d);
+    r = p == 0 ? lin : tpu_emit_select(b, small, mul_c(b, d, 1.0 / p), lin);
+  }
+  set_out(ctx, 0, mul(b, r, loss_grad_scale(ctx, 0, int_arg(ctx, 3, REDUCE_MEAN), &t)));
+  return NULL;
+}
+static tpu_status_t lower_smooth_l1_bwd(tpu_lower_ctx_t* ctx) {
+  return lower_smooth_bwd_common(ctx, false);
+}
+static tpu_status_t lower_huber_bwd(tpu_lower_ctx_t* ctx) {
+  return lower_smooth_bwd_common(ctx, true);
+}
+
+/* Shared by nll_loss forward / backward: one-hot of the target over the
+ * class dim (1, or 0 for an unbatched input) of self's type `xt`, the
+ * per-element weight w[target] (0 where target == ignore_index), and the
+ * validity mask. */
+typedef struct {
+  int cdim;
+  tpu_hlo_value_t onehot; /* bool, self's shape */
+  tpu_hlo_value_t wt;     /* compute dtype, target's shape */
+  tpu_hlo_value_t valid;  /* bool, target's shape */
+} nll_parts_t;
+
+static nll_parts_t nll_parts(tpu_lower_ctx_t* ctx, int ti, int wi, int64_t ignore,
+                             const tpu_hlo_type_t* xt) {
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  nll_parts_t p = {.cdim = xt->rank == 1 ? 0 : 1};
+  tpu_hlo_value_t t = tpu_emit_convert(b, tpu_lower_tensor(ctx, ti), TPU_DTYPE_INT64);
+  tpu_hlo_type_t it = *xt;
+  it.dtype = TPU_DTYPE_INT64;
+  int64_t keep[TPU_HLO_MAX_RANK];
+  for (int d = 0; d < xt->rank; d++) keep[d] = d == p.cdim ? 1 : xt->dims[d];
+  tpu_hlo_value_t tb = tpu_emit_broadcast_to(b, tpu_emit_reshape(b, t, keep, xt->rank), &it);
+  p.onehot = tpu_emit_compare(b, "EQ", tpu_emit_iota(b, &it, p.cdim), tb);
+  p.valid = tpu_emit_compare(b, "NE", t, splat(b, t, (double)ignore));
+  tpu_hlo_type_t ft = *xt;
+  tpu_hlo_value_t w;
+  if (is_tensor(ctx, wi)) {
+    tpu_hlo_value_t wf = along(b, tpu_emit_convert(b, tpu_lower_tensor(ctx, wi), ft.dtype), &ft,
+                               p.cdim);
+    w = sum_dims(b, tpu_emit_select(b, p.onehot, wf, tpu_emit_const_like(b, &ft, 0)),
+                 (int64_t[]){p.cdim}, 1);
+  } else {
+    w = tpu_emit_convert(b, p.valid, ft.dtype); /* 1 for every valid target */
+  }
+  p.wt = tpu_emit_select(b, p.valid, w, splat(b, w, 0));
+  return p;
+}
+
+/* nll_loss_forward / nll_loss2d_forward(self, target, weight?, reduction,
+ * ignore_index) -> (output, total_weight). */
+static tpu_status_t lower_nll(tpu_lower_ctx_t* ctx) {
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  if (!floating_out(ctx)) return tpu_lower_decline(ctx, "non-floating loss");
+  tpu_hlo_value_t x = acc_tensor(ctx, 0);
+  tpu_hlo_type_t xt = type_of(b, x);
+  if (xt.rank < 1) return tpu_lower_decline(ctx, "rank-0 nll_loss input");
+  int64_t red = int_arg(ctx, 3, REDUCE_MEAN);
+  nll_parts_t p = nll_parts(ctx, 1, 2, int_arg(ctx, 4, -100), &xt);
+  tpu_hlo_value_t picked =
+      sum_dims(b, tpu_emit_select(b, p.onehot, x, splat(b, x, 0)), (int64_t[]){p.cdim}, 1);
+  tpu_hlo_value_t loss = tpu_emit_unary(b, "stablehlo.negate", mul(b, picked, p.wt));
+  loss = tpu_emit_select(b, p.valid, loss, splat(b, loss, 0));
+  tpu_hlo_value_t total = sum_all(b, p.wt);
+  if (red == REDUCE_NONE) {
+    set_out(ctx, 0, loss);
+    /* PyTorch reports total_weight 0 for batched unreduced losses. */
+    set_out(ctx, 1, xt.rank > 1 ? splat(b, total, 0) : total);
+    return NULL;
+  }
+  tpu_hlo_value_t s = sum_all(b, loss);
+  set_out(ctx, 0, red == REDUCE_MEAN ? div_(b, s, total) : s);
+  set_out(ctx, 1, total);
+  return NULL;
+}
+
+/* nll_loss_backward / nll_loss2d_backward(grad_output, self, target,
+ * weight?, reduction, ignore_index, total_weight): -w[t] g at the target
+ * class. */
+static tpu_status_t lower_nll_bwd(tpu_lower_ctx_t* ctx) {
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  if (!floating_out(ctx)) return tpu_lower_decline(ctx, "non-floating loss");
+  tpu_hlo_type_t xt = tpu_lower_arg(ctx, 1)->type;
+  xt.dtype = acc_dtype(xt.dtype);
+  if (xt.rank < 1) return tpu_lower_decline(ctx, "rank-0 nll_loss input");
+  int64_t red = int_arg(ctx, 4, REDUCE_MEAN);
+  nll_parts_t p = nll_parts(ctx, 2, 3, int_arg(ctx, 5, -100), &xt);
+  tpu_hlo_value_t g = tpu_emit_convert(b, tpu_lower_tensor(ctx, 0), xt.dtype);
+  tpu_hlo_value_t per = tpu_emit_unary(b, "stablehlo.negate", p.wt); /* target shape */
+  tpu_hlo_type_t pt = type_of(b, per);
+  if (red == REDUCE_MEAN)
+    g = div_(b, g, tpu_emit_convert(b, tpu_lower_tensor(ctx, 6), xt.dtype));
+  /* none: grad_output has the target's shape; else it is a scalar. */
+  per = mul(b, per, red == REDUCE_NONE ? tpu_emit_reshape(b, g, pt.dims, pt.rank)
+                                       : tpu_emit_broadcast_to(b, g, &pt));
+  int64_t keep[TPU_HLO_MAX_RANK];
+  for (int d = 0; d < xt.rank; d++) keep[d] = d == p.cdim ? 1 : xt.dims[d];
+  tpu_hlo_value_t full = tpu_emit_broadcast_to(b, tpu_emit_reshape(b, per, keep, xt.rank), &xt);
+  set_out(ctx, 0, tpu_emit_select(b, p.onehot, full, tpu_emit_const_like(b, &xt, 0)));
+  return NULL;
+}
+
+/* ---- dropout ---- */
+
+/* native_dropout(input, p, train?) -> (output, mask): keeps an element with
+ * probability 1 - p and scales kept ones by
+ * 1 / (1 - p); train = False is the identity with an all-true mask. */
+static tpu_status_t lower_native_dropout(tpu_lower_ctx_t* ctx) {
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  if (!floating_out(ctx)) return tpu_lower_decline(ctx, "non-floating dropout");
+  tpu_hlo_value_t x = tpu_lower_tensor(ctx, 0);
+  tpu_hlo_type_t xt = type_of(b, x);
+  const tpu_lower_arg_t* train = tpu_lower_arg(ctx, 2);
+  double p = float_arg(ctx, 1, 0.5);
+  tpu_hlo_type_t mt = xt;
+  mt.dtype = TPU_DTYPE_BOOL;
+  /* The random draw happens even when it is not needed, so the generator
+   * advances the same way for every call of this op. */
+  tpu_hlo_value_t bits = tpu_lower_random_bits(ctx, &xt, TPU_DTYPE_INT32);
+  if (train->kind == TPU_ARG_BOOL && !train->i) {
+    tpu_lower_set_output(ctx, 0, x);
+    tpu_lower_set_output(ctx, 1, tpu_emit_const_like(b, &mt, 1));
+    return NULL;
+  }
+  /* uniform in [0, 1) from 32 bits. Only a convert touches the bits: the
+   * XLA CPU plugin types rng_bit_generator's i32 result as u32 inside, so
+   * any binary op on it fails to compile, and the convert reads it as
+   * unsigned; a signed reading is folded back by adding 2^32. */
+  tpu_hlo_value_t u = tpu_emit_convert(b, bits, TPU_DTYPE_FLOAT32);
+  tpu_hlo_value_t neg = tpu_emit_compare(b, "LT", u, splat(b, u, 0));
+  u = tpu_emit_select(b, neg, add(b, u, splat(b, u, 4294967296.0)), u);
+  u = mul_c(b, u, 1.0 / 4294967296.0);
+  tpu_hlo_value_t keep = p <= 0 ? tpu_emit_const_like(b, &mt, 1)
+                                : tpu_emit_compare(b, "LT", u, splat(b, u, 1.0 - p));
+  tpu_dtype_t acc = acc_dtype(xt.dtype);
+  tpu_hlo_value_t xa = tpu_emit_convert(b, x, acc);
+  double scale = p >= 1 ? 0.0 : 1.0 / (1.0 - p);
+  tpu_hlo_value_t y = tpu_emit_select(b, keep, mul_c(b, xa, scale), splat(b, xa, 0));
+  set_out(ctx, 0, y);
+  tpu_lower_set_output(ctx, 1, keep);
+  return NULL;
+}
+
+/* native_dropout_backward(grad_output, mask, scale): g * mask * scale. */
+static tpu_status_t lower_native_dropout_bwd(tpu_lower_ctx_t* ctx) {
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  if (!floating_out(ctx)) return tpu_lower_decline(ctx, "non-floating dropout");
+  tpu_hlo_value_t g = acc_tensor(ctx, 0);
+  tpu_hlo_type_t gt = type_of(b, g);
+  tpu_hlo_value_t m = tpu_emit_cast_to(b, tpu_lower_tensor(ctx, 1), &gt);
+  set_out(ctx, 0, mul(b, g, mul_c(b, m, float_arg(ctx, 2, 1.0))));
+  return NULL;
+}
+
+const tpu_lowering_t tpu_lowerings_nn[] = {
+    {"_softmax", lower_softmax, 0},
+    {"_log_softmax", lower_log_softmax, 0},
+    {"_softmax_backward_data", lower_softmax_bwd, 0},
+    {"_log_softmax_backward_data", lower_log_softmax_bwd, 0},
+    {"native_layer_norm", lower_layer_norm, 0},
+    {"native_layer_norm_backward", lower_layer_norm_bwd, 0},
+    {"native_group_norm", lower_group_norm, 0},
+    {"native_group_norm_backward", lower_group_norm_bwd, 0},
+    {"native_batch_norm", lower_native_batch_norm, 0},
+    {"_native_batch_norm_legit", lower_native_batch_norm, 0},
+    {"_native_batch_norm_legit_functional", lower_native_batch_norm, 0},
+    {"_native_batch_norm_legit_no_training", lower_batch_norm_no_training, 0},
+    {"native_batch_norm_backward", lower_batch_norm_bwd, 0},
+    {"batch_norm_backward", lower_batch_norm_bwd, 0},
+    {"embedding_dense_backward", lower_embedding_bwd, 0},
+    {"nll_loss_forward", lower_nll, 0},
+    {"nll_loss2d_forward", lower_nll, 0},
+    {"nll_loss_backward", lower_nll_bwd, 0},
+    {"nll_loss2d_backward", lower_nll_bwd, 0},
+    {"mse_loss", lower_mse, 0},
+    {"mse_loss_backward", lower_mse_bwd, 0},
+    {"binary_cross_entropy", lower_bce, 0},
+    {"binary_cross_entropy_backward", lower_bce_bwd, 0},
+    {"smooth_l1_loss", lower_smooth_l1, 0},
+    {"smooth_l1_loss_backward", lower_smooth_l1_bwd, 0},
+    {"huber_loss", lower_huber, 0},
+    {"huber_loss_backward", lower_huber_bwd, 0},
+    {"native_dropout", lower_native_dropout, TPU_LOWER_NEEDS_RNG},
+    {"native_dropout_backward", lower_native_dropout_bwd, 0},
+};
+const size_t tpu_lowerings_nn_count = sizeof tpu_lowerings_nn / sizeof tpu_lowerings_nn[0];

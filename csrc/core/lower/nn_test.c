@@ -1,0 +1,568 @@
+/* nn family: each lowering run on the XLA CPU plugin against values
+ * computed here in double precision. */
+#include <math.h>
+#include <string.h>
+
+#include "../testing.h"
+#include "emit.h"
+#include "lower_testing.h"
+
+static tpu_lower_arg_t int_arg(int64_t v) { return (tpu_lower_arg_t){.kind = TPU_ARG_INT, .i = v}; }
+static tpu_lower_arg_t bool_arg(bool v) { return (tpu_lower_arg_t){.kind = TPU_ARG_BOOL, .i = v}; }
+static tpu_lower_arg_t float_arg(double v) {
+  return (tpu_lower_arg_t){.kind = TPU_ARG_FLOAT, .f = v};
+}
+static tpu_lower_arg_t none_arg(void) { return (tpu_lower_arg_t){.kind = TPU_ARG_NONE}; }
+static tpu_lower_arg_t ints_arg(int n, const int64_t* v) {
+  tpu_lower_arg_t a = {.kind = TPU_ARG_INTS, .num_ints = n};
+  memcpy(a.ints, v, sizeof(int64_t) * (size_t)n);
+  return a;
+}
+static tpu_lower_arg_t f32(int rank, const int64_t* dims) {
+  return tpu_test_tensor_arg(TPU_DTYPE_FLOAT32, rank, dims);
+}
+
+static bool close_to(double got, double want, double tol) {
+  if (isnan(want)) return isnan(got);
+  return fabs(got - want) <= tol * (1 + fabs(want));
+}
+
+static void check_all(const float* got, const double* want, int n, double tol) {
+  for (int i = 0; i < n; i++) {
+    if (!close_to(got[i], want[i], tol)) {
+      fprintf(stderr, "  element %d: got %.8g want %.8g\n", i, got[i], want[i]);
+      CHECK(false);
+      return;
+    }
+  }
+}
+
+/* Pseudo-random test data in [-2, 2]. */
+static void fill(float* x, int n, unsigned seed) {
+  for (int i = 0; i < n; i++) {
+    seed = seed * 1103515245u + 12345u;
+    x[i] = (float)((seed >> 8) % 4001) / 1000.0f - 2.0f;
+  }
+}
+
+static void test_softmax_and_log_softmax(void) {
+  int64_t d[2] = {3, 4};
+  float x[12];
+  fill(x, 12, 1);
+  x[4] = 80.0f; /* large values must not overflow: max subtraction */
+  x[5] = 85.0f;
+  tpu_lower_arg_t args[3] = {f32(2, d), int_arg(0), bool_arg(false)};
+  const void* data[1] = {x};
+  tpu_hlo_type_t out = tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 2, d);
+  double sm[12], lsm[12];
+  for (int j = 0; j < 4; j++) {
+    double m = -INFINITY, s = 0;
+    for (int i = 0; i < 3; i++) m = fmax(m, x[i * 4 + j]);
+    for (int i = 0; i < 3; i++) s += exp(x[i * 4 + j] - m);
+    for (int i = 0; i < 3; i++) {
+      sm[i * 4 + j] = exp(x[i * 4 + j] - m) / s;
+      lsm[i * 4 + j] = x[i * 4 + j] - m - log(s);
+    }
+  }
+  void* r[1];
+  CHECK_OK(tpu_test_run_op("aten::_softmax", args, 3, NULL, data, &out, 1, r));
+  check_all(r[0], sm, 12, 1e-6);
+  free(r[0]);
+  CHECK_OK(tpu_test_run_op("aten::_log_softmax.out", args, 3, NULL, data, &out, 1, r));
+  check_all(r[0], lsm, 12, 1e-6);
+  free(r[0]);
+
+  /* Backward: grad_output, output, dim (-2), input_dtype. */
+  float g[12], y[12], ly[12];
+  fill(g, 12, 2);
+  for (int i = 0; i < 12; i++) y[i] = (float)sm[i], ly[i] = (float)lsm[i];
+  tpu_lower_arg_t bargs[4] = {f32(2, d), f32(2, d), int_arg(-2),
+                              {.kind = TPU_ARG_DTYPE, .dtype = TPU_DTYPE_FLOAT32}};
+  double want[12];
+  for (int j = 0; j < 4; j++) {
+    double dot = 0, gs = 0;
+    for (int i = 0; i < 3; i++) dot += (double)g[i * 4 + j] * y[i * 4 + j], gs += g[i * 4 + j];
+    for (int i = 0; i < 3; i++) want[i * 4 + j] = y[i * 4 + j] * (g[i * 4 + j] - dot);
+  }
+  const void* bdata[2] = {g, y};
+  CHECK_OK(tpu_test_run_op("aten::_softmax_backward_data", bargs, 4, NULL, bdata, &out, 1, r));
+  check_all(r[0], want, 12, 1e-5);
+  free(r[0]);
+  for (int j = 0; j < 4; j++) {
+    double gs = 0;
+    for (int i = 0; i < 3; i++) gs += g[i * 4 + j];
+    for (int i = 0; i < 3; i++) want[i * 4 + j] = g[i * 4 + j] - exp(ly[i * 4 + j]) * gs;
+  }
+  const void* ldata[2] = {g, ly};
+  CHECK_OK(tpu_test_run_op("aten::_log_softmax_backward_data", bargs, 4, NULL, ldata, &out, 1, r));
+  check_all(r[0], want, 12, 1e-5);
+  free(r[0]);
+}
+
+/* half_to_float: a bfloat16 input gives a float32 result. */
+static void test_softmax_half_to_float(void) {
+  int64_t d[1] = {4};
+  uint16_t x[4] = {0x3f80, 0x4000, 0x4040, 0x4080}; /* 1 2 3 4 in bf16 */
+  tpu_lower_arg_t args[3] = {tpu_test_tensor_arg(TPU_DTYPE_BFLOAT16, 1, d), int_arg(0),
+                             bool_arg(true)};
+  const void* data[1] = {x};
+  tpu_hlo_type_t out = tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 1, d);
+  double s = 0, want[4];
+  for (int i = 0; i < 4; i++) s += exp(i + 1.0);
+  for (int i = 0; i < 4; i++) want[i] = exp(i + 1.0) / s;
+  void* r[1];
+  CHECK_OK(tpu_test_run_op("aten::_softmax", args, 3, NULL, data, &out, 1, r));
+  check_all(r[0], want, 4, 1e-6);
+  free(r[0]);
+}
+
+static void test_layer_norm_forward_backward(void) {
+  enum { R = 3, C = 5 };
+  int64_t d[2] = {R, C}, ns[1] = {C}, c[1] = {C}, st[2] = {R, 1};
+  float x[R * C], w[C], bias[C], g[R * C];
+  fill(x, R * C, 3);
+  fill(w, C, 4);
+  fill(bias, C, 5);
+  fill(g, R * C, 6);
+  double eps = 1e-5, mean[R], rstd[R], y[R * C];
+  for (int i = 0; i < R; i++) {
+    double s = 0, v = 0;
+    for (int j = 0; j < C; j++) s += x[i * C + j];
+    mean[i] = s / C;
+    for (int j = 0; j < C; j++) v += (x[i * C + j] - mean[i]) * (x[i * C + j] - mean[i]);
+    rstd[i] = 1 / sqrt(v / C + eps);
+    for (int j = 0; j < C; j++) y[i * C + j] = (x[i * C + j] - mean[i]) * rstd[i] * w[j] + bias[j];
+  }
+  tpu_lower_arg_t args[5] = {f32(2, d), ints_arg(1, ns), f32(1, c), f32(1, c), float_arg(eps)};
+  const void* data[3] = {x, w, bias};
+  tpu_hlo_type_t outs[3] = {tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 2, d),
+                            tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 2, st),
+                            tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 2, st)};
+  void* r[3];
+  CHECK_OK(tpu_test_run_op("aten::native_layer_norm", args, 5, NULL, data, outs, 3, r));
+  check_all(r[0], y, R * C, 1e-5);
+  check_all(r[1], mean, R, 1e-6);
+  check_all(r[2], rstd, R, 1e-5);
+  float fmean[R], frstd[R];
+  memcpy(fmean, r[1], sizeof fmean);
+  memcpy(frstd, r[2], sizeof frstd);
+  for (int i = 0; i < 3; i++) free(r[i]);
+
+  /* Backward against the closed form. */
+  double dx[R * C], dw[C] = {0}, db[C] = {0};
+  for (int i = 0; i < R; i++) {
+    double a = 0, bsum = 0, xh[C], gw[C];
+    for (int j = 0; j < C; j++) {
+      xh[j] = (x[i * C + j] - fmean[i]) * frstd[i];
+      gw[j] = (double)g[i * C + j] * w[j];
+      a += gw[j];
+      bsum += gw[j] * xh[j];
+      dw[j] += g[i * C + j] * xh[j];
+      db[j] += g[i * C + j];
+    }
+    for (int j = 0; j < C; j++) dx[i * C + j] = frstd[i] * (gw[j] - a / C - xh[j] * bsum / C);
+  }
+  int64_t mask[3] = {1, 1, 1};
+  tpu_lower_arg_t bargs[8] = {f32(2, d), f32(2, d), ints_arg(1, ns), f32(2, st), f32(2, st),
+                              f32(1, c), f32(1, c), ints_arg(3, mask)};
+  const void* bdata[6] = {g, x, fmean, frstd, w, bias};
+  tpu_hlo_type_t bouts[3] = {tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 2, d),
+                             tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 1, c),
+                             tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 1, c)};
+  CHECK_OK(tpu_test_run_op("aten::native_layer_norm_backward", bargs, 8, NULL, bdata, bouts, 3, r));
+  check_all(r[0], dx, R * C, 1e-4);
+  check_all(r[1], dw, C, 1e-5);
+  check_all(r[2], db, C, 1e-5);
+  for (int i = 0; i < 3; i++) free(r[i]);
+}
+
+static void test_group_norm(void) {
+  enum { N = 2, C = 4, HW = 3, G = 2 };
+  int64_t d[3] = {N, C, HW}, ng[2] = {N, G}, c[1] = {C};
+  float x[N * C * HW], w[C], bias[C];
+  fill(x, N * C * HW, 7);
+  fill(w, C, 8);
+  fill(bias, C, 9);
+  double y[N * C * HW], mean[N * G], rstd[N * G];
+  int per = C / G * HW;
+  for (int n = 0; n < N; n++)
+    for (int gi = 0; gi < G; gi++) {
+      const float* p = x + n * C * HW + gi * per;
+      double s = 0, v = 0;
+      for (int k = 0; k < per; k++) s += p[k];
+      double m = s / per;
+      for (int k = 0; k < per; k++) v += (p[k] - m) * (p[k] - m);
+      mean[n * G + gi] = m;
+      rstd[n * G + gi] = 1 / sqrt(v / per + 1e-5);
+      for (int k = 0; k < per; k++) {
+        int ch = gi * (C / G) + k / HW;
+        y[n * C * HW + gi * per + k] = (p[k] - m) * rstd[n * G + gi] * w[ch] + bias[ch];
+      }
+    }
+  tpu_lower_arg_t args[8] = {f32(3, d), f32(1, c), f32(1, c), int_arg(N),
+                             int_arg(C), int_arg(HW), int_arg(G), float_arg(1e-5)};
+  const void* data[3] = {x, w, bias};
+  tpu_hlo_type_t outs[3] = {tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 3, d),
+                            tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 2, ng),
+                            tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 2, ng)};
+  void* r[3];
+  CHECK_OK(tpu_test_run_op("aten::native_group_norm", args, 8, NULL, data, outs, 3, r));
+  check_all(r[0], y, N * C * HW, 1e-5);
+  check_all(r[1], mean, N * G, 1e-6);
+  check_all(r[2], rstd, N * G, 1e-5);
+  for (int i = 0; i < 3; i++) free(r[i]);
+}
+
+/* Training-mode functional batch norm: outputs and the updated stats. */
+static void test_batch_norm_functional_training(void) {
+  enum { N = 3, C = 2, S = 4 };
+  int64_t d[3] = {N, C, S}, c[1] = {C};
+  float x[N * C * S], w[C] = {1.5f, -0.5f}, bias[C] = {0.25f, 1.0f}, rm[C] = {0.1f, -0.2f},
+                    rv[C] = {1.0f, 2.0f};
+  fill(x, N * C * S, 10);
+  double mom = 0.1, eps = 1e-5, mean[C], invstd[C], nrm[C], nrv[C], y[N * C * S];
+  for (int ch = 0; ch < C; ch++) {
+    double s = 0, v = 0;
+    for (int n = 0; n < N; n++)
+      for (int k = 0; k < S; k++) s += x[(n * C + ch) * S + k];
+    mean[ch] = s / (N * S);
+    for (int n = 0; n < N; n++)
+      for (int k = 0; k < S; k++) {
+        double t = x[(n * C + ch) * S + k] - mean[ch];
+        v += t * t;
+      }
+    invstd[ch] = 1 / sqrt(v / (N * S) + eps);
+    nrm[ch] = (1 - mom) * rm[ch] + mom * mean[ch];
+    nrv[ch] = (1 - mom) * rv[ch] + mom * v / (N * S - 1);
+    for (int n = 0; n < N; n++)
+      for (int k = 0; k < S; k++) {
+        int i = (n * C + ch) * S + k;
+        y[i] = (x[i] - mean[ch]) * invstd[ch] * w[ch] + bias[ch];
+      }
+  }
+  tpu_lower_arg_t args[8] = {f32(3, d), f32(1, c), f32(1, c), f32(1, c), f32(1, c),
+                             bool_arg(true), float_arg(mom), float_arg(eps)};
+  const void* data[5] = {x, w, bias, rm, rv};
+  tpu_hlo_type_t ct = tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 1, c);
+  tpu_hlo_type_t outs[5] = {tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 3, d), ct, ct, ct, ct};
+  void* r[5];
+  CHECK_OK(tpu_test_run_op("aten::_native_batch_norm_legit_functional", args, 8, NULL, data,
+                           outs, 5, r));
+  check_all(r[0], y, N * C * S, 1e-5);
+  check_all(r[1], mean, C, 1e-6);
+  check_all(r[2], invstd, C, 1e-5);
+  check_all(r[3], nrm, C, 1e-6);
+  check_all(r[4], nrv, C, 1e-6);
+  for (int i = 0; i < 5; i++) free(r[i]);
+
+  /* Eval: running stats normalize; native_batch_norm's saved stats may be
+   * empty (as on CPU). */
+  args[5] = bool_arg(false);
+  int64_t zero = 0;
+  tpu_hlo_type_t eouts[3] = {outs[0], tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 1, &zero),
+                             tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 1, &zero)};
+  for (int i = 0; i < N * C * S; i++) {
+    int ch = (i / S) % C;
+    y[i] = (x[i] - rm[ch]) / sqrt(rv[ch] + eps) * w[ch] + bias[ch];
+  }
+  CHECK_OK(tpu_test_run_op("aten::native_batch_norm", args, 8, NULL, data, eouts, 3, r));
+  check_all(r[0], y, N * C * S, 1e-5);
+  for (int i = 0; i < 3; i++) free(r[i]);
+
+  /* Training with running stats but no stats outputs: declined (the update
+   * would be lost). */
+  args[5] = bool_arg(true);
+  tpu_status_t s = tpu_test_run_op("aten::native_batch_norm", args, 8, NULL, data, eouts, 3, r);
+  CHECK(s != NULL && tpu_status_code(s) == TPU_STATUS_UNIMPLEMENTED);
+  tpu_status_free(s);
+}
+
+static void test_batch_norm_backward(void) {
+  enum { N = 2, C = 3, S = 2 };
+  int64_t d[3] = {N, C, S}, c[1] = {C}, mask[3] = {1, 1, 1};
+  float x[N * C * S], g[N * C * S], w[C] = {0.5f, 2.0f, -1.0f}, sm[C], si[C];
+  fill(x, N * C * S, 11);
+  fill(g, N * C * S, 12);
+  const int M = N * S;
+  double dx[N * C * S], dw[C], db[C];
+  for (int ch = 0; ch < C; ch++) {
+    double s = 0, v = 0;
+    for (int n = 0; n < N; n++)
+      for (int k = 0; k < S; k++) s += x[(n * C + ch) * S + k];
+    sm[ch] = (float)(s / M);
+    for (int n = 0; n < N; n++)
+      for (int k = 0; k < S; k++) v += pow(x[(n * C + ch) * S + k] - sm[ch], 2);
+    si[ch] = (float)(1 / sqrt(v / M + 1e-5));
+    dw[ch] = db[ch] = 0;
+    for (int n = 0; n < N; n++)
+      for (int k = 0; k < S; k++) {
+        int i = (n * C + ch) * S + k;
+        db[ch] += g[i];
+        dw[ch] += g[i] * (x[i] - sm[ch]) * si[ch];
+      }
+    for (int n = 0; n < N; n++)
+      for (int k = 0; k < S; k++) {
+        int i = (n * C + ch) * S + k;
+        double xh = (x[i] - sm[ch]) * si[ch];
+        dx[i] = w[ch] * si[ch] * (g[i] - db[ch] / M - xh * dw[ch] / M);
+      }
+  }
+  tpu_lower_arg_t args[10] = {f32(3, d), f32(3, d), f32(1, c), none_arg(), none_arg(),
+                              f32(1, c), f32(1, c), bool_arg(true), float_arg(1e-5),
+                              ints_arg(3, mask)};
+  const void* data[5] = {g, x, w, sm, si};
+  tpu_hlo_type_t ct = tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 1, c);
+  tpu_hlo_type_t outs[3] = {tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 3, d), ct, ct};
+  void* r[3];
+  CHECK_OK(tpu_test_run_op("aten::native_batch_norm_backward", args, 10, NULL, data, outs, 3, r));
+  check_all(r[0], dx, N * C * S, 1e-4);
+  check_all(r[1], dw, C, 1e-5);
+  check_all(r[2], db, C, 1e-5);
+  for (int i = 0; i < 3; i++) free(r[i]);
+}
+
+static void test_embedding_dense_backward(void) {
+  int64_t gd[3] = {2, 3, 2}, id[2] = {2, 3}, od[2] = {4, 2};
+  float g[12];
+  for (int i = 0; i < 12; i++) g[i] = (float)(i + 1);
+  int64_t idx[6] = {1, 3, 1, 0, 1, 2};
+  tpu_lower_arg_t args[5] = {f32(3, gd), tpu_test_tensor_arg(TPU_DTYPE_INT64, 2, id),
+                             int_arg(4), int_arg(3), bool_arg(false)};
+  const void* data[2] = {g, idx};
+  tpu_hlo_type_t out = tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 2, od);
+  double want[8] = {0};
+  for (int k = 0; k < 6; k++)
+    if (idx[k] != 3)
+      for (int j = 0; j < 2; j++) want[idx[k] * 2 + j] += g[k * 2 + j];
+  void* r[1];
+  CHECK_OK(tpu_test_run_op("aten::embedding_dense_backward", args, 5, NULL, data, &out, 1, r));
+  check_all(r[0], want, 8, 0);
+  free(r[0]);
+  /* scale_grad_by_freq: index 1 appears three times. */
+  args[4] = bool_arg(true);
+  args[3] = int_arg(-1);
+  memset(want, 0, sizeof want);
+  int counts[4] = {1, 3, 1, 1};
+  for (int k = 0; k < 6; k++)
+    for (int j = 0; j < 2; j++) want[idx[k] * 2 + j] += g[k * 2 + j] / counts[idx[k]];
+  CHECK_OK(tpu_test_run_op("aten::embedding_dense_backward", args, 5, NULL, data, &out, 1, r));
+  check_all(r[0], want, 8, 1e-6);
+  free(r[0]);
+}
+
+static void test_nll_loss(void) {
+  enum { N = 4, C = 3 };
+  int64_t d[2] = {N, C}, n1[1] = {N}, c1[1] = {C};
+  float x[N * C], w[C] = {0.5f, 1.0f, 2.0f};
+  fill(x, N * C, 13);
+  int64_t t[N] = {2, -100, 0, 2};
+  tpu_lower_arg_t args[5] = {f32(2, d), tpu_test_tensor_arg(TPU_DTYPE_INT64, 1, n1),
+                             f32(1, c1), int_arg(1), int_arg(-100)};
+  const void* data[3] = {x, t, w};
+  double num = 0, den = 0, per[N];
+  for (int i = 0; i < N; i++) {
+    per[i] = t[i] < 0 ? 0 : -(double)x[i * C + t[i]] * w[t[i]];
+    num += per[i];
+    den += t[i] < 0 ? 0 : w[t[i]];
+  }
+  tpu_hlo_type_t scalar = tpu_hlo_type_scalar(TPU_DTYPE_FLOAT32);
+  tpu_hlo_type_t outs[2] = {scalar, scalar};
+  void* r[2];
+  CHECK_OK(tpu_test_run_op("aten::nll_loss_forward", args, 5, NULL, data, outs, 2, r));
+  double want_mean = num / den, want_den = den;
+  check_all(r[0], &want_mean, 1, 1e-6);
+  check_all(r[1], &want_den, 1, 1e-6);
+  float tw = *(float*)r[1];
+  free(r[0]);
+  free(r[1]);
+  /* reduction none: per-sample losses, total_weight 0. */
+  args[3] = int_arg(0);
+  tpu_hlo_type_t nouts[2] = {tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 1, n1), scalar};
+  CHECK_OK(tpu_test_run_op("aten::nll_loss_forward", args, 5, NULL, data, nouts, 2, r));
+  check_all(r[0], per, N, 1e-6);
+  double zero = 0;
+  check_all(r[1], &zero, 1, 0);
+  free(r[0]);
+  free(r[1]);
+
+  /* Backward, mean: -w[t] g / total_weight at the target class. */
+  float g = 2.0f;
+  tpu_lower_arg_t bargs[7] = {tpu_test_tensor_arg(TPU_DTYPE_FLOAT32, 0, NULL), f32(2, d),
+                              tpu_test_tensor_arg(TPU_DTYPE_INT64, 1, n1), f32(1, c1),
+                              int_arg(1), int_arg(-100),
+                              tpu_test_tensor_arg(TPU_DTYPE_FLOAT32, 0, NULL)};
+  const void* bdata[5] = {&g, x, t, w, &tw};
+  tpu_hlo_type_t bout = tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 2, d);
+  double want[N * C] = {0};
+  for (int i = 0; i < N; i++)
+    if (t[i] >= 0) want[i * C + t[i]] = -(double)w[t[i]] * g / tw;
+  CHECK_OK(tpu_test_run_op("aten::nll_loss_backward", bargs, 7, NULL, bdata, &bout, 1, r));
+  check_all(r[0], want, N * C, 1e-6);
+  free(r[0]);
+}
+
+static void test_losses_mse_bce_smooth(void) {
+  enum { N = 6 };
+  int64_t d[1] = {N};
+  float x[N] = {0.1f, 0.5f, 0.9f, 0.0f, 1.0f, 0.3f}, y[N] = {0, 1, 0.5f, 1, 0, 0.3f};
+  tpu_hlo_type_t scalar = tpu_hlo_type_scalar(TPU_DTYPE_FLOAT32);
+  tpu_hlo_type_t vec = tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 1, d);
+  const void* data[2] = {x, y};
+  void* r[1];
+  /* mse, sum. */
+  tpu_lower_arg_t margs[3] = {f32(1, d), f32(1, d), int_arg(2)};
+  double want = 0;
+  for (int i = 0; i < N; i++) want += pow((double)x[i] - y[i], 2);
+  CHECK_OK(tpu_test_run_op("aten::mse_loss", margs, 3, NULL, data, &scalar, 1, r));
+  check_all(r[0], &want, 1, 1e-6);
+  free(r[0]);
+  /* bce, none: log terms clamp at -100 for x = 0 and 1. */
+  tpu_lower_arg_t bargs[4] = {f32(1, d), f32(1, d), none_arg(), int_arg(0)};
+  double bce[N];
+  for (int i = 0; i < N; i++)
+    bce[i] = (y[i] - 1) * fmax(log1p(-(double)x[i]), -100) - y[i] * fmax(log((double)x[i]), -100);
+  CHECK_OK(tpu_test_run_op("aten::binary_cross_entropy", bargs, 4, NULL, data, &vec, 1, r));
+  check_all(r[0], bce, N, 1e-5);
+  free(r[0]);
+  /* smooth_l1 (beta 0.5) and huber (delta 0.5), mean. */
+  tpu_lower_arg_t sargs[4] = {f32(1, d), f32(1, d), int_arg(1), float_arg(0.5)};
+  double sl = 0, hu = 0;
+  for (int i = 0; i < N; i++) {
+    double z = fabs((double)x[i] - y[i]);
+    sl += z < 0.5 ? 0.5 * z * z / 0.5 : z - 0.25;
+    hu += z < 0.5 ? 0.5 * z * z : 0.5 * (z - 0.25);
+  }
+  sl /= N;
+  hu /= N;
+  CHECK_OK(tpu_test_run_op("aten::smooth_l1_loss", sargs, 4, NULL, data, &scalar, 1, r));
+  check_all(r[0], &sl, 1, 1e-6);
+  free(r[0]);
+  CHECK_OK(tpu_test_run_op("aten::huber_loss", sargs, 4, NULL, data, &scalar, 1, r));
+  check_all(r[0], &hu, 1, 1e-6);
+  free(r[0]);
+  /* Backwards with a scalar grad (reduction mean). */
+  float g = 3.0f;
+  const void* gdata[3] = {&g, x, y};
+  tpu_lower_arg_t gm[4] = {tpu_test_tensor_arg(TPU_DTYPE_FLOAT32, 0, NULL), f32(1, d), f32(1, d),
+                           int_arg(1)};
+  double wm[N], wb[N], ws[N], wh[N];
+  for (int i = 0; i < N; i++) {
+    double dd = (double)x[i] - y[i];
+    wm[i] = 2 * dd * g / N;
+    wb[i] = g * dd / fmax((1 - (double)x[i]) * x[i], 1e-12) / N;
+    ws[i] = (fabs(dd) < 0.5 ? dd / 0.5 : (dd > 0) - (dd < 0)) * g / N;
+    wh[i] = fmin(fmax(dd, -0.5), 0.5) * g / N;
+  }
+  CHECK_OK(tpu_test_run_op("aten::mse_loss_backward", gm, 4, NULL, gdata, &vec, 1, r));
+  check_all(r[0], wm, N, 1e-6);
+  free(r[0]);
+  tpu_lower_arg_t gb[5] = {gm[0], gm[1], gm[2], none_arg(), int_arg(1)};
+  CHECK_OK(tpu_test_run_op("aten::binary_cross_entropy_backward", gb, 5, NULL, gdata, &vec, 1, r));
+  check_all(r[0], wb, N, 1e-5);
+  free(r[0]);
+  tpu_lower_arg_t gs[5] = {gm[0], gm[1], gm[2], int_arg(1), float_arg(0.5)};
+  CHECK_OK(tpu_test_run_op("aten::smooth_l1_loss_backward", gs, 5, NULL, gdata, &vec, 1, r));
+  check_all(r[0], ws, N, 1e-6);
+  free(r[0]);
+  CHECK_OK(tpu_test_run_op("aten::huber_loss_backward.out", gs, 5, NULL, gdata, &vec, 1, r));
+  check_all(r[0], wh, N, 1e-6);
+  free(r[0]);
+}
+
+/* Runs native_dropout's plain program with its generator state typed
+ * tensor<2xui64>: the XLA CPU plugin rejects THREE_FRY on the 2 x int64
+ * state the plain builder declares ("Binary op add with different element
+ * types: s64[4,1] and u64[4,1]"), so the state's type is patched in the
+ * text. */
+static tpu_status_t run_dropout(const tpu_lower_arg_t* args, const float* x, int64_t n,
+                                const tpu_hlo_type_t* outs, void** r) {
+  TPU_RETURN_IF_ERROR(tpu_runtime_init(NULL));
+  char* text = NULL;
+  size_t len = 0;
+  TPU_RETURN_IF_ERROR(tpu_lower_program_plain("aten::native_dropout", args, 3, NULL, outs, 2,
+                                              &text, &len));
+  /* "tensor<2xi64>" -> "tensor<2xui64>" everywhere (one byte longer each). */
+  char* fixed = malloc(2 * len + 1);
+  size_t k = 0;
+  for (const char* c = text; *c;) {
+    if (strncmp(c, "tensor<2xi64>", 13) == 0) {
+      memcpy(fixed + k, "tensor<2xui64>", 14);
+      k += 14;
+      c += 13;
+    } else {
+      fixed[k++] = *c++;
+    }
+  }
+  fixed[k] = 0;
+  free(text);
+  tpu_program_t* program = NULL;
+  tpu_status_t s = tpu_program_get(fixed, k, &program);
+  free(fixed);
+  TPU_RETURN_IF_ERROR(s);
+  int64_t state[2] = {42, 7}, two = 2;
+  tpu_buffer_t* in[2] = {0};
+  tpu_buffer_t* res[4] = {0};
+  s = tpu_buffer_from_host(tpu_runtime_client(), 0, x, TPU_DTYPE_FLOAT32, &n, 1, NULL, &in[0]);
+  if (!s)
+    s = tpu_buffer_from_host(tpu_runtime_client(), 0, state, TPU_DTYPE_INT64, &two, 1, NULL,
+                             &in[1]);
+  if (!s) s = tpu_program_execute(program, 0, in, 2, res);
+  for (int i = 0; i < 2; i++) {
+    size_t nbytes = tpu_test_type_bytes(&outs[i]);
+    r[i] = malloc(nbytes);
+    if (!s) s = tpu_buffer_to_host(res[i], r[i], nbytes);
+  }
+  for (int i = 0; i < 2; i++) tpu_buffer_destroy(in[i]);
+  for (int i = 0; i < 4; i++) tpu_buffer_destroy(res[i]);
+  return s;
+}
+
+/* native_dropout: kept elements are scaled by 1 / (1 - p), the kept
+ * fraction is near 1 - p, and the backward uses the mask. */
+static void test_native_dropout(void) {
+  enum { N = 4096 };
+  int64_t d[1] = {N};
+  static float x[N];
+  for (int i = 0; i < N; i++) x[i] = (float)(i % 7) + 1.0f;
+  tpu_lower_arg_t args[3] = {f32(1, d), float_arg(0.25), bool_arg(true)};
+  tpu_hlo_type_t outs[2] = {tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 1, d),
+                            tpu_hlo_type_make(TPU_DTYPE_BOOL, 1, d)};
+  void* r[2];
+  CHECK_OK(run_dropout(args, x, N, outs, r));
+  float* y = r[0];
+  uint8_t* m = r[1];
+  int kept = 0;
+  bool ok = true;
+  for (int i = 0; i < N; i++) {
+    kept += m[i] != 0;
+    float want = m[i] ? x[i] / 0.75f : 0.0f;
+    ok &= fabsf(y[i] - want) <= 1e-6f * want;
+  }
+  CHECK(ok);
+  CHECK(kept > N * 0.70 && kept < N * 0.80);
+  /* Backward. */
+  tpu_lower_arg_t bargs[3] = {f32(1, d), tpu_test_tensor_arg(TPU_DTYPE_BOOL, 1, d),
+                              float_arg(1 / 0.75)};
+  const void* bdata[2] = {x, m};
+  void* g[1];
+  CHECK_OK(tpu_test_run_op("aten::native_dropout_backward", bargs, 3, NULL, bdata, outs, 1, g));
+  ok = true;
+  for (int i = 0; i < N; i++) ok &= fabsf(((float*)g[0])[i] - y[i]) <= 1e-6f * y[i];
+  CHECK(ok);
+  free(g[0]);
+  free(r[0]);
+  free(r[1]);
+  /* train = False: identity, all-true mask. */
+  args[2] = bool_arg(false);
+  CHECK_OK(run_dropout(args, x, N, outs, r));
+  CHECK(memcmp(r[0], x, sizeof x) == 0);
+  CHECK(((uint8_t*)r[1])[0] == 1 && ((uint8_t*)r[1])[N - 1] == 1);
+  free(r[0]);
+  free(r[1]);
+}
+
+TPU_TEST_MAIN(TPU_TEST(test_softmax_and_log_softmax), TPU_TEST(test_softmax_half_to_float),
+              TPU_TEST(test_layer_norm_forward_backward), TPU_TEST(test_group_norm),
+              TPU_TEST(test_batch_norm_functional_training), TPU_TEST(test_batch_norm_backward),
+              TPU_TEST(test_embedding_dense_backward), TPU_TEST(test_nll_loss),
+              TPU_TEST(test_losses_mse_bce_smooth), TPU_TEST(test_native_dropout))
