@@ -214,8 +214,20 @@ static tpu_status_t lower_scatter_common(tpu_lower_ctx_t* ctx, const char* kind,
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
   tpu_hlo_value_t x = at_least_1d(b, tpu_lower_tensor(ctx, 0));
   tpu_hlo_value_t idx = at_least_1d(b, tpu_lower_tensor(ctx, 2));
-  tpu_hlo_type_t xt = tpu_hlo_value_type(b, x), it = tpu_hlo_value_type(b, idx);
+  tpu_hlo_type_t xt = tpu_hlo_value_type(b, x);
   int dim = wrap_dim(tpu_lower_arg(ctx, 1)->i, xt.rank);
+  if (strncmp(tpu_lower_op_name(ctx), "aten::index_reduce", 18) == 0 ||
+      strncmp(tpu_lower_op_name(ctx), "index_reduce", 12) == 0) {
+    /* index_reduce's 1-D index picks whole slices: as a point index it is
+     * the index broadcast over source's shape along dim. */
+    tpu_hlo_type_t st = tpu_lower_arg(ctx, 3)->type;
+    if (st.rank == 0) st = tpu_hlo_value_type(b, idx);
+    st.dtype = tpu_hlo_value_type(b, idx).dtype;
+    char attrs[64];
+    snprintf(attrs, sizeof attrs, "broadcast_dimensions = array<i64: %d>", dim);
+    idx = tpu_hlo_op(b, "stablehlo.broadcast_in_dim", &idx, 1, st, attrs);
+  }
+  tpu_hlo_type_t it = tpu_hlo_value_type(b, idx);
   const char* op = combiner(xt.dtype, kind);
   if (op && !*op) return tpu_lower_decline(ctx, "reduce=%s", kind);
   if (it.rank != xt.rank) return tpu_lower_decline(ctx, "index rank differs from self");
@@ -281,6 +293,11 @@ static tpu_status_t lower_scatter_reduce(tpu_lower_ctx_t* ctx) {
   if (strcmp(reduce->str, "mean") == 0 && tpu_lower_output_type(ctx, 0).dtype == TPU_DTYPE_BOOL)
     return tpu_lower_decline(ctx, "mean of bool");
   return lower_scatter_common(ctx, reduce->str, include_self);
+}
+
+/* index_reduce(self, dim, index, source, reduce, include_self). */
+static tpu_status_t lower_index_reduce(tpu_lower_ctx_t* ctx) {
+  return lower_scatter_reduce(ctx);
 }
 
 /* ---- advanced indexing: some dims indexed by broadcast tensors. ---- */
@@ -547,7 +564,57 @@ static tpu_status_t lower_embedding_dense_backward(tpu_lower_ctx_t* ctx) {
   return NULL;
 }
 
+/* Inclusive prefix sum along dim 0 of a 1-D int64 value (log-step scan). */
+static tpu_hlo_value_t prefix_sum(tpu_hlo_builder_t* b, tpu_hlo_value_t y) {
+  tpu_hlo_type_t t = tpu_hlo_value_type(b, y);
+  int64_t n = t.dims[0], one = 1;
+  for (int64_t s = 1; s < n; s *= 2) {
+    int64_t lo = 0, hi = n - s;
+    tpu_hlo_type_t zt = tpu_hlo_type_make(t.dtype, 1, &s);
+    tpu_hlo_value_t parts[2] = {tpu_emit_const_like(b, &zt, 0), tpu_emit_slice(b, y, &lo, &hi, &one)};
+    tpu_hlo_value_t shifted = tpu_hlo_op(b, "stablehlo.concatenate", parts, 2, t,
+                                         "dimension = 0 : i64");
+    y = tpu_emit_binary(b, "stablehlo.add", y, shifted);
+  }
+  return y;
+}
+
+/* masked_scatter_(self, mask, source): the k-th true position of the
+ * (broadcast) mask takes source's k-th element, in row-major order. */
+static tpu_status_t lower_masked_scatter(tpu_lower_ctx_t* ctx) {
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
+  tpu_hlo_type_t st = tpu_lower_arg(ctx, 2)->type;
+  tpu_hlo_value_t x = tpu_emit_convert(b, tpu_lower_tensor(ctx, 0), out.dtype);
+  int64_t n = 1, m = 1;
+  for (int d = 0; d < out.rank; d++) n *= out.dims[d];
+  for (int d = 0; d < st.rank; d++) m *= st.dims[d];
+  if (m == 0 || n == 0) {
+    tpu_lower_set_output(ctx, 0, x); /* the mask must be all false */
+    return NULL;
+  }
+  tpu_hlo_type_t mt = out;
+  mt.dtype = TPU_DTYPE_BOOL;
+  tpu_hlo_value_t mask = tpu_emit_cast_to(b, tpu_lower_tensor(ctx, 1), &mt);
+  tpu_hlo_value_t pos = tpu_emit_convert(b, tpu_emit_reshape(b, mask, &n, 1), TPU_DTYPE_INT64);
+  pos = tpu_emit_binary(b, "stablehlo.subtract", prefix_sum(b, pos),
+                        tpu_emit_const_like(b, &(tpu_hlo_type_t){TPU_DTYPE_INT64, 1, {n}}, 1));
+  tpu_hlo_value_t src = tpu_emit_convert(b, tpu_emit_reshape(b, tpu_lower_tensor(ctx, 2), &m, 1),
+                                         out.dtype);
+  /* Positions before the first true are -1: clamp (they are not selected). */
+  tpu_hlo_type_t pt = tpu_hlo_value_type(b, pos);
+  pos = tpu_emit_select(b, tpu_emit_compare(b, "LT", pos, tpu_emit_const_like(b, &pt, 0)),
+                        tpu_emit_const_like(b, &pt, 0), pos);
+  adv_t a = {.n = 1, .dims = {0}, .idx = {pos}, .bshape = pt};
+  tpu_hlo_value_t picked = adv_gather(b, src, &a, NULL);
+  picked = tpu_emit_reshape(b, picked, out.dims, out.rank);
+  tpu_lower_set_output(ctx, 0, tpu_emit_select(b, mask, picked, x));
+  return NULL;
+}
+
 const tpu_lowering_t tpu_lowerings_index[] = {
+    {"masked_scatter", lower_masked_scatter, 0},
+    {"index_reduce", lower_index_reduce, 0},
     {"gather", lower_gather, 0},
     {"scatter", lower_scatter, 0},
     {"scatter_add", lower_scatter_add, 0},

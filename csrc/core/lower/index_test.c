@@ -211,7 +211,38 @@ static void test_mask_index_declines(void) {
   tpu_status_free(s);
 }
 
-TPU_TEST_MAIN(TPU_TEST(test_gather), TPU_TEST(test_scatter_variants),
+/* masked_scatter_ with a broadcast mask; index_reduce amin without self. */
+static void test_masked_scatter_and_index_reduce(void) {
+  int64_t xd[2] = {2, 3}, md[1] = {3}, sd[1] = {5};
+  float x[6] = {1, 2, 3, 4, 5, 6}, src[5] = {10, 20, 30, 40, 50};
+  bool mask[3] = {true, false, true};
+  tpu_lower_arg_t args[3] = {tpu_test_tensor_arg(TPU_DTYPE_FLOAT32, 2, xd),
+                             tpu_test_tensor_arg(TPU_DTYPE_BOOL, 1, md),
+                             tpu_test_tensor_arg(TPU_DTYPE_FLOAT32, 1, sd)};
+  const void* data[3] = {x, mask, src};
+  tpu_hlo_type_t out = tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 2, xd);
+  void* r[1];
+  CHECK_OK(tpu_test_run_op("aten::masked_scatter_", args, 3, NULL, data, &out, 1, r));
+  float* g = r[0];
+  CHECK(g[0] == 10 && g[1] == 2 && g[2] == 20 && g[3] == 30 && g[4] == 5 && g[5] == 40);
+  free(r[0]);
+  /* index_reduce amin on dim 0 of [3, 2], index [2, 2, 0], include_self=False. */
+  int64_t yd[2] = {3, 2}, id[1] = {3}, ud[2] = {3, 2};
+  float y[6] = {100, 100, 100, 100, 100, 100}, u[6] = {5, -1, 3, 7, 9, 8};
+  int64_t idx[3] = {2, 2, 0};
+  tpu_lower_arg_t rargs[6] = {tpu_test_tensor_arg(TPU_DTYPE_FLOAT32, 2, yd), int_arg(0),
+                              tpu_test_tensor_arg(TPU_DTYPE_INT64, 1, id),
+                              tpu_test_tensor_arg(TPU_DTYPE_FLOAT32, 2, ud), str_arg("amin"),
+                              bool_arg(false)};
+  const void* rdata[3] = {y, idx, u};
+  tpu_hlo_type_t rout = tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 2, yd);
+  CHECK_OK(tpu_test_run_op("aten::index_reduce", rargs, 6, NULL, rdata, &rout, 1, r));
+  g = r[0];
+  CHECK(g[0] == 9 && g[1] == 8 && g[2] == 100 && g[3] == 100 && g[4] == 3 && g[5] == -1);
+  free(r[0]);
+}
+
+TPU_TEST_MAIN(TPU_TEST(test_masked_scatter_and_index_reduce), TPU_TEST(test_gather), TPU_TEST(test_scatter_variants),
               TPU_TEST(test_scatter_reduce), TPU_TEST(test_index_tensor),
               TPU_TEST(test_index_put), TPU_TEST(test_index_dim_ops),
               TPU_TEST(test_take_and_embedding_backward), TPU_TEST(test_mask_index_declines))

@@ -330,6 +330,125 @@ static tpu_status_t lower_tri(tpu_lower_ctx_t* ctx, bool lower) {
 static tpu_status_t lower_tril(tpu_lower_ctx_t* ctx) { return lower_tri(ctx, true); }
 static tpu_status_t lower_triu(tpu_lower_ctx_t* ctx) { return lower_tri(ctx, false); }
 
+/* ---- writes into a slice: backwards of select / slice views, and the
+ * *_scatter ops functionalization produces. ---- */
+
+/* PyTorch's slice bounds: negative wrap, clamp to [0, size], end >= start. */
+static void slice_bounds(const tpu_lower_arg_t* start_arg, const tpu_lower_arg_t* end_arg,
+                         int64_t size, int64_t* start, int64_t* end) {
+  *start = start_arg->kind == TPU_ARG_INT ? start_arg->i : 0;
+  *end = end_arg->kind == TPU_ARG_INT ? end_arg->i : size;
+  if (*start < 0) *start += size;
+  if (*end < 0) *end += size;
+  *start = *start < 0 ? 0 : *start > size ? size : *start;
+  *end = *end < *start ? *start : *end > size ? size : *end;
+}
+
+/* `src` (len along dim) spread to positions start, start+step, ... of a
+ * dim of `size`, `fill` elsewhere. */
+static tpu_hlo_value_t place_along(tpu_hlo_builder_t* b, tpu_hlo_value_t src, int dim,
+                                   int64_t start, int64_t step, int64_t size,
+                                   tpu_hlo_value_t fill) {
+  tpu_hlo_type_t t = tpu_hlo_value_type(b, src);
+  int64_t len = t.dims[dim];
+  int64_t lo[TPU_HLO_MAX_RANK] = {0}, hi[TPU_HLO_MAX_RANK] = {0}, in[TPU_HLO_MAX_RANK] = {0};
+  lo[dim] = start;
+  in[dim] = step - 1;
+  hi[dim] = size - start - (len - 1) * step - 1;
+  char s0[ARR_CAP], s1[ARR_CAP], s2[ARR_CAP], attrs[3 * ARR_CAP + 96];
+  tpu_emit_i64_array(s0, sizeof s0, lo, t.rank);
+  tpu_emit_i64_array(s1, sizeof s1, hi, t.rank);
+  tpu_emit_i64_array(s2, sizeof s2, in, t.rank);
+  snprintf(attrs, sizeof attrs,
+           "edge_padding_low = %s, edge_padding_high = %s, interior_padding = %s", s0, s1, s2);
+  t.dims[dim] = size;
+  tpu_hlo_value_t operands[2] = {src, fill};
+  return tpu_hlo_op(b, "stablehlo.pad", operands, 2, t, attrs);
+}
+
+/* Shared by the four ops: writes src at (start, step) along dim of a
+ * tensor of `out`'s type: over zeros (backward) or over `base`. */
+static tpu_status_t write_slice(tpu_lower_ctx_t* ctx, tpu_hlo_value_t src, tpu_hlo_value_t base,
+                                bool has_base, int dim, int64_t start, int64_t step) {
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
+  src = tpu_emit_convert(b, src, out.dtype);
+  tpu_hlo_type_t st = tpu_hlo_value_type(b, src);
+  int64_t size = out.dims[dim], len = st.dims[dim];
+  if (numel(&out) == 0 || len == 0) {
+    tpu_lower_set_output(ctx, 0, has_base ? base : tpu_emit_const_like(b, &out, 0));
+    return NULL;
+  }
+  if (step < 1) return tpu_lower_decline(ctx, "step %lld", (long long)step);
+  tpu_hlo_value_t zero = tpu_emit_const(b, out.dtype, 0);
+  tpu_hlo_value_t placed = place_along(b, src, dim, start, step, size, zero);
+  if (has_base) {
+    bool* keep = calloc((size_t)size, sizeof *keep);
+    if (!keep) return tpu_status_make(TPU_STATUS_RESOURCE_EXHAUSTED, "out of host memory");
+    for (int64_t k = 0; k < len; k++) keep[start + k * step] = true;
+    tpu_hlo_value_t m = tpu_hlo_constant_dense(b, tpu_hlo_type_make(TPU_DTYPE_BOOL, 1, &size), keep);
+    free(keep);
+    tpu_hlo_type_t mt = out;
+    mt.dtype = TPU_DTYPE_BOOL;
+    char attrs[64];
+    snprintf(attrs, sizeof attrs, "broadcast_dimensions = array<i64: %d>", dim);
+    m = tpu_hlo_op(b, "stablehlo.broadcast_in_dim", &m, 1, mt, attrs);
+    placed = tpu_emit_select(b, m, placed, tpu_emit_convert(b, base, out.dtype));
+  }
+  tpu_lower_set_output(ctx, 0, placed);
+  return NULL;
+}
+
+/* src without `dim` -> with a unit dim there. */
+static tpu_hlo_value_t unsqueeze(tpu_hlo_builder_t* b, tpu_hlo_value_t x, int dim) {
+  tpu_hlo_type_t t = tpu_hlo_value_type(b, x);
+  int64_t d[TPU_HLO_MAX_RANK];
+  for (int k = 0, j = 0; k <= t.rank; k++) d[k] = k == dim ? 1 : t.dims[j++];
+  return tpu_emit_reshape(b, x, d, t.rank + 1);
+}
+
+/* select_backward(grad_output, input_sizes, dim, index). */
+static tpu_status_t lower_select_backward(tpu_lower_ctx_t* ctx) {
+  tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
+  int dim = wrap_dim(tpu_lower_arg(ctx, 2)->i, out.rank);
+  int64_t index = tpu_lower_arg(ctx, 3)->i;
+  if (index < 0) index += out.dims[dim];
+  tpu_hlo_value_t g = unsqueeze(tpu_lower_builder(ctx), tpu_lower_tensor(ctx, 0), dim);
+  return write_slice(ctx, g, (tpu_hlo_value_t){-1}, false, dim, index, 1);
+}
+
+/* slice_backward(grad_output, input_sizes, dim, start, end, step). */
+static tpu_status_t lower_slice_backward(tpu_lower_ctx_t* ctx) {
+  tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
+  int dim = wrap_dim(tpu_lower_arg(ctx, 2)->i, out.rank);
+  int64_t start, end;
+  slice_bounds(tpu_lower_arg(ctx, 3), tpu_lower_arg(ctx, 4), out.dims[dim], &start, &end);
+  return write_slice(ctx, tpu_lower_tensor(ctx, 0), (tpu_hlo_value_t){-1}, false, dim, start,
+                     tpu_lower_arg(ctx, 5)->i);
+}
+
+/* select_scatter(self, src, dim, index). */
+static tpu_status_t lower_select_scatter(tpu_lower_ctx_t* ctx) {
+  tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
+  int dim = wrap_dim(tpu_lower_arg(ctx, 2)->i, out.rank);
+  int64_t index = tpu_lower_arg(ctx, 3)->i;
+  if (index < 0) index += out.dims[dim];
+  tpu_hlo_value_t src = unsqueeze(tpu_lower_builder(ctx), tpu_lower_tensor(ctx, 1), dim);
+  return write_slice(ctx, src, tpu_lower_tensor(ctx, 0), true, dim, index, 1);
+}
+
+/* slice_scatter(self, src, dim, start, end, step). */
+static tpu_status_t lower_slice_scatter(tpu_lower_ctx_t* ctx) {
+  tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
+  int dim = wrap_dim(tpu_lower_arg(ctx, 2)->kind == TPU_ARG_INT ? tpu_lower_arg(ctx, 2)->i : 0,
+                     out.rank);
+  int64_t start, end;
+  slice_bounds(tpu_lower_arg(ctx, 3), tpu_lower_arg(ctx, 4), out.dims[dim], &start, &end);
+  int64_t step = tpu_lower_arg(ctx, 5)->kind == TPU_ARG_INT ? tpu_lower_arg(ctx, 5)->i : 1;
+  return write_slice(ctx, tpu_lower_tensor(ctx, 1), tpu_lower_tensor(ctx, 0), true, dim, start,
+                     step);
+}
+
 /* ---- sorting ---- */
 
 enum sort_order { ASCENDING, DESCENDING, ASCENDING_NAN_FIRST };
@@ -512,5 +631,9 @@ const tpu_lowering_t tpu_lowerings_shape[] = {
     {"kthvalue", lower_kthvalue, 0},
     {"median", lower_median, 0},
     {"clone", lower_clone, 0},
+    {"select_backward", lower_select_backward, 0},
+    {"slice_backward", lower_slice_backward, 0},
+    {"select_scatter", lower_select_scatter, 0},
+    {"slice_scatter", lower_slice_scatter, 0},
 };
 const size_t tpu_lowerings_shape_count = sizeof tpu_lowerings_shape / sizeof tpu_lowerings_shape[0];

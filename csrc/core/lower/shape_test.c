@@ -230,6 +230,46 @@ static void test_sort_bool_and_stack(void) {
   free(r[0]);
 }
 
-TPU_TEST_MAIN(TPU_TEST(test_cat), TPU_TEST(test_flip_roll_repeat), TPU_TEST(test_pads),
+/* select/slice backward and scatter: writes into one slice. */
+static void test_slice_writes(void) {
+  int64_t xd[2] = {2, 5}, gd[1] = {2}, sd[2] = {2, 2}, sizes[2] = {2, 5};
+  float x[10] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, gsel[2] = {7, 8}, gsl[4] = {1, 2, 3, 4};
+  tpu_hlo_type_t out = tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 2, xd);
+  void* r[1];
+  tpu_lower_arg_t a1[4] = {tpu_test_tensor_arg(TPU_DTYPE_FLOAT32, 1, gd), ints_arg(2, sizes),
+                           int_arg(1), int_arg(-2)};
+  const void* d1[1] = {gsel};
+  CHECK_OK(tpu_test_run_op("aten::select_backward", a1, 4, NULL, d1, &out, 1, r));
+  float* g = r[0];
+  for (int i = 0; i < 10; i++) CHECK(g[i] == (i == 3 ? 7 : i == 8 ? 8 : 0));
+  free(r[0]);
+  /* x[:, 1:5:2] backward. */
+  tpu_lower_arg_t a2[6] = {tpu_test_tensor_arg(TPU_DTYPE_FLOAT32, 2, sd), ints_arg(2, sizes),
+                           int_arg(1), int_arg(1), int_arg(5), int_arg(2)};
+  const void* d2[1] = {gsl};
+  CHECK_OK(tpu_test_run_op("aten::slice_backward", a2, 6, NULL, d2, &out, 1, r));
+  g = r[0];
+  float want2[10] = {0, 1, 0, 2, 0, 0, 3, 0, 4, 0};
+  for (int i = 0; i < 10; i++) CHECK(g[i] == want2[i]);
+  free(r[0]);
+  tpu_lower_arg_t a3[6] = {tpu_test_tensor_arg(TPU_DTYPE_FLOAT32, 2, xd),
+                           tpu_test_tensor_arg(TPU_DTYPE_FLOAT32, 2, sd), int_arg(1),
+                           int_arg(-4), {.kind = TPU_ARG_NONE}, int_arg(2)};
+  const void* d3[2] = {x, gsl};
+  CHECK_OK(tpu_test_run_op("aten::slice_scatter", a3, 6, NULL, d3, &out, 1, r));
+  g = r[0];
+  float want3[10] = {0, 1, 2, 2, 4, 5, 3, 7, 4, 9};
+  for (int i = 0; i < 10; i++) CHECK(g[i] == want3[i]);
+  free(r[0]);
+  tpu_lower_arg_t a4[4] = {tpu_test_tensor_arg(TPU_DTYPE_FLOAT32, 2, xd),
+                           tpu_test_tensor_arg(TPU_DTYPE_FLOAT32, 1, gd), int_arg(1), int_arg(0)};
+  const void* d4[2] = {x, gsel};
+  CHECK_OK(tpu_test_run_op("aten::select_scatter", a4, 4, NULL, d4, &out, 1, r));
+  g = r[0];
+  for (int i = 0; i < 10; i++) CHECK(g[i] == (i == 0 ? 7 : i == 5 ? 8 : i));
+  free(r[0]);
+}
+
+TPU_TEST_MAIN(TPU_TEST(test_slice_writes), TPU_TEST(test_cat), TPU_TEST(test_flip_roll_repeat), TPU_TEST(test_pads),
               TPU_TEST(test_tril_triu), TPU_TEST(test_sorting),
               TPU_TEST(test_sort_bool_and_stack))
