@@ -1,6 +1,7 @@
 /* index family of the lowering table (see lowering.h): gather / scatter in
  * all their ATen spellings, advanced indexing, index_put, index_add/copy/
- * fill, take, embedding.
+ * fill, take, embedding (its backward, embedding_dense_backward, is the nn
+ * family's).
  *
  * Two shapes of stablehlo.gather/scatter cover every op here:
  *  - "point" ops (gather, scatter*, scatter_reduce): every element of the
@@ -514,56 +515,6 @@ static tpu_status_t lower_embedding(tpu_lower_ctx_t* ctx) {
   return NULL;
 }
 
-/* embedding_dense_backward(grad_output, indices, num_weights, padding_idx,
- * scale_grad_by_freq): rows of grad summed into their weight rows, the
- * padding row left zero, optionally divided by each index's count. */
-static tpu_status_t lower_embedding_dense_backward(tpu_lower_ctx_t* ctx) {
-  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
-  tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
-  tpu_hlo_type_t gt = tpu_lower_arg(ctx, 0)->type;
-  tpu_hlo_type_t it = tpu_lower_arg(ctx, 1)->type;
-  if (out.rank != 2 || gt.rank != it.rank + 1) return tpu_lower_decline(ctx, "shapes");
-  tpu_hlo_value_t g = tpu_emit_convert(b, tpu_lower_tensor(ctx, 0), out.dtype);
-  tpu_hlo_value_t idx = tpu_emit_convert(b, tpu_lower_tensor(ctx, 1), TPU_DTYPE_INT64);
-  const tpu_lower_arg_t* pad = tpu_lower_arg(ctx, 3);
-  tpu_hlo_type_t it64 = it;
-  it64.dtype = TPU_DTYPE_INT64;
-  tpu_hlo_type_t row_mask_t = gt;
-  row_mask_t.dtype = TPU_DTYPE_BOOL;
-  if (pad->kind == TPU_ARG_INT && pad->i >= 0) {
-    tpu_hlo_value_t keep = tpu_emit_compare(b, "NE", idx, tpu_emit_const_like(b, &it64, (double)pad->i));
-    char arr[ARR_CAP], attrs[ARR_CAP + 32];
-    int64_t map[TPU_HLO_MAX_RANK];
-    for (int d = 0; d < it.rank; d++) map[d] = d;
-    tpu_emit_i64_array(arr, sizeof arr, map, it.rank);
-    snprintf(attrs, sizeof attrs, "broadcast_dimensions = %s", arr);
-    keep = tpu_hlo_op(b, "stablehlo.broadcast_in_dim", &keep, 1, row_mask_t, attrs);
-    g = tpu_emit_select(b, keep, g, tpu_emit_const_like(b, &gt, 0));
-  }
-  adv_t a = {.n = 1, .dims = {0}, .idx = {idx}, .bshape = it64};
-  const tpu_lower_arg_t* freq = tpu_lower_arg(ctx, 4);
-  if (freq->kind == TPU_ARG_BOOL && freq->i) {
-    /* count[w] = occurrences of w; each grad row divided by its count. */
-    int64_t nw = out.dims[0];
-    tpu_hlo_type_t ct = tpu_hlo_type_make(out.dtype, 1, &nw);
-    tpu_hlo_value_t counts = adv_scatter(b, tpu_emit_const_like(b, &ct, 0), &a,
-                                         tpu_emit_const(b, out.dtype, 1), "stablehlo.add");
-    tpu_hlo_value_t per = adv_gather(b, counts, &a, NULL);
-    char arr[ARR_CAP], attrs[ARR_CAP + 32];
-    int64_t map[TPU_HLO_MAX_RANK];
-    for (int d = 0; d < it.rank; d++) map[d] = d;
-    tpu_emit_i64_array(arr, sizeof arr, map, it.rank);
-    snprintf(attrs, sizeof attrs, "broadcast_dimensions = %s", arr);
-    tpu_hlo_type_t pt = gt;
-    pt.dtype = out.dtype;
-    per = tpu_hlo_op(b, "stablehlo.broadcast_in_dim", &per, 1, pt, attrs);
-    g = tpu_emit_binary(b, "stablehlo.divide", g, per);
-  }
-  tpu_hlo_value_t zeros = tpu_emit_const_like(b, &out, 0);
-  tpu_lower_set_output(ctx, 0, adv_scatter(b, zeros, &a, g, "stablehlo.add"));
-  return NULL;
-}
-
 /* Inclusive prefix sum along dim 0 of a 1-D int64 value (log-step scan). */
 static tpu_hlo_value_t prefix_sum(tpu_hlo_builder_t* b, tpu_hlo_value_t y) {
   tpu_hlo_type_t t = tpu_hlo_value_type(b, y);
@@ -628,6 +579,5 @@ const tpu_lowering_t tpu_lowerings_index[] = {
     {"index_fill", lower_index_fill, 0},
     {"take", lower_take, 0},
     {"embedding", lower_embedding, 0},
-    {"embedding_dense_backward", lower_embedding_dense_backward, 0},
 };
 const size_t tpu_lowerings_index_count = sizeof tpu_lowerings_index / sizeof tpu_lowerings_index[0];

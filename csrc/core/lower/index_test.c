@@ -170,7 +170,7 @@ static void test_index_dim_ops(void) {
   free(r[0]);
 }
 
-static void test_take_and_embedding_backward(void) {
+static void test_take(void) {
   int64_t xd[2] = {2, 3}, id[2] = {2, 2};
   float x[6] = {1, 2, 3, 4, 5, 6};
   int64_t idx[4] = {5, -6, 1, 1};
@@ -182,19 +182,6 @@ static void test_take_and_embedding_backward(void) {
   CHECK_OK(tpu_test_run_op("aten::take", args, 2, NULL, data, &out, 1, r));
   float* g = r[0];
   CHECK(g[0] == 6 && g[1] == 1 && g[2] == 2 && g[3] == 2);
-  free(r[0]);
-  /* indices [0, 2, 0, 1], padding_idx 1, scale_grad_by_freq. */
-  int64_t gd[2] = {4, 2}, ind[1] = {4}, wd[2] = {3, 2};
-  float grad[8] = {1, 2, 3, 4, 5, 6, 7, 8};
-  int64_t ii[4] = {0, 2, 0, 1};
-  tpu_lower_arg_t eargs[5] = {tpu_test_tensor_arg(TPU_DTYPE_FLOAT32, 2, gd),
-                              tpu_test_tensor_arg(TPU_DTYPE_INT64, 1, ind), int_arg(3),
-                              int_arg(1), bool_arg(true)};
-  const void* edata[2] = {grad, ii};
-  tpu_hlo_type_t wout = tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 2, wd);
-  CHECK_OK(tpu_test_run_op("aten::embedding_dense_backward", eargs, 5, NULL, edata, &wout, 1, r));
-  g = r[0];
-  CHECK(g[0] == 3 && g[1] == 4 && g[2] == 0 && g[3] == 0 && g[4] == 3 && g[5] == 4);
   free(r[0]);
 }
 
@@ -245,4 +232,4 @@ static void test_masked_scatter_and_index_reduce(void) {
 TPU_TEST_MAIN(TPU_TEST(test_masked_scatter_and_index_reduce), TPU_TEST(test_gather), TPU_TEST(test_scatter_variants),
               TPU_TEST(test_scatter_reduce), TPU_TEST(test_index_tensor),
               TPU_TEST(test_index_put), TPU_TEST(test_index_dim_ops),
-              TPU_TEST(test_take_and_embedding_backward), TPU_TEST(test_mask_index_declines))
+              TPU_TEST(test_take), TPU_TEST(test_mask_index_declines))
