@@ -561,8 +561,119 @@ static void test_native_dropout(void) {
   free(r[1]);
 }
 
+/* Group norm backward against the closed form, groups of 2 channels. */
+static void test_group_norm_backward(void) {
+  enum { N = 2, C = 4, HW = 3, G = 2, PER = C / G * HW };
+  int64_t d[3] = {N, C, HW}, ng[2] = {N, G}, c[1] = {C}, mask[3] = {1, 1, 1};
+  float x[N * C * HW], g[N * C * HW], w[C], mean[N * G], rstd[N * G];
+  fill(x, N * C * HW, 14);
+  fill(g, N * C * HW, 15);
+  fill(w, C, 16);
+  double dx[N * C * HW], dw[C] = {0}, db[C] = {0};
+  for (int n = 0; n < N; n++)
+    for (int gi = 0; gi < G; gi++) {
+      int base = n * C * HW + gi * PER;
+      double s = 0, v = 0;
+      for (int k = 0; k < PER; k++) s += x[base + k];
+      mean[n * G + gi] = (float)(s / PER);
+      for (int k = 0; k < PER; k++) v += pow(x[base + k] - mean[n * G + gi], 2);
+      rstd[n * G + gi] = (float)(1 / sqrt(v / PER + 1e-5));
+      double a = 0, bb = 0, xh[PER], gw[PER];
+      for (int k = 0; k < PER; k++) {
+        int ch = gi * (C / G) + k / HW;
+        xh[k] = (x[base + k] - mean[n * G + gi]) * rstd[n * G + gi];
+        gw[k] = (double)g[base + k] * w[ch];
+        a += gw[k];
+        bb += gw[k] * xh[k];
+        dw[ch] += g[base + k] * xh[k];
+        db[ch] += g[base + k];
+      }
+      for (int k = 0; k < PER; k++)
+        dx[base + k] = rstd[n * G + gi] * (gw[k] - a / PER - xh[k] * bb / PER);
+    }
+  tpu_lower_arg_t args[10] = {f32(3, d), f32(3, d), f32(2, ng), f32(2, ng), f32(1, c),
+                              int_arg(N), int_arg(C), int_arg(HW), int_arg(G), ints_arg(3, mask)};
+  const void* data[5] = {g, x, mean, rstd, w};
+  tpu_hlo_type_t ct = tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 1, c);
+  tpu_hlo_type_t outs[3] = {tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 3, d), ct, ct};
+  void* r[3];
+  CHECK_OK(tpu_test_run_op("aten::native_group_norm_backward", args, 10, NULL, data, outs, 3, r));
+  check_all(r[0], dx, N * C * HW, 1e-4);
+  check_all(r[1], dw, C, 1e-5);
+  check_all(r[2], db, C, 1e-5);
+  for (int i = 0; i < 3; i++) free(r[i]);
+}
+
+/* nll_loss2d: class dim 1 of [N, C, H, W], reduction sum, no weight, an
+ * in-range ignore_index; backward with reduction none. */
+static void test_nll_loss2d(void) {
+  enum { N = 2, C = 3, H = 2, W = 2 };
+  int64_t d[4] = {N, C, H, W}, td[3] = {N, H, W};
+  float x[N * C * H * W];
+  fill(x, N * C * H * W, 17);
+  int64_t t[N * H * W] = {0, 1, 2, 1, 2, 2, 0, 1};
+  const int ignore = 1;
+  double want = 0;
+  for (int n = 0; n < N; n++)
+    for (int p = 0; p < H * W; p++) {
+      int64_t ti = t[n * H * W + p];
+      if (ti != ignore) want -= x[(n * C + ti) * H * W + p];
+    }
+  tpu_lower_arg_t args[5] = {f32(4, d), tpu_test_tensor_arg(TPU_DTYPE_INT64, 3, td), none_arg(),
+                             int_arg(2), int_arg(ignore)};
+  const void* data[2] = {x, t};
+  tpu_hlo_type_t scalar = tpu_hlo_type_scalar(TPU_DTYPE_FLOAT32);
+  tpu_hlo_type_t outs[2] = {scalar, scalar};
+  void* r[2];
+  CHECK_OK(tpu_test_run_op("aten::nll_loss2d_forward", args, 5, NULL, data, outs, 2, r));
+  double count = 5;
+  check_all(r[0], &want, 1, 1e-6);
+  check_all(r[1], &count, 1, 0);
+  free(r[0]);
+  free(r[1]);
+  float g[N * H * W], tw = 0;
+  fill(g, N * H * W, 18);
+  tpu_lower_arg_t bargs[7] = {f32(3, td), f32(4, d), tpu_test_tensor_arg(TPU_DTYPE_INT64, 3, td),
+                              none_arg(), int_arg(0), int_arg(ignore),
+                              tpu_test_tensor_arg(TPU_DTYPE_FLOAT32, 0, NULL)};
+  const void* bdata[4] = {g, x, t, &tw};
+  tpu_hlo_type_t bout = tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 4, d);
+  double gw[N * C * H * W] = {0};
+  for (int n = 0; n < N; n++)
+    for (int p = 0; p < H * W; p++) {
+      int64_t ti = t[n * H * W + p];
+      if (ti != ignore) gw[(n * C + ti) * H * W + p] = -g[n * H * W + p];
+    }
+  CHECK_OK(tpu_test_run_op("aten::nll_loss2d_backward", bargs, 7, NULL, bdata, &bout, 1, r));
+  check_all(r[0], gw, N * C * H * W, 0);
+  free(r[0]);
+}
+
+/* bfloat16 softmax computes in float32 and rounds once: a row whose sum in
+ * bf16 would lose the small terms still normalizes exactly. */
+static void test_bf16_log_softmax_accumulates_in_f32(void) {
+  enum { K = 512 };
+  int64_t d[1] = {K};
+  static uint16_t x[K];
+  for (int i = 0; i < K; i++) x[i] = 0x0000; /* all zeros: log_softmax = -log(K) */
+  tpu_lower_arg_t args[3] = {tpu_test_tensor_arg(TPU_DTYPE_BFLOAT16, 1, d), int_arg(0),
+                             bool_arg(false)};
+  const void* data[1] = {x};
+  tpu_hlo_type_t out = tpu_hlo_type_make(TPU_DTYPE_BFLOAT16, 1, d);
+  void* r[1];
+  CHECK_OK(tpu_test_run_op("aten::_log_softmax", args, 3, NULL, data, &out, 1, r));
+  uint16_t got = ((uint16_t*)r[0])[K - 1];
+  uint32_t bits = (uint32_t)got << 16;
+  float f;
+  memcpy(&f, &bits, sizeof f);
+  CHECK(fabs(f + log((double)K)) < 0.02); /* -6.238 in bf16 */
+  free(r[0]);
+}
+
 TPU_TEST_MAIN(TPU_TEST(test_softmax_and_log_softmax), TPU_TEST(test_softmax_half_to_float),
               TPU_TEST(test_layer_norm_forward_backward), TPU_TEST(test_group_norm),
               TPU_TEST(test_batch_norm_functional_training), TPU_TEST(test_batch_norm_backward),
               TPU_TEST(test_embedding_dense_backward), TPU_TEST(test_nll_loss),
-              TPU_TEST(test_losses_mse_bce_smooth), TPU_TEST(test_native_dropout))
+              TPU_TEST(test_losses_mse_bce_smooth), TPU_TEST(test_native_dropout),
+              TPU_TEST(test_group_norm_backward), TPU_TEST(test_nll_loss2d),
+              TPU_TEST(test_bf16_log_softmax_accumulates_in_f32))
