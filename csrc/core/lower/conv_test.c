@@ -403,7 +403,93 @@ static void test_adaptive_pools(void) {
   CHECK(ok);
 }
 
+static uint16_t to_bf16(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  return (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);
+}
+
+/* bfloat16 operands: computed in float32, one rounding. Small integers keep
+ * every value exact, so the result must match bit for bit. */
+static void test_conv2d_bfloat16(void) {
+  tpu_lower_arg_t args[9];
+  conv2d_args(args, true);
+  int64_t six = 6;
+  args[0] = tpu_test_tensor_arg(TPU_DTYPE_BFLOAT16, 4, kX2);
+  args[1] = tpu_test_tensor_arg(TPU_DTYPE_BFLOAT16, 4, kW2);
+  args[2] = tpu_test_tensor_arg(TPU_DTYPE_BFLOAT16, 1, &six);
+  float x[384], w[72], bias[6], want[192] = {0};
+  fill(x, 384, 1), fill(w, 72, 2), fill(bias, 6, 3);
+  conv_ref(&kRel2, TO_SMALL, want, x, w);
+  uint16_t xb[384], wb[72], bb[6];
+  for (int i = 0; i < 384; i++) xb[i] = to_bf16(x[i]);
+  for (int i = 0; i < 72; i++) wb[i] = to_bf16(w[i]);
+  for (int i = 0; i < 6; i++) bb[i] = to_bf16(bias[i]);
+  tpu_hlo_type_t out = tpu_hlo_type_make(TPU_DTYPE_BFLOAT16, 4, kY2);
+  const void* data[3] = {xb, wb, bb};
+  void* res[1];
+  CHECK_OK(tpu_test_run_op("aten::convolution", args, 9, NULL, data, &out, 1, res));
+  bool ok = true;
+  for (int i = 0; i < 192; i++) ok &= ((uint16_t*)res[0])[i] == to_bf16(want[i] + bias[(i / 16) % 6]);
+  free(res[0]);
+  CHECK(ok);
+}
+
+/* max_pool3d_with_indices: indices are flat over (D, H, W). */
+static void test_max_pool3d_with_indices(void) {
+  int64_t xd[5] = {1, 2, 3, 4, 5}, yd[5] = {1, 2, 2, 2, 3}, k = 2, st = 2, p = 1, one = 1;
+  tpu_lower_arg_t args[6] = {f32_arg(5, xd), ints_arg(1, &k), ints_arg(1, &st), ints_arg(1, &p),
+                             ints_arg(1, &one), bool_arg(false)};
+  float x[120], want[24];
+  int64_t want_i[24];
+  fill(x, 120, 17);
+  for (int c = 0; c < 2; c++)
+    for (int od = 0; od < 2; od++)
+      for (int oh = 0; oh < 2; oh++)
+        for (int ow = 0; ow < 3; ow++) {
+          float m = -INFINITY;
+          int64_t best = -1;
+          for (int kd = 0; kd < 2; kd++)
+            for (int kh = 0; kh < 2; kh++)
+              for (int kw = 0; kw < 2; kw++) {
+                int d = od * 2 - 1 + kd, h = oh * 2 - 1 + kh, w = ow * 2 - 1 + kw;
+                if (d < 0 || d >= 3 || h < 0 || h >= 4 || w < 0 || w >= 5) continue;
+                float v = x[c * 60 + (d * 4 + h) * 5 + w];
+                if (best < 0 || v > m) m = v, best = (d * 4 + h) * 5 + w;
+              }
+          int o = ((c * 2 + od) * 2 + oh) * 3 + ow;
+          want[o] = m, want_i[o] = best;
+        }
+  tpu_hlo_type_t outs[2] = {tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 5, yd),
+                            tpu_hlo_type_make(TPU_DTYPE_INT64, 5, yd)};
+  const void* data[1] = {x};
+  void* res[2];
+  CHECK_OK(tpu_test_run_op("aten::max_pool3d_with_indices", args, 6, NULL, data, outs, 2, res));
+  bool ok = close_to(res[0], want, 24) && memcmp(res[1], want_i, sizeof want_i) == 0;
+  free(res[0]), free(res[1]);
+  CHECK(ok);
+}
+
+/* avg_pool2d on int64 divides with truncation toward zero. */
+static void test_avg_pool2d_int64(void) {
+  int64_t xd[4] = {1, 1, 3, 3}, yd[4] = {1, 1, 2, 2}, k = 2, st = 1, p = 0;
+  tpu_lower_arg_t args[7] = {tpu_test_tensor_arg(TPU_DTYPE_INT64, 4, xd), ints_arg(1, &k),
+                             ints_arg(1, &st), ints_arg(1, &p), bool_arg(false), bool_arg(true),
+                             none_arg()};
+  int64_t x[9] = {-7, 2, 3, 0, 1, 9, 4, -8, 5};
+  tpu_hlo_type_t out = tpu_hlo_type_make(TPU_DTYPE_INT64, 4, yd);
+  const void* data[1] = {x};
+  void* res[1];
+  CHECK_OK(tpu_test_run_op("aten::avg_pool2d", args, 7, NULL, data, &out, 1, res));
+  int64_t* r = res[0];
+  CHECK(r[0] == (-7 + 2 + 0 + 1) / 4 && r[1] == (2 + 3 + 1 + 9) / 4 &&
+        r[2] == (0 + 1 + 4 - 8) / 4 && r[3] == (1 + 9 - 8 + 5) / 4);
+  free(res[0]);
+}
+
 TPU_TEST_MAIN(TPU_TEST(test_conv2d_forward), TPU_TEST(test_conv2d_backward),
               TPU_TEST(test_conv_transpose1d), TPU_TEST(test_backward_output_mask),
               TPU_TEST(test_max_pool2d_with_indices_and_backward),
-              TPU_TEST(test_avg_pool2d_and_backward), TPU_TEST(test_adaptive_pools))
+              TPU_TEST(test_avg_pool2d_and_backward), TPU_TEST(test_adaptive_pools),
+              TPU_TEST(test_conv2d_bfloat16), TPU_TEST(test_max_pool3d_with_indices),
+              TPU_TEST(test_avg_pool2d_int64))
