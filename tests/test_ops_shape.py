@@ -1,0 +1,179 @@
+"""shape family vs CPU: cat / stack, flip, roll, repeat, padding (constant,
+reflect, replicate), tril / triu, sort / argsort / topk / kthvalue / median,
+clone, the select / slice backwards, and views that must not fall back;
+with gradients and no CPU fallback."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+from op_testing import check, make
+
+FLOATS = [torch.float32, torch.bfloat16]
+DTYPES = FLOATS + [torch.int64]
+
+
+def distinct(shape, dtype, seed=0):
+    """Values without ties (so sort indices are unambiguous)."""
+    g = torch.Generator().manual_seed(seed)
+    n = 1
+    for s in shape:
+        n *= s
+    return (torch.randperm(n, generator=g) - n // 2).reshape(shape).to(dtype)
+
+
+# ---- cat / stack -----------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_cat(dtype, dim):
+    a = make((2, 3, 4), dtype, seed=1)
+    b = make((2, 3, 4), dtype, seed=2, noncontiguous=True)
+    check(lambda a, b: torch.cat([a, b, a], dim), a, b, grad=dtype.is_floating_point,
+          dtype=dtype)
+
+
+def test_cat_mixed_dtypes_and_legacy_empty():
+    a = make((2, 3), torch.float32, seed=1)
+    b = make((2, 2), torch.int64, seed=2)
+    e = torch.empty(0)
+    check(lambda a, b, e: torch.cat([a, e, b], 1), a, b, e)
+    check(lambda a, e: torch.cat([e, a]), a, e, grad=True)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dim", [0, 1, 2, -1])
+def test_stack(dtype, dim):
+    a, b = make((3, 4), dtype, seed=1), make((3, 4), dtype, seed=2)
+    check(lambda a, b: torch.stack([a, b], dim), a, b, grad=dtype.is_floating_point,
+          dtype=dtype)
+
+
+# ---- flip / roll / repeat --------------------------------------------------
+
+@pytest.mark.parametrize("dtype", DTYPES + [torch.bool])
+def test_flip_roll(dtype):
+    x = make((3, 4, 5), dtype, seed=1, noncontiguous=True)
+    g = dtype.is_floating_point
+    check(lambda x: torch.flip(x, [0, -1]), x, grad=g, dtype=dtype)
+    check(lambda x: torch.roll(x, 2, 1), x, grad=g, dtype=dtype)
+    check(lambda x: torch.roll(x, (-1, 7), (0, 2)), x, grad=g, dtype=dtype)
+    check(lambda x: torch.roll(x, 5), x, grad=g, dtype=dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_repeat_and_tile(dtype):
+    x = make((2, 3), dtype, seed=1)
+    g = dtype.is_floating_point
+    check(lambda x: x.repeat(2, 3), x, grad=g, dtype=dtype)
+    check(lambda x: x.repeat(3, 1, 2), x, grad=g, dtype=dtype)
+    check(lambda x: x.tile((2,)), x, dtype=dtype)
+
+
+# ---- padding ---------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("mode", ["constant", "reflect", "replicate"])
+def test_pad_2d(dtype, mode):
+    x = make((2, 3, 5, 6), dtype, seed=1, noncontiguous=True)
+    check(lambda x: F.pad(x, (2, 1, 1, 3), mode=mode), x, grad=True, dtype=dtype)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("mode", ["constant", "reflect", "replicate"])
+def test_pad_1d(dtype, mode):
+    x = make((2, 3, 6), dtype, seed=1)
+    check(lambda x: F.pad(x, (3, 2), mode=mode), x, grad=True, dtype=dtype)
+
+
+def test_constant_pad_value_and_crop():
+    x = make((3, 4), torch.int64, seed=1)
+    check(lambda x: F.pad(x, (1, -1, 2, 0), value=7), x)
+    y = make((3, 4), seed=2)
+    check(lambda y: F.pad(y, (0, 2, -1, 1), value=-0.5), y, grad=True)
+
+
+# ---- tril / triu -----------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", DTYPES + [torch.bool])
+@pytest.mark.parametrize("diagonal", [0, 1, -2])
+def test_tril_triu(dtype, diagonal):
+    x = make((2, 4, 5), dtype, seed=1, noncontiguous=True)
+    g = dtype.is_floating_point
+    check(lambda x: torch.tril(x, diagonal), x, grad=g, dtype=dtype)
+    check(lambda x: torch.triu(x, diagonal), x, grad=g, dtype=dtype)
+    check(lambda x: x.clone().tril_(diagonal), x, dtype=dtype)
+
+
+# ---- sorting ---------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("descending", [False, True])
+@pytest.mark.parametrize("dim", [0, -1])
+def test_sort(dtype, descending, dim):
+    x = distinct((4, 6), dtype, seed=1)
+    check(lambda x: torch.sort(x, dim=dim, descending=descending), x, dtype=dtype)
+    check(lambda x: torch.argsort(x, dim=dim, descending=descending), x, dtype=dtype)
+
+
+def test_sort_stable_ties_nan_and_grad():
+    x = torch.tensor([[2.0, float("nan"), 1.0, 2.0, -0.5, float("nan"), 1.0]])
+    for desc in (False, True):
+        check(lambda x: torch.sort(x, stable=True, descending=desc), x)
+    b = make((10,), torch.bool, seed=3)
+    check(lambda b: torch.sort(b, stable=True), b)
+    y = distinct((3, 5), torch.float32, seed=2)
+    check(lambda y: torch.sort(y, 1)[0] * 2, y, grad=True)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("largest", [True, False])
+def test_topk(dtype, largest):
+    x = distinct((4, 7), dtype, seed=1)
+    check(lambda x: torch.topk(x, 3, dim=1, largest=largest), x, dtype=dtype)
+    check(lambda x: torch.topk(x, 2, dim=0, largest=largest), x, dtype=dtype)
+    if dtype.is_floating_point:
+        check(lambda x: torch.topk(x, 3, largest=largest)[0], x.float(), grad=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64])
+def test_kthvalue_median(dtype):
+    x = distinct((5, 6), dtype, seed=1)
+    check(lambda x: torch.kthvalue(x, 2, dim=1), x)
+    check(lambda x: torch.kthvalue(x, 5, dim=0, keepdim=True), x)
+    check(lambda x: torch.median(x, dim=1), x)
+    check(lambda x: torch.median(x, dim=0, keepdim=True), x)
+    check(lambda x: torch.median(x), x)
+
+
+def test_median_nan():
+    x = torch.tensor([[3.0, float("nan"), 1.0, float("nan")], [4.0, 2.0, 1.0, 3.0]])
+    check(lambda x: torch.median(x, dim=1), x)
+    check(lambda x: torch.median(x), x)
+
+
+# ---- clone, views and their backwards -------------------------------------
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_clone_and_contiguous(dtype):
+    x = make((3, 4), dtype, seed=1, noncontiguous=True)
+    check(lambda x: x.clone(), x, grad=dtype.is_floating_point, dtype=dtype)
+    check(lambda x: x.contiguous(), x, dtype=dtype)
+
+
+def test_views_run_without_fallback():
+    x = make((4, 6, 2), seed=1)
+    check(lambda x: x.split(2, 1), x)
+    check(lambda x: x.chunk(3, 0), x)
+    check(lambda x: x.narrow(1, 1, 3), x)
+    check(lambda x: x[:, None].expand(4, 3, 6, 2), x)
+    check(lambda x: x.permute(2, 0, 1), x)
+    check(lambda x: x.transpose(0, 1), x)
+    check(lambda x: x.unbind(2), x)
+
+
+def test_select_and_slice_backward():
+    x = make((4, 6), seed=1)
+    check(lambda x: x[1] * 3, x, grad=True)
+    check(lambda x: x[:, -2], x, grad=True)
+    check(lambda x: x[1:4, ::2], x, grad=True)
+    check(lambda x: x.narrow(1, 2, 3), x, grad=True)
