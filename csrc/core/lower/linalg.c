@@ -1,5 +1,5 @@
 /* Linear-algebra family: bmm, addmm, baddbmm, addbmm, dot, vdot, mv,
- * addmv, _unsafe_view. (mm is in basic.c; matmul, linear, einsum,
+ * addmv, addr, _unsafe_view. (mm is in basic.c; matmul, linear, einsum,
  * tensordot, outer decompose into these before reaching the backend.)
  *
  * Half types are converted to float32, multiplied and combined with
@@ -147,6 +147,14 @@ static tpu_status_t lower_addmv(tpu_lower_ctx_t* ctx) {
   return set_scaled_sum(ctx, dot(ctx, 1, 2, "", "", "1", "0"), 3);
 }
 
+/* addr(self, vec1, vec2, *, beta, alpha): the outer product is a
+ * dot_general without contracting dims. */
+static tpu_status_t lower_addr(tpu_lower_ctx_t* ctx) {
+  tpu_status_t s = check_dtype(ctx);
+  if (s) return s;
+  return set_scaled_sum(ctx, dot(ctx, 1, 2, "", "", "", ""), 3);
+}
+
 /* _unsafe_view(self, size): a reshape of the logical value (views are
  * already folded in, so contiguity does not matter here). */
 static tpu_status_t lower_unsafe_view(tpu_lower_ctx_t* ctx) {
@@ -159,6 +167,7 @@ static tpu_status_t lower_unsafe_view(tpu_lower_ctx_t* ctx) {
 const tpu_lowering_t tpu_lowerings_linalg[] = {
     {"bmm", lower_bmm, 0},       {"addmm", lower_addmm, 0}, {"baddbmm", lower_baddbmm, 0},
     {"addbmm", lower_addbmm, 0}, {"dot", lower_dot, 0},     {"vdot", lower_dot, 0},
-    {"mv", lower_mv, 0},         {"addmv", lower_addmv, 0}, {"_unsafe_view", lower_unsafe_view, 0},
+    {"mv", lower_mv, 0},         {"addmv", lower_addmv, 0},
+    {"addr", lower_addr, 0}, {"_unsafe_view", lower_unsafe_view, 0},
 };
 const size_t tpu_lowerings_linalg_count = sizeof tpu_lowerings_linalg / sizeof tpu_lowerings_linalg[0];

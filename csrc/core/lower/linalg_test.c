@@ -187,6 +187,26 @@ static void test_dot_vdot_mv_addmv(void) {
   CHECK(ok);
 }
 
+static void test_addr(void) {
+  int64_t dn[1] = {2}, dm[1] = {3}, d[2] = {2, 3};
+  float self[6] = {1, 2, 3, 4, 5, 6}, u[2] = {2, -1}, w[3] = {1, 0.5f, 4};
+  tpu_lower_arg_t args[5] = {tpu_test_tensor_arg(TPU_DTYPE_FLOAT32, 2, d),
+                             tpu_test_tensor_arg(TPU_DTYPE_FLOAT32, 1, dn),
+                             tpu_test_tensor_arg(TPU_DTYPE_FLOAT32, 1, dm),
+                             tpu_test_scalar_arg(TPU_DTYPE_FLOAT64, true), kNone};
+  double beta = 2;
+  const void* data[4] = {self, u, w, &beta};
+  tpu_hlo_type_t out = tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 2, d);
+  void* r[1];
+  CHECK_OK(tpu_test_run_op("aten::addr", args, 5, NULL, data, &out, 1, r));
+  float* v = r[0];
+  bool ok = true;
+  for (int i = 0; i < 2; i++)
+    for (int j = 0; j < 3; j++) ok &= v[i * 3 + j] == 2 * self[i * 3 + j] + u[i] * w[j];
+  free(r[0]);
+  CHECK(ok);
+}
+
 static void test_unsafe_view(void) {
   int64_t d[2] = {2, 3}, od[3] = {3, 1, 2};
   tpu_lower_arg_t args[2] = {tpu_test_tensor_arg(TPU_DTYPE_INT32, 2, d),
@@ -215,5 +235,5 @@ static void test_bool_declines(void) {
 
 TPU_TEST_MAIN(TPU_TEST(test_bmm), TPU_TEST(test_addmm_beta_alpha),
               TPU_TEST(test_baddbmm_bf16_rounds_once), TPU_TEST(test_addbmm_sums_batches),
-              TPU_TEST(test_dot_vdot_mv_addmv), TPU_TEST(test_unsafe_view),
+              TPU_TEST(test_dot_vdot_mv_addmv), TPU_TEST(test_addr), TPU_TEST(test_unsafe_view),
               TPU_TEST(test_bool_declines))

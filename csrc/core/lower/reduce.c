@@ -1,6 +1,6 @@
 /* Reduce family: sum, mean, prod, nansum, amax/amin, max/min (full and .dim
  * with indices), argmax/argmin, var/std (and *_mean), norms, logsumexp,
- * cumsum/cumprod/_logcumsumexp, count_nonzero, aminmax, all/any.
+ * cumsum/cumprod/_logcumsumexp/_cummax_helper/_cummin_helper, count_nonzero, aminmax, all/any.
  *
  * Common shape handling: a lowering computes its result over the reduced
  * dims (dropping them) and then reshapes to the output type PyTorch gives,
@@ -435,28 +435,54 @@ static tpu_status_t lower_logsumexp(tpu_lower_ctx_t* ctx) {
 typedef tpu_hlo_value_t (*combine_fn)(tpu_hlo_builder_t* b, const char* op, tpu_hlo_value_t x,
                                       tpu_hlo_value_t y);
 
+/* y shifted by s along dim (toward higher indices), filled with `fill`. */
+static tpu_hlo_value_t shift_along(tpu_hlo_builder_t* b, tpu_hlo_value_t y, int dim, int64_t s,
+                                   tpu_hlo_value_t fill) {
+  tpu_hlo_type_t t = tpu_hlo_value_type(b, y);
+  int64_t start[TPU_HLO_MAX_RANK] = {0}, limit[TPU_HLO_MAX_RANK], stride[TPU_HLO_MAX_RANK];
+  int64_t low[TPU_HLO_MAX_RANK] = {0}, high[TPU_HLO_MAX_RANK] = {0}, interior[TPU_HLO_MAX_RANK] = {0};
+  for (int d = 0; d < t.rank; d++) limit[d] = t.dims[d], stride[d] = 1;
+  limit[dim] = t.dims[dim] - s;
+  low[dim] = s;
+  tpu_hlo_value_t head = tpu_emit_slice(b, y, start, limit, stride);
+  char l[24 * TPU_HLO_MAX_RANK + 16], h[sizeof l], in[sizeof l], attrs[3 * sizeof l + 96];
+  tpu_emit_i64_array(l, sizeof l, low, t.rank);
+  tpu_emit_i64_array(h, sizeof h, high, t.rank);
+  tpu_emit_i64_array(in, sizeof in, interior, t.rank);
+  snprintf(attrs, sizeof attrs,
+           "edge_padding_low = %s, edge_padding_high = %s, interior_padding = %s", l, h, in);
+  tpu_hlo_value_t ops[2] = {head, fill};
+  return tpu_hlo_op(b, "stablehlo.pad", ops, 2, t, attrs);
+}
+
 static tpu_hlo_value_t emit_scan(tpu_hlo_builder_t* b, tpu_hlo_value_t y, int dim, double identity,
                                  const char* op, combine_fn combine) {
   tpu_hlo_type_t t = tpu_hlo_value_type(b, y);
-  int64_t n = t.dims[dim];
-  for (int64_t s = 1; s < n; s *= 2) {
-    int64_t start[TPU_HLO_MAX_RANK] = {0}, limit[TPU_HLO_MAX_RANK], stride[TPU_HLO_MAX_RANK];
-    int64_t low[TPU_HLO_MAX_RANK] = {0}, high[TPU_HLO_MAX_RANK] = {0}, interior[TPU_HLO_MAX_RANK] = {0};
-    for (int d = 0; d < t.rank; d++) limit[d] = t.dims[d], stride[d] = 1;
-    limit[dim] = n - s;
-    low[dim] = s;
-    tpu_hlo_value_t head = tpu_emit_slice(b, y, start, limit, stride);
-    char l[24 * TPU_HLO_MAX_RANK + 16], h[sizeof l], in[sizeof l], attrs[3 * sizeof l + 96];
-    tpu_emit_i64_array(l, sizeof l, low, t.rank);
-    tpu_emit_i64_array(h, sizeof h, high, t.rank);
-    tpu_emit_i64_array(in, sizeof in, interior, t.rank);
-    snprintf(attrs, sizeof attrs,
-             "edge_padding_low = %s, edge_padding_high = %s, interior_padding = %s", l, h, in);
-    tpu_hlo_value_t ops[2] = {head, tpu_emit_const(b, t.dtype, identity)};
-    tpu_hlo_value_t shifted = tpu_hlo_op(b, "stablehlo.pad", ops, 2, t, attrs);
-    y = combine(b, op, y, shifted);
-  }
+  for (int64_t s = 1; s < t.dims[dim]; s *= 2)
+    y = combine(b, op, y, shift_along(b, y, dim, s, tpu_emit_const(b, t.dtype, identity)));
   return y;
+}
+
+/* Running max (min) and its index along dim, as PyTorch's CPU cummax: an
+ * element replaces the running value when it is >= (<=) it or NaN, so ties
+ * take the later index and NaN sticks. Scanned over (value, index) pairs;
+ * "later unless the earlier wins strictly" is associative. */
+static void emit_cum_extreme(tpu_hlo_builder_t* b, tpu_hlo_value_t v, int dim, bool is_max,
+                             tpu_hlo_value_t* out_v, tpu_hlo_value_t* out_i) {
+  tpu_hlo_type_t t = tpu_hlo_value_type(b, v), it = t;
+  it.dtype = TPU_DTYPE_INT64;
+  tpu_hlo_value_t i = tpu_emit_iota(b, &it, dim);
+  for (int64_t s = 1; s < t.dims[dim]; s *= 2) {
+    tpu_hlo_value_t ev = shift_along(b, v, dim, s, extreme_init(b, t.dtype, is_max));
+    tpu_hlo_value_t ei = shift_along(b, i, dim, s, tpu_emit_const(b, TPU_DTYPE_INT64, -1));
+    tpu_hlo_value_t later = tpu_emit_compare(b, is_max ? "GE" : "LE", v, ev);
+    if (tpu_dtype_is_floating(t.dtype))
+      later = tpu_emit_binary(b, "stablehlo.or", later, tpu_emit_compare(b, "NE", v, v));
+    v = tpu_emit_select(b, later, v, ev);
+    i = tpu_emit_select(b, later, i, ei);
+  }
+  *out_v = v;
+  *out_i = i;
 }
 
 /* log(exp(x) + exp(y)) as PyTorch's CPU scan computes it: max + log1p(exp(min -
@@ -514,6 +540,28 @@ static tpu_status_t lower_logcumsumexp(tpu_lower_ctx_t* ctx) {
   set_out(ctx, 0, x);
   return NULL;
 }
+
+/* _cummax_helper / _cummin_helper(self, values!, indices!, dim): outputs
+ * are the new values and indices. */
+static tpu_status_t lower_cum_extreme(tpu_lower_ctx_t* ctx, bool is_max) {
+  tpu_status_t s = decline_complex(ctx);
+  if (s) return s;
+  tpu_hlo_value_t x = tpu_lower_tensor(ctx, 0);
+  tpu_hlo_type_t t = value_type(ctx, x);
+  const tpu_lower_arg_t* a3 = tpu_lower_arg(ctx, 3);
+  if (a3->kind != TPU_ARG_INT || tpu_lower_num_outputs(ctx) != 2)
+    return tpu_lower_decline(ctx, "unexpected cummax helper call");
+  tpu_hlo_value_t v = x, i = tpu_emit_const_like(tpu_lower_builder(ctx),
+                                                 &(tpu_hlo_type_t){.dtype = TPU_DTYPE_INT64}, 0);
+  if (t.rank > 0)
+    emit_cum_extreme(tpu_lower_builder(ctx), x, (int)((a3->i % t.rank + t.rank) % t.rank), is_max,
+                     &v, &i);
+  set_out(ctx, 0, v);
+  set_out(ctx, 1, i);
+  return NULL;
+}
+static tpu_status_t lower_cummax(tpu_lower_ctx_t* ctx) { return lower_cum_extreme(ctx, true); }
+static tpu_status_t lower_cummin(tpu_lower_ctx_t* ctx) { return lower_cum_extreme(ctx, false); }
 
 static tpu_status_t lower_cumsum(tpu_lower_ctx_t* ctx) { return lower_cum(ctx, true); }
 static tpu_status_t lower_cumprod(tpu_lower_ctx_t* ctx) { return lower_cum(ctx, false); }
@@ -584,6 +632,8 @@ const tpu_lowering_t tpu_lowerings_reduce[] = {
     {"cumsum", lower_cumsum, 0},
     {"cumprod", lower_cumprod, 0},
     {"_logcumsumexp", lower_logcumsumexp, 0},
+    {"_cummax_helper", lower_cummax, 0},
+    {"_cummin_helper", lower_cummin, 0},
     {"count_nonzero", lower_count_nonzero, 0},
     {"aminmax", lower_aminmax, 0},
     {"all", lower_all, 0},

@@ -440,7 +440,38 @@ static void test_logcumsumexp_count_nonzero_aminmax(void) {
   CHECK(ok);
 }
 
-TPU_TEST_MAIN(TPU_TEST(test_logcumsumexp_count_nonzero_aminmax), TPU_TEST(test_sum_dims_keepdim_negative), TPU_TEST(test_sum_promotes_ints_and_bools),
+static void test_cummax_cummin_ties_and_nan(void) {
+  int64_t d[1] = {8};
+  float x[8] = {1, 3, 3, 2, NAN, 5, NAN, 1};
+  tpu_lower_arg_t args[4] = {tpu_test_tensor_arg(TPU_DTYPE_FLOAT32, 1, d),
+                             tpu_test_tensor_arg(TPU_DTYPE_FLOAT32, 1, d),
+                             tpu_test_tensor_arg(TPU_DTYPE_INT64, 1, d), int_arg(-1)};
+  float ignored_v[8] = {0};
+  int64_t ignored_i[8] = {0};
+  const void* data[3] = {x, ignored_v, ignored_i};
+  tpu_hlo_type_t outs[2] = {tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 1, d),
+                            tpu_hlo_type_make(TPU_DTYPE_INT64, 1, d)};
+  /* Expected values from torch.cummax / torch.cummin on CPU. */
+  const float want_max[4] = {1, 3, 3, 3}, want_min[4] = {1, 1, 1, 1};
+  const int64_t imax[8] = {0, 1, 2, 2, 4, 4, 6, 6}, imin[8] = {0, 0, 0, 0, 4, 4, 6, 6};
+  for (int m = 0; m < 2; m++) {
+    void* r[2];
+    CHECK_OK(tpu_test_run_op(m ? "aten::_cummin_helper" : "aten::_cummax_helper", args, 4, NULL,
+                             data, outs, 2, r));
+    float* v = r[0];
+    int64_t* i = r[1];
+    bool ok = true;
+    for (int k = 0; k < 8; k++) {
+      ok &= k < 4 ? v[k] == (m ? want_min : want_max)[k] : isnan(v[k]);
+      ok &= i[k] == (m ? imin : imax)[k];
+    }
+    free(r[0]);
+    free(r[1]);
+    CHECK(ok);
+  }
+}
+
+TPU_TEST_MAIN(TPU_TEST(test_cummax_cummin_ties_and_nan), TPU_TEST(test_logcumsumexp_count_nonzero_aminmax), TPU_TEST(test_sum_dims_keepdim_negative), TPU_TEST(test_sum_promotes_ints_and_bools),
               TPU_TEST(test_bf16_sum_and_mean_accumulate_in_f32), TPU_TEST(test_nansum_prod_mean),
               TPU_TEST(test_amax_amin_propagate_nan), TPU_TEST(test_max_dim_first_index_and_nan),
               TPU_TEST(test_argmax_argmin), TPU_TEST(test_var_std_correction),
