@@ -101,6 +101,12 @@ static tpu_hlo_value_t emit_scatter(tpu_hlo_builder_t* b, tpu_hlo_value_t operan
   tpu_hlo_value_t ba[2];
   tpu_hlo_block_begin(b, bt, 2, ba);
   tpu_hlo_value_t r = op ? tpu_hlo_op(b, op, ba, 2, s, NULL) : ba[1];
+  if (op && tpu_dtype_is_floating(ot.dtype) &&
+      (strcmp(op, "stablehlo.maximum") == 0 || strcmp(op, "stablehlo.minimum") == 0)) {
+    /* XLA:CPU's maximum/minimum can drop a NaN; PyTorch propagates it. */
+    r = tpu_emit_select(b, tpu_emit_compare(b, "NE", ba[1], ba[1]), ba[1], r);
+    r = tpu_emit_select(b, tpu_emit_compare(b, "NE", ba[0], ba[0]), ba[0], r);
+  }
   tpu_hlo_block_return(b, &r, 1);
   tpu_hlo_value_t result;
   tpu_hlo_region_op_end(b, &result);

@@ -71,6 +71,19 @@ static void test_scatter_reduce(void) {
   float* g = r[0];
   CHECK(g[0] == 3 && g[1] == 5 && g[2] == -2);
   free(r[0]);
+  /* NaN propagates through amax / amin like PyTorch, in either order. */
+  float xn[3] = {NAN, 5, 1}, sn[4] = {1, 3, NAN, 2};
+  const void* ndata[3] = {xn, idx, sn};
+  args[5] = bool_arg(true);
+  CHECK_OK(tpu_test_run_op("aten::scatter_reduce.two", args, 6, NULL, ndata, &out, 1, r));
+  g = r[0];
+  CHECK(isnan(g[0]) && g[1] == 5 && isnan(g[2]));
+  free(r[0]);
+  args[4] = str_arg("amin");
+  CHECK_OK(tpu_test_run_op("aten::scatter_reduce.two", args, 6, NULL, ndata, &out, 1, r));
+  g = r[0];
+  CHECK(isnan(g[0]) && g[1] == 5 && isnan(g[2]));
+  free(r[0]);
   /* int64 mean including self: (100+1+3)/3 = 34.67 -> 34; (-100-2-7)/3 =
    * -36.33 -> -37; untouched 5 stays. */
   int64_t xi[3] = {100, 5, -100}, si[4] = {1, 3, -2, -7};

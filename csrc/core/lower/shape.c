@@ -598,6 +598,68 @@ static tpu_status_t lower_median(tpu_lower_ctx_t* ctx) {
   return NULL;
 }
 
+/* nanmedian(self) and nanmedian.dim(self, dim, keepdim): the lower median
+ * of the non-NaN values (NaN, at the first NaN, when all are NaN). With NaN
+ * sorted last the position depends on each slice's NaN count, so it is
+ * picked with a one-hot select and a max-reduce (every other entry -inf). */
+static tpu_status_t lower_nanmedian(tpu_lower_ctx_t* ctx) {
+  tpu_hlo_type_t t = tpu_lower_arg(ctx, 0)->type;
+  if (!tpu_dtype_is_floating(t.dtype)) return lower_median(ctx);
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
+  bool has_dim = tpu_lower_arg(ctx, 1)->kind == TPU_ARG_INT;
+  tpu_hlo_value_t x = tpu_lower_tensor(ctx, 0), v, i;
+  int dim = has_dim ? wrap_dim(tpu_lower_arg(ctx, 1)->i, t.rank) : 0;
+  if (!has_dim || t.rank == 0) {
+    int64_t n = numel(&t);
+    x = tpu_emit_reshape(b, x, &n, 1);
+    dim = 0;
+  }
+  tpu_hlo_type_t xt = tpu_hlo_value_type(b, x);
+  if (xt.dims[dim] == 0) return tpu_lower_decline(ctx, "empty");
+  sort_dim(b, x, dim, ASCENDING, &v, &i);
+  tpu_hlo_type_t it = xt;
+  it.dtype = TPU_DTYPE_INT64;
+  int64_t d64 = dim;
+  tpu_hlo_value_t not_nan = tpu_emit_convert(b, tpu_emit_compare(b, "EQ", x, x), TPU_DTYPE_INT64);
+  tpu_hlo_value_t count = tpu_emit_reduce(b, not_nan, tpu_emit_const(b, TPU_DTYPE_INT64, 0),
+                                          &d64, 1, "stablehlo.add");
+  tpu_hlo_type_t ct = tpu_hlo_value_type(b, count);
+  /* (count - 1) / 2, or 0 for an all-NaN slice. */
+  tpu_hlo_value_t pos = tpu_emit_binary(b, "stablehlo.divide",
+                                        tpu_emit_binary(b, "stablehlo.subtract", count,
+                                                        tpu_emit_const_like(b, &ct, 1)),
+                                        tpu_emit_const_like(b, &ct, 2));
+  pos = tpu_emit_select(b, tpu_emit_compare(b, "LT", pos, tpu_emit_const_like(b, &ct, 0)),
+                        tpu_emit_const_like(b, &ct, 0), pos);
+  int64_t map[TPU_HLO_MAX_RANK];
+  for (int d = 0, k = 0; d < xt.rank; d++)
+    if (d != dim) map[k++] = d;
+  char arr[ARR_CAP], attrs[ARR_CAP + 32];
+  tpu_emit_i64_array(arr, sizeof arr, map, xt.rank - 1);
+  snprintf(attrs, sizeof attrs, "broadcast_dimensions = %s", arr);
+  pos = tpu_hlo_op(b, "stablehlo.broadcast_in_dim", &pos, 1, it, attrs);
+  tpu_hlo_value_t hit = tpu_emit_compare(b, "EQ", tpu_emit_iota(b, &it, dim), pos);
+  tpu_hlo_type_t vt = tpu_hlo_value_type(b, v);
+  tpu_hlo_value_t mv = tpu_emit_reduce(
+      b, tpu_emit_select(b, hit, v, tpu_emit_const_like(b, &vt, -__builtin_inf())),
+      tpu_emit_const(b, vt.dtype, -__builtin_inf()), &d64, 1, "stablehlo.maximum");
+  tpu_hlo_value_t mi = tpu_emit_reduce(b, tpu_emit_select(b, hit, i, tpu_emit_const_like(b, &it, 0)),
+                                       tpu_emit_const(b, TPU_DTYPE_INT64, 0), &d64, 1,
+                                       "stablehlo.add");
+  /* XLA:CPU's reduce maximum drops a NaN against -inf: all-NaN slices are
+   * set explicitly. */
+  tpu_hlo_value_t none = tpu_emit_compare(b, "EQ", count, tpu_emit_const_like(b, &ct, 0));
+  tpu_hlo_type_t mt = tpu_hlo_value_type(b, mv);
+  mv = tpu_emit_select(b, none, tpu_emit_const_like(b, &mt, __builtin_nan("")), mv);
+  tpu_lower_set_output(ctx, 0, tpu_emit_reshape(b, mv, out.dims, out.rank));
+  if (tpu_lower_num_outputs(ctx) > 1) {
+    tpu_hlo_type_t io = tpu_lower_output_type(ctx, 1);
+    tpu_lower_set_output(ctx, 1, tpu_emit_reshape(b, mi, io.dims, io.rank));
+  }
+  return NULL;
+}
+
 /* clone(self, memory_format): the value itself; the engine writes it to a
  * fresh tensor. */
 static tpu_status_t lower_clone(tpu_lower_ctx_t* ctx) {
@@ -630,6 +692,7 @@ const tpu_lowering_t tpu_lowerings_shape[] = {
     {"topk", lower_topk, 0},
     {"kthvalue", lower_kthvalue, 0},
     {"median", lower_median, 0},
+    {"nanmedian", lower_nanmedian, 0},
     {"clone", lower_clone, 0},
     {"select_backward", lower_select_backward, 0},
     {"slice_backward", lower_slice_backward, 0},

@@ -270,6 +270,29 @@ static void test_slice_writes(void) {
   free(r[0]);
 }
 
-TPU_TEST_MAIN(TPU_TEST(test_slice_writes), TPU_TEST(test_cat), TPU_TEST(test_flip_roll_repeat), TPU_TEST(test_pads),
+/* nanmedian.dim over rows: all-NaN, one NaN, none. */
+static void test_nanmedian(void) {
+  float n = NAN;
+  int64_t xd[2] = {3, 3}, od[1] = {3};
+  float x[9] = {n, n, n, 3, n, 1, 4, 2, 5};
+  const void* data[1] = {x};
+  tpu_lower_arg_t args[3] = {tpu_test_tensor_arg(TPU_DTYPE_FLOAT32, 2, xd), int_arg(1),
+                             bool_arg(false)};
+  tpu_hlo_type_t outs[2] = {tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 1, od),
+                            tpu_hlo_type_make(TPU_DTYPE_INT64, 1, od)};
+  void* r[2];
+  CHECK_OK(tpu_test_run_op("aten::nanmedian.dim", args, 3, NULL, data, outs, 2, r));
+  float* v = r[0];
+  int64_t* i = r[1];
+  CHECK(isnan(v[0]) && i[0] == 0 && v[1] == 1 && i[1] == 2 && v[2] == 4 && i[2] == 0);
+  free(r[0]);
+  free(r[1]);
+  tpu_hlo_type_t s = tpu_hlo_type_scalar(TPU_DTYPE_FLOAT32);
+  CHECK_OK(tpu_test_run_op("aten::nanmedian", args, 1, NULL, data, &s, 1, r));
+  CHECK(*(float*)r[0] == 3);
+  free(r[0]);
+}
+
+TPU_TEST_MAIN(TPU_TEST(test_nanmedian), TPU_TEST(test_slice_writes), TPU_TEST(test_cat), TPU_TEST(test_flip_roll_repeat), TPU_TEST(test_pads),
               TPU_TEST(test_tril_triu), TPU_TEST(test_sorting),
               TPU_TEST(test_sort_bool_and_stack))
