@@ -1,9 +1,520 @@
-/* factory family of the lowering table (see lowering.h). */
+/* factory family of the lowering table (see lowering.h): ranges (arange,
+ * linspace, logspace), eye, tril/triu_indices, and the random ops (uniform_,
+ * normal_/normal, bernoulli_, random_, exponential_, randperm). Factories
+ * such as zeros/ones/full/rand/randn reach the backend as empty + one of
+ * these (or fill_/zero_), so they need no rows of their own. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ctx_internal.h"
 #include "emit.h"
 #include "lowering.h"
 
-/* Rows are added as lowerings land; an empty table sends every op of the
- * family to the CPU fallback. A zero-length array is not valid C, hence the
- * sentinel-free count below. */
-const tpu_lowering_t tpu_lowerings_factory[1] = {{"", NULL, 0}};
-const size_t tpu_lowerings_factory_count = 0;
+/* ---- random bits ----
+ *
+ * tpu_lower_random_bits emits stablehlo.rng_bit_generator on the 2 x int64
+ * state, which the XLA CPU plugin rejects: its THREE_FRY / PHILOX expansion
+ * needs a ui64 state ("Binary op add with different element types: s64[2,1]
+ * and u64[2,1]") and returns unsigned bits, and tpu_dtype_t has no unsigned
+ * 32/64-bit types to bitcast through. Until it does, this file computes
+ * Threefry-2x32 (20 rounds, Salmon et al. 2011) itself with int32
+ * arithmetic, which wraps like uint32: key = state[0], counter = state[1] +
+ * element index, and the op advances state[1] by the elements it drew. The
+ * state stays the engine's 2 x int64 program parameter. */
+
+static tpu_hlo_value_t i32_const(tpu_hlo_builder_t* b, const tpu_hlo_type_t* t, uint32_t v) {
+  return tpu_hlo_constant_int(b, *t, (int32_t)v);
+}
+
+static tpu_hlo_value_t rotl32(tpu_hlo_builder_t* b, tpu_hlo_value_t x, int r) {
+  tpu_hlo_type_t t = tpu_hlo_value_type(b, x);
+  tpu_hlo_value_t l = tpu_emit_binary(b, "stablehlo.shift_left", x, i32_const(b, &t, (uint32_t)r));
+  tpu_hlo_value_t h =
+      tpu_emit_binary(b, "stablehlo.shift_right_logical", x, i32_const(b, &t, (uint32_t)(32 - r)));
+  return tpu_emit_binary(b, "stablehlo.or", l, h);
+}
+
+/* Word w (0 = state[0], 1 = state[1]) of the generator state, rank 0. */
+static tpu_hlo_value_t state_word(tpu_lower_ctx_t* ctx, int w) {
+  int64_t start = w, limit = w + 1, stride = 1;
+  tpu_hlo_builder_t* b = ctx->b;
+  return tpu_emit_reshape(b, tpu_emit_slice(b, ctx->rng_state, &start, &limit, &stride), NULL, 0);
+}
+
+/* Low / high 32 bits of an int64 value (integer convert truncates). */
+static tpu_hlo_value_t lo32(tpu_hlo_builder_t* b, tpu_hlo_value_t x) {
+  return tpu_emit_convert(b, x, TPU_DTYPE_INT32);
+}
+static tpu_hlo_value_t hi32(tpu_hlo_builder_t* b, tpu_hlo_value_t x) {
+  tpu_hlo_type_t t = tpu_hlo_value_type(b, x);
+  return lo32(b, tpu_emit_binary(b, "stablehlo.shift_right_logical", x,
+                                 tpu_hlo_constant_int(b, t, 32)));
+}
+
+/* Threefry-2x32 of one counter per element of `shape`: two int32 words. */
+static void threefry_words(tpu_lower_ctx_t* ctx, const tpu_hlo_type_t* shape,
+                           tpu_hlo_value_t out[2]) {
+  tpu_hlo_builder_t* b = ctx->b;
+  if (ctx->rng_state.id < 0) {
+    /* The row lacks TPU_LOWER_NEEDS_RNG: let tpu_lower_random_bits report. */
+    out[0] = out[1] = tpu_lower_random_bits(ctx, shape, TPU_DTYPE_INT32);
+    return;
+  }
+  int64_t n = 1;
+  tpu_hlo_type_t i64 = *shape, i32 = *shape;
+  i64.dtype = TPU_DTYPE_INT64;
+  i32.dtype = TPU_DTYPE_INT32;
+  for (int d = 0; d < shape->rank; d++) n *= shape->dims[d];
+  /* Counter: state[1] + row-major element index. */
+  tpu_hlo_type_t flat = tpu_hlo_type_make(TPU_DTYPE_INT64, 1, &n);
+  tpu_hlo_value_t index = tpu_emit_reshape(b, tpu_emit_iota(b, &flat, 0), shape->dims, shape->rank);
+  tpu_hlo_value_t base = state_word(ctx, 1), key = state_word(ctx, 0);
+  tpu_hlo_value_t ctr = tpu_emit_binary(b, "stablehlo.add", index, tpu_emit_broadcast_to(b, base, &i64));
+  tpu_hlo_value_t ks[3];
+  ks[0] = tpu_emit_broadcast_to(b, lo32(b, key), &i32);
+  ks[1] = tpu_emit_broadcast_to(b, hi32(b, key), &i32);
+  ks[2] = tpu_emit_binary(b, "stablehlo.xor", tpu_emit_binary(b, "stablehlo.xor", ks[0], ks[1]),
+                          i32_const(b, &i32, 0x1BD11BDAu));
+  tpu_hlo_value_t x0 = tpu_emit_binary(b, "stablehlo.add", lo32(b, ctr), ks[0]);
+  tpu_hlo_value_t x1 = tpu_emit_binary(b, "stablehlo.add", hi32(b, ctr), ks[1]);
+  static const int kRot[8] = {13, 15, 26, 6, 17, 29, 16, 24};
+  for (int r = 0; r < 20; r++) {
+    x0 = tpu_emit_binary(b, "stablehlo.add", x0, x1);
+    x1 = tpu_emit_binary(b, "stablehlo.xor", rotl32(b, x1, kRot[r % 8]), x0);
+    if (r % 4 == 3) {
+      int s = r / 4 + 1;
+      x0 = tpu_emit_binary(b, "stablehlo.add", x0, ks[s % 3]);
+      x1 = tpu_emit_binary(b, "stablehlo.add",
+                           tpu_emit_binary(b, "stablehlo.add", x1, ks[(s + 1) % 3]),
+                           i32_const(b, &i32, (uint32_t)s));
+    }
+  }
+  /* Advance the counter past the elements drawn. */
+  int64_t two = 2, step[2] = {0, n};
+  tpu_hlo_value_t inc = tpu_hlo_constant_dense(b, tpu_hlo_type_make(TPU_DTYPE_INT64, 1, &two), step);
+  ctx->rng_state = tpu_emit_binary(b, "stablehlo.add", ctx->rng_state, inc);
+  out[0] = x0;
+  out[1] = x1;
+}
+
+/* 32 random bits per element (int32). */
+static tpu_hlo_value_t bits32(tpu_lower_ctx_t* ctx, const tpu_hlo_type_t* shape) {
+  tpu_hlo_value_t w[2];
+  threefry_words(ctx, shape, w);
+  return w[0];
+}
+
+/* 64 random bits per element (int64). */
+static tpu_hlo_value_t bits64(tpu_lower_ctx_t* ctx, const tpu_hlo_type_t* shape) {
+  tpu_hlo_builder_t* b = ctx->b;
+  tpu_hlo_value_t w[2];
+  threefry_words(ctx, shape, w);
+  tpu_hlo_type_t t = *shape;
+  t.dtype = TPU_DTYPE_INT64;
+  /* lo: zero-extend the int32 word (convert sign-extends, so mask). */
+  tpu_hlo_value_t lo = tpu_emit_binary(b, "stablehlo.and", tpu_emit_convert(b, w[0], TPU_DTYPE_INT64),
+                                       tpu_hlo_constant_int(b, t, 0xffffffffLL));
+  tpu_hlo_value_t hi = tpu_emit_binary(b, "stablehlo.shift_left",
+                                       tpu_emit_convert(b, w[1], TPU_DTYPE_INT64),
+                                       tpu_hlo_constant_int(b, t, 32));
+  return tpu_emit_binary(b, "stablehlo.or", hi, lo);
+}
+
+/* Mantissa digits of a float dtype (PyTorch's random_ upper bound and the
+ * resolution of uniform draws). */
+static int digits(tpu_dtype_t d) {
+  switch (d) {
+    case TPU_DTYPE_FLOAT16: return 11;
+    case TPU_DTYPE_BFLOAT16: return 8;
+    case TPU_DTYPE_FLOAT32: return 24;
+    default: return 53;
+  }
+}
+
+/* float32 for float32 and half types, float64 for float64. */
+static tpu_dtype_t compute_dtype(tpu_dtype_t d) {
+  return d == TPU_DTYPE_FLOAT64 ? TPU_DTYPE_FLOAT64 : TPU_DTYPE_FLOAT32;
+}
+
+/* Uniform in [0, 1) on a grid of 2^-digits(out), as `ct` over `shape`: the
+ * top mantissa-many bits, scaled (exact in ct). */
+static tpu_hlo_value_t uniform01(tpu_lower_ctx_t* ctx, const tpu_hlo_type_t* shape,
+                                 tpu_dtype_t out, tpu_dtype_t ct) {
+  tpu_hlo_builder_t* b = ctx->b;
+  int k = digits(out);
+  tpu_hlo_value_t bits = ct == TPU_DTYPE_FLOAT64 ? bits64(ctx, shape) : bits32(ctx, shape);
+  tpu_hlo_type_t bt = tpu_hlo_value_type(b, bits);
+  int width = bt.dtype == TPU_DTYPE_INT64 ? 64 : 32;
+  bits = tpu_emit_binary(b, "stablehlo.shift_right_logical", bits,
+                         tpu_hlo_constant_int(b, bt, width - k));
+  tpu_hlo_type_t t = *shape;
+  t.dtype = ct;
+  return tpu_emit_binary(b, "stablehlo.multiply", tpu_emit_convert(b, bits, ct),
+                         tpu_emit_const_like(b, &t, ldexp(1.0, -k)));
+}
+
+/* Argument i as `ct` over `shape`: a tensor broadcast, or a number. */
+static tpu_hlo_value_t operand(tpu_lower_ctx_t* ctx, int i, const tpu_hlo_type_t* shape,
+                               tpu_dtype_t ct) {
+  tpu_hlo_type_t t = *shape;
+  t.dtype = ct;
+  tpu_hlo_value_t v = tpu_lower_arg(ctx, i)->kind == TPU_ARG_TENSOR ? tpu_lower_tensor(ctx, i)
+                                                                    : tpu_lower_scalar(ctx, i, ct);
+  return tpu_emit_cast_to(ctx->b, v, &t);
+}
+
+/* The overload after the '.', or "" (e.g. "Tensor_float", "from"). */
+static const char* overload(const tpu_lower_ctx_t* ctx) {
+  const char* dot = strrchr(tpu_lower_op_name(ctx), '.');
+  return dot ? dot + 1 : "";
+}
+
+/* In-place forms (uniform_, normal_, ...) and "out" take self first. */
+static bool base_is_inplace(const tpu_lower_ctx_t* ctx) {
+  const char* name = tpu_lower_op_name(ctx);
+  const char* dot = strrchr(name, '.');
+  size_t len = dot ? (size_t)(dot - name) : strlen(name);
+  return len > 0 && name[len - 1] == '_';
+}
+
+/* uniform_(self, from=0, to=1): from + u * (to - from). */
+static tpu_status_t lower_uniform(tpu_lower_ctx_t* ctx) {
+  tpu_hlo_builder_t* b = ctx->b;
+  tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
+  if (!tpu_dtype_is_floating(out.dtype)) return tpu_lower_decline(ctx, "non-float uniform_");
+  tpu_dtype_t ct = compute_dtype(out.dtype);
+  tpu_hlo_value_t u = uniform01(ctx, &out, out.dtype, ct);
+  tpu_hlo_value_t from = operand(ctx, 1, &out, ct), to = operand(ctx, 2, &out, ct);
+  tpu_hlo_value_t r = tpu_emit_binary(
+      b, "stablehlo.add",
+      tpu_emit_binary(b, "stablehlo.multiply", u, tpu_emit_binary(b, "stablehlo.subtract", to, from)),
+      from);
+  tpu_lower_set_output(ctx, 0, tpu_emit_convert(b, r, out.dtype));
+  return NULL;
+}
+
+/* Standard normal by Box-Muller: sqrt(-2 log(1 - u1)) * cos(2 pi u2). */
+static tpu_hlo_value_t standard_normal(tpu_lower_ctx_t* ctx, const tpu_hlo_type_t* shape,
+                                       tpu_dtype_t ct) {
+  tpu_hlo_builder_t* b = ctx->b;
+  tpu_hlo_type_t t = *shape;
+  t.dtype = ct;
+  /* Full-resolution uniforms: 1 - u1 lies in (0, 1], so the log is finite. */
+  tpu_dtype_t res = ct == TPU_DTYPE_FLOAT64 ? TPU_DTYPE_FLOAT64 : TPU_DTYPE_FLOAT32;
+  tpu_hlo_value_t u1 = uniform01(ctx, shape, res, ct), u2 = uniform01(ctx, shape, res, ct);
+  tpu_hlo_value_t r = tpu_emit_unary(
+      b, "stablehlo.sqrt",
+      tpu_emit_binary(b, "stablehlo.multiply", tpu_emit_const_like(b, &t, -2),
+                      tpu_emit_unary(b, "stablehlo.log_plus_one",
+                                     tpu_emit_unary(b, "stablehlo.negate", u1))));
+  tpu_hlo_value_t c = tpu_emit_unary(
+      b, "stablehlo.cosine",
+      tpu_emit_binary(b, "stablehlo.multiply", tpu_emit_const_like(b, &t, 2 * M_PI), u2));
+  return tpu_emit_binary(b, "stablehlo.multiply", r, c);
+}
+
+/* normal_(self, mean, std) and normal.out(self, mean, std): self only gives
+ * the type; normal.{Tensor,float}_{Tensor,float}(mean, std): mean + std * z
+ * with tensors broadcast to the output. */
+static tpu_status_t lower_normal(tpu_lower_ctx_t* ctx) {
+  tpu_hlo_builder_t* b = ctx->b;
+  tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
+  if (!tpu_dtype_is_floating(out.dtype)) return tpu_lower_decline(ctx, "non-float normal");
+  int first = base_is_inplace(ctx) || strcmp(overload(ctx), "out") == 0 ? 1 : 0;
+  tpu_dtype_t ct = compute_dtype(out.dtype);
+  tpu_hlo_value_t z = standard_normal(ctx, &out, ct);
+  tpu_hlo_value_t mean = operand(ctx, first, &out, ct), std = operand(ctx, first + 1, &out, ct);
+  tpu_hlo_value_t r =
+      tpu_emit_binary(b, "stablehlo.add", tpu_emit_binary(b, "stablehlo.multiply", std, z), mean);
+  tpu_lower_set_output(ctx, 0, tpu_emit_convert(b, r, out.dtype));
+  return NULL;
+}
+
+/* bernoulli_(self, p: float | Tensor), bernoulli.p(self, p), and
+ * bernoulli(self) / bernoulli.out where p = self: u < p. */
+static tpu_status_t lower_bernoulli(tpu_lower_ctx_t* ctx) {
+  tpu_hlo_builder_t* b = ctx->b;
+  tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
+  const tpu_lower_arg_t* p_arg = tpu_lower_arg(ctx, 1);
+  int pi = p_arg->kind == TPU_ARG_FLOAT || p_arg->kind == TPU_ARG_TENSOR ||
+                   p_arg->kind == TPU_ARG_SCALAR
+               ? 1
+               : 0;
+  tpu_dtype_t pd = tpu_lower_arg(ctx, pi)->kind == TPU_ARG_TENSOR
+                       ? tpu_lower_arg(ctx, pi)->type.dtype
+                       : TPU_DTYPE_FLOAT64;
+  if (!tpu_dtype_is_floating(pd)) return tpu_lower_decline(ctx, "non-float p");
+  tpu_dtype_t ct = compute_dtype(pd);
+  tpu_hlo_value_t u = uniform01(ctx, &out, ct, ct);
+  tpu_hlo_value_t p = operand(ctx, pi, &out, ct);
+  tpu_lower_set_output(ctx, 0, tpu_emit_convert(b, tpu_emit_compare(b, "LT", u, p), out.dtype));
+  return NULL;
+}
+
+/* Largest value random_ draws by default for a dtype (inclusive), as
+ * PyTorch: 2^digits for floats, the type's max for integers. */
+static bool default_to_inc(tpu_dtype_t d, int64_t* to_inc) {
+  switch (d) {
+    case TPU_DTYPE_BOOL: *to_inc = 1; return true;
+    case TPU_DTYPE_UINT8: *to_inc = 255; return true;
+    case TPU_DTYPE_INT8: *to_inc = INT8_MAX; return true;
+    case TPU_DTYPE_INT16: *to_inc = INT16_MAX; return true;
+    case TPU_DTYPE_INT32: *to_inc = INT32_MAX; return true;
+    case TPU_DTYPE_INT64: *to_inc = INT64_MAX; return true;
+    default:
+      if (!tpu_dtype_is_floating(d)) return false;
+      *to_inc = (int64_t)1 << digits(d);
+      return true;
+  }
+}
+
+/* random_(self), random_.to(self, to), random_.from(self, from, to?):
+ * integers uniform in [from, to) (to=None: up to the dtype's default). */
+static tpu_status_t lower_random(tpu_lower_ctx_t* ctx) {
+  tpu_hlo_builder_t* b = ctx->b;
+  tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
+  const char* ov = overload(ctx);
+  int64_t from = 0, to_inc;
+  if (!default_to_inc(out.dtype, &to_inc)) return tpu_lower_decline(ctx, "dtype");
+  if (strcmp(ov, "to") == 0 || strcmp(ov, "to_out") == 0) {
+    from = 0;
+    to_inc = tpu_lower_arg(ctx, 1)->i - 1;
+  } else if (strcmp(ov, "from") == 0 || strcmp(ov, "from_out") == 0) {
+    from = tpu_lower_arg(ctx, 1)->i;
+    if (tpu_lower_arg(ctx, 2)->kind == TPU_ARG_INT) to_inc = tpu_lower_arg(ctx, 2)->i - 1;
+  }
+  if (to_inc < from) return tpu_lower_decline(ctx, "empty range");
+  /* Range size to_inc - from + 1 in unsigned arithmetic; 0 means 2^64. */
+  uint64_t range = (uint64_t)to_inc - (uint64_t)from + 1;
+  tpu_hlo_type_t t = out;
+  t.dtype = TPU_DTYPE_INT64;
+  tpu_hlo_value_t v = bits64(ctx, &out);
+  if (range != 0) {
+    if (range > ((uint64_t)1 << 63)) return tpu_lower_decline(ctx, "range above 2^63");
+    /* 63 non-negative bits, then reduce into the range. */
+    v = tpu_emit_binary(b, "stablehlo.shift_right_logical", v, tpu_hlo_constant_int(b, t, 1));
+    if (range != ((uint64_t)1 << 63))
+      v = tpu_emit_binary(b, "stablehlo.remainder", v, tpu_hlo_constant_int(b, t, (int64_t)range));
+  }
+  v = tpu_emit_binary(b, "stablehlo.add", v, tpu_hlo_constant_int(b, t, from));
+  tpu_lower_set_output(ctx, 0, tpu_emit_convert(b, v, out.dtype));
+  return NULL;
+}
+
+/* exponential_(self, lambd): -log(1 - u) / lambd. */
+static tpu_status_t lower_exponential(tpu_lower_ctx_t* ctx) {
+  tpu_hlo_builder_t* b = ctx->b;
+  tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
+  if (!tpu_dtype_is_floating(out.dtype)) return tpu_lower_decline(ctx, "non-float exponential_");
+  tpu_dtype_t ct = compute_dtype(out.dtype);
+  tpu_hlo_value_t u = uniform01(ctx, &out, ct, ct);
+  tpu_hlo_value_t e = tpu_emit_unary(
+      b, "stablehlo.negate",
+      tpu_emit_unary(b, "stablehlo.log_plus_one", tpu_emit_unary(b, "stablehlo.negate", u)));
+  tpu_hlo_value_t r = tpu_emit_binary(b, "stablehlo.divide", e, operand(ctx, 1, &out, ct));
+  tpu_lower_set_output(ctx, 0, tpu_emit_convert(b, r, out.dtype));
+  return NULL;
+}
+
+/* randperm(n): sort random keys, carrying iota along. */
+static tpu_status_t lower_randperm(tpu_lower_ctx_t* ctx) {
+  tpu_hlo_builder_t* b = ctx->b;
+  tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
+  if (out.rank != 1 || out.dtype == TPU_DTYPE_BOOL) return tpu_lower_decline(ctx, "output type");
+  tpu_hlo_value_t ops[2] = {bits32(ctx, &out), tpu_emit_iota(b, &out, 0)};
+  tpu_hlo_type_t types[2] = {tpu_hlo_value_type(b, ops[0]), out};
+  tpu_hlo_region_op_begin(b, "stablehlo.sort", ops, 2, types, 2,
+                          "dimension = 0 : i64, is_stable = true");
+  tpu_hlo_type_t bt[4] = {tpu_hlo_type_scalar(TPU_DTYPE_INT32), tpu_hlo_type_scalar(TPU_DTYPE_INT32),
+                          tpu_hlo_type_scalar(out.dtype), tpu_hlo_type_scalar(out.dtype)};
+  tpu_hlo_value_t a[4];
+  tpu_hlo_block_begin(b, bt, 4, a);
+  tpu_hlo_value_t lt = tpu_emit_compare(b, "LT", a[0], a[1]);
+  tpu_hlo_block_return(b, &lt, 1);
+  tpu_hlo_value_t res[2];
+  tpu_hlo_region_op_end(b, res);
+  tpu_lower_set_output(ctx, 0, res[1]);
+  return NULL;
+}
+
+/* ---- ranges ---- */
+
+/* Scalar argument i as `dtype` (rank 0). */
+static tpu_hlo_value_t scalar(tpu_lower_ctx_t* ctx, int i, tpu_dtype_t dtype) {
+  return tpu_lower_scalar(ctx, i, dtype);
+}
+
+/* arange.start_out(start, end, step): start + i * step, computed like
+ * PyTorch's CPU kernel in the accumulate type (double for float/double,
+ * float for half types, int64 for integers); the length is the output's. */
+static tpu_status_t lower_arange(tpu_lower_ctx_t* ctx) {
+  tpu_hlo_builder_t* b = ctx->b;
+  tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
+  if (out.rank != 1 || out.dtype == TPU_DTYPE_BOOL || tpu_dtype_is_complex(out.dtype))
+    return tpu_lower_decline(ctx, "output type");
+  /* arange.out(end, out) has no start / step. */
+  bool has_start = tpu_lower_num_args(ctx) >= 3 && tpu_lower_arg(ctx, 2)->kind != TPU_ARG_TENSOR;
+  tpu_dtype_t acc = out.dtype == TPU_DTYPE_FLOAT16 || out.dtype == TPU_DTYPE_BFLOAT16
+                        ? TPU_DTYPE_FLOAT32
+                        : tpu_dtype_is_floating(out.dtype) ? TPU_DTYPE_FLOAT64 : TPU_DTYPE_INT64;
+  tpu_hlo_type_t t = out;
+  t.dtype = acc;
+  tpu_hlo_value_t start = has_start ? scalar(ctx, 0, acc) : tpu_emit_const(b, acc, 0);
+  tpu_hlo_value_t step = has_start ? scalar(ctx, 2, acc) : tpu_emit_const(b, acc, 1);
+  tpu_hlo_value_t r = tpu_emit_binary(
+      b, "stablehlo.add", tpu_emit_broadcast_to(b, start, &t),
+      tpu_emit_binary(b, "stablehlo.multiply", tpu_emit_iota(b, &t, 0),
+                      tpu_emit_broadcast_to(b, step, &t)));
+  tpu_lower_set_output(ctx, 0, tpu_emit_convert(b, r, out.dtype));
+  return NULL;
+}
+
+/* The CPU linspace kernel's values in `ct` over `out`'s shape: step =
+ * (end - start) / (steps - 1); the first half counts up from start, the
+ * rest down from end. start / end are given in ct. */
+static tpu_hlo_value_t linspace_values(tpu_hlo_builder_t* b, const tpu_hlo_type_t* out,
+                                       tpu_hlo_value_t start, tpu_hlo_value_t end,
+                                       tpu_dtype_t ct) {
+  int64_t steps = out->dims[0];
+  tpu_hlo_type_t t = *out;
+  t.dtype = ct;
+  if (steps == 1) return tpu_emit_broadcast_to(b, start, &t);
+  /* XLA turns a division by a constant into a multiplication by its
+   * reciprocal, which is not the correctly rounded quotient; dividing in
+   * float64 and rounding once gives it for the narrower types. */
+  tpu_hlo_value_t range = tpu_emit_convert(b, tpu_emit_binary(b, "stablehlo.subtract", end, start),
+                                           TPU_DTYPE_FLOAT64);
+  tpu_hlo_value_t step = tpu_emit_convert(
+      b, tpu_emit_binary(b, "stablehlo.divide", range,
+                         tpu_emit_const(b, TPU_DTYPE_FLOAT64, (double)(steps - 1))),
+      ct);
+  tpu_hlo_type_t it = *out;
+  it.dtype = TPU_DTYPE_INT64;
+  tpu_hlo_value_t idx = tpu_emit_iota(b, &it, 0);
+  tpu_hlo_value_t stepb = tpu_emit_broadcast_to(b, step, &t);
+  tpu_hlo_value_t up = tpu_emit_binary(
+      b, "stablehlo.add", tpu_emit_broadcast_to(b, start, &t),
+      tpu_emit_binary(b, "stablehlo.multiply", stepb, tpu_emit_convert(b, idx, ct)));
+  tpu_hlo_value_t back = tpu_emit_binary(b, "stablehlo.subtract",
+                                         tpu_hlo_constant_int(b, it, steps - 1), idx);
+  tpu_hlo_value_t down = tpu_emit_binary(
+      b, "stablehlo.subtract", tpu_emit_broadcast_to(b, end, &t),
+      tpu_emit_binary(b, "stablehlo.multiply", stepb, tpu_emit_convert(b, back, ct)));
+  tpu_hlo_value_t first_half =
+      tpu_emit_compare(b, "LT", idx, tpu_hlo_constant_int(b, it, steps / 2));
+  return tpu_emit_select(b, first_half, up, down);
+}
+
+/* linspace(start, end, steps): floats compute in the output type, integers
+ * in double from the integer endpoints (then truncate), like the CPU. */
+static tpu_status_t lower_linspace(tpu_lower_ctx_t* ctx) {
+  tpu_hlo_builder_t* b = ctx->b;
+  tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
+  if (out.rank != 1 || out.dtype == TPU_DTYPE_BOOL || tpu_dtype_is_complex(out.dtype))
+    return tpu_lower_decline(ctx, "output type");
+  if (out.dims[0] == 0) {
+    tpu_lower_set_output(ctx, 0, tpu_emit_const_like(b, &out, 0));
+    return NULL;
+  }
+  bool fl = tpu_dtype_is_floating(out.dtype);
+  tpu_dtype_t ct = fl ? out.dtype : TPU_DTYPE_FLOAT64;
+  tpu_hlo_value_t start = tpu_emit_convert(b, scalar(ctx, 0, out.dtype), ct);
+  tpu_hlo_value_t end = tpu_emit_convert(b, scalar(ctx, 1, out.dtype), ct);
+  tpu_lower_set_output(ctx, 0, tpu_emit_convert(b, linspace_values(b, &out, start, end, ct), out.dtype));
+  return NULL;
+}
+
+/* logspace(start, end, steps, base): base ** linspace, the exponent in the
+ * output type and the power in double, like the CPU kernel. */
+static tpu_status_t lower_logspace(tpu_lower_ctx_t* ctx) {
+  tpu_hlo_builder_t* b = ctx->b;
+  tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
+  if (out.rank != 1 || !tpu_dtype_is_floating(out.dtype))
+    return tpu_lower_decline(ctx, "non-float logspace");
+  if (out.dims[0] == 0) {
+    tpu_lower_set_output(ctx, 0, tpu_emit_const_like(b, &out, 0));
+    return NULL;
+  }
+  tpu_hlo_value_t e = linspace_values(b, &out, scalar(ctx, 0, out.dtype), scalar(ctx, 1, out.dtype),
+                                      out.dtype);
+  tpu_hlo_type_t t = out;
+  t.dtype = TPU_DTYPE_FLOAT64;
+  const tpu_lower_arg_t* base = tpu_lower_arg(ctx, 3);
+  double base_v = base->kind == TPU_ARG_FLOAT ? base->f : base->kind == TPU_ARG_INT ? (double)base->i : 10.0;
+  tpu_hlo_value_t r = tpu_emit_binary(b, "stablehlo.power", tpu_emit_const_like(b, &t, base_v),
+                                      tpu_emit_convert(b, e, TPU_DTYPE_FLOAT64));
+  tpu_lower_set_output(ctx, 0, tpu_emit_convert(b, r, out.dtype));
+  return NULL;
+}
+
+/* eye(n[, m]): 1 where row == column. */
+static tpu_status_t lower_eye(tpu_lower_ctx_t* ctx) {
+  tpu_hlo_builder_t* b = ctx->b;
+  tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
+  if (out.rank != 2) return tpu_lower_decline(ctx, "output rank");
+  tpu_hlo_type_t it = out;
+  it.dtype = TPU_DTYPE_INT64;
+  tpu_hlo_value_t diag = tpu_emit_compare(b, "EQ", tpu_emit_iota(b, &it, 0), tpu_emit_iota(b, &it, 1));
+  tpu_lower_set_output(ctx, 0, tpu_emit_convert(b, diag, out.dtype));
+  return NULL;
+}
+
+/* tril_indices / triu_indices(row, col, offset): every argument is
+ * structural, so the [2, N] result is a constant computed here, in
+ * PyTorch's row-major order. */
+static tpu_status_t lower_tri_indices(tpu_lower_ctx_t* ctx, bool lower) {
+  tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
+  int64_t rows = tpu_lower_arg(ctx, 0)->i, cols = tpu_lower_arg(ctx, 1)->i;
+  int64_t offset = tpu_lower_arg(ctx, 2)->kind == TPU_ARG_INT ? tpu_lower_arg(ctx, 2)->i : 0;
+  if (out.rank != 2 || out.dims[0] != 2 ||
+      (out.dtype != TPU_DTYPE_INT64 && out.dtype != TPU_DTYPE_INT32))
+    return tpu_lower_decline(ctx, "output type");
+  int64_t n = out.dims[1];
+  int64_t* v = calloc((size_t)(2 * n + 1), sizeof *v);
+  if (!v) return tpu_status_make(TPU_STATUS_RESOURCE_EXHAUSTED, "out of host memory");
+  int64_t k = 0;
+  for (int64_t i = 0; i < rows; i++)
+    for (int64_t j = 0; j < cols; j++)
+      if (lower ? j - i <= offset : j - i >= offset) {
+        if (k < n) {
+          v[k] = i;
+          v[n + k] = j;
+        }
+        k++;
+      }
+  if (k != n) {
+    free(v);
+    return tpu_lower_decline(ctx, "count %lld differs from the output's %lld", (long long)k,
+                             (long long)n);
+  }
+  tpu_hlo_type_t t64 = out;
+  t64.dtype = TPU_DTYPE_INT64;
+  tpu_hlo_value_t c = tpu_hlo_constant_dense(ctx->b, t64, v);
+  free(v);
+  tpu_lower_set_output(ctx, 0, tpu_emit_convert(ctx->b, c, out.dtype));
+  return NULL;
+}
+static tpu_status_t lower_tril_indices(tpu_lower_ctx_t* ctx) {
+  return lower_tri_indices(ctx, true);
+}
+static tpu_status_t lower_triu_indices(tpu_lower_ctx_t* ctx) {
+  return lower_tri_indices(ctx, false);
+}
+
+const tpu_lowering_t tpu_lowerings_factory[] = {
+    {"arange", lower_arange, 0},
+    {"linspace", lower_linspace, 0},
+    {"logspace", lower_logspace, 0},
+    {"eye", lower_eye, 0},
+    {"tril_indices", lower_tril_indices, 0},
+    {"triu_indices", lower_triu_indices, 0},
+    {"uniform", lower_uniform, TPU_LOWER_NEEDS_RNG},
+    {"normal", lower_normal, TPU_LOWER_NEEDS_RNG},
+    {"bernoulli", lower_bernoulli, TPU_LOWER_NEEDS_RNG},
+    {"random", lower_random, TPU_LOWER_NEEDS_RNG},
+    {"exponential", lower_exponential, TPU_LOWER_NEEDS_RNG},
+    {"randperm", lower_randperm, TPU_LOWER_NEEDS_RNG},
+};
+const size_t tpu_lowerings_factory_count =
+    sizeof tpu_lowerings_factory / sizeof tpu_lowerings_factory[0];
