@@ -272,8 +272,17 @@ static tpu_status_t lower_norm(tpu_lower_ctx_t* ctx) {
         b, "stablehlo.sqrt",
         reduce_all(b, tpu_emit_binary(b, "stablehlo.multiply", a, a), 0, "stablehlo.add"));
     tpu_hlo_value_t n1 = reduce_all(b, a, 0, "stablehlo.add");
-    tpu_hlo_value_t ninf = reduce_all(b, a, 0, "stablehlo.maximum");
-    tpu_hlo_value_t nminf = reduce_all(b, a, INFINITY, "stablehlo.minimum");
+    /* XLA:CPU's max/min may drop NaNs; PyTorch's norms propagate them. */
+    tpu_hlo_value_t any_nan = tpu_emit_compare(
+        b, "NE",
+        reduce_all(b, tpu_emit_convert(b, tpu_emit_compare(b, "NE", a, a), ct), 0,
+                   "stablehlo.add"),
+        tpu_emit_const(b, ct, 0));
+    tpu_hlo_value_t nan = tpu_emit_const(b, ct, NAN);
+    tpu_hlo_value_t ninf =
+        tpu_emit_select(b, any_nan, nan, reduce_all(b, a, 0, "stablehlo.maximum"));
+    tpu_hlo_value_t nminf =
+        tpu_emit_select(b, any_nan, nan, reduce_all(b, a, INFINITY, "stablehlo.minimum"));
     tpu_hlo_value_t n0 = reduce_all(
         b, tpu_emit_convert(b, tpu_emit_compare(b, "NE", a, tpu_emit_const_like(b, &at, 0)), ct),
         0, "stablehlo.add");

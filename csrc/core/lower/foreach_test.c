@@ -125,6 +125,16 @@ static void test_norm_orders_are_runtime(void) {
     free(r[0]);
     free(r[1]);
   }
+  /* A NaN makes every norm NaN, max and min included. */
+  float n0[6] = {1, NAN, 2, 0, 0, 0};
+  for (int o = 0; o < 4; o++) {
+    const void* data[3] = {n0, a1, &ords[o]};
+    void* r[2];
+    CHECK_OK(tpu_test_run_op("aten::_foreach_norm.Scalar", args, 3, lt, data, outs, 2, r));
+    CHECK(isnan(*(float*)r[0]));
+    free(r[0]);
+    free(r[1]);
+  }
 }
 
 static void test_maximum_nan_sign_sqrt(void) {
