@@ -449,6 +449,65 @@ static tpu_status_t lower_slice_scatter(tpu_lower_ctx_t* ctx) {
                      step);
 }
 
+/* diagonal_scatter(self, src, offset, dim1, dim2): src (self's other dims,
+ * then the diagonal) is spread over self's shape along dim1 (or dim2 for a
+ * negative offset), then selected where col - row == offset. */
+static tpu_status_t lower_diagonal_scatter(tpu_lower_ctx_t* ctx) {
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
+  int r = out.rank;
+  int64_t offset = tpu_lower_arg(ctx, 2)->kind == TPU_ARG_INT ? tpu_lower_arg(ctx, 2)->i : 0;
+  int d1 = wrap_dim(tpu_lower_arg(ctx, 3)->kind == TPU_ARG_INT ? tpu_lower_arg(ctx, 3)->i : 0, r);
+  int d2 = wrap_dim(tpu_lower_arg(ctx, 4)->kind == TPU_ARG_INT ? tpu_lower_arg(ctx, 4)->i : 1, r);
+  if (r < 2 || d1 == d2) return tpu_lower_decline(ctx, "dims");
+  tpu_hlo_value_t self = tpu_lower_tensor(ctx, 0);
+  tpu_hlo_value_t src = tpu_emit_convert(b, tpu_lower_tensor(ctx, 1), out.dtype);
+  tpu_hlo_type_t st = tpu_hlo_value_type(b, src);
+  int keep = offset >= 0 ? d1 : d2, other = offset >= 0 ? d2 : d1;
+  int64_t len = st.dims[r - 2];
+  if (numel(&out) == 0 || len == 0) {
+    tpu_lower_set_output(ctx, 0, self);
+    return NULL;
+  }
+  /* Pad the diagonal to the full size of `keep`. */
+  tpu_hlo_value_t zero = tpu_emit_const(b, out.dtype, 0);
+  src = place_along(b, src, r - 2, 0, 1, out.dims[keep], zero);
+  /* Reorder (rest..., keep) into self's dim order without `other`. */
+  int64_t perm[TPU_HLO_MAX_RANK], target[TPU_HLO_MAX_RANK];
+  int n = 0, rest = 0;
+  for (int d = 0; d < r; d++) {
+    if (d == other) continue;
+    target[n] = d;
+    if (d == keep) {
+      perm[n++] = r - 2;
+    } else {
+      perm[n++] = rest;
+    }
+    if (d != keep) rest++;
+  }
+  src = tpu_emit_transpose(b, src, perm);
+  char arr[ARR_CAP], attrs[ARR_CAP + 32];
+  tpu_emit_i64_array(arr, sizeof arr, target, r - 1);
+  snprintf(attrs, sizeof attrs, "broadcast_dimensions = %s", arr);
+  src = tpu_hlo_op(b, "stablehlo.broadcast_in_dim", &src, 1, out, attrs);
+  int64_t md[2] = {out.dims[d1], out.dims[d2]};
+  tpu_hlo_type_t mt = tpu_hlo_type_make(TPU_DTYPE_INT64, 2, md);
+  tpu_hlo_value_t diff = tpu_emit_binary(b, "stablehlo.subtract", tpu_emit_iota(b, &mt, 1),
+                                         tpu_emit_iota(b, &mt, 0));
+  tpu_hlo_value_t on = tpu_emit_compare(b, "EQ", diff, tpu_emit_const_like(b, &mt, (double)offset));
+  tpu_hlo_type_t bt = out;
+  bt.dtype = TPU_DTYPE_BOOL;
+  snprintf(attrs, sizeof attrs, "broadcast_dimensions = array<i64: %d, %d>", d1, d2);
+  if (d1 > d2) { /* broadcast_in_dim wants the operand's dims in order */
+    int64_t swap[2] = {1, 0};
+    on = tpu_emit_transpose(b, on, swap);
+    snprintf(attrs, sizeof attrs, "broadcast_dimensions = array<i64: %d, %d>", d2, d1);
+  }
+  on = tpu_hlo_op(b, "stablehlo.broadcast_in_dim", &on, 1, bt, attrs);
+  tpu_lower_set_output(ctx, 0, tpu_emit_select(b, on, src, tpu_emit_convert(b, self, out.dtype)));
+  return NULL;
+}
+
 /* ---- sorting ---- */
 
 enum sort_order { ASCENDING, DESCENDING, ASCENDING_NAN_FIRST };
@@ -698,5 +757,6 @@ const tpu_lowering_t tpu_lowerings_shape[] = {
     {"slice_backward", lower_slice_backward, 0},
     {"select_scatter", lower_select_scatter, 0},
     {"slice_scatter", lower_slice_scatter, 0},
+    {"diagonal_scatter", lower_diagonal_scatter, 0},
 };
 const size_t tpu_lowerings_shape_count = sizeof tpu_lowerings_shape / sizeof tpu_lowerings_shape[0];

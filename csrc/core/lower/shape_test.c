@@ -293,6 +293,33 @@ static void test_nanmedian(void) {
   free(r[0]);
 }
 
-TPU_TEST_MAIN(TPU_TEST(test_nanmedian), TPU_TEST(test_slice_writes), TPU_TEST(test_cat), TPU_TEST(test_flip_roll_repeat), TPU_TEST(test_pads),
+/* diagonal_scatter on a [3, 4] with offset 1 and on dims (1, 0) with -1. */
+static void test_diagonal_scatter(void) {
+  int64_t xd[2] = {3, 4}, sd[1] = {3};
+  float x[12] = {0}, src[3] = {1, 2, 3};
+  tpu_lower_arg_t args[5] = {tpu_test_tensor_arg(TPU_DTYPE_FLOAT32, 2, xd),
+                             tpu_test_tensor_arg(TPU_DTYPE_FLOAT32, 1, sd), int_arg(1), int_arg(0),
+                             int_arg(1)};
+  const void* data[2] = {x, src};
+  tpu_hlo_type_t out = tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 2, xd);
+  void* r[1];
+  CHECK_OK(tpu_test_run_op("aten::diagonal_scatter", args, 5, NULL, data, &out, 1, r));
+  float* g = r[0];
+  for (int i = 0; i < 3; i++)
+    for (int j = 0; j < 4; j++) CHECK(g[i * 4 + j] == (j == i + 1 ? src[i] : 0));
+  free(r[0]);
+  /* dim1 = 1 (cols), dim2 = 0 (rows), offset -1: element k sits at col
+   * k + 1, row k (torch.diagonal_scatter agrees). */
+  args[2] = int_arg(-1);
+  args[3] = int_arg(1);
+  args[4] = int_arg(0);
+  CHECK_OK(tpu_test_run_op("aten::diagonal_scatter", args, 5, NULL, data, &out, 1, r));
+  g = r[0];
+  for (int i = 0; i < 3; i++)
+    for (int j = 0; j < 4; j++) CHECK(g[i * 4 + j] == (j == i + 1 ? src[i] : 0));
+  free(r[0]);
+}
+
+TPU_TEST_MAIN(TPU_TEST(test_diagonal_scatter), TPU_TEST(test_nanmedian), TPU_TEST(test_slice_writes), TPU_TEST(test_cat), TPU_TEST(test_flip_roll_repeat), TPU_TEST(test_pads),
               TPU_TEST(test_tril_triu), TPU_TEST(test_sorting),
               TPU_TEST(test_sort_bool_and_stack))
