@@ -1,7 +1,6 @@
-// Ops that run on the device through the lowering table: the binary
-// arithmetic family, mm, fill_/zero_, and torchtpu::run_stablehlo (a
-// user-supplied StableHLO module over tpu tensors). Anything these kernels
-// do not cover goes to the CPU fallback, counted as usual.
+// torchtpu::run_stablehlo: a user-supplied StableHLO module run over tpu
+// tensors. Its operands are staged into buffers of the declared shapes
+// (storages keep their flat buffers).
 #include <ATen/ATen.h>
 #include <ATen/ExpandUtils.h>
 #include <ATen/Operators.h>
@@ -47,11 +46,9 @@ struct Operands {
   }
 
   void add_tensor(const at::Tensor& t) {
-    at::Tensor dense = t;
-    if (!covers_dense_contiguous(dense)) {
-      dense = at::empty(t.sizes(), t.options());
-      dense.copy_(t);
-    }
+    // A private copy: reshaping its buffer must not disturb t's storage.
+    at::Tensor dense = at::empty(t.sizes(), t.options());
+    dense.copy_(t);
     tpu_buffer_t* buffer = nullptr;
     TPU_CHECK(tpu_storage_buffer_as(storage_of(dense.storage()),
                                     to_tpu_dtype(dense.scalar_type()),
@@ -73,125 +70,6 @@ struct Operands {
     buffers.push_back(buffer);
   }
 };
-
-// Compiles (or finds) `text` and enqueues it; returns its single output.
-tpu_buffer_t* run_program(char* text, size_t len, Operands& operands,
-                          c10::Device device, const char* op_name) {
-  tpu_program_t* program = nullptr;
-  tpu_status_t s = tpu_program_get(text, len, &program);
-  free(text);
-  if (s) throw_status(tpu_status_annotate(s, "%s: ", op_name), "compiling");
-  tpu_buffer_t* result = nullptr;
-  TPU_CHECK(tpu_program_execute(program, device.index(), operands.buffers.data(),
-                                static_cast<int>(operands.buffers.size()), &result),
-            op_name);
-  return result;
-}
-
-// Makes `buffer` (owned) the contents of tensor `t`'s whole storage.
-void install(const at::Tensor& t, tpu_buffer_t* buffer, const char* op_name) {
-  TPU_CHECK(tpu_storage_set_buffer(storage_of(t.storage()), buffer), op_name);
-}
-
-at::Tensor run_single(char* text, size_t len, Operands& operands,
-                      c10::IntArrayRef sizes, c10::ScalarType dtype,
-                      c10::Device device, const char* op_name) {
-  at::Tensor out = at::empty(sizes, at::TensorOptions().dtype(dtype).device(device));
-  install(out, run_program(text, len, operands, device, op_name), op_name);
-  return out;
-}
-
-bool native_dtype(c10::ScalarType t) {
-  return t == c10::kFloat || t == c10::kBFloat16 || t == c10::kHalf ||
-         t == c10::kDouble || t == c10::kInt || t == c10::kLong;
-}
-
-// a <op> b on the device when both are tpu tensors of one dtype (or b is a
-// CPU scalar that does not change the result dtype); else nullopt.
-std::optional<at::Tensor> try_binary(tpu_binary_op_t op, const at::Tensor& a,
-                                     const at::Tensor& b, const at::Scalar& alpha,
-                                     const char* name) {
-  if (!alpha.equal(1) || !a.device().is_privateuseone()) return std::nullopt;
-  c10::ScalarType dtype = a.scalar_type();
-  if (!native_dtype(dtype) || at::result_type(a, b) != dtype) return std::nullopt;
-  if (op == TPU_BINARY_DIV && !c10::isFloatingType(dtype)) return std::nullopt;
-  bool b_scalar = b.device().is_cpu() && b.dim() == 0;
-  if (!b_scalar && (b.device() != a.device() || b.scalar_type() != dtype))
-    return std::nullopt;
-  auto out_sizes = at::infer_size(a.sizes(), b.sizes());
-  if (a.numel() == 0 || b.numel() == 0) return std::nullopt;
-  Operands operands;
-  operands.add_tensor(a);
-  tpu_hlo_type_t lhs = hlo_type(dtype, a.sizes());
-  tpu_hlo_type_t rhs = hlo_type(dtype, b_scalar ? c10::IntArrayRef{} : b.sizes());
-  if (b_scalar) operands.add_scalar(b.item(), dtype, a.device().index());
-  else operands.add_tensor(b);
-  tpu_hlo_type_t out = hlo_type(dtype, out_sizes);
-  char* text = nullptr;
-  size_t len = 0;
-  TPU_CHECK(tpu_lower_binary(op, &lhs, &rhs, &out, &text, &len), name);
-  return run_single(text, len, operands, out_sizes, dtype, a.device(), name);
-}
-
-#define BINARY_KERNEL(fn, op, aten_op)                                       \
-  at::Tensor fn(const at::Tensor& a, const at::Tensor& b,                    \
-                const at::Scalar& alpha) {                                   \
-    if (auto r = try_binary(op, a, b, alpha, #aten_op)) return *r;           \
-    return at::native::call_fallback_fn<&cpu_fallback, ATEN_OP(aten_op)>::call( \
-        a, b, alpha);                                                        \
-  }
-BINARY_KERNEL(add_tensor, TPU_BINARY_ADD, add_Tensor)
-BINARY_KERNEL(sub_tensor, TPU_BINARY_SUB, sub_Tensor)
-#undef BINARY_KERNEL
-
-at::Tensor mul_tensor(const at::Tensor& a, const at::Tensor& b) {
-  if (auto r = try_binary(TPU_BINARY_MUL, a, b, 1, "mul.Tensor")) return *r;
-  return at::native::call_fallback_fn<&cpu_fallback, ATEN_OP(mul_Tensor)>::call(a, b);
-}
-
-at::Tensor div_tensor(const at::Tensor& a, const at::Tensor& b) {
-  if (auto r = try_binary(TPU_BINARY_DIV, a, b, 1, "div.Tensor")) return *r;
-  return at::native::call_fallback_fn<&cpu_fallback, ATEN_OP(div_Tensor)>::call(a, b);
-}
-
-at::Tensor mm(const at::Tensor& a, const at::Tensor& b) {
-  c10::ScalarType dtype = a.scalar_type();
-  bool ok = a.dim() == 2 && b.dim() == 2 && a.size(1) == b.size(0) &&
-            b.scalar_type() == dtype && b.device() == a.device() &&
-            c10::isFloatingType(dtype) && a.numel() > 0 && b.numel() > 0;
-  if (!ok)
-    return at::native::call_fallback_fn<&cpu_fallback, ATEN_OP(mm)>::call(a, b);
-  Operands operands;
-  operands.add_tensor(a);
-  operands.add_tensor(b);
-  tpu_hlo_type_t lhs = hlo_type(dtype, a.sizes()), rhs = hlo_type(dtype, b.sizes());
-  char* text = nullptr;
-  size_t len = 0;
-  TPU_CHECK(tpu_lower_matmul(&lhs, &rhs, &text, &len), "mm");
-  return run_single(text, len, operands, {a.size(0), b.size(1)}, dtype, a.device(),
-                    "mm");
-}
-
-at::Tensor& fill_scalar(at::Tensor& self, const at::Scalar& value) {
-  if (self.numel() == 0) return self;
-  c10::ScalarType dtype = self.scalar_type();
-  Operands operands;
-  operands.add_scalar(value, dtype, self.device().index());
-  tpu_hlo_type_t out = hlo_type(dtype, self.sizes());
-  char* text = nullptr;
-  size_t len = 0;
-  TPU_CHECK(tpu_lower_fill(&out, &text, &len), "fill_");
-  if (covers_dense_contiguous(self)) {
-    install(self, run_program(text, len, operands, self.device(), "fill_"), "fill_");
-  } else {
-    // A view: computed whole, then written through its base.
-    self.copy_(run_single(text, len, operands, self.sizes(), dtype, self.device(),
-                          "fill_"));
-  }
-  return self;
-}
-
-at::Tensor& zero_(at::Tensor& self) { return fill_scalar(self, 0); }
 
 // torchtpu::run_stablehlo(str module, Tensor[] inputs) -> Tensor[]
 std::vector<at::Tensor> run_stablehlo(c10::string_view module,
@@ -254,16 +132,6 @@ std::vector<at::Tensor> run_stablehlo(c10::string_view module,
     outs.push_back(std::move(out));
   }
   return outs;
-}
-
-TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  m.impl("add.Tensor", add_tensor);
-  m.impl("sub.Tensor", sub_tensor);
-  m.impl("mul.Tensor", mul_tensor);
-  m.impl("div.Tensor", div_tensor);
-  m.impl("mm", mm);
-  m.impl("fill_.Scalar", fill_scalar);
-  m.impl("zero_", zero_);
 }
 
 TORCH_LIBRARY(torchtpu, m) {

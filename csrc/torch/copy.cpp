@@ -19,6 +19,8 @@ extern "C" {
 }
 
 namespace torchtpu {
+void device_copy(const at::Tensor& dst, const at::Tensor& src);
+
 namespace {
 
 // The whole storage as a CPU uint8 tensor.
@@ -52,33 +54,25 @@ void write_from_host(const at::Tensor& dst, const at::Tensor& src_any) {
   if (dst.numel() == 0) return;
   at::Tensor src = src_any.to(dst.scalar_type()).resolve_conj().resolve_neg();
   src = src.expand(dst.sizes());
-  tpu_storage_t* storage = storage_of(dst.storage());
-  int64_t itemsize = static_cast<int64_t>(dst.itemsize());
-  if (covers_storage_densely(dst)) {
-    // The buffer's row-major order is dst's memory order: dims sorted by
-    // dst's strides, outermost first; src is read through matching strides.
-    int rank = static_cast<int>(dst.dim());
-    std::vector<int64_t> order(rank);
-    std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
-      return dst.stride(a) > dst.stride(b);
-    });
-    std::vector<int64_t> dims(rank), byte_strides(rank);
-    for (int i = 0; i < rank; i++) {
-      dims[i] = dst.size(order[i]);
-      byte_strides[i] = src.stride(order[i]) * itemsize;
-    }
-    TPU_CHECK(tpu_storage_write_host(storage, src.data_ptr(), dtype,
-                                     dims.data(), rank, byte_strides.data()),
-              "copying a tensor to the tpu device");
-    tpu_metrics_add("bytes_to_device", static_cast<int64_t>(dst.numel()) * itemsize);
+  if (!covers_storage_densely(dst)) {
+    // Upload whole, then write it through dst's view on the device.
+    at::Tensor staged = at::empty(dst.sizes(), dst.options());
+    write_from_host(staged, src);
+    device_copy(dst, staged);
     return;
   }
-  at::Tensor image = read_storage_image(dst);
-  host_view(dst, image).copy_(src);
-  TPU_CHECK(tpu_storage_write_bytes(storage, image.data_ptr(), dtype),
-            "writing into a view of a tpu tensor");
-  tpu_metrics_add("bytes_to_device", image.numel());
+  // Storages hold flat buffers in dst's memory order: pack src that way
+  // (free when it already is) and upload it as one run.
+  int rank = static_cast<int>(dst.dim());
+  std::vector<int64_t> order(rank);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+    return dst.stride(a) > dst.stride(b);
+  });
+  at::Tensor packed = src.permute(order).contiguous();
+  TPU_CHECK(tpu_storage_write_bytes(storage_of(dst.storage()), packed.const_data_ptr(), dtype),
+            "copying a tensor to the tpu device");
+  tpu_metrics_add("bytes_to_device", static_cast<int64_t>(packed.nbytes()));
 }
 
 // Reads tpu tensor `src` into CPU tensor `dst` (converting dtype, broadcasting).
@@ -112,8 +106,10 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst,
     TORCH_CHECK(dst.device().is_cpu(), "torchtpu: cannot copy from tpu to ",
                 dst.device(), "; go through the CPU");
     read_to_host(self, dst);
+  } else if (self.device() == dst.device()) {
+    device_copy(dst, self);
   } else {
-    // tpu -> tpu (same or another device), staged through the host for now.
+    // Another tpu device: through the host.
     at::Tensor image = read_storage_image(self);
     write_from_host(dst, host_view(self, image));
   }

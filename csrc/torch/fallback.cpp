@@ -44,6 +44,16 @@ Policy policy() {
 
 }  // namespace
 
+bool try_run_on_device(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+
+// Every op without its own kernel lands here: the lowering table first,
+// then the CPU.
+void tpu_boxed_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  if (try_run_on_device(op, stack)) return;
+  cpu_fallback(op, stack);
+}
+
 void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const auto& name = op.schema().operator_name();
   std::string full = name.name;
@@ -70,7 +80,7 @@ void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 
 namespace {
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
-  m.fallback(torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&tpu_boxed_kernel>());
 }
 }  // namespace
 }  // namespace torchtpu

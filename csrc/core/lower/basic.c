@@ -112,7 +112,16 @@ static tpu_status_t lower_zero(tpu_lower_ctx_t* ctx) {
   return NULL;
 }
 
+/* copy_(self, src): src converted and broadcast into self (the engine
+ * writes it through self's view). Also tpu->tpu copies and view writes. */
+static tpu_status_t lower_copy(tpu_lower_ctx_t* ctx) {
+  tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
+  tpu_lower_set_output(ctx, 0, tpu_emit_cast_to(tpu_lower_builder(ctx), tpu_lower_tensor(ctx, 1), &out));
+  return NULL;
+}
+
 const tpu_lowering_t tpu_lowerings_basic[] = {
+    {"copy", lower_copy, 0},
     {"add", lower_add, 0},   {"sub", lower_sub, 0},   {"mul", lower_mul, 0},
     {"div", lower_div, 0},   {"mm", lower_mm, 0},     {"fill", lower_fill, 0},
     {"zero", lower_zero, 0},

@@ -74,6 +74,19 @@ tpu_hlo_value_t tpu_lower_scalar(tpu_lower_ctx_t* ctx, int i, tpu_dtype_t dtype)
   return invalid();
 }
 
+tpu_hlo_value_t tpu_lower_scalar_at(tpu_lower_ctx_t* ctx, int i, int k, tpu_dtype_t dtype) {
+  const tpu_lower_arg_t* a = tpu_lower_arg(ctx, i);
+  if (a->kind != TPU_ARG_SCALARS || k < 0 || k >= a->num_tensors) {
+    if (!ctx->declined)
+      ctx->declined = tpu_status_make(TPU_STATUS_INVALID_ARGUMENT,
+                                      "%s: argument %d has no scalar %d", ctx->op_name, i, k);
+    return invalid();
+  }
+  int64_t start = k, limit = k + 1, stride = 1;
+  tpu_hlo_value_t one = tpu_emit_slice(ctx->b, ctx->arg_values[i], &start, &limit, &stride);
+  return tpu_emit_convert(ctx->b, tpu_emit_reshape(ctx->b, one, NULL, 0), dtype);
+}
+
 int tpu_lower_num_outputs(const tpu_lower_ctx_t* ctx) { return ctx->num_outputs; }
 
 tpu_hlo_type_t tpu_lower_output_type(const tpu_lower_ctx_t* ctx, int i) {
@@ -176,7 +189,8 @@ tpu_status_t tpu_lower_program_plain(const char* op_name, const tpu_lower_arg_t*
     }
   }
   for (int i = 0; i < num_args; i++)
-    if (args[i].kind == TPU_ARG_SCALAR) arg_values[i] = tpu_hlo_arg(b, args[i].type, NULL);
+    if (args[i].kind == TPU_ARG_SCALAR || args[i].kind == TPU_ARG_SCALARS)
+      arg_values[i] = tpu_hlo_arg(b, args[i].type, NULL);
   tpu_lower_ctx_t ctx = {
       .b = b, .op_name = op_name, .args = args, .num_args = num_args,
       .arg_values = arg_values, .list_offset = list_offset, .list_values = list_values,

@@ -32,7 +32,7 @@ static inline size_t tpu_test_type_bytes(const tpu_hlo_type_t* t) {
 
 /* data[k]: host bytes for the k-th program parameter, in parameter order:
  * TENSOR args (and TENSORS members, via list_types) in arg order, then
- * SCALAR args in arg order, then (for RNG ops) the 2 x int64 state.
+ * SCALAR and SCALARS (n x f64) args in arg order, then (for RNG ops) the 2 x int64 state.
  * out_data[i] receives malloc'd output bytes (caller frees). */
 static inline tpu_status_t tpu_test_run_op(const char* op, const tpu_lower_arg_t* args,
                                            int nargs, const tpu_hlo_type_t* list_types,
@@ -56,7 +56,8 @@ static inline tpu_status_t tpu_test_run_op(const char* op, const tpu_lower_arg_t
       for (int k = 0; k < args[i].num_tensors; k++) params[np++] = list_types[nl++];
   }
   for (int i = 0; i < nargs; i++)
-    if (args[i].kind == TPU_ARG_SCALAR) params[np++] = args[i].type;
+    if (args[i].kind == TPU_ARG_SCALAR || args[i].kind == TPU_ARG_SCALARS)
+      params[np++] = args[i].type;
   const tpu_lowering_t* row = tpu_lowering_find_row(op);
   if (row && (row->flags & TPU_LOWER_NEEDS_RNG)) {
     int64_t two = 2;

@@ -8,7 +8,13 @@
  * tensors). So "add", "add_" and "add.out" share one lowering, and Strict,
  * Debug, DeferAndFuse and torch.compile all share the table.
  *
- * Arguments arrive in schema order (out= tensors included, last). Output
+ * Arguments arrive in schema order (out= tensors included, last). Outputs
+ * are the op's returns in order (a Tensor[] return counts one output per
+ * element), followed by every argument the op mutates that no return
+ * aliases, in schema order (e.g. _foreach_add_ returns nothing: its outputs
+ * are the new values of the list's elements; native_batch_norm in training
+ * returns 3 tensors, then outputs 3 and 4 are the new running_mean and
+ * running_var). Output
  * types come from PyTorch's meta kernels, so a lowering need not re-derive
  * shapes or result dtypes: it must produce values of exactly those types.
  * A lowering that cannot handle a particular call returns
@@ -31,6 +37,9 @@ typedef enum tpu_arg_kind_e {
   TPU_ARG_NONE = 0, /* None, or an optional left out */
   TPU_ARG_TENSOR,   /* a tpu tensor: tpu_lower_tensor() */
   TPU_ARG_TENSORS,  /* a list of tpu tensors (cat, stack, _foreach_*) */
+  TPU_ARG_SCALARS,  /* a list of run-time scalars (ScalarList, float[] of
+                       _foreach ops): one program argument of type
+                       tensor<n x f64>; tpu_lower_scalar_at() */
   TPU_ARG_SCALAR,   /* a run-time scalar (Scalar, or a 0-dim CPU tensor):
                        its value is a program argument, so new values never
                        recompile; only its dtype is known when lowering */
@@ -54,7 +63,10 @@ typedef struct tpu_lower_arg_s {
   /* SCALAR: true when it came from a Python number (PyTorch's "wrapped
    * number"), which does not take part in type promotion like tensors do. */
   bool wrapped_number;
-  /* TENSORS: how many. */
+  /* TENSORS: how many tensors. SCALARS: how many scalars. For an optional
+   * tensor list (Tensor?[], e.g. index.Tensor's indices) the TENSORS arg
+   * holds only the present tensors and ints[k] gives the list position of
+   * the k-th present tensor, num_ints the full list length. */
   int num_tensors;
   /* INT / BOOL (0/1). */
   int64_t i;
@@ -88,6 +100,9 @@ tpu_hlo_type_t tpu_lower_list_type(const tpu_lower_ctx_t* ctx, int i, int k);
  * arguments; INT / FLOAT / BOOL args become constants; a rank-0 TENSOR is
  * converted. */
 tpu_hlo_value_t tpu_lower_scalar(tpu_lower_ctx_t* ctx, int i, tpu_dtype_t dtype);
+
+/* Element k of SCALARS argument i as a rank-0 value of `dtype`. */
+tpu_hlo_value_t tpu_lower_scalar_at(tpu_lower_ctx_t* ctx, int i, int k, tpu_dtype_t dtype);
 
 int tpu_lower_num_outputs(const tpu_lower_ctx_t* ctx);
 /* The type PyTorch's meta kernel gives output i. */

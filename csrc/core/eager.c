@@ -1,0 +1,605 @@
+#include "eager.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lower/ctx_internal.h"
+#include "lower/emit.h"
+#include "memory.h"
+#include "metrics.h"
+#include "program.h"
+#include "runtime.h"
+
+/* ---- keys ---------------------------------------------------------------- */
+
+typedef struct {
+  uint8_t* data;
+  size_t len, cap;
+  bool failed;
+} keybuf_t;
+
+static void key_put(keybuf_t* k, const void* p, size_t n) {
+  if (k->failed) return;
+  if (k->len + n > k->cap) {
+    size_t cap = k->cap ? k->cap * 2 : 512;
+    while (cap < k->len + n) cap *= 2;
+    uint8_t* grown = realloc(k->data, cap);
+    if (!grown) {
+      k->failed = true;
+      return;
+    }
+    k->data = grown;
+    k->cap = cap;
+  }
+  memcpy(k->data + k->len, p, n);
+  k->len += n;
+}
+#define KEY_PUT(k, v) key_put((k), &(v), sizeof(v))
+
+/* Distinct storages of a call, in first-use order (args, then lists). */
+typedef struct {
+  int count;
+  tpu_storage_t** storages;
+  tpu_dtype_t* dtypes;
+  int64_t* numels;
+  bool conflict; /* one storage viewed with two element types */
+} slots_t;
+
+static int slot_of(slots_t* s, const tpu_eager_tensor_t* t) {
+  for (int i = 0; i < s->count; i++) {
+    if (s->storages[i] == t->storage) {
+      if (s->dtypes[i] != t->view.dtype) s->conflict = true;
+      return i;
+    }
+  }
+  s->storages[s->count] = t->storage;
+  s->dtypes[s->count] = t->view.dtype;
+  s->numels[s->count] = t->storage_numel;
+  return s->count++;
+}
+
+static bool slots_init(slots_t* s, const tpu_eager_call_t* call) {
+  int max = call->num_args + call->num_list + 1;
+  s->count = 0;
+  s->conflict = false;
+  s->storages = malloc(sizeof *s->storages * (size_t)max);
+  s->dtypes = malloc(sizeof *s->dtypes * (size_t)max);
+  s->numels = malloc(sizeof *s->numels * (size_t)max);
+  return s->storages && s->dtypes && s->numels;
+}
+
+static void slots_free(slots_t* s) {
+  free(s->storages);
+  free(s->dtypes);
+  free(s->numels);
+}
+
+static void key_tensor(keybuf_t* k, slots_t* s, const tpu_eager_tensor_t* t) {
+  int slot = slot_of(s, t);
+  KEY_PUT(k, slot);
+  KEY_PUT(k, t->storage_numel);
+  KEY_PUT(k, t->view.dtype);
+  KEY_PUT(k, t->view.rank);
+  key_put(k, t->view.sizes, sizeof(int64_t) * (size_t)t->view.rank);
+  key_put(k, t->view.strides, sizeof(int64_t) * (size_t)t->view.rank);
+  KEY_PUT(k, t->view.offset);
+}
+
+/* The key of a call; also fills `slots`. */
+static void build_key(const tpu_eager_call_t* call, keybuf_t* k, slots_t* s) {
+  key_put(k, call->op_name, strlen(call->op_name) + 1);
+  KEY_PUT(k, call->num_args);
+  for (int i = 0; i < call->num_args; i++) {
+    const tpu_eager_arg_t* a = &call->args[i];
+    const tpu_lower_arg_t* l = &a->lower;
+    KEY_PUT(k, l->kind);
+    switch (l->kind) {
+      case TPU_ARG_TENSOR: key_tensor(k, s, &a->tensor); break;
+      case TPU_ARG_TENSORS:
+        KEY_PUT(k, l->num_tensors);
+        for (int j = 0; j < l->num_tensors; j++) key_tensor(k, s, &call->list[a->list_start + j]);
+        break;
+      case TPU_ARG_SCALAR:
+        KEY_PUT(k, l->type.dtype);
+        KEY_PUT(k, l->wrapped_number);
+        break;
+      case TPU_ARG_SCALARS: KEY_PUT(k, l->num_tensors); break;
+      case TPU_ARG_INT:
+      case TPU_ARG_BOOL: KEY_PUT(k, l->i); break;
+      case TPU_ARG_FLOAT: KEY_PUT(k, l->f); break;
+      case TPU_ARG_INTS:
+        KEY_PUT(k, l->num_ints);
+        key_put(k, l->ints, sizeof(int64_t) * (size_t)l->num_ints);
+        break;
+      case TPU_ARG_DTYPE: KEY_PUT(k, l->dtype); break;
+      case TPU_ARG_STRING: key_put(k, l->str, strlen(l->str) + 1); break;
+      default: break;
+    }
+  }
+}
+
+/* ---- cache --------------------------------------------------------------- */
+
+struct tpu_eager_entry_s {
+  uint8_t* key;
+  size_t key_len;
+  uint64_t hash;
+  struct tpu_eager_entry_s* next;
+  bool fallback;
+  char* fallback_reason;
+  tpu_program_t* program;
+  int num_outputs;
+  tpu_eager_output_t* outputs;
+  int num_slots;
+  int num_written;   /* program results 0..num_written-1: new flat storages */
+  int* written_slot; /* which slot each of those replaces */
+  int num_fresh;     /* then one result per fresh output, in output order */
+  bool needs_rng;    /* then the new generator state */
+};
+
+#define BUCKETS 4096
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static tpu_eager_entry_t* g_buckets[BUCKETS];
+static size_t g_count;
+
+static uint64_t hash_bytes(const uint8_t* p, size_t n) {
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+
+static tpu_eager_entry_t* find(const keybuf_t* k, uint64_t h) {
+  for (tpu_eager_entry_t* e = g_buckets[h % BUCKETS]; e; e = e->next)
+    if (e->hash == h && e->key_len == k->len && memcmp(e->key, k->data, k->len) == 0) return e;
+  return NULL;
+}
+
+tpu_eager_entry_t* tpu_eager_lookup(const tpu_eager_call_t* call) {
+  keybuf_t k = {0};
+  slots_t s;
+  if (!slots_init(&s, call)) {
+    slots_free(&s);
+    return NULL;
+  }
+  build_key(call, &k, &s);
+  slots_free(&s);
+  if (k.failed) {
+    free(k.data);
+    return NULL;
+  }
+  uint64_t h = hash_bytes(k.data, k.len);
+  pthread_mutex_lock(&g_lock);
+  tpu_eager_entry_t* e = find(&k, h);
+  pthread_mutex_unlock(&g_lock);
+  free(k.data);
+  tpu_metrics_add(e ? "eager_cache_hits" : "eager_cache_misses", 1);
+  return e;
+}
+
+static void entry_free(tpu_eager_entry_t* e) {
+  if (!e) return;
+  free(e->key);
+  free(e->fallback_reason);
+  free(e->outputs);
+  free(e->written_slot);
+  free(e);
+}
+
+/* Inserts e under the call's key (or returns the entry already there). */
+static tpu_eager_entry_t* insert(const tpu_eager_call_t* call, tpu_eager_entry_t* e) {
+  keybuf_t k = {0};
+  slots_t s;
+  if (!slots_init(&s, call)) {
+    slots_free(&s);
+    return e; /* uncached but usable */
+  }
+  build_key(call, &k, &s);
+  slots_free(&s);
+  if (k.failed) {
+    free(k.data);
+    return e;
+  }
+  e->key = k.data;
+  e->key_len = k.len;
+  e->hash = hash_bytes(k.data, k.len);
+  pthread_mutex_lock(&g_lock);
+  tpu_eager_entry_t* existing = find(&k, e->hash);
+  if (!existing) {
+    e->next = g_buckets[e->hash % BUCKETS];
+    g_buckets[e->hash % BUCKETS] = e;
+    g_count++;
+  }
+  pthread_mutex_unlock(&g_lock);
+  if (existing) {
+    entry_free(e);
+    return existing;
+  }
+  return e;
+}
+
+tpu_eager_entry_t* tpu_eager_mark_fallback(const tpu_eager_call_t* call, const char* why) {
+  tpu_eager_entry_t* e = calloc(1, sizeof *e);
+  if (!e) return NULL;
+  e->fallback = true;
+  e->fallback_reason = strdup(why ? why : "");
+  return insert(call, e);
+}
+
+bool tpu_eager_entry_is_fallback(const tpu_eager_entry_t* e) { return e->fallback; }
+const char* tpu_eager_entry_fallback_reason(const tpu_eager_entry_t* e) {
+  return e->fallback_reason ? e->fallback_reason : "";
+}
+int tpu_eager_entry_num_outputs(const tpu_eager_entry_t* e) { return e->num_outputs; }
+const tpu_eager_output_t* tpu_eager_entry_output(const tpu_eager_entry_t* e, int i) {
+  return &e->outputs[i];
+}
+
+size_t tpu_eager_cache_size(void) {
+  pthread_mutex_lock(&g_lock);
+  size_t n = g_count;
+  pthread_mutex_unlock(&g_lock);
+  return n;
+}
+
+void tpu_eager_cache_clear(void) {
+  pthread_mutex_lock(&g_lock);
+  for (size_t b = 0; b < BUCKETS; b++) {
+    tpu_eager_entry_t* e = g_buckets[b];
+    while (e) {
+      tpu_eager_entry_t* next = e->next;
+      entry_free(e);
+      e = next;
+    }
+    g_buckets[b] = NULL;
+  }
+  g_count = 0;
+  pthread_mutex_unlock(&g_lock);
+}
+
+/* ---- building the program ------------------------------------------------ */
+
+static const tpu_eager_tensor_t* output_target(const tpu_eager_call_t* call,
+                                               const tpu_eager_output_t* o) {
+  const tpu_eager_arg_t* a = &call->args[o->alias_arg];
+  if (a->lower.kind == TPU_ARG_TENSORS) return &call->list[a->list_start + o->alias_list];
+  return &a->tensor;
+}
+
+tpu_status_t tpu_eager_compile(const tpu_eager_call_t* call, const tpu_eager_output_t* outputs,
+                               int num_outputs, tpu_eager_entry_t** out_entry) {
+  const tpu_lowering_t* row = tpu_lowering_find_row(call->op_name);
+  if (!row) {
+    *out_entry = tpu_eager_mark_fallback(call, "no lowering");
+    return NULL;
+  }
+  slots_t s;
+  keybuf_t scratch = {0};
+  tpu_status_t status = NULL;
+  tpu_hlo_builder_t* b = NULL;
+  tpu_eager_entry_t* e = calloc(1, sizeof *e);
+  tpu_hlo_value_t* slot_values = NULL;
+  tpu_hlo_value_t* arg_values = NULL;
+  tpu_hlo_value_t* list_values = NULL;
+  int* list_offset = NULL;
+  tpu_hlo_type_t* list_types = NULL;
+  tpu_hlo_type_t* out_types = NULL;
+  tpu_hlo_value_t* out_values = NULL;
+  tpu_hlo_value_t* results = NULL;
+  char* text = NULL;
+  if (!e || !slots_init(&s, call)) {
+    free(e);
+    return tpu_status_make(TPU_STATUS_RESOURCE_EXHAUSTED, "out of host memory");
+  }
+  build_key(call, &scratch, &s); /* fills the slots */
+  free(scratch.data);
+  scratch = (keybuf_t){0};
+  if (s.conflict) {
+    slots_free(&s);
+    free(e);
+    *out_entry = tpu_eager_mark_fallback(call, "a storage viewed with two dtypes");
+    return NULL;
+  }
+  int n_args = call->num_args, n_list = call->num_list;
+  slot_values = calloc((size_t)s.count + 1, sizeof *slot_values);
+  arg_values = calloc((size_t)n_args + 1, sizeof *arg_values);
+  list_values = calloc((size_t)n_list + 1, sizeof *list_values);
+  list_offset = calloc((size_t)n_args + 1, sizeof *list_offset);
+  list_types = calloc((size_t)n_list + 1, sizeof *list_types);
+  out_types = calloc((size_t)num_outputs + 1, sizeof *out_types);
+  out_values = calloc((size_t)num_outputs + 1, sizeof *out_values);
+  results = calloc((size_t)(s.count + num_outputs + 2), sizeof *results);
+  e->outputs = calloc((size_t)num_outputs + 1, sizeof *e->outputs);
+  e->written_slot = calloc((size_t)s.count + 1, sizeof *e->written_slot);
+  if (!slot_values || !arg_values || !list_values || !list_offset || !list_types || !out_types ||
+      !out_values || !results || !e->outputs || !e->written_slot) {
+    status = tpu_status_make(TPU_STATUS_RESOURCE_EXHAUSTED, "out of host memory");
+    goto done;
+  }
+  status = tpu_hlo_builder_create(&b);
+  if (status) goto done;
+  /* Parameters: flat storages, then scalars, then the generator state. */
+  for (int i = 0; i < s.count; i++)
+    slot_values[i] = tpu_hlo_arg(b, tpu_hlo_type_make(s.dtypes[i], 1, &s.numels[i]), NULL);
+  for (int i = 0; i < n_args; i++)
+    if (call->args[i].lower.kind == TPU_ARG_SCALAR || call->args[i].lower.kind == TPU_ARG_SCALARS)
+      arg_values[i] = tpu_hlo_arg(b, call->args[i].lower.type, NULL);
+  tpu_hlo_value_t rng = {-1};
+  if (row->flags & TPU_LOWER_NEEDS_RNG) {
+    int64_t two = 2;
+    rng = tpu_hlo_arg(b, tpu_hlo_type_make(TPU_DTYPE_INT64, 1, &two), NULL);
+  }
+  /* Operands: every tensor read through its view. */
+  slots_t again;
+  slots_init(&again, call);
+  for (int i = 0; i < n_args; i++) {
+    const tpu_eager_arg_t* a = &call->args[i];
+    if (a->lower.kind == TPU_ARG_TENSOR) {
+      arg_values[i] = tpu_view_emit_read(b, slot_values[slot_of(&again, &a->tensor)], &a->tensor.view);
+    } else if (a->lower.kind == TPU_ARG_TENSORS) {
+      list_offset[i] = a->list_start;
+      for (int j = 0; j < a->lower.num_tensors; j++) {
+        const tpu_eager_tensor_t* t = &call->list[a->list_start + j];
+        list_values[a->list_start + j] = tpu_view_emit_read(b, slot_values[slot_of(&again, t)], &t->view);
+        list_types[a->list_start + j] = tpu_hlo_type_make(t->view.dtype, t->view.rank, t->view.sizes);
+      }
+    }
+  }
+  slots_free(&again);
+  for (int o = 0; o < num_outputs; o++) {
+    e->outputs[o] = outputs[o];
+    if (outputs[o].alias_arg >= 0) {
+      const tpu_eager_tensor_t* t = output_target(call, &outputs[o]);
+      e->outputs[o].view = t->view;
+      e->outputs[o].storage_numel = t->storage_numel;
+    }
+    const tpu_view_t* v = &e->outputs[o].view;
+    out_types[o] = tpu_hlo_type_make(v->dtype, v->rank, v->sizes);
+  }
+  tpu_lower_arg_t* lower_args = calloc((size_t)n_args + 1, sizeof *lower_args);
+  if (!lower_args) {
+    status = tpu_status_make(TPU_STATUS_RESOURCE_EXHAUSTED, "out of host memory");
+    goto done;
+  }
+  for (int i = 0; i < n_args; i++) lower_args[i] = call->args[i].lower;
+  tpu_lower_ctx_t ctx = {
+      .b = b, .op_name = call->op_name, .args = lower_args, .num_args = n_args,
+      .arg_values = arg_values, .list_offset = list_offset, .list_values = list_values,
+      .list_types = list_types, .num_outputs = num_outputs, .output_types = out_types,
+      .outputs = out_values, .rng_state = rng};
+  status = tpu_lower_ctx_run(&ctx, row->fn);
+  free(lower_args);
+  if (status && tpu_status_code(status) == TPU_STATUS_UNIMPLEMENTED) {
+    /* The lowering declined this call: remember, and run it on the CPU. */
+    *out_entry = tpu_eager_mark_fallback(call, tpu_status_message(status));
+    tpu_status_free(status);
+    status = NULL;
+    goto done;
+  }
+  if (status) goto done;
+  /* Writes: aliased outputs update their storage's flat value, in order. */
+  bool* written = calloc((size_t)s.count + 1, sizeof *written);
+  if (!written) {
+    status = tpu_status_make(TPU_STATUS_RESOURCE_EXHAUSTED, "out of host memory");
+    goto done;
+  }
+  slots_t third;
+  slots_init(&third, call);
+  build_key(call, &scratch, &third);
+  free(scratch.data);
+  scratch = (keybuf_t){0};
+  for (int o = 0; o < num_outputs; o++) {
+    if (outputs[o].alias_arg < 0) continue;
+    const tpu_eager_tensor_t* t = output_target(call, &outputs[o]);
+    int slot = slot_of(&third, t);
+    slot_values[slot] = tpu_view_emit_write(b, slot_values[slot], &t->view, out_values[o]);
+    written[slot] = true;
+  }
+  slots_free(&third);
+  int nres = 0;
+  for (int i = 0; i < s.count; i++)
+    if (written[i]) {
+      e->written_slot[e->num_written++] = i;
+      results[nres++] = slot_values[i];
+    }
+  free(written);
+  /* Fresh outputs: their whole (new) storage as a flat array. */
+  for (int o = 0; o < num_outputs; o++) {
+    if (outputs[o].alias_arg >= 0) continue;
+    const tpu_eager_output_t* out = &e->outputs[o];
+    int64_t n = out->storage_numel;
+    tpu_hlo_type_t flat_type = tpu_hlo_type_make(out->view.dtype, 1, &n);
+    tpu_hlo_value_t zeros = tpu_view_is_contiguous(&out->view) && out->view.offset == 0 &&
+                                    tpu_view_numel(&out->view) == n
+                                ? (tpu_hlo_value_t){-1}
+                                : tpu_emit_const_like(b, &flat_type, 0);
+    results[nres++] = zeros.id < 0 ? tpu_emit_reshape(b, out_values[o], &n, 1)
+                                   : tpu_view_emit_write(b, zeros, &out->view, out_values[o]);
+    e->num_fresh++;
+  }
+  if (rng.id >= 0) {
+    results[nres++] = ctx.rng_state;
+    e->needs_rng = true;
+  }
+  tpu_hlo_return(b, results, nres);
+  size_t len = 0;
+  status = tpu_hlo_builder_finish(b, &text, &len);
+  if (!status) status = tpu_program_get(text, len, &e->program);
+  if (status) {
+    status = tpu_status_annotate(status, "lowering %s: ", call->op_name);
+    goto done;
+  }
+  e->num_outputs = num_outputs;
+  e->num_slots = s.count;
+  *out_entry = insert(call, e);
+  e = NULL;
+done:
+  tpu_hlo_builder_destroy(b);
+  free(text);
+  slots_free(&s);
+  free(slot_values);
+  free(arg_values);
+  free(list_values);
+  free(list_offset);
+  free(list_types);
+  free(out_types);
+  free(out_values);
+  free(results);
+  entry_free(e);
+  return status;
+}
+
+/* ---- execution ----------------------------------------------------------- */
+
+/* A device buffer of zeros: for storages never written (PyTorch's empty),
+ * made on the device instead of uploading zeros. */
+static tpu_status_t zeros_buffer(int device, tpu_dtype_t dtype, int64_t n, tpu_buffer_t** out) {
+  tpu_hlo_builder_t* b = NULL;
+  TPU_RETURN_IF_ERROR(tpu_hlo_builder_create(&b));
+  tpu_hlo_type_t t = tpu_hlo_type_make(dtype, 1, &n);
+  tpu_hlo_value_t z = tpu_emit_const_like(b, &t, 0);
+  tpu_hlo_return(b, &z, 1);
+  char* text = NULL;
+  size_t len = 0;
+  tpu_status_t s = tpu_hlo_builder_finish(b, &text, &len);
+  tpu_hlo_builder_destroy(b);
+  TPU_RETURN_IF_ERROR(s);
+  tpu_program_t* p = NULL;
+  s = tpu_program_get(text, len, &p);
+  free(text);
+  TPU_RETURN_IF_ERROR(s);
+  return tpu_program_execute(p, device, NULL, 0, out);
+}
+
+/* The storage's buffer as flat [n] of dtype. */
+static tpu_status_t flat_buffer(tpu_storage_t* storage, int device, tpu_dtype_t dtype, int64_t n,
+                                tpu_buffer_t** out) {
+  if (!tpu_storage_buffer(storage) && (size_t)n * tpu_dtype_size(dtype) == tpu_storage_nbytes(storage)) {
+    tpu_buffer_t* z = NULL;
+    TPU_RETURN_IF_ERROR(zeros_buffer(device, dtype, n, &z));
+    TPU_RETURN_IF_ERROR(tpu_storage_set_buffer(storage, z));
+  }
+  return tpu_storage_buffer_as(storage, dtype, &n, 1, out);
+}
+
+/* Per-device generator state: 2 x int64 on the device. */
+static pthread_mutex_t g_rng_lock = PTHREAD_MUTEX_INITIALIZER;
+static tpu_buffer_t* g_rng[TPU_MAX_DEVICES];
+
+tpu_status_t tpu_eager_set_rng_state(int device, const int64_t state[2]) {
+  TPU_RETURN_IF_ERROR(tpu_runtime_check_device(device));
+  int64_t two = 2;
+  tpu_buffer_t* b = NULL;
+  TPU_RETURN_IF_ERROR(
+      tpu_buffer_from_host(tpu_runtime_client(), device, state, TPU_DTYPE_INT64, &two, 1, NULL, &b));
+  pthread_mutex_lock(&g_rng_lock);
+  tpu_buffer_t* old = g_rng[device];
+  g_rng[device] = b;
+  pthread_mutex_unlock(&g_rng_lock);
+  tpu_buffer_destroy(old);
+  return NULL;
+}
+
+tpu_status_t tpu_eager_manual_seed(int device, uint64_t seed) {
+  int64_t state[2] = {(int64_t)seed, 0};
+  return tpu_eager_set_rng_state(device, state);
+}
+
+tpu_status_t tpu_eager_rng_state(int device, int64_t out_state[2]) {
+  TPU_RETURN_IF_ERROR(tpu_runtime_check_device(device));
+  pthread_mutex_lock(&g_rng_lock);
+  tpu_buffer_t* b = g_rng[device];
+  tpu_status_t s = NULL;
+  if (b) s = tpu_buffer_to_host(b, out_state, 2 * sizeof(int64_t));
+  else out_state[0] = out_state[1] = 0;
+  pthread_mutex_unlock(&g_rng_lock);
+  return s;
+}
+
+tpu_status_t tpu_eager_execute(tpu_eager_entry_t* e, const tpu_eager_call_t* call,
+                               tpu_buffer_t** out_fresh) {
+  if (e->fallback)
+    return tpu_status_make(TPU_STATUS_FAILED_PRECONDITION, "%s runs on the CPU fallback",
+                           call->op_name);
+  slots_t s;
+  keybuf_t scratch = {0};
+  if (!slots_init(&s, call)) {
+    slots_free(&s);
+    return tpu_status_make(TPU_STATUS_RESOURCE_EXHAUSTED, "out of host memory");
+  }
+  build_key(call, &scratch, &s);
+  free(scratch.data);
+  int nscalars = 0;
+  for (int i = 0; i < call->num_args; i++)
+    nscalars += call->args[i].lower.kind == TPU_ARG_SCALAR || call->args[i].lower.kind == TPU_ARG_SCALARS;
+  int nargs = s.count + nscalars + (e->needs_rng ? 1 : 0);
+  tpu_buffer_t** args = calloc((size_t)nargs + 1, sizeof *args);
+  tpu_buffer_t** owned = calloc((size_t)nscalars + 1, sizeof *owned);
+  int nres = e->num_written + e->num_fresh + (e->needs_rng ? 1 : 0);
+  tpu_buffer_t** results = calloc((size_t)nres + 1, sizeof *results);
+  tpu_status_t status = NULL;
+  int k = 0, nowned = 0;
+  if (!args || !owned || !results) {
+    status = tpu_status_make(TPU_STATUS_RESOURCE_EXHAUSTED, "out of host memory");
+    goto done;
+  }
+  for (int i = 0; i < s.count && !status; i++)
+    status = flat_buffer(s.storages[i], call->device, s.dtypes[i], s.numels[i], &args[k++]);
+  for (int i = 0; i < call->num_args && !status; i++) {
+    const tpu_eager_arg_t* a = &call->args[i];
+    if (a->lower.kind == TPU_ARG_SCALARS) {
+      int64_t n = a->lower.num_tensors;
+      status = tpu_buffer_from_host(tpu_runtime_client(), call->device, a->scalars,
+                                    TPU_DTYPE_FLOAT64, &n, 1, NULL, &owned[nowned]);
+    } else if (a->lower.kind == TPU_ARG_SCALAR) {
+      status = tpu_buffer_from_host(tpu_runtime_client(), call->device, a->scalar,
+                                    a->lower.type.dtype, NULL, 0, NULL, &owned[nowned]);
+    } else {
+      continue;
+    }
+    if (!status) args[k++] = owned[nowned++];
+  }
+  if (!status && e->needs_rng) {
+    pthread_mutex_lock(&g_rng_lock);
+    bool missing = g_rng[call->device] == NULL;
+    pthread_mutex_unlock(&g_rng_lock);
+    if (missing) status = tpu_eager_manual_seed(call->device, 0);
+    pthread_mutex_lock(&g_rng_lock);
+    args[k++] = g_rng[call->device];
+    /* Held locked through execution so concurrent RNG ops serialise. */
+  }
+  if (!status) {
+    status = tpu_program_execute(e->program, call->device, args, k, results);
+    if (status) status = tpu_status_annotate(status, "running %s: ", call->op_name);
+  }
+  if (e->needs_rng) {
+    if (!status) {
+      tpu_buffer_t* old = g_rng[call->device];
+      g_rng[call->device] = results[nres - 1];
+      results[nres - 1] = NULL;
+      tpu_buffer_destroy(old);
+    }
+    pthread_mutex_unlock(&g_rng_lock);
+  }
+  if (status) goto done;
+  for (int w = 0; w < e->num_written && !status; w++) {
+    status = tpu_storage_set_buffer(s.storages[e->written_slot[w]], results[w]);
+    results[w] = NULL;
+  }
+  int r = e->num_written;
+  for (int o = 0; o < e->num_outputs; o++) {
+    out_fresh[o] = NULL;
+    if (e->outputs[o].alias_arg < 0) {
+      out_fresh[o] = results[r];
+      results[r++] = NULL;
+    }
+  }
+done:
+  for (int i = 0; i < nres && results; i++) tpu_buffer_destroy(results[i]);
+  for (int i = 0; i < nowned; i++) tpu_buffer_destroy(owned[i]);
+  free(args);
+  free(owned);
+  free(results);
+  slots_free(&s);
+  return status;
+}

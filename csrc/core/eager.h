@@ -1,0 +1,102 @@
+/* The eager engine: one path for every op on the device.
+ *
+ *   call -> key (op, argument dtypes/views/storage sharing, structural
+ *   values, scalar kinds) -> cache hit: execute; miss: the caller supplies
+ *   the outputs' metadata (PyTorch's meta kernels, once per key), the
+ *   engine builds the program (flat storages in, views folded, the table's
+ *   lowering, writes out), compiles it, caches it, executes.
+ *
+ * Scalars are program arguments, so new values never recompile. Execution
+ * is asynchronous: outputs are PJRT buffers whose contents arrive later;
+ * reads wait for them. */
+#ifndef TORCHTPU_CORE_EAGER_H_
+#define TORCHTPU_CORE_EAGER_H_
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "lower/lowering.h"
+#include "pjrt/buffer.h"
+#include "status.h"
+#include "storage.h"
+#include "view.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct tpu_eager_tensor_s {
+  tpu_storage_t* storage; /* borrowed */
+  tpu_view_t view;
+  int64_t storage_numel; /* storage bytes / element size */
+} tpu_eager_tensor_t;
+
+typedef struct tpu_eager_arg_s {
+  /* Kind and structural payload. TENSOR: lower.type is the logical type. */
+  tpu_lower_arg_t lower;
+  tpu_eager_tensor_t tensor; /* TENSOR */
+  int list_start;            /* TENSORS: first index into call->list */
+  uint8_t scalar[16];        /* SCALAR: its value as lower.type.dtype */
+  const double* scalars;     /* SCALARS: lower.num_tensors values (borrowed) */
+} tpu_eager_arg_t;
+
+typedef struct tpu_eager_call_s {
+  const char* op_name; /* "aten::add.out" */
+  int device;
+  int num_args;
+  tpu_eager_arg_t* args;
+  int num_list;
+  tpu_eager_tensor_t* list; /* every TENSORS argument's tensors */
+} tpu_eager_call_t;
+
+typedef struct tpu_eager_output_s {
+  /* -1: a fresh tensor. Else the argument it writes (in-place / out=), and
+   * for a TENSORS argument the element (alias_list), else -1. */
+  int alias_arg;
+  int alias_list;
+  /* Fresh outputs: the geometry PyTorch's meta kernel gives. Aliased ones:
+   * the written tensor's (filled by the engine). */
+  tpu_view_t view;
+  int64_t storage_numel;
+} tpu_eager_output_t;
+
+typedef struct tpu_eager_entry_s tpu_eager_entry_t;
+
+/* The cached entry for this call, or NULL (a miss). */
+tpu_eager_entry_t* tpu_eager_lookup(const tpu_eager_call_t* call);
+
+/* Lowers and compiles the call with these outputs and caches the result
+ * under the call's key. A lowering that declines (or a table without the
+ * op) yields an entry marked fallback, also cached, so the decision is made
+ * once per key. Errors from the compiler name the op. */
+tpu_status_t tpu_eager_compile(const tpu_eager_call_t* call,
+                               const tpu_eager_output_t* outputs, int num_outputs,
+                               tpu_eager_entry_t** out_entry);
+
+/* Caches "run this key on the CPU fallback" (e.g. no meta kernel). */
+tpu_eager_entry_t* tpu_eager_mark_fallback(const tpu_eager_call_t* call, const char* why);
+
+bool tpu_eager_entry_is_fallback(const tpu_eager_entry_t* entry);
+const char* tpu_eager_entry_fallback_reason(const tpu_eager_entry_t* entry);
+int tpu_eager_entry_num_outputs(const tpu_eager_entry_t* entry);
+const tpu_eager_output_t* tpu_eager_entry_output(const tpu_eager_entry_t* entry, int i);
+
+/* Runs the entry on the call's operands. Writes to aliased outputs are
+ * installed into their storages; out_fresh[i] receives the flat buffer of
+ * fresh output i (NULL for aliased outputs), owned by the caller. */
+tpu_status_t tpu_eager_execute(tpu_eager_entry_t* entry, const tpu_eager_call_t* call,
+                               tpu_buffer_t** out_fresh);
+
+/* The device generator: seeds the state of `device`'s random bits. */
+tpu_status_t tpu_eager_manual_seed(int device, uint64_t seed);
+/* Current (seed, offset) words of the generator state, for get_rng_state. */
+tpu_status_t tpu_eager_rng_state(int device, int64_t out_state[2]);
+tpu_status_t tpu_eager_set_rng_state(int device, const int64_t state[2]);
+
+size_t tpu_eager_cache_size(void);
+void tpu_eager_cache_clear(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
