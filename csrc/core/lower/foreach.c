@@ -5,10 +5,10 @@
  *
  * Operands of one element k come from, by argument kind:
  *   TENSORS            element k of the list
+ *   SCALARS            element k of a Scalar[] (one f64 runtime argument)
  *   TENSOR / SCALAR    rank 0: one value for every element (Scalar, 0-dim
- *                      tensor); rank 1: a per-element list (the Tensor
- *                      `scalars` of addcmul/addcdiv, or a Scalar[] passed
- *                      as one rank-1 runtime argument): its element k
+ *                      tensor); a rank-1 TENSOR (the Tensor `scalars` of
+ *                      addcmul/addcdiv) holds one per element: its element k
  *   INT / FLOAT        a constant
  * Half types compute in float32 and round once, like PyTorch's CPU
  * kernels (opmath). */
@@ -37,11 +37,11 @@ static tpu_hlo_value_t operand(tpu_lower_ctx_t* ctx, int i, int k, const tpu_hlo
   tpu_hlo_value_t v;
   if (a->kind == TPU_ARG_TENSORS) {
     v = tpu_lower_list_tensor(ctx, i, k);
-  } else if ((a->kind == TPU_ARG_TENSOR || a->kind == TPU_ARG_SCALAR) && a->type.rank == 1) {
-    /* Per-element scalars: read the argument's own value, then pick k. */
-    v = a->kind == TPU_ARG_TENSOR ? tpu_lower_tensor(ctx, i)
-                                  : tpu_lower_scalar(ctx, i, a->type.dtype);
-    v = element(b, v, k);
+  } else if (a->kind == TPU_ARG_SCALARS) {
+    v = tpu_lower_scalar_at(ctx, i, k, ct);
+  } else if (a->kind == TPU_ARG_TENSOR && a->type.rank == 1) {
+    /* The Tensor `scalars` of addcmul/addcdiv: one per element. */
+    v = element(b, tpu_lower_tensor(ctx, i), k);
   } else if (a->kind == TPU_ARG_TENSOR) {
     v = tpu_lower_tensor(ctx, i);
   } else {
@@ -69,14 +69,14 @@ static bool present(const tpu_lower_ctx_t* ctx, int i) {
   if (i >= num_inputs(ctx)) return false;
   tpu_arg_kind_t k = tpu_lower_arg(ctx, i)->kind;
   return k == TPU_ARG_SCALAR || k == TPU_ARG_INT || k == TPU_ARG_FLOAT || k == TPU_ARG_TENSOR ||
-         k == TPU_ARG_TENSORS;
+         k == TPU_ARG_TENSORS || k == TPU_ARG_SCALARS;
 }
 
-/* Scalar[] arguments the engine cannot pass yet arrive as OTHER. */
+/* Arguments the engine cannot describe arrive as OTHER. */
 static tpu_status_t check_args(tpu_lower_ctx_t* ctx, const int* args, int n) {
   for (int j = 0; j < n; j++)
     if (args[j] < num_inputs(ctx) && tpu_lower_arg(ctx, args[j])->kind == TPU_ARG_OTHER)
-      return tpu_lower_decline(ctx, "argument %d (a Scalar[]?) is not readable", args[j]);
+      return tpu_lower_decline(ctx, "argument %d is not readable", args[j]);
   return NULL;
 }
 

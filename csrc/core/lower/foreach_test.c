@@ -55,9 +55,9 @@ static void test_out_list_is_not_alpha(void) {
 }
 
 static void test_addcdiv_scalar_list_and_tensor(void) {
-  /* Scalar[] as one rank-1 runtime argument; Tensor scalars as rank 1. */
+  /* Scalar[] as SCALARS (one f64 runtime argument); Tensor scalars as rank 1. */
   int64_t two = 2;
-  tpu_lower_arg_t sl = tpu_test_scalar_arg(TPU_DTYPE_FLOAT64, true);
+  tpu_lower_arg_t sl = {.kind = TPU_ARG_SCALARS, .num_tensors = 2};
   sl.type = tpu_hlo_type_make(TPU_DTYPE_FLOAT64, 1, &two);
   tpu_hlo_type_t lt[6], outs[2];
   for (int j = 0; j < 3; j++) types2(lt + 2 * j, TPU_DTYPE_FLOAT32);
@@ -219,7 +219,7 @@ static void test_int_lists_and_zero(void) {
   free(r[0]);
 }
 
-static void test_unreadable_scalar_list_declines(void) {
+static void test_unreadable_argument_declines(void) {
   tpu_lower_arg_t args[2] = {list_arg(1), {.kind = TPU_ARG_OTHER}};
   int64_t d = 3;
   tpu_hlo_type_t t = tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 1, &d);
@@ -236,4 +236,4 @@ TPU_TEST_MAIN(TPU_TEST(test_add_list_with_alpha), TPU_TEST(test_out_list_is_not_
               TPU_TEST(test_lerp_scalar_both_branches), TPU_TEST(test_norm_orders_are_runtime),
               TPU_TEST(test_maximum_nan_sign_sqrt), TPU_TEST(test_pow_scalar_and_tensor),
               TPU_TEST(test_bf16_rounds_once_and_copy_converts), TPU_TEST(test_int_lists_and_zero),
-              TPU_TEST(test_unreadable_scalar_list_declines))
+              TPU_TEST(test_unreadable_argument_declines))
