@@ -236,3 +236,37 @@ def test_scaled_dot_product_attention(causal):
     q, k, v = make((2, 2, 4, 8)), make((2, 2, 4, 8), seed=1), make((2, 2, 4, 8), seed=2)
     check(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal), q, k, v,
           grad=True)
+
+
+@pytest.mark.parametrize("variant", ["legit", "legit_eval", "no_stats", "no_training",
+                                     "functional", "functional_eval"])
+def test_batch_norm_aten_variants(variant):
+    """The _native_batch_norm_legit family as torch.compile emits it:
+    running stats are (a!) arguments or extra returns, so they reach us."""
+    A = torch.ops.aten
+    calls = {
+        "legit": lambda x, w, b, rm, rv: A._native_batch_norm_legit(x, w, b, rm, rv, True,
+                                                                    0.2, 1e-5),
+        "legit_eval": lambda x, w, b, rm, rv: A._native_batch_norm_legit(x, w, b, rm, rv,
+                                                                         False, 0.2, 1e-5),
+        "no_stats": lambda x, w, b, rm, rv: A._native_batch_norm_legit(x, w, b, True, 0.2,
+                                                                       1e-5),
+        "no_training": lambda x, w, b, rm, rv: A._native_batch_norm_legit_no_training(
+            x, w, b, rm, rv, 0.2, 1e-5),
+        "functional": lambda x, w, b, rm, rv: A._native_batch_norm_legit_functional(
+            x, w, b, rm, rv, True, 0.2, 1e-5),
+        "functional_eval": lambda x, w, b, rm, rv: A._native_batch_norm_legit_functional(
+            x, w, b, rm, rv, False, 0.2, 1e-5),
+    }
+    f = calls[variant]
+    x, w, b = make((4, 3, 5)), make((3,), seed=1), make((3,), seed=2)
+    rm, rv = make((3,), seed=3), make((3,), seed=4).abs() + 0.5
+    rm_t, rv_t = to_tpu(rm), to_tpu(rv)
+    want = f(x, w, b, rm, rv)
+    with no_fallback():
+        got = f(*to_tpu([x, w, b]), rm_t, rv_t)
+    for g, c in zip(got, want):
+        if c.numel():  # CPU leaves eval-mode saved stats empty; meta does not
+            assert_close(g, c)
+    assert_close(rm_t, rm)
+    assert_close(rv_t, rv)
