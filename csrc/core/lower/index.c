@@ -386,8 +386,8 @@ static adv_t adv_one(tpu_hlo_builder_t* b, tpu_hlo_value_t idx, int dim, int64_t
 }
 
 /* Reads a Tensor?[] argument into an adv_t; false (with *why) to decline.
- * None entries arrive as list members of dtype INVALID or are absent at the
- * end. */
+ * The list holds the present tensors; ints[k] is the list position (the
+ * indexed dim) of the k-th (see lowering.h), or k when ints are absent. */
 static bool read_indices(tpu_lower_ctx_t* ctx, int arg, const tpu_hlo_type_t* xt, adv_t* a,
                          const char** why) {
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
@@ -395,15 +395,19 @@ static bool read_indices(tpu_lower_ctx_t* ctx, int arg, const tpu_hlo_type_t* xt
   a->n = 0;
   a->bshape = (tpu_hlo_type_t){.dtype = TPU_DTYPE_INT64, .rank = 0};
   if (list->kind != TPU_ARG_TENSORS) return *why = "indices are not a tensor list", false;
-  if (list->num_tensors > xt->rank) return *why = "too many indices", false;
+  bool positions = list->num_ints > 0;
+  if ((positions ? list->num_ints : list->num_tensors) > xt->rank)
+    return *why = "too many indices", false;
   for (int k = 0; k < list->num_tensors; k++) {
     tpu_hlo_type_t t = tpu_lower_list_type(ctx, arg, k);
-    if (t.dtype == TPU_DTYPE_INVALID) continue;
+    int64_t dim = positions ? list->ints[k] : k;
     if (t.dtype == TPU_DTYPE_BOOL || t.dtype == TPU_DTYPE_UINT8)
       return *why = "mask index (data-dependent shape)", false;
     if (!tpu_dtype_is_integral(t.dtype)) return *why = "non-integer index", false;
-    a->dims[a->n] = k;
-    a->idx[a->n++] = wrap_index(b, tpu_lower_list_tensor(ctx, arg, k), xt->dims[k]);
+    if (dim < 0 || dim >= xt->rank || (a->n && dim <= a->dims[a->n - 1]))
+      return *why = "index positions out of order", false;
+    a->dims[a->n] = dim;
+    a->idx[a->n++] = wrap_index(b, tpu_lower_list_tensor(ctx, arg, k), xt->dims[dim]);
     /* Broadcast shape of all index tensors (numpy rules). */
     tpu_hlo_type_t s = a->bshape;
     int r = t.rank > s.rank ? t.rank : s.rank;

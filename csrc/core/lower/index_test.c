@@ -125,6 +125,42 @@ static void test_index_tensor(void) {
 }
 
 /* index_put_ accumulate with a repeated index, and without. */
+/* x[i, :, j] on [3, 4, 2]: indices at list positions 0 and 2 (a None
+ * between), not adjacent, so the index dims go first: result [2, 4]. */
+static void test_index_tensor_with_none(void) {
+  int64_t xd[3] = {3, 4, 2}, id[1] = {2};
+  float x[24];
+  for (int k = 0; k < 24; k++) x[k] = (float)k;
+  int64_t i0[2] = {2, 0}, i2[2] = {-1, 0};
+  tpu_hlo_type_t lt[2] = {tpu_hlo_type_make(TPU_DTYPE_INT64, 1, id),
+                          tpu_hlo_type_make(TPU_DTYPE_INT64, 1, id)};
+  tpu_lower_arg_t args[2] = {tpu_test_tensor_arg(TPU_DTYPE_FLOAT32, 3, xd),
+                             {.kind = TPU_ARG_TENSORS, .num_tensors = 2, .num_ints = 3,
+                              .ints = {0, 2}}};
+  const void* data[3] = {x, i0, i2};
+  int64_t od[2] = {2, 4};
+  tpu_hlo_type_t out = tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 2, od);
+  void* r[1];
+  CHECK_OK(tpu_test_run_op("aten::index.Tensor", args, 2, lt, data, &out, 1, r));
+  float* g = r[0];
+  for (int a = 0; a < 2; a++)
+    for (int c = 0; c < 4; c++) CHECK(g[a * 4 + c] == x[(i0[a] * 4 + c) * 2 + (a == 0 ? 1 : 0)]);
+  free(r[0]);
+  /* x[:, i] (position 1 only): adjacent, result [3, 2, 2]. */
+  tpu_lower_arg_t args1[2] = {args[0], {.kind = TPU_ARG_TENSORS, .num_tensors = 1, .num_ints = 2,
+                                        .ints = {1}}};
+  int64_t i1[2] = {3, -4};
+  const void* data1[2] = {x, i1};
+  int64_t od1[3] = {3, 2, 2};
+  tpu_hlo_type_t out1 = tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 3, od1);
+  CHECK_OK(tpu_test_run_op("aten::index.Tensor", args1, 2, lt, data1, &out1, 1, r));
+  g = r[0];
+  for (int a = 0; a < 3; a++)
+    for (int c = 0; c < 2; c++)
+      for (int e = 0; e < 2; e++) CHECK(g[(a * 2 + c) * 2 + e] == x[(a * 4 + (c ? 0 : 3)) * 2 + e]);
+  free(r[0]);
+}
+
 static void test_index_put(void) {
   int64_t xd[2] = {3, 2}, id[1] = {3}, vd[1] = {2};
   float x[6] = {0, 0, 0, 0, 0, 0}, v[2] = {1, 2};
@@ -243,6 +279,6 @@ static void test_masked_scatter_and_index_reduce(void) {
 }
 
 TPU_TEST_MAIN(TPU_TEST(test_masked_scatter_and_index_reduce), TPU_TEST(test_gather), TPU_TEST(test_scatter_variants),
-              TPU_TEST(test_scatter_reduce), TPU_TEST(test_index_tensor),
+              TPU_TEST(test_scatter_reduce), TPU_TEST(test_index_tensor), TPU_TEST(test_index_tensor_with_none),
               TPU_TEST(test_index_put), TPU_TEST(test_index_dim_ops),
               TPU_TEST(test_take), TPU_TEST(test_mask_index_declines))
