@@ -1,0 +1,101 @@
+"""Linalg family on tpu vs CPU: bmm/addmm/baddbmm/addbmm/dot/vdot/mv/addmv,
+and the composites that decompose into them (matmul, linear, einsum,
+tensordot, outer), with gradients and no CPU fallback."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+from op_testing import check, make
+
+FLOATS = [torch.float32, torch.bfloat16]
+LAYOUTS = [False, True]  # noncontiguous
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("nc", LAYOUTS)
+def test_bmm(dtype, nc):
+    a = make((3, 4, 5), dtype, noncontiguous=nc)
+    b = make((3, 5, 6), dtype, seed=1, noncontiguous=nc)
+    check(torch.bmm, a, b, grad=True)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("nc", LAYOUTS)
+@pytest.mark.parametrize("beta,alpha", [(1, 1), (0.5, 2.0), (0, -1.5)])
+def test_addmm(dtype, nc, beta, alpha):
+    bias = make((6,), dtype)
+    a = make((4, 5), dtype, seed=1, noncontiguous=nc)
+    b = make((5, 6), dtype, seed=2, noncontiguous=nc)
+    check(lambda s, p, q: torch.addmm(s, p, q, beta=beta, alpha=alpha), bias, a, b, grad=True)
+    check(lambda s, p, q: torch.addmm(s, p, q, beta=beta, alpha=alpha),
+          make((4, 6), dtype, seed=3), a, b, grad=True)
+
+
+def test_addmm_beta_zero_ignores_nan():
+    bias = torch.full((4, 6), float("nan"))
+    check(lambda s, p, q: torch.addmm(s, p, q, beta=0), bias, make((4, 5)), make((5, 6), seed=1))
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_baddbmm_addbmm(dtype):
+    a = make((3, 4, 5), dtype, seed=1, noncontiguous=True)
+    b = make((3, 5, 2), dtype, seed=2)
+    check(lambda s, p, q: torch.baddbmm(s, p, q, beta=0.5, alpha=2), make((3, 4, 2), dtype), a, b,
+          grad=True)
+    check(lambda s, p, q: torch.baddbmm(s, p, q), make((4, 2), dtype), a, b, grad=True)
+    check(lambda s, p, q: torch.addbmm(s, p, q, beta=2, alpha=0.5), make((4, 2), dtype), a, b,
+          grad=True)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_dot_vdot_mv_addmv(dtype):
+    x, y = make((7,), dtype), make((7,), dtype, seed=1)
+    m = make((5, 7), dtype, seed=2, noncontiguous=True)
+    check(torch.dot, x, y, grad=True)
+    check(torch.vdot, x, y, grad=True)
+    check(torch.mv, m, x, grad=True)
+    check(lambda s, p, q: torch.addmv(s, p, q, beta=0.5, alpha=-1), make((5,), dtype), m, x,
+          grad=True)
+    check(lambda s, p, q: torch.addmv(s, p, q), make((1,), dtype), m, x, grad=True)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_addr(dtype):
+    u, w = make((3,), dtype), make((4,), dtype, seed=1)
+    check(lambda s, p, q: torch.addr(s, p, q, beta=0.5, alpha=2), make((3, 4), dtype, seed=2), u, w,
+          grad=True)
+    check(torch.addr, make((4,), dtype, seed=3), u, w, grad=True)
+
+
+def test_integer_products():
+    a, b = make((3, 4), torch.int64), make((4, 2), torch.int64, seed=1)
+    check(lambda s, p, q: torch.addmm(s, p, q, beta=2, alpha=3), make((2,), torch.int64), a, b)
+    check(torch.bmm, make((2, 3, 4), torch.int32), make((2, 4, 5), torch.int32, seed=1))
+    check(torch.dot, make((6,), torch.int64), make((6,), torch.int64, seed=1))
+    check(torch.mv, a, make((4,), torch.int64, seed=2))
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_matmul_decompositions(dtype):
+    check(torch.matmul, make((2, 3, 4), dtype), make((4, 5), dtype, seed=1), grad=True)
+    check(torch.matmul, make((2, 3, 4), dtype), make((2, 4, 5), dtype, seed=1), grad=True)
+    check(torch.matmul, make((4,), dtype), make((4, 5), dtype, seed=1), grad=True)
+    check(torch.matmul, make((3, 4), dtype), make((4,), dtype, seed=1), grad=True)
+    check(torch.matmul, make((2, 1, 3, 4), dtype), make((5, 4, 2), dtype, seed=1), grad=True)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_linear(dtype):
+    x = make((2, 3, 4), dtype)
+    w, b = make((5, 4), dtype, seed=1), make((5,), dtype, seed=2)
+    check(F.linear, x, w, b, grad=True)
+    check(F.linear, make((3, 4), dtype), w, b, grad=True)
+    check(F.linear, x, w, grad=True)
+
+
+def test_einsum_tensordot_outer():
+    a, b = make((2, 3, 4)), make((2, 4, 5), seed=1)
+    check(lambda p, q: torch.einsum("bij,bjk->bik", p, q), a, b, grad=True)
+    check(lambda p, q: torch.einsum("bij,bjk->ik", p, q), a, b, grad=True)
+    check(lambda p, q: torch.tensordot(p, q, dims=([0, 2], [0, 1])), a, b, grad=True)
+    check(torch.outer, make((3,)), make((4,), seed=1), grad=True)

@@ -1,0 +1,212 @@
+"""Reduce family on tpu vs CPU: values, dtypes, keepdim, negative and empty
+dims, NaN handling, gradients, and no CPU fallback."""
+import math
+
+import pytest
+import torch
+
+from op_testing import check, make
+
+FLOATS = [torch.float32, torch.bfloat16]
+LAYOUTS = [False, True]  # noncontiguous
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("nc", LAYOUTS)
+@pytest.mark.parametrize("dim,keepdim", [(None, False), (1, False), (-1, True), ((0, 2), False),
+                                         ((), False)])
+def test_sum_mean(dtype, nc, dim, keepdim):
+    x = make((3, 4, 5), dtype, noncontiguous=nc)
+    if dim is None:
+        check(torch.sum, x, grad=True)
+        check(torch.mean, x, grad=True)
+    else:
+        check(lambda t: t.sum(dim=dim, keepdim=keepdim), x, grad=True)
+        check(lambda t: t.mean(dim=dim, keepdim=keepdim), x, grad=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.bool, torch.uint8])
+def test_sum_promotes_to_int64(dtype):
+    x = make((4, 6), dtype)
+    check(torch.sum, x)
+    check(lambda t: t.sum(1, keepdim=True), x)
+    check(lambda t: t.prod(0), make((4, 6), dtype, low=-3, high=3) if dtype != torch.bool else x)
+
+
+def test_sum_prod_mean_dtype_arg():
+    x = make((5, 7), torch.float32)
+    check(lambda t: t.sum(dtype=torch.float64), x)
+    check(lambda t: t.sum(1, dtype=torch.bfloat16), x, dtype=torch.bfloat16)
+    check(lambda t: t.mean(0, dtype=torch.float64), x)
+    check(lambda t: t.prod(dtype=torch.float64), make((6,), torch.float32, low=0.5, high=1.5))
+    check(lambda t: t.sum(dtype=torch.float32), make((3, 4), torch.int32))
+    check(lambda t: t.mean(dtype=torch.float32), make((3, 4), torch.int64))
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_prod_nansum(dtype):
+    x = make((4, 5), dtype, low=0.5, high=1.5)
+    check(torch.prod, x)
+    check(lambda t: t.prod(1, keepdim=True), x)
+    # prod's backward looks for zeros with nonzero() (a data-dependent
+    # shape), which stays on the CPU fallback.
+    check(torch.prod, x, grad=True, allow_fallback=True)
+    check(lambda t: t.prod(1, keepdim=True), x, grad=True, allow_fallback=True)
+    y = make((4, 5), dtype)
+    y[1, 2] = float("nan")
+    check(torch.nansum, y)
+    check(lambda t: torch.nansum(t, dim=0), y)
+
+
+@pytest.mark.parametrize("dtype", FLOATS + [torch.int64])
+@pytest.mark.parametrize("nc", LAYOUTS)
+def test_amax_amin_max_min(dtype, nc):
+    x = make((4, 6), dtype, noncontiguous=nc)
+    grad = dtype.is_floating_point
+    check(lambda t: t.amax(1), x, grad=grad)
+    check(lambda t: t.amin((0, 1), keepdim=True), x, grad=grad)
+    check(lambda t: t.amax(()), x)
+    check(torch.max, x)
+    check(torch.min, x)
+    check(lambda t: t.max(-1), x, grad=grad)
+    check(lambda t: t.min(0, keepdim=True), x, grad=grad)
+
+
+def test_max_min_nan_and_ties():
+    x = torch.tensor([[1.0, 3.0, 3.0, 2.0], [float("nan"), 5.0, float("nan"), 1.0],
+                      [-math.inf, -math.inf, -math.inf, -math.inf]])
+    check(lambda t: t.max(1), x)
+    check(lambda t: t.min(1), x)
+    check(lambda t: t.amax(1), x)
+    check(lambda t: t.amin(1), x)
+    check(torch.max, x)
+    check(torch.argmax, x)
+    check(lambda t: t.argmin(1), x)
+    check(lambda t: t.argmax(0, keepdim=True), torch.tensor([[1, 5, 5], [5, 2, 5]]))
+
+
+@pytest.mark.parametrize("dtype", FLOATS + [torch.int32, torch.uint8])
+def test_argmax_argmin(dtype):
+    x = make((5, 7), dtype, noncontiguous=True)
+    check(torch.argmax, x)
+    check(torch.argmin, x)
+    check(lambda t: t.argmax(1), x)
+    check(lambda t: t.argmin(-2, keepdim=True), x)
+
+
+def test_bool_max_and_binary_max_out():
+    x = make((3, 4), torch.bool)
+    check(lambda t: t.max(1), x)
+    check(torch.max, x)
+    a, b = make((3, 4)), make((4,), seed=1)
+    a[0, 0] = float("nan")
+    check(lambda p, q: torch.max(p, q, out=torch.empty(3, 4, device=p.device)), a, b)
+    check(lambda p, q: torch.min(p, q, out=torch.empty(3, 4, device=p.device)), a, b)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("nc", LAYOUTS)
+def test_var_std(dtype, nc):
+    x = make((4, 6), dtype, noncontiguous=nc)
+    check(torch.var, x, grad=True)
+    check(torch.std, x, grad=True)
+    check(lambda t: t.var(1, correction=0), x, grad=True)
+    check(lambda t: t.std(0, keepdim=True, correction=2.5), x, grad=True)
+    check(lambda t: torch.var_mean(t, 1), x)
+    check(lambda t: torch.std_mean(t, (0, 1), keepdim=True, unbiased=False), x)
+    # Both outputs share one graph: backward through a combination of them.
+    check(lambda t: sum(torch.var_mean(t, 1)), x, grad=True)
+    check(lambda t: sum(torch.std_mean(t, 0, correction=0)), x, grad=True)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("p", [2, 1, math.inf, -math.inf, 0, 3, 0.5])
+def test_vector_norm(dtype, p):
+    x = make((4, 5), dtype, noncontiguous=True)
+    grad = p not in (0,)
+    check(lambda t: torch.linalg.vector_norm(t, p), x, grad=grad)
+    check(lambda t: torch.linalg.vector_norm(t, p, dim=1, keepdim=True), x, grad=grad)
+    check(lambda t: torch.norm(t, p, dim=0), x, grad=grad)
+
+
+def test_norm_dtype_and_default():
+    x = make((3, 4))
+    check(torch.norm, x, grad=True)
+    check(lambda t: torch.linalg.vector_norm(t, dtype=torch.float64), x)
+    check(lambda t: torch.linalg.vector_norm(t, 2, dim=(-2, -1)), x, grad=True)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_logsumexp(dtype):
+    x = make((4, 6), dtype, noncontiguous=True)
+    check(lambda t: torch.logsumexp(t, 1), x, grad=True)
+    check(lambda t: torch.logsumexp(t, (0, 1), keepdim=True), x, grad=True)
+    y = torch.full((2, 3), -math.inf)
+    y[0, 1] = 5.0
+    check(lambda t: torch.logsumexp(t, 1), y)
+    check(lambda t: torch.logsumexp(t, 1), make((3, 4), torch.int64))
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_cumsum_cumprod(dtype, dim):
+    x = make((5, 33), dtype, noncontiguous=True)
+    check(lambda t: torch.cumsum(t, dim), x, grad=True)
+    check(lambda t: torch.cumprod(t, dim), make((5, 33), dtype, low=0.8, high=1.2), grad=True)
+    # _logcumsumexp has no Meta kernel in PyTorch, so the engine cannot type
+    # its outputs and it stays on the CPU fallback (the lowering is covered
+    # by reduce_test.c).
+    check(lambda t: torch.logcumsumexp(t, dim), x, grad=True, allow_fallback=True)
+
+
+@pytest.mark.parametrize("dtype", FLOATS + [torch.int64])
+def test_cummax_cummin(dtype):
+    # _cummax_helper / _cummin_helper have no Meta kernel in PyTorch: they
+    # stay on the CPU fallback until the engine can type them (the lowering
+    # is covered by reduce_test.c). The backward runs on the device.
+    x = make((4, 9), dtype, noncontiguous=True)
+    grad = dtype.is_floating_point
+    check(lambda t: torch.cummax(t, 1), x, grad=grad, allow_fallback=True)
+    check(lambda t: torch.cummin(t, 0), x, grad=grad, allow_fallback=True)
+    y = torch.tensor([1.0, 3.0, 3.0, 2.0, float("nan"), 5.0, float("nan"), 1.0])
+    check(lambda t: torch.cummax(t, 0), y, allow_fallback=True)
+    check(lambda t: torch.cummin(t, 0), y, allow_fallback=True)
+
+
+def test_cumsum_ints_and_dtype():
+    check(lambda t: torch.cumsum(t, 1), make((3, 17), torch.int32))
+    check(lambda t: torch.cumsum(t, 0), make((9,), torch.bool))
+    check(lambda t: torch.cumprod(t, 0), make((9,), torch.int64, low=-2, high=3))
+    check(lambda t: torch.cumsum(t, 1, dtype=torch.float64), make((3, 17)))
+    check(lambda t: t.cumsum_(0), make((4, 4)))
+
+
+@pytest.mark.parametrize("dtype", FLOATS + [torch.bool, torch.int64, torch.uint8])
+def test_all_any(dtype):
+    x = make((4, 5), dtype)
+    if dtype != torch.bool:
+        x[1] = 0
+    check(torch.all, x)
+    check(torch.any, x)
+    check(lambda t: t.all(1), x)
+    check(lambda t: t.any(0, keepdim=True), x)
+    check(lambda t: torch.any(t, dim=(0, 1)), x)
+    check(lambda t: torch.all(t, dim=()), x)
+
+
+def test_count_nonzero_aminmax():
+    x = make((4, 5))
+    x[0, :3] = 0
+    check(torch.count_nonzero, x)
+    check(lambda t: torch.count_nonzero(t, dim=1), x)
+    check(lambda t: torch.aminmax(t), x)
+    check(lambda t: torch.aminmax(t, dim=0, keepdim=True), x)
+
+
+def test_scalar_input():
+    x = torch.tensor(2.5)
+    check(torch.sum, x, grad=True)
+    check(lambda t: t.sum(0), x)
+    check(lambda t: t.max(0), x)
+    check(lambda t: torch.cumsum(t, 0), x)
+    check(torch.argmax, x)
