@@ -189,19 +189,59 @@ def empty_cache():
     """Nothing to release: storages free their device buffers when they die."""
 
 
-# --- seeds ----------------------------------------------------------------
-# Random ops have no device lowering yet and run through the CPU fallback,
-# which draws from CPU's default generator; torch.manual_seed seeds that one.
-# The seed is kept here for the device generator that replaces it.
+# --- random number generation ------------------------------------------
+# Each device has a generator whose state (two 64-bit words) lives on the
+# device and is threaded through every random op's program, so random ops
+# are reproducible for a given seed in every eager mode.
 
-def manual_seed(seed):
+def manual_seed(seed, device=None):
+    """Seeds the current (or given) tpu device's generator."""
     global _seed
-    _seed = int(seed)
+    _seed = int(seed) & 0xFFFFFFFFFFFFFFFF
+    if not is_available():
+        return
+    _C._manual_seed(_device_index(device, optional=True), _seed)
 
 
 def manual_seed_all(seed):
-    manual_seed(seed)
+    global _seed
+    _seed = int(seed) & 0xFFFFFFFFFFFFFFFF
+    if not is_available():
+        return
+    for i in range(device_count()):
+        _C._manual_seed(i, _seed)
+
+
+def seed():
+    """Seeds the current device with a random seed."""
+    import random
+    manual_seed(random.getrandbits(63))
+
+
+def seed_all():
+    import random
+    manual_seed_all(random.getrandbits(63))
 
 
 def initial_seed():
-    return torch.initial_seed() if _seed is None else _seed
+    return 0 if _seed is None else _seed
+
+
+def get_rng_state(device=None):
+    """The generator state as a uint8 CPU tensor (16 bytes)."""
+    words = _C._get_rng_state(_device_index(device, optional=True))
+    return torch.tensor(words, dtype=torch.int64).view(torch.uint8)
+
+
+def set_rng_state(new_state, device=None):
+    words = new_state.detach().cpu().contiguous().view(torch.int64).tolist()
+    _C._set_rng_state(_device_index(device, optional=True), words)
+
+
+def get_rng_state_all():
+    return [get_rng_state(i) for i in range(device_count())]
+
+
+def set_rng_state_all(new_states):
+    for i, state in enumerate(new_states):
+        set_rng_state(state, i)

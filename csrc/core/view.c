@@ -100,6 +100,11 @@ tpu_hlo_value_t tpu_view_emit_read(tpu_hlo_builder_t* b, tpu_hlo_value_t flat,
     return tpu_emit_reshape(b, slab, v->sizes, v->rank);
   }
   plan_t p;
+  if (make_plan(v, &p) && p.m == 0) {
+    /* Every dim has size 1 or stride 0: one element, broadcast. */
+    tpu_hlo_value_t one = tpu_emit_reshape(b, slice1(b, flat, v->offset, v->offset + 1), NULL, 0);
+    return tpu_emit_broadcast_to(b, one, &out);
+  }
   if (make_plan(v, &p)) {
     /* Block [size_0, s_0/s_1, ..., s_{m-2}/s_{m-1}, s_{m-1}] over the slab
      * starting at offset; keep [0:size_k] of each and [0:1] of the last. */

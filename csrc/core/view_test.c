@@ -79,6 +79,7 @@ static const struct {
     {"expand", 2, {4, 5}, {0, 1}, 10, false},
     {"unfold (overlapping)", 2, {5, 4}, {2, 1}, 0, false},
     {"scalar", 0, {0}, {0}, 17, true},
+    {"expanded scalar", 2, {3, 4}, {0, 0}, 9, false},
 };
 
 static void test_reads_match_strided_indexing(void) {
