@@ -270,3 +270,26 @@ def test_batch_norm_aten_variants(variant):
             assert_close(g, c)
     assert_close(rm_t, rm)
     assert_close(rv_t, rv)
+
+
+@pytest.mark.parametrize("mask_kind", ["bool", "float"])
+def test_scaled_dot_product_attention_masks(mask_kind):
+    q, k, v = make((1, 2, 5, 4)), make((1, 2, 6, 4), seed=1), make((1, 2, 6, 4), seed=2)
+    if mask_kind == "bool":
+        mask = torch.rand(5, 6, generator=torch.Generator().manual_seed(3)) > 0.3
+        mask[:, 0] = True  # no fully masked row
+    else:
+        mask = make((5, 6), seed=3)
+    check(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=mask.to(q.device)),
+          q, k, v, grad=True)
+
+
+def test_transformer_encoder_layer_forward_backward():
+    torch.manual_seed(0)
+    cpu = torch.nn.TransformerEncoderLayer(8, 2, dim_feedforward=16, dropout=0.0,
+                                           batch_first=True)
+    dev = torch.nn.TransformerEncoderLayer(8, 2, dim_feedforward=16, dropout=0.0,
+                                           batch_first=True).to("tpu")
+    dev.load_state_dict(cpu.state_dict())
+    x = make((2, 5, 8))
+    check(lambda t: (cpu if t.device.type == "cpu" else dev)(t), x, grad=True)
