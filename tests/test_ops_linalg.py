@@ -99,3 +99,19 @@ def test_einsum_tensordot_outer():
     check(lambda p, q: torch.einsum("bij,bjk->ik", p, q), a, b, grad=True)
     check(lambda p, q: torch.tensordot(p, q, dims=([0, 2], [0, 1])), a, b, grad=True)
     check(torch.outer, make((3,)), make((4,), seed=1), grad=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_products_accumulate_in_float32(dtype):
+    a = make((2, 3, 4096), dtype, low=0, high=1)
+    b = make((2, 4096, 2), dtype, seed=1, low=0, high=1)
+    check(torch.bmm, a, b)
+    check(torch.dot, a[0, 0], b[0, :, 0])
+    check(lambda s, p, q: torch.addmm(s, p, q, beta=0.5), make((2,), dtype), a[0], b[0])
+
+
+def test_zero_size_products():
+    check(torch.mm, make((3, 0)), make((0, 4)))
+    check(lambda s, p, q: torch.addmm(s, p, q, beta=2), make((3, 4)), make((3, 0)), make((0, 4)))
+    check(torch.bmm, make((0, 2, 3)), make((0, 3, 4)))
+    check(torch.dot, make((0,)), make((0,)))

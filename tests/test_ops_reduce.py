@@ -210,3 +210,27 @@ def test_scalar_input():
     check(lambda t: t.max(0), x)
     check(lambda t: torch.cumsum(t, 0), x)
     check(torch.argmax, x)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_reductions_accumulate_in_float32(dtype):
+    # A half-precision accumulator would drift far past the tolerance here.
+    x = make((20000,), dtype, low=0, high=2)
+    check(torch.sum, x)
+    check(torch.mean, x)
+    check(lambda t: t.var(0), x)
+    check(lambda t: torch.linalg.vector_norm(t), x)
+    check(lambda t: torch.logsumexp(t, 0), x)
+    check(lambda t: torch.cumsum(t, 0)[-5:], make((3000,), dtype, low=0, high=2))
+
+
+def test_empty_and_zero_size():
+    x = torch.empty(0, 3)
+    check(lambda t: t.sum(0), x)
+    check(lambda t: t.mean(0), x)
+    check(lambda t: t.prod(0), x)
+    check(lambda t: t.amax(1), x)
+    check(lambda t: t.all(0), x)
+    check(lambda t: t.any(0), x)
+    check(lambda t: torch.cumsum(t, 0), x)
+    check(lambda t: torch.linalg.vector_norm(t, dim=0), x)
