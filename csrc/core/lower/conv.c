@@ -301,13 +301,25 @@ static tpu_status_t lower_convolution_backward(tpu_lower_ctx_t* ctx) {
     for (int i = 0; i < n; i++) dims[1 + i] = 2 + i;
     res[2] = tpu_emit_reduce(b, g, tpu_emit_const(b, acc, 0), dims, n + 1, "stablehlo.add");
   }
-  for (int i = 0; i < 3 && i < tpu_lower_num_outputs(ctx); i++) {
-    tpu_hlo_type_t t = tpu_lower_output_type(ctx, i);
-    /* An output left out of output_mask is undefined in PyTorch: give it
-     * zeros of whatever type the engine declared. */
-    tpu_lower_set_output(ctx, i, want[i] ? tpu_emit_convert(b, res[i], t.dtype)
-                                         : tpu_emit_const_like(b, &t, 0));
+  int nout = tpu_lower_num_outputs(ctx);
+  if (nout >= 3) {
+    for (int i = 0; i < 3; i++) {
+      tpu_hlo_type_t t = tpu_lower_output_type(ctx, i);
+      /* An output left out of output_mask is undefined in PyTorch: give it
+       * zeros of whatever type the engine declared. */
+      tpu_lower_set_output(ctx, i, want[i] ? tpu_emit_convert(b, res[i], t.dtype)
+                                           : tpu_emit_const_like(b, &t, 0));
+    }
+    return NULL;
   }
+  /* Fewer outputs: an engine that drops the undefined ones; they are the
+   * requested results in order, which needs the mask. */
+  if (mask->kind != TPU_ARG_INTS) return tpu_lower_decline(ctx, "output_mask unknown");
+  for (int i = 0, k = 0; i < 3 && k < nout; i++)
+    if (want[i]) {
+      tpu_hlo_type_t t = tpu_lower_output_type(ctx, k);
+      tpu_lower_set_output(ctx, k++, tpu_emit_convert(b, res[i], t.dtype));
+    }
   return NULL;
 }
 
