@@ -842,6 +842,41 @@ static tpu_status_t lower_native_dropout_bwd(tpu_lower_ctx_t* ctx) {
   return NULL;
 }
 
+/* ---- log_sigmoid (F.logsigmoid, and binary_cross_entropy_with_logits'
+ * decomposition) ---- */
+
+/* log_sigmoid_forward(self) -> (output, buffer): output = min(x, 0) -
+ * log1p(exp(-|x|)); buffer = exp(-|x|) as on CPU. */
+static tpu_status_t lower_log_sigmoid(tpu_lower_ctx_t* ctx) {
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  if (!floating_out(ctx)) return tpu_lower_decline(ctx, "non-floating log_sigmoid");
+  tpu_hlo_value_t x = acc_tensor(ctx, 0);
+  tpu_hlo_value_t z = tpu_emit_unary(
+      b, "stablehlo.exponential",
+      tpu_emit_unary(b, "stablehlo.negate", tpu_emit_unary(b, "stablehlo.abs", x)));
+  tpu_hlo_value_t m = tpu_emit_binary(b, "stablehlo.minimum", x, splat(b, x, 0));
+  set_out(ctx, 0, sub(b, m, tpu_emit_unary(b, "stablehlo.log_plus_one", z)));
+  set_out(ctx, 1, z);
+  return NULL;
+}
+
+/* log_sigmoid_backward(grad_output, self, buffer): g * (x < 0 ? 1 - z / (1 +
+ * z) : z / (1 + z)) with z = exp(-|x|), recomputed (the buffer may be
+ * empty where another backend produced it). */
+static tpu_status_t lower_log_sigmoid_bwd(tpu_lower_ctx_t* ctx) {
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  if (!floating_out(ctx)) return tpu_lower_decline(ctx, "non-floating log_sigmoid");
+  tpu_hlo_value_t g = acc_tensor(ctx, 0), x = acc_tensor(ctx, 1);
+  tpu_hlo_value_t z = tpu_emit_unary(
+      b, "stablehlo.exponential",
+      tpu_emit_unary(b, "stablehlo.negate", tpu_emit_unary(b, "stablehlo.abs", x)));
+  tpu_hlo_value_t q = div_(b, z, add(b, splat(b, z, 1), z));
+  tpu_hlo_value_t neg = tpu_emit_compare(b, "LT", x, splat(b, x, 0));
+  tpu_hlo_value_t d = tpu_emit_select(b, neg, sub(b, splat(b, q, 1), q), q);
+  set_out(ctx, 0, mul(b, g, d));
+  return NULL;
+}
+
 const tpu_lowering_t tpu_lowerings_nn[] = {
     {"_softmax", lower_softmax, 0},
     {"_log_softmax", lower_log_softmax, 0},
@@ -872,5 +907,7 @@ const tpu_lowering_t tpu_lowerings_nn[] = {
     {"huber_loss_backward", lower_huber_bwd, 0},
     {"native_dropout", lower_native_dropout, TPU_LOWER_NEEDS_RNG},
     {"native_dropout_backward", lower_native_dropout_bwd, 0},
+    {"log_sigmoid_forward", lower_log_sigmoid, 0},
+    {"log_sigmoid_backward", lower_log_sigmoid_bwd, 0},
 };
 const size_t tpu_lowerings_nn_count = sizeof tpu_lowerings_nn / sizeof tpu_lowerings_nn[0];

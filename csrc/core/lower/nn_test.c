@@ -670,10 +670,38 @@ static void test_bf16_log_softmax_accumulates_in_f32(void) {
   free(r[0]);
 }
 
+static void test_log_sigmoid(void) {
+  enum { N = 6 };
+  int64_t d[1] = {N};
+  float x[N] = {-30.0f, -2.0f, -0.1f, 0.0f, 1.5f, 40.0f}, g[N] = {1, 2, 3, -1, 0.5f, 1};
+  tpu_lower_arg_t args[1] = {f32(1, d)};
+  const void* data[1] = {x};
+  tpu_hlo_type_t t = tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 1, d), outs[2] = {t, t};
+  double want[N], buf[N], grad[N];
+  for (int i = 0; i < N; i++) {
+    double z = exp(-fabs((double)x[i]));
+    want[i] = fmin(x[i], 0) - log1p(z);
+    buf[i] = z;
+    grad[i] = g[i] / (1 + exp((double)x[i])); /* d/dx log(sigmoid(x)) = 1 - sigmoid(x) */
+  }
+  void* r[2];
+  CHECK_OK(tpu_test_run_op("aten::log_sigmoid_forward", args, 1, NULL, data, outs, 2, r));
+  check_all(r[0], want, N, 1e-6);
+  check_all(r[1], buf, N, 1e-6);
+  const void* bdata[3] = {g, x, r[1]};
+  tpu_lower_arg_t bargs[3] = {f32(1, d), f32(1, d), f32(1, d)};
+  void* gr[1];
+  CHECK_OK(tpu_test_run_op("aten::log_sigmoid_backward", bargs, 3, NULL, bdata, &t, 1, gr));
+  check_all(gr[0], grad, N, 1e-6);
+  free(gr[0]);
+  free(r[0]);
+  free(r[1]);
+}
+
 TPU_TEST_MAIN(TPU_TEST(test_softmax_and_log_softmax), TPU_TEST(test_softmax_half_to_float),
               TPU_TEST(test_layer_norm_forward_backward), TPU_TEST(test_group_norm),
               TPU_TEST(test_batch_norm_functional_training), TPU_TEST(test_batch_norm_backward),
               TPU_TEST(test_embedding_dense_backward), TPU_TEST(test_nll_loss),
               TPU_TEST(test_losses_mse_bce_smooth), TPU_TEST(test_native_dropout),
               TPU_TEST(test_group_norm_backward), TPU_TEST(test_nll_loss2d),
-              TPU_TEST(test_bf16_log_softmax_accumulates_in_f32))
+              TPU_TEST(test_bf16_log_softmax_accumulates_in_f32), TPU_TEST(test_log_sigmoid))
