@@ -83,6 +83,20 @@ static int64_t product(const int64_t* v, int n) {
   return p;
 }
 
+/* Zero-element operands or results go to the CPU: XLA rejects some empty
+ * windows and scatters, and there is nothing to compute. */
+static bool any_empty(const tpu_lower_ctx_t* ctx) {
+  for (int i = 0; i < tpu_lower_num_args(ctx); i++) {
+    const tpu_lower_arg_t* a = tpu_lower_arg(ctx, i);
+    if (a->kind == TPU_ARG_TENSOR && product(a->type.dims, a->type.rank) == 0) return true;
+  }
+  for (int i = 0; i < tpu_lower_num_outputs(ctx); i++) {
+    tpu_hlo_type_t t = tpu_lower_output_type(ctx, i);
+    if (product(t.dims, t.rank) == 0) return true;
+  }
+  return false;
+}
+
 /* ---- convolution ------------------------------------------------------ */
 
 typedef struct conv_cfg_s {
@@ -233,6 +247,7 @@ static bool conv_dtype_ok(tpu_dtype_t d) {
  *  output_padding, groups, ...). */
 static tpu_status_t lower_convolution(tpu_lower_ctx_t* ctx) {
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  if (any_empty(ctx)) return tpu_lower_decline(ctx, "zero-element tensors");
   tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
   const tpu_lower_arg_t* in = tpu_lower_arg(ctx, 0);
   const tpu_lower_arg_t* wa = tpu_lower_arg(ctx, 1);
@@ -266,6 +281,7 @@ static tpu_status_t lower_convolution(tpu_lower_ctx_t* ctx) {
  * grad_input, grad_weight, grad_bias. */
 static tpu_status_t lower_convolution_backward(tpu_lower_ctx_t* ctx) {
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  if (any_empty(ctx)) return tpu_lower_decline(ctx, "zero-element tensors");
   bool overrideable = strstr(tpu_lower_op_name(ctx), "overrideable") != NULL;
   int first = overrideable ? 3 : 4;
   const tpu_lower_arg_t* ga = tpu_lower_arg(ctx, 0);
@@ -474,6 +490,7 @@ static bool read_pool_params(tpu_lower_ctx_t* ctx, int first, int dilation_at, i
  * PyTorch's meta kernel. */
 static tpu_status_t lower_max_pool_with_indices(tpu_lower_ctx_t* ctx) {
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  if (any_empty(ctx)) return tpu_lower_decline(ctx, "zero-element tensors");
   const tpu_lower_arg_t* in = tpu_lower_arg(ctx, 0);
   tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0), it = tpu_lower_output_type(ctx, 1);
   int nsp = pool_nsp(tpu_lower_op_name(ctx));
@@ -534,6 +551,7 @@ static tpu_hlo_value_t scatter_to_indices(tpu_hlo_builder_t* b, tpu_hlo_value_t 
  * adaptive_max_pool{2,3}d_backward(grad_output, self, indices). */
 static tpu_status_t lower_max_pool_backward(tpu_lower_ctx_t* ctx) {
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  if (any_empty(ctx)) return tpu_lower_decline(ctx, "zero-element tensors");
   bool adaptive = strstr(tpu_lower_op_name(ctx), "adaptive") != NULL;
   int ind = adaptive ? 2 : 7;
   const tpu_lower_arg_t* ga = tpu_lower_arg(ctx, 0);
@@ -644,6 +662,7 @@ static bool avg_dtype_ok(tpu_dtype_t d) { return conv_dtype_ok(d) || d == TPU_DT
  * truncation, like PyTorch. */
 static tpu_status_t lower_avg_pool(tpu_lower_ctx_t* ctx) {
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  if (any_empty(ctx)) return tpu_lower_decline(ctx, "zero-element tensors");
   const tpu_lower_arg_t* in = tpu_lower_arg(ctx, 0);
   tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
   int nsp = pool_nsp(tpu_lower_op_name(ctx));
@@ -671,6 +690,7 @@ static tpu_status_t lower_avg_pool(tpu_lower_ctx_t* ctx) {
  * the stride-dilated, (k-1-p)-padded gradient. */
 static tpu_status_t lower_avg_pool_backward(tpu_lower_ctx_t* ctx) {
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  if (any_empty(ctx)) return tpu_lower_decline(ctx, "zero-element tensors");
   const tpu_lower_arg_t* ga = tpu_lower_arg(ctx, 0);
   tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
   int nsp = pool_nsp(tpu_lower_op_name(ctx));
@@ -762,6 +782,7 @@ static tpu_hlo_value_t adaptive_counts(tpu_hlo_builder_t* b, const pool_shape_t*
  * 0/1 window matrices per dim, then the window sizes divide. */
 static tpu_status_t lower_adaptive_avg_pool(tpu_lower_ctx_t* ctx) {
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  if (any_empty(ctx)) return tpu_lower_decline(ctx, "zero-element tensors");
   const tpu_lower_arg_t* in = tpu_lower_arg(ctx, 0);
   tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
   int nsp = pool_nsp(tpu_lower_op_name(ctx));
@@ -783,6 +804,7 @@ static tpu_status_t lower_adaptive_avg_pool(tpu_lower_ctx_t* ctx) {
 /* _adaptive_avg_pool{2,3}d_backward(grad_output, self). */
 static tpu_status_t lower_adaptive_avg_pool_backward(tpu_lower_ctx_t* ctx) {
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  if (any_empty(ctx)) return tpu_lower_decline(ctx, "zero-element tensors");
   const tpu_lower_arg_t* ga = tpu_lower_arg(ctx, 0);
   tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
   int nsp = pool_nsp(tpu_lower_op_name(ctx));
@@ -807,6 +829,7 @@ static tpu_status_t lower_adaptive_avg_pool_backward(tpu_lower_ctx_t* ctx) {
  * masked to the lowest value) and reduce it with the pair max. */
 static tpu_status_t lower_adaptive_max_pool(tpu_lower_ctx_t* ctx) {
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  if (any_empty(ctx)) return tpu_lower_decline(ctx, "zero-element tensors");
   const tpu_lower_arg_t* in = tpu_lower_arg(ctx, 0);
   tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0), it = tpu_lower_output_type(ctx, 1);
   int nsp = pool_nsp(tpu_lower_op_name(ctx));

@@ -487,9 +487,29 @@ static void test_avg_pool2d_int64(void) {
   free(res[0]);
 }
 
+/* Empty batches and unsupported dtypes decline (CPU fallback), not fail. */
+static void test_declines(void) {
+  int64_t xd[4] = {0, 1, 4, 4}, yd[4] = {0, 1, 2, 2}, k = 2;
+  tpu_lower_arg_t args[7] = {f32_arg(4, xd), ints_arg(1, &k), ints_arg(0, NULL),
+                             ints_arg(1, (int64_t[]){0}), bool_arg(false), bool_arg(true),
+                             none_arg()};
+  tpu_hlo_type_t out = tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 4, yd);
+  char* text = NULL;
+  size_t len;
+  tpu_status_t s = tpu_lower_program_plain("aten::avg_pool2d", args, 7, NULL, &out, 1, &text, &len);
+  CHECK(s != NULL && tpu_status_code(s) == TPU_STATUS_UNIMPLEMENTED);
+  tpu_status_free(s);
+  xd[0] = yd[0] = 1;
+  args[0] = tpu_test_tensor_arg(TPU_DTYPE_INT32, 4, xd);
+  out = tpu_hlo_type_make(TPU_DTYPE_INT32, 4, yd);
+  s = tpu_lower_program_plain("aten::avg_pool2d", args, 7, NULL, &out, 1, &text, &len);
+  CHECK(s != NULL && tpu_status_code(s) == TPU_STATUS_UNIMPLEMENTED);
+  tpu_status_free(s);
+}
+
 TPU_TEST_MAIN(TPU_TEST(test_conv2d_forward), TPU_TEST(test_conv2d_backward),
               TPU_TEST(test_conv_transpose1d), TPU_TEST(test_backward_output_mask),
               TPU_TEST(test_max_pool2d_with_indices_and_backward),
               TPU_TEST(test_avg_pool2d_and_backward), TPU_TEST(test_adaptive_pools),
               TPU_TEST(test_conv2d_bfloat16), TPU_TEST(test_max_pool3d_with_indices),
-              TPU_TEST(test_avg_pool2d_int64))
+              TPU_TEST(test_avg_pool2d_int64), TPU_TEST(test_declines))
