@@ -8,7 +8,7 @@ import torchtpu
 
 from op_testing import check, make
 
-FLOATS = [torch.float32, torch.bfloat16]
+FLOATS = [torch.float32, torch.bfloat16, torch.float16]
 
 
 def _runs_on_device(fn, op):
