@@ -263,7 +263,7 @@ def test_avg_pool3d():
 # ---- adaptive pooling -----------------------------------------------------
 
 @pytest.mark.parametrize("dtype", FLOATS)
-@pytest.mark.parametrize("size", [(3, 4), (2, 2), (5, 7), (9, 8)])
+@pytest.mark.parametrize("size", [(3, 4), (2, 2), (5, 7), (9, 8), (12, 10)])
 def test_adaptive_avg_pool2d(dtype, size):
     x = make((2, 3, 9, 8), dtype)
     check(lambda x: F.adaptive_avg_pool2d(x, size), x, grad=True, dtype=dtype)
@@ -275,7 +275,7 @@ def test_adaptive_avg_pool1d_and_3d():
 
 
 @pytest.mark.parametrize("dtype", FLOATS)
-@pytest.mark.parametrize("size", [(3, 4), (2, 2), (5, 7), 1])
+@pytest.mark.parametrize("size", [(3, 4), (2, 2), (5, 7), 1, (12, 10)])
 def test_adaptive_max_pool2d(dtype, size):
     x = make((2, 3, 9, 8), torch.int64, low=-3, high=4).to(dtype)
     check(lambda x: F.adaptive_max_pool2d(x, size, return_indices=True), x, grad=True,
