@@ -1,6 +1,7 @@
 /* Pointwise family: elementwise math, activations and their backwards,
  * comparisons, logical and bitwise ops, clamp, where, pow, remainder,
- * masked_fill and dtype conversion.
+ * and masked_fill. (Dtype conversion reaches the backend as copy_, in basic.c:
+ * _to_copy is decomposed before it.)
  *
  * Numerics follow PyTorch's CPU kernels: half and bfloat16 compute in
  * float32 and round once at the end (PyTorch's opmath type); Python scalars
@@ -398,15 +399,6 @@ static tpu_status_t lower_silu_backward(tpu_lower_ctx_t* ctx) {
   return finish(ctx, mul(b, mul(b, g, s), add(b, one, mul(b, x, sub(b, one, s)))));
 }
 
-static tpu_status_t lower_mish_backward(tpu_lower_ctx_t* ctx) {
-  FLOAT_OUT_OR_DECLINE(ctx, d);
-  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
-  tpu_hlo_value_t g = math_operand(ctx, 0, d), x = math_operand(ctx, 1, d);
-  tpu_hlo_value_t s = f_sigmoid(b, x), t = f_tanh_softplus(b, x), one = like(b, x, 1);
-  tpu_hlo_value_t deriv = add(b, t, mul(b, mul(b, x, s), sub(b, one, mul(b, t, t))));
-  return finish(ctx, mul(b, g, deriv));
-}
-
 /* (x*beta) > threshold ? x : log1p(exp(x*beta)) / beta */
 static tpu_status_t lower_softplus(tpu_lower_ctx_t* ctx) {
   FLOAT_OUT_OR_DECLINE(ctx, d);
@@ -639,34 +631,34 @@ static tpu_status_t lower_bitwise_xor(tpu_lower_ctx_t* ctx) {
 }
 static tpu_status_t lower_bitwise_not(tpu_lower_ctx_t* ctx) { return bitwise_op(ctx, NULL); }
 
-/* isnan / isinf / isposinf / isneginf / isfinite / signbit: bool results;
- * integers are never NaN or infinite. */
-static tpu_status_t float_class(tpu_lower_ctx_t* ctx, int which) {
+/* isnan / isinf / isposinf / isneginf / signbit: bool results; integers
+ * are never NaN or infinite. (isfinite decomposes into isnan/abs/ne.) */
+typedef enum { IS_NAN, IS_INF, IS_POSINF, IS_NEGINF, SIGN_BIT } float_class_t;
+
+static tpu_status_t float_class(tpu_lower_ctx_t* ctx, float_class_t which) {
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
   tpu_hlo_value_t x = tpu_lower_tensor(ctx, 0);
   tpu_dtype_t d = tpu_hlo_value_type(b, x).dtype;
   if (tpu_dtype_is_complex(d)) return tpu_lower_decline(ctx, "complex input");
-  tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
   if (!is_float(d)) {
-    if (which == 5) return finish(ctx, cmp(b, "LT", x, like(b, x, 0)));
-    return finish(ctx, tpu_emit_const_like(b, &out, which == 4));
+    tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
+    if (which == SIGN_BIT) return finish(ctx, cmp(b, "LT", x, like(b, x, 0)));
+    return finish(ctx, tpu_emit_const_like(b, &out, 0));
   }
   tpu_hlo_value_t inf = like(b, x, INFINITY);
   switch (which) {
-    case 0: return finish(ctx, is_nan(b, x));
-    case 1: return finish(ctx, cmp(b, "EQ", un(b, "stablehlo.abs", x), inf));
-    case 2: return finish(ctx, cmp(b, "EQ", x, inf));
-    case 3: return finish(ctx, cmp(b, "EQ", x, like(b, x, -INFINITY)));
-    case 4: return finish(ctx, cmp(b, "LT", un(b, "stablehlo.abs", x), inf));
+    case IS_NAN: return finish(ctx, is_nan(b, x));
+    case IS_INF: return finish(ctx, cmp(b, "EQ", un(b, "stablehlo.abs", x), inf));
+    case IS_POSINF: return finish(ctx, cmp(b, "EQ", x, inf));
+    case IS_NEGINF: return finish(ctx, cmp(b, "EQ", x, like(b, x, -INFINITY)));
     default: return finish(ctx, sign_bit(b, x));
   }
 }
-static tpu_status_t lower_isnan(tpu_lower_ctx_t* ctx) { return float_class(ctx, 0); }
-static tpu_status_t lower_isinf(tpu_lower_ctx_t* ctx) { return float_class(ctx, 1); }
-static tpu_status_t lower_isposinf(tpu_lower_ctx_t* ctx) { return float_class(ctx, 2); }
-static tpu_status_t lower_isneginf(tpu_lower_ctx_t* ctx) { return float_class(ctx, 3); }
-static tpu_status_t lower_isfinite(tpu_lower_ctx_t* ctx) { return float_class(ctx, 4); }
-static tpu_status_t lower_signbit(tpu_lower_ctx_t* ctx) { return float_class(ctx, 5); }
+static tpu_status_t lower_isnan(tpu_lower_ctx_t* ctx) { return float_class(ctx, IS_NAN); }
+static tpu_status_t lower_isinf(tpu_lower_ctx_t* ctx) { return float_class(ctx, IS_INF); }
+static tpu_status_t lower_isposinf(tpu_lower_ctx_t* ctx) { return float_class(ctx, IS_POSINF); }
+static tpu_status_t lower_isneginf(tpu_lower_ctx_t* ctx) { return float_class(ctx, IS_NEGINF); }
+static tpu_status_t lower_signbit(tpu_lower_ctx_t* ctx) { return float_class(ctx, SIGN_BIT); }
 
 /* ---- binary arithmetic --------------------------------------------------- */
 
@@ -848,21 +840,6 @@ static tpu_status_t lower_masked_fill(tpu_lower_ctx_t* ctx) {
                          operand(ctx, 0, d)));
 }
 
-/* _to_copy: a dtype conversion (the engine handles devices and layouts).
- * Floats go to narrow integers through int64, like the C casts PyTorch's CPU
- * kernels compile to (-3.7 -> uint8 253, not XLA's saturated 0). */
-static tpu_status_t lower_to_copy(tpu_lower_ctx_t* ctx) {
-  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
-  tpu_hlo_value_t x = tpu_lower_tensor(ctx, 0);
-  tpu_dtype_t from = tpu_hlo_value_type(b, x).dtype;
-  tpu_dtype_t to = tpu_lower_output_type(ctx, 0).dtype;
-  if (tpu_dtype_is_complex(from) && !tpu_dtype_is_complex(to))
-    return tpu_lower_decline(ctx, "complex to real conversion");
-  if (is_float(from) && tpu_dtype_is_integral(to) && tpu_dtype_size(to) < 4)
-    x = tpu_emit_convert(b, x, TPU_DTYPE_INT64);
-  return finish(ctx, x);
-}
-
 const tpu_lowering_t tpu_lowerings_pointwise[] = {
     /* float math */
     {"exp", lower_exp, 0},
@@ -908,7 +885,6 @@ const tpu_lowering_t tpu_lowerings_pointwise[] = {
     {"silu", lower_silu, 0},
     {"silu_backward", lower_silu_backward, 0},
     {"mish", lower_mish, 0},
-    {"mish_backward", lower_mish_backward, 0},
     {"softplus", lower_softplus, 0},
     {"softplus_backward", lower_softplus_backward, 0},
     {"elu", lower_elu, 0},
@@ -946,7 +922,6 @@ const tpu_lowering_t tpu_lowerings_pointwise[] = {
     {"isinf", lower_isinf, 0},
     {"isposinf", lower_isposinf, 0},
     {"isneginf", lower_isneginf, 0},
-    {"isfinite", lower_isfinite, 0},
     {"signbit", lower_signbit, 0},
     /* binary and ternary arithmetic */
     {"where", lower_where, 0},
@@ -967,7 +942,6 @@ const tpu_lowering_t tpu_lowerings_pointwise[] = {
     {"addcdiv", lower_addcdiv, 0},
     {"nan_to_num", lower_nan_to_num, 0},
     {"masked_fill", lower_masked_fill, 0},
-    {"_to_copy", lower_to_copy, 0},
 };
 const size_t tpu_lowerings_pointwise_count =
     sizeof tpu_lowerings_pointwise / sizeof tpu_lowerings_pointwise[0];
