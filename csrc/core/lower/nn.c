@@ -126,8 +126,18 @@ static bool mask_at(tpu_lower_ctx_t* ctx, int i, int k) {
   return true;
 }
 
-/* Sets a gradient output, or zeros when output_mask leaves it out. */
+/* Sets gradient i of a (dx, dweight, dbias) backward. With all three
+ * outputs, one that output_mask leaves out gets zeros; with fewer (an
+ * engine that drops PyTorch's undefined outputs), the outputs are the
+ * requested gradients in order. */
 static void set_grad(tpu_lower_ctx_t* ctx, int mask_arg, int i, tpu_hlo_value_t v) {
+  if (tpu_lower_num_outputs(ctx) < 3) {
+    if (!mask_at(ctx, mask_arg, i)) return;
+    int o = 0;
+    for (int k = 0; k < i; k++) o += mask_at(ctx, mask_arg, k);
+    set_out(ctx, o, v);
+    return;
+  }
   if (mask_at(ctx, mask_arg, i)) {
     set_out(ctx, i, v);
     return;
@@ -135,6 +145,11 @@ static void set_grad(tpu_lower_ctx_t* ctx, int mask_arg, int i, tpu_hlo_value_t 
   tpu_hlo_type_t out = tpu_lower_output_type(ctx, i);
   if (out.dtype != TPU_DTYPE_INVALID)
     tpu_lower_set_output(ctx, i, tpu_emit_const_like(tpu_lower_builder(ctx), &out, 0));
+}
+
+/* Dropped outputs can only be mapped back with a known output_mask. */
+static bool grads_mappable(tpu_lower_ctx_t* ctx, int mask_arg) {
+  return tpu_lower_num_outputs(ctx) >= 3 || tpu_lower_arg(ctx, mask_arg)->kind == TPU_ARG_INTS;
 }
 
 static double float_arg(tpu_lower_ctx_t* ctx, int i, double dflt) {
@@ -273,6 +288,7 @@ static tpu_hlo_value_t norm_dx(tpu_hlo_builder_t* b, tpu_hlo_value_t gw, tpu_hlo
 static tpu_status_t lower_layer_norm_bwd(tpu_lower_ctx_t* ctx) {
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
   if (!floating_out(ctx)) return tpu_lower_decline(ctx, "non-floating layer_norm");
+  if (!grads_mappable(ctx, 7)) return tpu_lower_decline(ctx, "output_mask unknown");
   tpu_hlo_value_t g = acc_tensor(ctx, 0), x = acc_tensor(ctx, 1);
   tpu_hlo_type_t xt = type_of(b, x);
   int k = tpu_lower_arg(ctx, 2)->num_ints, axis = xt.rank - k;
@@ -323,6 +339,7 @@ static tpu_status_t lower_group_norm(tpu_lower_ctx_t* ctx) {
 static tpu_status_t lower_group_norm_bwd(tpu_lower_ctx_t* ctx) {
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
   if (!floating_out(ctx)) return tpu_lower_decline(ctx, "non-floating group_norm");
+  if (!grads_mappable(ctx, 9)) return tpu_lower_decline(ctx, "output_mask unknown");
   int64_t n = int_arg(ctx, 5, 0), c = int_arg(ctx, 6, 0), hw = int_arg(ctx, 7, 0);
   int64_t g = int_arg(ctx, 8, 1);
   if (g <= 0 || c % g != 0) return tpu_lower_decline(ctx, "channels not divisible by groups");
@@ -428,6 +445,7 @@ static tpu_status_t lower_batch_norm_no_training(tpu_lower_ctx_t* ctx) {
 static tpu_status_t lower_batch_norm_bwd(tpu_lower_ctx_t* ctx) {
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
   if (!floating_out(ctx)) return tpu_lower_decline(ctx, "non-floating batch_norm");
+  if (!grads_mappable(ctx, 9)) return tpu_lower_decline(ctx, "output_mask unknown");
   tpu_hlo_value_t g = acc_tensor(ctx, 0), x = acc_tensor(ctx, 1);
   tpu_hlo_type_t xt = type_of(b, x);
   if (xt.rank < 2) return tpu_lower_decline(ctx, "batch_norm input of rank < 2");

@@ -174,6 +174,15 @@ static void test_layer_norm_forward_backward(void) {
   check_all(r[1], dw, C, 1e-5);
   check_all(r[2], db, C, 1e-5);
   for (int i = 0; i < 3; i++) free(r[i]);
+  /* output_mask (1, 0, 1) with the undefined dweight dropped: the two
+   * outputs are dx and dbias. */
+  int64_t mask101[3] = {1, 0, 1};
+  bargs[7] = ints_arg(3, mask101);
+  tpu_hlo_type_t two[2] = {bouts[0], bouts[2]};
+  CHECK_OK(tpu_test_run_op("aten::native_layer_norm_backward", bargs, 8, NULL, bdata, two, 2, r));
+  check_all(r[0], dx, R * C, 1e-4);
+  check_all(r[1], db, C, 1e-5);
+  for (int i = 0; i < 2; i++) free(r[i]);
 }
 
 static void test_group_norm(void) {
