@@ -115,3 +115,21 @@ def test_zero_size_products():
     check(lambda s, p, q: torch.addmm(s, p, q, beta=2), make((3, 4)), make((3, 0)), make((0, 4)))
     check(torch.bmm, make((0, 2, 3)), make((0, 3, 4)))
     check(torch.dot, make((0,)), make((0,)))
+
+
+def test_out_and_inplace_variants():
+    s, a, b = make((3, 4)), make((3, 5), seed=1), make((5, 4), seed=2)
+    check(lambda s, p, q: s.clone().addmm_(p, q, beta=0.5, alpha=2), s, a, b)
+    check(lambda s, p, q: torch.addmm(s, p, q, out=torch.empty(3, 4, device=s.device)), s, a, b)
+    check(lambda p, q: torch.bmm(p, q, out=torch.empty(2, 3, 4, device=p.device)),
+          make((2, 3, 5)), make((2, 5, 4), seed=1))
+    check(lambda s, p, q: s.clone().baddbmm_(p, q, alpha=0.5), make((2, 3, 4)),
+          make((2, 3, 5), seed=1), make((2, 5, 4), seed=2))
+
+
+def test_mv_addr_run_as_lowered_ops():
+    # mv and addr are CompositeExplicitAutograd: the engine may run them as
+    # one lowered op or through PyTorch's composite; either way on device.
+    check(torch.mv, make((3, 4), torch.int64), make((4,), torch.int64, seed=1))
+    check(torch.addr, make((3, 4), torch.int64), make((3,), torch.int64, seed=1),
+          make((4,), torch.int64, seed=2))

@@ -234,3 +234,26 @@ def test_empty_and_zero_size():
     check(lambda t: t.any(0), x)
     check(lambda t: torch.cumsum(t, 0), x)
     check(lambda t: torch.linalg.vector_norm(t, dim=0), x)
+
+
+def test_out_and_inplace_variants():
+    x = make((4, 5))
+
+    def sum_out(t):
+        o = torch.empty(4, device=t.device)
+        torch.sum(t, 1, out=o)
+        return o
+
+    def max_out(t):
+        v = torch.empty(5, device=t.device)
+        i = torch.empty(5, dtype=torch.long, device=t.device)
+        torch.max(t, 0, out=(v, i))
+        return v, i
+
+    def cumsum_inplace(t):
+        return t.clone().cumsum_(1)
+
+    check(sum_out, x)
+    check(max_out, x)
+    check(cumsum_inplace, x)
+    check(lambda t: torch.mean(t, (0, 1), out=torch.empty((), device=t.device)), x)

@@ -93,7 +93,10 @@ static tpu_status_t set_scaled_sum(tpu_lower_ctx_t* ctx, tpu_hlo_value_t product
 /* Index of beta in addmm-like schemas: after the 3 tensors, or one later in
  * the .dtype overloads (out_dtype comes first). */
 static int beta_index(tpu_lower_ctx_t* ctx) {
-  return tpu_lower_arg(ctx, 3)->kind == TPU_ARG_DTYPE ? 4 : 3;
+  /* beta is a Scalar; anything else there is out_dtype (a DTYPE, or an INT
+   * from an engine that reads ScalarType as its schema's int). */
+  tpu_arg_kind_t k = tpu_lower_arg(ctx, 3)->kind;
+  return k == TPU_ARG_DTYPE || k == TPU_ARG_INT ? 4 : 3;
 }
 
 /* bmm(self, mat2[, out_dtype]): [b,n,m] x [b,m,p]. */

@@ -42,6 +42,14 @@ static int read_dims(tpu_lower_ctx_t* ctx, int i, int rank, bool empty_is_none, 
   return n;
 }
 
+/* Argument i when it is a dim list, else -1 (every dim). Where a schema's
+ * default overload has a ScalarType in the dim list's slot (sum(self,
+ * dtype), norm.ScalarOpt_dtype), a dtype must not be read as a dim, and
+ * the engine may pass a ScalarType as an INT. */
+static int list_arg(tpu_lower_ctx_t* ctx, int i) {
+  return tpu_lower_arg(ctx, i)->kind == TPU_ARG_INTS ? i : -1;
+}
+
 static int64_t count_of(const tpu_hlo_type_t* t, const int64_t* dims, int n) {
   int64_t c = 1;
   for (int k = 0; k < n; k++) c *= t->dims[dims[k]];
@@ -105,7 +113,7 @@ static tpu_status_t lower_sum_like(tpu_lower_ctx_t* ctx, bool nan_as_zero) {
   if (nan_as_zero && tpu_dtype_is_floating(t.dtype))
     x = tpu_emit_select(b, tpu_emit_compare(b, "NE", x, x), tpu_emit_const_like(b, &t, 0), x);
   int64_t dims[TPU_HLO_MAX_RANK];
-  int n = read_dims(ctx, 1, t.rank, false, dims);
+  int n = read_dims(ctx, list_arg(ctx, 1), t.rank, false, dims);
   const char* op = t.dtype == TPU_DTYPE_BOOL ? "stablehlo.or" : "stablehlo.add";
   set_out(ctx, 0, reduce(b, x, 0, dims, n, op));
   return NULL;
@@ -113,7 +121,8 @@ static tpu_status_t lower_sum_like(tpu_lower_ctx_t* ctx, bool nan_as_zero) {
 static tpu_status_t lower_sum(tpu_lower_ctx_t* ctx) { return lower_sum_like(ctx, false); }
 static tpu_status_t lower_nansum(tpu_lower_ctx_t* ctx) { return lower_sum_like(ctx, true); }
 
-/* prod(self, dtype) / prod.dim_int(self, dim, keepdim, dtype). */
+/* prod(self, dtype) / prod.dim_int(self, dim, keepdim, dtype): the int
+ * dim is told from a dtype by the keepdim bool after it. */
 static tpu_status_t lower_prod(tpu_lower_ctx_t* ctx) {
   tpu_status_t s = decline_complex(ctx);
   if (s) return s;
@@ -121,7 +130,7 @@ static tpu_status_t lower_prod(tpu_lower_ctx_t* ctx) {
   tpu_hlo_value_t x = input_as_acc(ctx);
   tpu_hlo_type_t t = value_type(ctx, x);
   int64_t dims[TPU_HLO_MAX_RANK];
-  int n = read_dims(ctx, 1, t.rank, false, dims);
+  int n = read_dims(ctx, tpu_lower_arg(ctx, 2)->kind == TPU_ARG_BOOL ? 1 : -1, t.rank, false, dims);
   const char* op = t.dtype == TPU_DTYPE_BOOL ? "stablehlo.and" : "stablehlo.multiply";
   set_out(ctx, 0, reduce(b, x, 1, dims, n, op));
   return NULL;
@@ -137,7 +146,7 @@ static tpu_status_t lower_mean(tpu_lower_ctx_t* ctx) {
   tpu_hlo_value_t x = input_as_acc(ctx);
   tpu_hlo_type_t t = value_type(ctx, x);
   int64_t dims[TPU_HLO_MAX_RANK];
-  int n = read_dims(ctx, 1, t.rank, false, dims);
+  int n = read_dims(ctx, list_arg(ctx, 1), t.rank, false, dims);
   tpu_hlo_value_t sum = reduce(b, x, 0, dims, n, "stablehlo.add");
   tpu_hlo_type_t st = value_type(ctx, sum);
   tpu_hlo_value_t count = tpu_emit_const_like(b, &st, (double)count_of(&t, dims, n));
@@ -397,7 +406,7 @@ static tpu_status_t lower_norm(tpu_lower_ctx_t* ctx) {
                           ? tpu_emit_const(b, t.dtype, 2)
                           : tpu_lower_scalar(ctx, 1, t.dtype);
   int64_t dims[TPU_HLO_MAX_RANK];
-  int n = read_dims(ctx, 2, t.rank, false, dims);
+  int n = read_dims(ctx, list_arg(ctx, 2), t.rank, false, dims);
   set_out(ctx, 0, emit_pnorm(b, x, p, dims, n));
   return NULL;
 }

@@ -471,7 +471,36 @@ static void test_cummax_cummin_ties_and_nan(void) {
   }
 }
 
-TPU_TEST_MAIN(TPU_TEST(test_cummax_cummin_ties_and_nan), TPU_TEST(test_logcumsumexp_count_nonzero_aminmax), TPU_TEST(test_sum_dims_keepdim_negative), TPU_TEST(test_sum_promotes_ints_and_bools),
+/* sum(self, dtype) / prod(self, dtype) / norm.ScalarOpt_dtype: a dtype in
+ * the dim slot (as a DTYPE, or as an INT holding the ScalarType code) is
+ * not a dim. */
+static void test_dtype_in_dim_slot_reduces_everything(void) {
+  int64_t d[2] = {2, 3};
+  float x[6] = {1, 2, 3, 4, 5, 6};
+  const void* data[1] = {x};
+  tpu_hlo_type_t out = tpu_hlo_type_make(TPU_DTYPE_FLOAT64, 0, NULL);
+  tpu_lower_arg_t dtypes[2] = {{.kind = TPU_ARG_DTYPE, .dtype = TPU_DTYPE_FLOAT64},
+                               int_arg(7 /* c10::ScalarType::Double */)};
+  for (int k = 0; k < 2; k++) {
+    tpu_lower_arg_t args[2] = {tpu_test_tensor_arg(TPU_DTYPE_FLOAT32, 2, d), dtypes[k]};
+    void* r[1];
+    CHECK_OK(tpu_test_run_op("aten::sum", args, 2, NULL, data, &out, 1, r));
+    bool ok = *(double*)r[0] == 21;
+    free(r[0]);
+    CHECK(ok);
+    CHECK_OK(tpu_test_run_op("aten::prod", args, 2, NULL, data, &out, 1, r));
+    ok = *(double*)r[0] == 720;
+    free(r[0]);
+    CHECK(ok);
+    tpu_lower_arg_t nargs[3] = {args[0], kNone, dtypes[k]};
+    CHECK_OK(tpu_test_run_op("aten::norm.ScalarOpt_dtype", nargs, 3, NULL, data, &out, 1, r));
+    ok = close(*(double*)r[0], sqrt(91.0), 1e-6);
+    free(r[0]);
+    CHECK(ok);
+  }
+}
+
+TPU_TEST_MAIN(TPU_TEST(test_dtype_in_dim_slot_reduces_everything), TPU_TEST(test_cummax_cummin_ties_and_nan), TPU_TEST(test_logcumsumexp_count_nonzero_aminmax), TPU_TEST(test_sum_dims_keepdim_negative), TPU_TEST(test_sum_promotes_ints_and_bools),
               TPU_TEST(test_bf16_sum_and_mean_accumulate_in_f32), TPU_TEST(test_nansum_prod_mean),
               TPU_TEST(test_amax_amin_propagate_nan), TPU_TEST(test_max_dim_first_index_and_nan),
               TPU_TEST(test_argmax_argmin), TPU_TEST(test_var_std_correction),
