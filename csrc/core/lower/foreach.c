@@ -320,6 +320,125 @@ static tpu_status_t lower_max(tpu_lower_ctx_t* ctx) {
   return NULL;
 }
 
+/* _fused_adam_ / _fused_adamw_(self, grads, exp_avgs, exp_avg_sqs,
+ * max_exp_avg_sqs, state_steps, *, lr, beta1, beta2, weight_decay, eps,
+ * amsgrad, maximize, grad_scale?, found_inf?): PyTorch's CPU fused kernel
+ * per element, in opmath (float32 for half types). The step count is a
+ * run-time tensor, so the bias corrections are computed in the program (in
+ * float64, like the kernel's doubles). Outputs: the new params, grads,
+ * exp_avgs, exp_avg_sqs and max_exp_avg_sqs, list by list. */
+enum { A_SELF, A_GRADS, A_AVG, A_AVG_SQ, A_MAX_SQ, A_STEPS, A_LR, A_BETA1, A_BETA2, A_WD,
+       A_EPS, A_AMSGRAD, A_MAXIMIZE, A_GRAD_SCALE, A_FOUND_INF };
+
+static tpu_status_t lower_fused_adam_mode(tpu_lower_ctx_t* ctx, bool adamw) {
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  int n = tpu_lower_arg(ctx, A_SELF)->num_tensors;
+  int m = tpu_lower_arg(ctx, A_MAX_SQ)->num_tensors;
+  bool amsgrad = tpu_lower_arg(ctx, A_AMSGRAD)->i != 0;
+  bool maximize = tpu_lower_arg(ctx, A_MAXIMIZE)->i != 0;
+  for (int i = A_SELF; i <= A_STEPS; i++)
+    if (tpu_lower_arg(ctx, i)->kind != TPU_ARG_TENSORS && !(i == A_MAX_SQ && m == 0))
+      return tpu_lower_decline(ctx, "argument %d is not a tpu tensor list", i);
+  if (tpu_lower_num_outputs(ctx) != 4 * n + m || (amsgrad && m != n))
+    return tpu_lower_decline(ctx, "unexpected outputs");
+  for (int i = A_BETA1; i <= A_EPS; i++)
+    if (tpu_lower_arg(ctx, i)->kind != TPU_ARG_FLOAT)
+      return tpu_lower_decline(ctx, "argument %d is not a float", i);
+  double beta1 = tpu_lower_arg(ctx, A_BETA1)->f, beta2 = tpu_lower_arg(ctx, A_BETA2)->f;
+  double wd = tpu_lower_arg(ctx, A_WD)->f, eps = tpu_lower_arg(ctx, A_EPS)->f;
+  bool has_scale = tpu_lower_arg(ctx, A_GRAD_SCALE)->kind != TPU_ARG_NONE;
+  bool has_inf = tpu_lower_arg(ctx, A_FOUND_INF)->kind != TPU_ARG_NONE;
+  const tpu_dtype_t f64 = TPU_DTYPE_FLOAT64;
+  tpu_hlo_value_t lr = tpu_lower_scalar(ctx, A_LR, f64);
+  for (int k = 0; k < n; k++) {
+    tpu_hlo_type_t pt = tpu_lower_list_type(ctx, A_SELF, k);
+    if (!tpu_dtype_is_floating(pt.dtype)) return tpu_lower_decline(ctx, "non-float params");
+    tpu_hlo_type_t t = pt;
+    t.dtype = compute_dtype(pt.dtype);
+    tpu_hlo_value_t in[5];
+    for (int j = 0; j < 5; j++)
+      in[j] = j == 4 && !amsgrad ? (tpu_hlo_value_t){-1}
+                                 : tpu_emit_cast_to(b, tpu_lower_list_tensor(ctx, A_SELF + j, k), &t);
+    tpu_hlo_value_t p = in[0], g = in[1], avg = in[2], avg_sq = in[3];
+    /* Scalars of this element, from float64 to opmath like the kernel. */
+    tpu_hlo_value_t step = tpu_emit_convert(b, tpu_lower_list_tensor(ctx, A_STEPS, k), f64);
+    if (tpu_hlo_value_type(b, step).rank != 0) return tpu_lower_decline(ctx, "step not 0-dim");
+    tpu_hlo_value_t one = tpu_emit_const(b, f64, 1);
+    tpu_hlo_value_t bc1 = tpu_emit_binary(
+        b, "stablehlo.subtract", one,
+        tpu_emit_binary(b, "stablehlo.power", tpu_emit_const(b, f64, beta1), step));
+    tpu_hlo_value_t bc2 = tpu_emit_binary(
+        b, "stablehlo.subtract", one,
+        tpu_emit_binary(b, "stablehlo.power", tpu_emit_const(b, f64, beta2), step));
+    tpu_hlo_value_t step_size =
+        tpu_emit_cast_to(b, tpu_emit_binary(b, "stablehlo.divide", lr, bc1), &t);
+    tpu_hlo_value_t bc2_sqrt = tpu_emit_cast_to(b, tpu_emit_unary(b, "stablehlo.sqrt", bc2), &t);
+    tpu_hlo_value_t grad_out = tpu_lower_list_tensor(ctx, A_GRADS, k);
+    if (has_scale) {
+      g = tpu_emit_binary(b, "stablehlo.divide", g,
+                          tpu_emit_cast_to(b, tpu_lower_scalar(ctx, A_GRAD_SCALE, t.dtype), &t));
+      grad_out = g;
+    }
+    if (maximize) g = tpu_emit_unary(b, "stablehlo.negate", g);
+    if (wd != 0 && !adamw) {
+      g = tpu_emit_binary(b, "stablehlo.add", g,
+                          tpu_emit_binary(b, "stablehlo.multiply", p, tpu_emit_const_like(b, &t, wd)));
+    } else if (wd != 0) {
+      tpu_hlo_value_t decay = tpu_emit_binary(
+          b, "stablehlo.subtract", one,
+          tpu_emit_binary(b, "stablehlo.multiply", lr, tpu_emit_const(b, f64, wd)));
+      p = tpu_emit_binary(b, "stablehlo.multiply", p, tpu_emit_cast_to(b, decay, &t));
+    }
+    /* exp_avg += (g - exp_avg) * (1 - beta1) */
+    avg = tpu_emit_binary(
+        b, "stablehlo.add", avg,
+        tpu_emit_binary(b, "stablehlo.multiply", tpu_emit_binary(b, "stablehlo.subtract", g, avg),
+                        tpu_emit_const_like(b, &t, 1 - beta1)));
+    /* exp_avg_sq = exp_avg_sq * beta2 + (1 - beta2) * g * g */
+    avg_sq = tpu_emit_binary(
+        b, "stablehlo.add",
+        tpu_emit_binary(b, "stablehlo.multiply", avg_sq, tpu_emit_const_like(b, &t, beta2)),
+        tpu_emit_binary(b, "stablehlo.multiply",
+                        tpu_emit_binary(b, "stablehlo.multiply",
+                                        tpu_emit_const_like(b, &t, 1 - beta2), g),
+                        g));
+    tpu_hlo_value_t second = avg_sq, max_sq = in[4];
+    if (amsgrad) {
+      tpu_hlo_value_t mv[2] = {max_sq, avg_sq};
+      max_sq = second = c_max(b, mv, 2);
+    }
+    tpu_hlo_value_t denom = tpu_emit_binary(
+        b, "stablehlo.add",
+        tpu_emit_binary(b, "stablehlo.divide", tpu_emit_unary(b, "stablehlo.sqrt", second), bc2_sqrt),
+        tpu_emit_const_like(b, &t, eps));
+    p = tpu_emit_binary(
+        b, "stablehlo.subtract", p,
+        tpu_emit_binary(b, "stablehlo.divide",
+                        tpu_emit_binary(b, "stablehlo.multiply", step_size, avg), denom));
+    tpu_hlo_value_t news[5] = {p, grad_out, avg, avg_sq, max_sq};
+    for (int j = 0; j < (amsgrad ? 5 : 4); j++) {
+      tpu_hlo_type_t ot = tpu_lower_output_type(ctx, j * n + k);
+      tpu_hlo_value_t v = tpu_emit_convert(b, news[j], ot.dtype);
+      if (has_inf) {
+        /* found_inf == 1: the kernel returns before touching anything. */
+        tpu_hlo_value_t skip = tpu_emit_compare(
+            b, "EQ", tpu_lower_scalar(ctx, A_FOUND_INF, TPU_DTYPE_FLOAT32),
+            tpu_emit_const(b, TPU_DTYPE_FLOAT32, 1));
+        tpu_hlo_value_t old = tpu_lower_list_tensor(ctx, A_SELF + j, k);
+        v = tpu_emit_select(b, tpu_emit_broadcast_to(b, skip, &ot), old, v);
+      }
+      tpu_lower_set_output(ctx, j * n + k, v);
+    }
+  }
+  return NULL;
+}
+static tpu_status_t lower_fused_adam(tpu_lower_ctx_t* ctx) {
+  return lower_fused_adam_mode(ctx, false);
+}
+static tpu_status_t lower_fused_adamw(tpu_lower_ctx_t* ctx) {
+  return lower_fused_adam_mode(ctx, true);
+}
+
 const tpu_lowering_t tpu_lowerings_foreach[] = {
     {"_foreach_add", lower_add, 0},
     {"_foreach_sub", lower_sub, 0},
@@ -343,6 +462,8 @@ const tpu_lowering_t tpu_lowerings_foreach[] = {
     {"_foreach_zero", lower_zero, 0},
     {"_foreach_norm", lower_norm, 0},
     {"_foreach_max", lower_max, 0},
+    {"_fused_adam", lower_fused_adam, 0},
+    {"_fused_adamw", lower_fused_adamw, 0},
 };
 const size_t tpu_lowerings_foreach_count =
     sizeof tpu_lowerings_foreach / sizeof tpu_lowerings_foreach[0];

@@ -1,4 +1,5 @@
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "../testing.h"
@@ -231,9 +232,107 @@ static void test_unreadable_argument_declines(void) {
   tpu_status_free(s);
 }
 
+/* One element of PyTorch's CPU fused Adam(W), float32 opmath. */
+static void adam_ref(float* p, float* g, float* avg, float* sq, float* mx, float step, double lr,
+                     double b1, double b2, double wd, double eps, bool amsgrad, bool maximize,
+                     bool adamw) {
+  double bc1 = 1 - pow(b1, step), bc2 = 1 - pow(b2, step);
+  float step_size = (float)(lr / bc1), bc2s = (float)sqrt(bc2);
+  float gv = *g, pv = *p;
+  if (maximize) gv = -gv;
+  if (wd != 0) {
+    if (adamw) pv = pv * (float)(1 - lr * wd);
+    else gv = gv + pv * (float)wd;
+  }
+  *avg = *avg + (gv - *avg) * (float)(1 - b1);
+  *sq = *sq * (float)b2 + (float)(1 - b2) * gv * gv;
+  float second = *sq;
+  if (amsgrad) second = *mx = fmaxf(*mx, *sq);
+  float denom = sqrtf(second) / bc2s + (float)eps;
+  *p = pv - step_size * *avg / denom;
+}
+
+static void test_fused_adam_and_adamw(void) {
+  int64_t d = 3;
+  tpu_hlo_type_t t = tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 1, &d);
+  tpu_hlo_type_t st = tpu_hlo_type_scalar(TPU_DTYPE_FLOAT32);
+  for (int variant = 0; variant < 4; variant++) {
+    bool adamw = variant & 1, amsgrad = variant & 2;
+    int m = amsgrad ? 1 : 0;
+    tpu_lower_arg_t args[15] = {
+        list_arg(1), list_arg(1), list_arg(1), list_arg(1), list_arg(m), list_arg(1),
+        {.kind = TPU_ARG_FLOAT, .f = 0.01}, {.kind = TPU_ARG_FLOAT, .f = 0.9},
+        {.kind = TPU_ARG_FLOAT, .f = 0.999}, {.kind = TPU_ARG_FLOAT, .f = 0.1},
+        {.kind = TPU_ARG_FLOAT, .f = 1e-8}, {.kind = TPU_ARG_BOOL, .i = amsgrad},
+        {.kind = TPU_ARG_BOOL, .i = variant == 3}, {.kind = TPU_ARG_NONE}, {.kind = TPU_ARG_NONE}};
+    tpu_hlo_type_t lt[6] = {t, t, t, t, t, st};
+    if (!amsgrad) lt[4] = st; /* the steps list follows directly */
+    float p[3] = {1, -2, 0.5f}, g[3] = {0.3f, -0.1f, 2}, avg[3] = {0.1f, 0, -0.2f};
+    float sq[3] = {0.01f, 0.02f, 0.5f}, mx[3] = {0.02f, 0.01f, 0.6f}, step = 3;
+    const void* data[6];
+    int k = 0;
+    data[k++] = p;
+    data[k++] = g;
+    data[k++] = avg;
+    data[k++] = sq;
+    if (amsgrad) data[k++] = mx;
+    data[k++] = &step;
+    tpu_hlo_type_t outs[5] = {t, t, t, t, t};
+    void* r[5];
+    const char* op = adamw ? "aten::_fused_adamw_" : "aten::_fused_adam_";
+    CHECK_OK(tpu_test_run_op(op, args, 15, lt, data, outs, 4 + m, r));
+    for (int i = 0; i < 3; i++) {
+      float wp = p[i], wg = g[i], wa = avg[i], ws = sq[i], wm = mx[i];
+      adam_ref(&wp, &wg, &wa, &ws, &wm, step, 0.01, 0.9, 0.999, 0.1, 1e-8, amsgrad, variant == 3,
+               adamw);
+      CHECK(fabsf(((float*)r[0])[i] - wp) <= 1e-6f * fabsf(wp) + 1e-7f);
+      CHECK(((float*)r[1])[i] == g[i]);
+      CHECK(fabsf(((float*)r[2])[i] - wa) <= 1e-6f * fabsf(wa) + 1e-8f);
+      CHECK(fabsf(((float*)r[3])[i] - ws) <= 1e-6f * fabsf(ws) + 1e-9f);
+      /* XLA may fuse a multiply-add (FMA): one ulp either way. */
+      if (amsgrad) CHECK(fabsf(((float*)r[4])[i] - wm) <= 1e-6f * fabsf(wm));
+    }
+    for (int j = 0; j < 4 + m; j++) free(r[j]);
+  }
+}
+
+static void test_fused_adam_grad_scale_and_found_inf(void) {
+  int64_t d = 2;
+  tpu_hlo_type_t t = tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 1, &d);
+  tpu_hlo_type_t st = tpu_hlo_type_scalar(TPU_DTYPE_FLOAT32);
+  tpu_lower_arg_t args[15] = {
+      list_arg(1), list_arg(1), list_arg(1), list_arg(1), list_arg(0), list_arg(1),
+      {.kind = TPU_ARG_FLOAT, .f = 0.1}, {.kind = TPU_ARG_FLOAT, .f = 0.9},
+      {.kind = TPU_ARG_FLOAT, .f = 0.999}, {.kind = TPU_ARG_FLOAT, .f = 0},
+      {.kind = TPU_ARG_FLOAT, .f = 1e-8}, {.kind = TPU_ARG_BOOL, .i = 0},
+      {.kind = TPU_ARG_BOOL, .i = 0}, tpu_test_tensor_arg(TPU_DTYPE_FLOAT32, 0, NULL),
+      tpu_test_tensor_arg(TPU_DTYPE_FLOAT32, 0, NULL)};
+  tpu_hlo_type_t lt[5] = {t, t, t, t, st};
+  float p[2] = {1, 2}, g[2] = {4, -8}, avg[2] = {0, 0}, sq[2] = {0, 0}, step = 1, scale = 2;
+  tpu_hlo_type_t outs[4] = {t, t, t, t};
+  void* r[4];
+  for (int inf = 0; inf < 2; inf++) {
+    float found = (float)inf;
+    const void* data[7] = {p, g, avg, sq, &step, &scale, &found};
+    CHECK_OK(tpu_test_run_op("aten::_fused_adam_", args, 15, lt, data, outs, 4, r));
+    for (int i = 0; i < 2; i++) {
+      if (inf) {
+        CHECK(((float*)r[0])[i] == p[i] && ((float*)r[1])[i] == g[i]);
+        CHECK(((float*)r[2])[i] == 0 && ((float*)r[3])[i] == 0);
+      } else {
+        /* Unscaled grads are written back; step 1 moves each param by lr. */
+        CHECK(((float*)r[1])[i] == g[i] / 2);
+        CHECK(fabsf(((float*)r[0])[i] - (p[i] - (g[i] > 0 ? 0.1f : -0.1f))) < 1e-6f);
+      }
+    }
+    for (int j = 0; j < 4; j++) free(r[j]);
+  }
+}
+
 TPU_TEST_MAIN(TPU_TEST(test_add_list_with_alpha), TPU_TEST(test_out_list_is_not_alpha),
               TPU_TEST(test_addcdiv_scalar_list_and_tensor),
               TPU_TEST(test_lerp_scalar_both_branches), TPU_TEST(test_norm_orders_are_runtime),
               TPU_TEST(test_maximum_nan_sign_sqrt), TPU_TEST(test_pow_scalar_and_tensor),
               TPU_TEST(test_bf16_rounds_once_and_copy_converts), TPU_TEST(test_int_lists_and_zero),
-              TPU_TEST(test_unreadable_argument_declines))
+              TPU_TEST(test_unreadable_argument_declines), TPU_TEST(test_fused_adam_and_adamw),
+              TPU_TEST(test_fused_adam_grad_scale_and_found_inf))
