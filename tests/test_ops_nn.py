@@ -293,3 +293,23 @@ def test_transformer_encoder_layer_forward_backward():
     dev.load_state_dict(cpu.state_dict())
     x = make((2, 5, 8))
     check(lambda t: (cpu if t.device.type == "cpu" else dev)(t), x, grad=True)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_logsigmoid(dtype):
+    x = make((4, 6), dtype, noncontiguous=True) * 10
+    check(F.logsigmoid, x, grad=True, dtype=dtype)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+def test_binary_cross_entropy_with_logits(dtype, reduction):
+    x = make((3, 5), dtype) * 4
+    y = make((3, 5), dtype, seed=1, low=0, high=1)
+    pw = make((5,), dtype, seed=2, low=0.5, high=2)
+    check(lambda x, y: F.binary_cross_entropy_with_logits(x, y, reduction=reduction), x, y,
+          grad=True, dtype=dtype)
+    check(lambda x: F.binary_cross_entropy_with_logits(x, y.to(x.device),
+                                                       pos_weight=pw.to(x.device),
+                                                       reduction=reduction), x, grad=True,
+          dtype=dtype)
