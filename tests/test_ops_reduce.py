@@ -153,24 +153,18 @@ def test_cumsum_cumprod(dtype, dim):
     x = make((5, 33), dtype, noncontiguous=True)
     check(lambda t: torch.cumsum(t, dim), x, grad=True)
     check(lambda t: torch.cumprod(t, dim), make((5, 33), dtype, low=0.8, high=1.2), grad=True)
-    # _logcumsumexp has no Meta kernel in PyTorch, so the engine cannot type
-    # its outputs and it stays on the CPU fallback (the lowering is covered
-    # by reduce_test.c).
-    check(lambda t: torch.logcumsumexp(t, dim), x, grad=True, allow_fallback=True)
+    check(lambda t: torch.logcumsumexp(t, dim), x, grad=True)
 
 
 @pytest.mark.parametrize("dtype", FLOATS + [torch.int64])
 def test_cummax_cummin(dtype):
-    # _cummax_helper / _cummin_helper have no Meta kernel in PyTorch: they
-    # stay on the CPU fallback until the engine can type them (the lowering
-    # is covered by reduce_test.c). The backward runs on the device.
     x = make((4, 9), dtype, noncontiguous=True)
     grad = dtype.is_floating_point
-    check(lambda t: torch.cummax(t, 1), x, grad=grad, allow_fallback=True)
-    check(lambda t: torch.cummin(t, 0), x, grad=grad, allow_fallback=True)
+    check(lambda t: torch.cummax(t, 1), x, grad=grad)
+    check(lambda t: torch.cummin(t, 0), x, grad=grad)
     y = torch.tensor([1.0, 3.0, 3.0, 2.0, float("nan"), 5.0, float("nan"), 1.0])
-    check(lambda t: torch.cummax(t, 0), y, allow_fallback=True)
-    check(lambda t: torch.cummin(t, 0), y, allow_fallback=True)
+    check(lambda t: torch.cummax(t, 0), y)
+    check(lambda t: torch.cummin(t, 0), y)
 
 
 def test_cumsum_ints_and_dtype():

@@ -1,6 +1,6 @@
 /* Reduce family: sum, mean, prod, nansum, amax/amin, max/min (full and .dim
  * with indices), argmax/argmin, var/std (and *_mean), norms, logsumexp,
- * cumsum/cumprod/_logcumsumexp/_cummax_helper/_cummin_helper, count_nonzero, aminmax, all/any.
+ * cumsum/cumprod/logcumsumexp/cummax/cummin, count_nonzero, aminmax, all/any.
  *
  * Common shape handling: a lowering computes its result over the reduced
  * dims (dropping them) and then reshapes to the output type PyTorch gives,
@@ -531,7 +531,7 @@ static tpu_status_t lower_cum(tpu_lower_ctx_t* ctx, bool is_sum) {
   set_out(ctx, 0, x);
   return NULL;
 }
-/* _logcumsumexp(self, dim) (logcumsumexp's kernel): a scan of log_add_exp
+/* logcumsumexp / _logcumsumexp(self, dim): a scan of log_add_exp
  * starting from -inf. */
 static tpu_status_t lower_logcumsumexp(tpu_lower_ctx_t* ctx) {
   tpu_status_t s = decline_complex(ctx);
@@ -550,14 +550,16 @@ static tpu_status_t lower_logcumsumexp(tpu_lower_ctx_t* ctx) {
   return NULL;
 }
 
-/* _cummax_helper / _cummin_helper(self, values!, indices!, dim): outputs
- * are the new values and indices. */
+/* cummax / cummin(self, dim) -> (values, indices), and their kernels'
+ * _cummax_helper / _cummin_helper(self, values!, indices!, dim), whose
+ * outputs are the new values and indices (the helpers have no Meta kernel,
+ * so the engine reaches them only if it can type them). */
 static tpu_status_t lower_cum_extreme(tpu_lower_ctx_t* ctx, bool is_max) {
   tpu_status_t s = decline_complex(ctx);
   if (s) return s;
   tpu_hlo_value_t x = tpu_lower_tensor(ctx, 0);
   tpu_hlo_type_t t = value_type(ctx, x);
-  const tpu_lower_arg_t* a3 = tpu_lower_arg(ctx, 3);
+  const tpu_lower_arg_t* a3 = tpu_lower_arg(ctx, tpu_lower_arg(ctx, 1)->kind == TPU_ARG_INT ? 1 : 3);
   if (a3->kind != TPU_ARG_INT || tpu_lower_num_outputs(ctx) != 2)
     return tpu_lower_decline(ctx, "unexpected cummax helper call");
   tpu_hlo_value_t v = x, i = tpu_emit_const_like(tpu_lower_builder(ctx),
@@ -640,7 +642,10 @@ const tpu_lowering_t tpu_lowerings_reduce[] = {
     {"logsumexp", lower_logsumexp, 0},
     {"cumsum", lower_cumsum, 0},
     {"cumprod", lower_cumprod, 0},
+    {"logcumsumexp", lower_logcumsumexp, 0},
     {"_logcumsumexp", lower_logcumsumexp, 0},
+    {"cummax", lower_cummax, 0},
+    {"cummin", lower_cummin, 0},
     {"_cummax_helper", lower_cummax, 0},
     {"_cummin_helper", lower_cummin, 0},
     {"count_nonzero", lower_count_nonzero, 0},

@@ -469,6 +469,14 @@ static void test_cummax_cummin_ties_and_nan(void) {
     free(r[1]);
     CHECK(ok);
   }
+  /* cummax(self, dim) itself: dim at argument 1. */
+  tpu_lower_arg_t cargs[2] = {args[0], int_arg(0)};
+  void* r[2];
+  CHECK_OK(tpu_test_run_op("aten::cummax", cargs, 2, NULL, data, outs, 2, r));
+  bool ok = ((float*)r[0])[3] == 3 && ((int64_t*)r[1])[7] == 6;
+  free(r[0]);
+  free(r[1]);
+  CHECK(ok);
 }
 
 /* sum(self, dtype) / prod(self, dtype) / norm.ScalarOpt_dtype: a dtype in
