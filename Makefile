@@ -68,7 +68,7 @@ ctest-asan: $(call CTEST_BINS,asan)
 
 # --- Python package -------------------------------------------------------
 install: $(DEPS_STAMP) core
-	TORCHTPU_CORE_LIB=$(CURDIR)/$(BUILD)/release/libtorchtpu_core.a \
+	TORCH_DEVICE_BACKEND_AUTOLOAD=0 TORCHTPU_CORE_LIB=$(CURDIR)/$(BUILD)/release/libtorchtpu_core.a \
 	  $(PY) -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps -e .
 
 pytest: install

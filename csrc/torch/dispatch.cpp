@@ -3,6 +3,7 @@
 // metadata comes from PyTorch's meta kernel (once per key); ops the table
 // does not lower, or calls a lowering declines, go to the CPU fallback.
 #include <ATen/ATen.h>
+#include <ATen/MemoryOverlap.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/native/CPUFallback.h>
 #include <torch/library.h>
@@ -441,6 +442,15 @@ bool try_run_on_device(const c10::OperatorHandle& op, torch::jit::Stack* stack) 
     per_return = g_plans.at(entry);
   }
   int n = tpu_eager_entry_num_outputs(entry);
+  // Writes into a tensor whose elements share memory (an expanded view)
+  // are refused exactly as PyTorch's CPU kernels refuse them.
+  for (int o = 0; o < n; o++) {
+    const tpu_eager_output_t* out = tpu_eager_entry_output(entry, o);
+    if (out->alias_arg < 0) continue;
+    const c10::IValue& a = inputs[out->alias_arg];
+    at::assert_no_internal_overlap(a.isTensor() ? a.toTensor()
+                                                : a.toTensorVector()[out->alias_list]);
+  }
   std::vector<tpu_buffer_t*> fresh(n, nullptr);
   TPU_CHECK(tpu_eager_execute(entry, &call, fresh.data()), builder.op_name.c_str());
   // Results: aliased returns are the argument itself, fresh ones new tensors.

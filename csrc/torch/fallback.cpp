@@ -5,6 +5,9 @@
 #include <ATen/native/CPUFallback.h>
 #include <torch/library.h>
 
+#include <ATen/core/dispatch/Dispatcher.h>
+
+#include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_set>
@@ -13,6 +16,7 @@
 
 extern "C" {
 #include "core/env.h"
+#include "core/lower/lowering.h"
 #include "core/metrics.h"
 }
 
@@ -83,4 +87,64 @@ TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&tpu_boxed_kernel>());
 }
 }  // namespace
+}  // namespace torchtpu
+
+namespace torchtpu {
+namespace {
+// Ops that must keep PyTorch's own kernels even though the table has a row
+// for their base name: copy_ routes host<->device copies through
+// _copy_from, and _to_copy may change device.
+bool keep_pytorch_kernel(const std::string& base) {
+  return base == "copy" || base == "_to_copy" || base == "to";
+}
+}  // namespace
+
+// Registers the boxed kernel directly for every aten overload the table
+// lowers. Without this, structured functional ops (add.Tensor, ...) reach
+// the backend through a composite that allocates an output and calls the
+// .out overload: two programs per op instead of one. Overloads with a
+// CompositeImplicitAutograd kernel are left alone (their decompositions
+// carry autograd). Returns how many were registered.
+int register_lowered_ops() {
+  static std::unique_ptr<torch::Library> lib;
+  static int registered = 0;
+  if (lib) return registered;
+  lib = std::make_unique<torch::Library>(torch::Library::IMPL, "aten",
+                                         c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
+  auto& dispatcher = c10::Dispatcher::singleton();
+  for (const c10::OperatorName& name : dispatcher.getAllOpNames()) {
+    if (name.name.rfind("aten::", 0) != 0) continue;
+    std::string base = name.name.substr(6);
+    if (!base.empty() && base.back() == '_' && !(base.size() > 2 && base[base.size() - 2] == '_'))
+      base.pop_back();
+    if (keep_pytorch_kernel(base) || !tpu_lowering_find(name.name.c_str())) continue;
+    auto op = dispatcher.findOp(name);
+    if (!op || !op->hasSchema()) continue;
+    if (op->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd) ||
+        op->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1))
+      continue;
+    // Factories (no tensor argument) keep PyTorch's composite, which
+    // allocates on the requested device and calls the .out overload.
+    bool takes_tensor = false;
+    for (const auto& arg : op->schema().arguments()) {
+      auto kind = arg.type()->kind();
+      if (kind == c10::TypeKind::OptionalType)
+        kind = arg.type()->castRaw<c10::OptionalType>()->getElementType()->kind();
+      if (kind == c10::TypeKind::ListType) {
+        c10::TypePtr elem = arg.type()->kind() == c10::TypeKind::ListType
+                                ? arg.type()->castRaw<c10::ListType>()->getElementType()
+                                : nullptr;
+        kind = elem ? elem->kind() : kind;
+        if (kind == c10::TypeKind::OptionalType)
+          kind = elem->castRaw<c10::OptionalType>()->getElementType()->kind();
+      }
+      takes_tensor |= kind == c10::TypeKind::TensorType;
+    }
+    if (!takes_tensor) continue;
+    std::string schema_name = name.name + (name.overload_name.empty() ? "" : "." + name.overload_name);
+    lib->impl(schema_name.c_str(), torch::CppFunction::makeFromBoxedFunction<&tpu_boxed_kernel>());
+    registered++;
+  }
+  return registered;
+}
 }  // namespace torchtpu

@@ -20,6 +20,7 @@ namespace torchtpu {
 void set_default_plugin_path(const std::string& path);
 void ensure_runtime();
 void set_fallback_quiet(bool quiet);
+int register_lowered_ops();
 }  // namespace torchtpu
 
 namespace py = pybind11;
@@ -181,6 +182,7 @@ PYBIND11_MODULE(_C, m) {
     tpu_status_t s = tpu_eager_set_rng_state(device, state.data());
     if (s) raise_status(s, "set_rng_state");
   });
+  m.def("_register_lowered_ops", &torchtpu::register_lowered_ops);
   m.def("_eager_cache_size", [] { return tpu_eager_cache_size(); });
   m.def("_synchronize", [](int device) {
     init_runtime();
