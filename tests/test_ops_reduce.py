@@ -251,3 +251,12 @@ def test_out_and_inplace_variants():
     check(max_out, x)
     check(cumsum_inplace, x)
     check(lambda t: torch.mean(t, (0, 1), out=torch.empty((), device=t.device)), x)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_dist_trace(dtype):
+    a, b = make((3, 4), dtype, noncontiguous=True), make((4,), dtype, seed=1)
+    for p in (2, 1, 0, 3.5, float("inf")):
+        check(lambda x, y: torch.dist(x, y, p), a, b, grad=p != 0)
+    check(torch.trace, a, grad=True)
+    check(torch.trace, make((4, 3), torch.int32))

@@ -1,5 +1,6 @@
 /* Reduce family: sum, mean, prod, nansum, amax/amin, max/min (full and .dim
- * with indices), argmax/argmin, var/std (and *_mean), norms, logsumexp,
+ * with indices), argmax/argmin, var/std (and *_mean), norms, dist, trace,
+ * logsumexp,
  * cumsum/cumprod/logcumsumexp/cummax/cummin, count_nonzero, aminmax, all/any.
  *
  * Common shape handling: a lowering computes its result over the reduced
@@ -411,6 +412,53 @@ static tpu_status_t lower_norm(tpu_lower_ctx_t* ctx) {
   return NULL;
 }
 
+/* dist(self, other, p): the p-norm of self - other (broadcast), the
+ * difference rounded to the input dtype first as PyTorch's composite does. */
+static tpu_status_t lower_dist(tpu_lower_ctx_t* ctx) {
+  tpu_status_t s = decline_complex(ctx);
+  if (s) return s;
+  tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
+  if (!tpu_dtype_is_floating(out.dtype) || tpu_lower_arg(ctx, 1)->kind != TPU_ARG_TENSOR)
+    return tpu_lower_decline(ctx, "dist of non-floating or non-tensor operands");
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  const tpu_lower_arg_t *a0 = tpu_lower_arg(ctx, 0), *a1 = tpu_lower_arg(ctx, 1);
+  tpu_hlo_type_t shape = {.dtype = out.dtype, .rank = a0->type.rank > a1->type.rank
+                                                         ? a0->type.rank : a1->type.rank};
+  for (int d = 0; d < shape.rank; d++) {
+    int i0 = d - (shape.rank - a0->type.rank), i1 = d - (shape.rank - a1->type.rank);
+    int64_t s0 = i0 >= 0 ? a0->type.dims[i0] : 1, s1 = i1 >= 0 ? a1->type.dims[i1] : 1;
+    shape.dims[d] = s0 == 1 ? s1 : s0;
+  }
+  tpu_hlo_value_t diff = tpu_emit_binary(b, "stablehlo.subtract",
+                                         tpu_emit_cast_to(b, tpu_lower_tensor(ctx, 0), &shape),
+                                         tpu_emit_cast_to(b, tpu_lower_tensor(ctx, 1), &shape));
+  diff = tpu_emit_convert(b, diff, acc_of(out.dtype));
+  tpu_hlo_value_t p = tpu_lower_scalar(ctx, 2, acc_of(out.dtype));
+  int64_t dims[TPU_HLO_MAX_RANK];
+  int n = read_dims(ctx, -1, shape.rank, false, dims);
+  set_out(ctx, 0, emit_pnorm(b, diff, p, dims, n));
+  return NULL;
+}
+
+/* trace(self): the sum of a matrix's diagonal (ints promote to int64, as
+ * the output type says). */
+static tpu_status_t lower_trace(tpu_lower_ctx_t* ctx) {
+  tpu_status_t s = decline_complex(ctx);
+  if (s) return s;
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  tpu_hlo_value_t x = input_as_acc(ctx);
+  tpu_hlo_type_t t = value_type(ctx, x);
+  if (t.rank != 2) return tpu_lower_decline(ctx, "trace of a non-matrix");
+  tpu_hlo_type_t it = t;
+  it.dtype = TPU_DTYPE_INT64;
+  tpu_hlo_value_t diag = tpu_emit_compare(b, "EQ", tpu_emit_iota(b, &it, 0), tpu_emit_iota(b, &it, 1));
+  x = tpu_emit_select(b, diag, x, tpu_emit_const_like(b, &t, 0));
+  int64_t dims[2] = {0, 1};
+  const char* op = t.dtype == TPU_DTYPE_BOOL ? "stablehlo.or" : "stablehlo.add";
+  set_out(ctx, 0, reduce(b, x, 0, dims, 2, op));
+  return NULL;
+}
+
 /* logsumexp(self, dim, keepdim) = log(sum(exp(x - m))) + m with m the max
  * (0 where it is infinite, as PyTorch does, so all -inf gives -inf). */
 static tpu_status_t lower_logsumexp(tpu_lower_ctx_t* ctx) {
@@ -639,6 +687,8 @@ const tpu_lowering_t tpu_lowerings_reduce[] = {
     {"std_mean", lower_std, 0},
     {"norm", lower_norm, 0},
     {"linalg_vector_norm", lower_norm, 0},
+    {"dist", lower_dist, 0},
+    {"trace", lower_trace, 0},
     {"logsumexp", lower_logsumexp, 0},
     {"cumsum", lower_cumsum, 0},
     {"cumprod", lower_cumprod, 0},

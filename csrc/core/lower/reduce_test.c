@@ -508,7 +508,32 @@ static void test_dtype_in_dim_slot_reduces_everything(void) {
   }
 }
 
-TPU_TEST_MAIN(TPU_TEST(test_dtype_in_dim_slot_reduces_everything), TPU_TEST(test_cummax_cummin_ties_and_nan), TPU_TEST(test_logcumsumexp_count_nonzero_aminmax), TPU_TEST(test_sum_dims_keepdim_negative), TPU_TEST(test_sum_promotes_ints_and_bools),
+static void test_trace_and_dist(void) {
+  int64_t d[2] = {3, 4};
+  int32_t x[12] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+  tpu_lower_arg_t args[1] = {tpu_test_tensor_arg(TPU_DTYPE_INT32, 2, d)};
+  const void* data[1] = {x};
+  tpu_hlo_type_t out = tpu_hlo_type_make(TPU_DTYPE_INT64, 0, NULL);
+  void* r[1];
+  CHECK_OK(tpu_test_run_op("aten::trace", args, 1, NULL, data, &out, 1, r));
+  bool ok = *(int64_t*)r[0] == 1 + 6 + 11;
+  free(r[0]);
+  CHECK(ok);
+  int64_t da[2] = {2, 3}, db[1] = {3};
+  float a[6] = {1, 2, 3, 4, 5, 6}, b[3] = {1, 0, 3};
+  tpu_lower_arg_t dargs[3] = {tpu_test_tensor_arg(TPU_DTYPE_FLOAT32, 2, da),
+                              tpu_test_tensor_arg(TPU_DTYPE_FLOAT32, 1, db),
+                              tpu_test_scalar_arg(TPU_DTYPE_INT64, true)};
+  int64_t p = 1;
+  const void* ddata[3] = {a, b, &p};
+  out = tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 0, NULL);
+  CHECK_OK(tpu_test_run_op("aten::dist", dargs, 3, NULL, ddata, &out, 1, r));
+  ok = *(float*)r[0] == 0 + 2 + 0 + 3 + 5 + 3;
+  free(r[0]);
+  CHECK(ok);
+}
+
+TPU_TEST_MAIN(TPU_TEST(test_trace_and_dist), TPU_TEST(test_dtype_in_dim_slot_reduces_everything), TPU_TEST(test_cummax_cummin_ties_and_nan), TPU_TEST(test_logcumsumexp_count_nonzero_aminmax), TPU_TEST(test_sum_dims_keepdim_negative), TPU_TEST(test_sum_promotes_ints_and_bools),
               TPU_TEST(test_bf16_sum_and_mean_accumulate_in_f32), TPU_TEST(test_nansum_prod_mean),
               TPU_TEST(test_amax_amin_propagate_nan), TPU_TEST(test_max_dim_first_index_and_nan),
               TPU_TEST(test_argmax_argmin), TPU_TEST(test_var_std_correction),
