@@ -133,3 +133,13 @@ def test_mv_addr_run_as_lowered_ops():
     check(torch.mv, make((3, 4), torch.int64), make((4,), torch.int64, seed=1))
     check(torch.addr, make((3, 4), torch.int64), make((3,), torch.int64, seed=1),
           make((4,), torch.int64, seed=2))
+
+
+def test_more_shapes_and_beta_zero():
+    check(lambda s, p, q: torch.addmm(s, p, q), torch.tensor(2.0), make((3, 4)), make((4, 5)))
+    check(lambda s, p, q: torch.baddbmm(s, p, q, beta=0), torch.full((2, 3, 5), float("nan")),
+          make((2, 3, 4)), make((2, 4, 5), seed=1))
+    check(torch.vdot, make((5,), torch.int64), make((5,), torch.int64, seed=2))
+    check(torch.matmul, make((7,)), make((7,), seed=1), grad=True)
+    check(lambda p, q: torch.einsum("i,i->", p, q), make((7,)), make((7,), seed=1), grad=True)
+    check(torch.inner, make((3, 7)), make((2, 7), seed=1), grad=True)
