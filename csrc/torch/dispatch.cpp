@@ -352,6 +352,10 @@ bool plan_outputs(const c10::OperatorHandle& op, const torch::jit::Stack& inputs
           return false;
         }
       }
+    } else if (v.isNone()) {
+      // An undefined tensor (e.g. a backward op's output_mask says skip):
+      // no engine output; the result is undefined too.
+      plan->per_return.back().push_back(-1);
     } else {
       *why = "non-tensor return";
       return false;
@@ -462,6 +466,10 @@ bool try_run_on_device(const c10::OperatorHandle& op, torch::jit::Stack* stack) 
     bool is_list = returns[r].type()->kind() == TypeKind::ListType;
     std::vector<at::Tensor> tensors;
     for (int o : idx) {
+      if (o < 0) {
+        tensors.emplace_back();
+        continue;
+      }
       const tpu_eager_output_t* out = tpu_eager_entry_output(entry, o);
       if (out->alias_arg >= 0) {
         const c10::IValue& a = arg_values[out->alias_arg];
@@ -472,7 +480,8 @@ bool try_run_on_device(const c10::OperatorHandle& op, torch::jit::Stack* stack) 
       }
     }
     if (is_list) stack->emplace_back(tensors);
-    else stack->emplace_back(tensors.at(0));
+    else if (tensors.at(0).defined()) stack->emplace_back(tensors.at(0));
+    else stack->emplace_back(c10::IValue());
   }
   for (auto* b : fresh) tpu_buffer_destroy(b);
   tpu_metrics_add("device_ops", 1);
