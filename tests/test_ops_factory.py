@@ -183,3 +183,20 @@ def test_randperm(n):
     assert p.dtype == torch.int64 and torch.equal(p.sort().values, torch.arange(n))
     if n == 1000:
         assert (p == torch.arange(n)).sum() < 10
+
+
+@pytest.mark.parametrize("dtype", FLOATS + [torch.float64])
+def test_log_normal_cauchy(dtype):
+    x = draw(lambda: torch.empty(N, dtype=dtype, device="tpu").log_normal_(0.5, 0.25)).double()
+    assert x.min() > 0
+    assert abs(x.log().mean() - 0.5) < 0.02 and abs(x.log().std() - 0.25) < 0.02
+    c = draw(lambda: torch.empty(N, dtype=dtype, device="tpu").cauchy_(1, 2)).double()
+    assert abs((c < 1).double().mean() - 0.5) < 0.02
+    assert abs(((c > -1) & (c < 3)).double().mean() - 0.5) < 0.02
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64])
+def test_geometric(dtype):
+    g = draw(lambda: torch.empty(N, dtype=dtype, device="tpu").geometric_(0.25)).double()
+    assert g.min() >= 1 and (g == g.floor()).all()
+    assert abs(g.mean() - 4) < 0.1 and abs((g == 1).double().mean() - 0.25) < 0.015

@@ -1,6 +1,7 @@
 /* factory family of the lowering table (see lowering.h): ranges (arange,
  * linspace, logspace), eye, tril/triu_indices, and the random ops (uniform_,
- * normal_/normal, bernoulli_, random_, exponential_, randperm). Factories
+ * normal_/normal, bernoulli_, random_, exponential_, log_normal_, cauchy_,
+ * geometric_, randperm). Factories
  * such as zeros/ones/full/rand/randn reach the backend as empty + one of
  * these (or fill_/zero_), so they need no rows of their own. */
 #include <math.h>
@@ -317,6 +318,63 @@ static tpu_status_t lower_exponential(tpu_lower_ctx_t* ctx) {
   return NULL;
 }
 
+/* log_normal_(self, mean, std): exp(mean + std * z). */
+static tpu_status_t lower_log_normal(tpu_lower_ctx_t* ctx) {
+  tpu_hlo_builder_t* b = ctx->b;
+  tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
+  if (!tpu_dtype_is_floating(out.dtype)) return tpu_lower_decline(ctx, "non-float log_normal_");
+  tpu_dtype_t ct = compute_dtype(out.dtype);
+  tpu_hlo_value_t z = standard_normal(ctx, &out, ct);
+  tpu_hlo_value_t r = tpu_emit_binary(
+      b, "stablehlo.add", tpu_emit_binary(b, "stablehlo.multiply", operand(ctx, 2, &out, ct), z),
+      operand(ctx, 1, &out, ct));
+  tpu_lower_set_output(ctx, 0, tpu_emit_convert(b, tpu_emit_unary(b, "stablehlo.exponential", r),
+                                                out.dtype));
+  return NULL;
+}
+
+/* cauchy_(self, median, sigma): median + sigma * tan(pi * (u - 1/2)). */
+static tpu_status_t lower_cauchy(tpu_lower_ctx_t* ctx) {
+  tpu_hlo_builder_t* b = ctx->b;
+  tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
+  if (!tpu_dtype_is_floating(out.dtype)) return tpu_lower_decline(ctx, "non-float cauchy_");
+  tpu_dtype_t ct = compute_dtype(out.dtype);
+  tpu_hlo_type_t t = out;
+  t.dtype = ct;
+  tpu_hlo_value_t u = uniform01(ctx, &out, ct, ct);
+  tpu_hlo_value_t angle = tpu_emit_binary(
+      b, "stablehlo.multiply", tpu_emit_const_like(b, &t, M_PI),
+      tpu_emit_binary(b, "stablehlo.subtract", u, tpu_emit_const_like(b, &t, 0.5)));
+  /* tan as sin / cos: both are long-standing StableHLO ops. */
+  tpu_hlo_value_t tan = tpu_emit_binary(b, "stablehlo.divide", tpu_emit_unary(b, "stablehlo.sine", angle),
+                                        tpu_emit_unary(b, "stablehlo.cosine", angle));
+  tpu_hlo_value_t r = tpu_emit_binary(
+      b, "stablehlo.add", tpu_emit_binary(b, "stablehlo.multiply", operand(ctx, 2, &out, ct), tan),
+      operand(ctx, 1, &out, ct));
+  tpu_lower_set_output(ctx, 0, tpu_emit_convert(b, r, out.dtype));
+  return NULL;
+}
+
+/* geometric_(self, p): trials to the first success, ceil(log(1 - u) /
+ * log1p(-p)), at least 1. */
+static tpu_status_t lower_geometric(tpu_lower_ctx_t* ctx) {
+  tpu_hlo_builder_t* b = ctx->b;
+  tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
+  if (out.dtype == TPU_DTYPE_BOOL) return tpu_lower_decline(ctx, "bool geometric_");
+  tpu_dtype_t ct = tpu_dtype_is_floating(out.dtype) ? compute_dtype(out.dtype) : TPU_DTYPE_FLOAT64;
+  tpu_hlo_type_t t = out;
+  t.dtype = ct;
+  tpu_hlo_value_t u = uniform01(ctx, &out, ct, ct);
+  tpu_hlo_value_t num =
+      tpu_emit_unary(b, "stablehlo.log_plus_one", tpu_emit_unary(b, "stablehlo.negate", u));
+  tpu_hlo_value_t den = tpu_emit_unary(
+      b, "stablehlo.log_plus_one", tpu_emit_unary(b, "stablehlo.negate", operand(ctx, 1, &out, ct)));
+  tpu_hlo_value_t r = tpu_emit_unary(b, "stablehlo.ceil", tpu_emit_binary(b, "stablehlo.divide", num, den));
+  r = tpu_emit_binary(b, "stablehlo.maximum", r, tpu_emit_const_like(b, &t, 1));
+  tpu_lower_set_output(ctx, 0, tpu_emit_convert(b, r, out.dtype));
+  return NULL;
+}
+
 /* randperm(n): sort random keys, carrying iota along. */
 static tpu_status_t lower_randperm(tpu_lower_ctx_t* ctx) {
   tpu_hlo_builder_t* b = ctx->b;
@@ -515,6 +573,9 @@ const tpu_lowering_t tpu_lowerings_factory[] = {
     {"random", lower_random, TPU_LOWER_NEEDS_RNG},
     {"exponential", lower_exponential, TPU_LOWER_NEEDS_RNG},
     {"randperm", lower_randperm, TPU_LOWER_NEEDS_RNG},
+    {"log_normal", lower_log_normal, TPU_LOWER_NEEDS_RNG},
+    {"cauchy", lower_cauchy, TPU_LOWER_NEEDS_RNG},
+    {"geometric", lower_geometric, TPU_LOWER_NEEDS_RNG},
 };
 const size_t tpu_lowerings_factory_count =
     sizeof tpu_lowerings_factory / sizeof tpu_lowerings_factory[0];

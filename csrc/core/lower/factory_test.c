@@ -315,8 +315,45 @@ static void test_eye_and_tri_indices(void) {
   free(r[0]);
 }
 
+static void test_log_normal_cauchy_geometric(void) {
+  tpu_lower_arg_t args[4] = {{0}, {.kind = TPU_ARG_FLOAT, .f = 0.5},
+                             {.kind = TPU_ARG_FLOAT, .f = 0.25}, {.kind = TPU_ARG_NONE}};
+  float* a = run_rng("aten::log_normal_", args, 4, TPU_DTYPE_FLOAT32, 13, 0, NULL);
+  double s = 0, s2 = 0;
+  for (int i = 0; i < N; i++) {
+    CHECK(a[i] > 0);
+    s += log(a[i]);
+    s2 += log(a[i]) * log(a[i]);
+  }
+  CHECK(fabs(s / N - 0.5) < 0.01 && fabs(sqrt(s2 / N - (s / N) * (s / N)) - 0.25) < 0.01);
+  free(a);
+  /* Cauchy(1, 2): median 1, quartiles 1 -+ 2. */
+  args[1].f = 1;
+  args[2].f = 2;
+  float* c = run_rng("aten::cauchy_", args, 4, TPU_DTYPE_FLOAT32, 13, 0, NULL);
+  int below = 0, inner = 0;
+  for (int i = 0; i < N; i++) {
+    below += c[i] < 1;
+    inner += c[i] > -1 && c[i] < 3;
+  }
+  CHECK(fabs(below / (double)N - 0.5) < 0.015 && fabs(inner / (double)N - 0.5) < 0.015);
+  free(c);
+  /* Geometric(0.25) on int64: values >= 1, mean 1 / p. */
+  tpu_lower_arg_t gargs[3] = {{0}, {.kind = TPU_ARG_FLOAT, .f = 0.25}, {.kind = TPU_ARG_NONE}};
+  int64_t* g = run_rng("aten::geometric_", gargs, 3, TPU_DTYPE_INT64, 13, 0, NULL);
+  double gs = 0;
+  int ones = 0;
+  for (int i = 0; i < N; i++) {
+    CHECK(g[i] >= 1);
+    gs += (double)g[i];
+    ones += g[i] == 1;
+  }
+  CHECK(fabs(gs / N - 4) < 0.1 && fabs(ones / (double)N - 0.25) < 0.015);
+  free(g);
+}
+
 TPU_TEST_MAIN(TPU_TEST(test_uniform_reproducible_and_in_range), TPU_TEST(test_normal_moments),
               TPU_TEST(test_bernoulli_float_and_tensor_p), TPU_TEST(test_random_ranges),
-              TPU_TEST(test_exponential_mean), TPU_TEST(test_randperm_is_a_permutation),
+              TPU_TEST(test_exponential_mean), TPU_TEST(test_log_normal_cauchy_geometric), TPU_TEST(test_randperm_is_a_permutation),
               TPU_TEST(test_arange), TPU_TEST(test_linspace_logspace),
               TPU_TEST(test_eye_and_tri_indices))
