@@ -200,3 +200,18 @@ def test_geometric(dtype):
     g = draw(lambda: torch.empty(N, dtype=dtype, device="tpu").geometric_(0.25)).double()
     assert g.min() >= 1 and (g == g.floor()).all()
     assert abs(g.mean() - 4) < 0.1 and abs((g == 1).double().mean() - 0.25) < 0.015
+
+
+def test_inplace_random_on_views_writes_only_the_view():
+    base = torch.full((6, 8), -5.0, device="tpu")
+    view = base.t()[2:6, 1:5]  # base[1:5, 2:6], non-contiguous
+    with no_fallback():
+        view.uniform_(0, 1)
+        base[0].normal_()
+        base[5, ::2].bernoulli_(0.5)
+    b = base.cpu()
+    assert (b[1:5, 2:6] >= 0).all() and (b[1:5, 2:6] < 1).all()
+    assert (b[0] != -5).all()
+    assert set(b[5, ::2].tolist()) <= {0.0, 1.0}
+    assert (b[1:5, :2] == -5).all() and (b[1:5, 6:] == -5).all()
+    assert (b[5, 1::2] == -5).all()
