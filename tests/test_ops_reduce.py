@@ -260,3 +260,12 @@ def test_dist_trace(dtype):
         check(lambda x, y: torch.dist(x, y, p), a, b, grad=p != 0)
     check(torch.trace, a, grad=True)
     check(torch.trace, make((4, 3), torch.int32))
+
+
+@pytest.mark.parametrize("p", [2.0, 1.0, 0.0, 0.5, 3.0, float("inf")])
+def test_cdist(p):
+    a, b = make((2, 5, 3)), make((4, 3), seed=1)
+    b[0] = a[0, 1]  # a zero distance
+    check(lambda x, y: torch.cdist(x, y, p), a, b, grad=True)
+    # Over 25 rows p=2 takes PyTorch's matmul path (_euclidean_dist).
+    check(lambda x, y: torch.cdist(x, y, p), make((30, 3)), make((27, 3), seed=2), grad=True)

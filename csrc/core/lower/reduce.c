@@ -1,5 +1,6 @@
 /* Reduce family: sum, mean, prod, nansum, amax/amin, max/min (full and .dim
- * with indices), argmax/argmin, var/std (and *_mean), norms, dist, trace,
+ * with indices), argmax/argmin, var/std (and *_mean), norms, dist, cdist
+ * (+backward), trace,
  * logsumexp,
  * cumsum/cumprod/logcumsumexp/cummax/cummin, count_nonzero, aminmax, all/any.
  *
@@ -440,6 +441,100 @@ static tpu_status_t lower_dist(tpu_lower_ctx_t* ctx) {
   return NULL;
 }
 
+/* x1 [..., P, M] - x2 [..., R, M] over [batch..., P, R, M], the batch dims
+ * of `pr` (a [..., P, R] type) broadcast; in the accumulation dtype. */
+static tpu_hlo_value_t pairwise_diff(tpu_lower_ctx_t* ctx, int i1, int i2, const tpu_hlo_type_t* pr) {
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  tpu_hlo_type_t t1 = tpu_lower_arg(ctx, i1)->type, t2 = tpu_lower_arg(ctx, i2)->type;
+  tpu_hlo_type_t full = *pr;
+  full.dtype = acc_of(pr->dtype);
+  full.dims[full.rank++] = t1.dims[t1.rank - 1];
+  tpu_hlo_type_t e1 = t1, e2 = t2; /* [.., P, 1, M] and [.., 1, R, M] */
+  e1.rank = t1.rank + 1;
+  e1.dims[t1.rank - 1] = 1;
+  e1.dims[t1.rank] = t1.dims[t1.rank - 1];
+  e2.rank = t2.rank + 1;
+  e2.dims[t2.rank] = t2.dims[t2.rank - 1];
+  e2.dims[t2.rank - 1] = t2.dims[t2.rank - 2];
+  e2.dims[t2.rank - 2] = 1;
+  tpu_hlo_value_t x1 = tpu_emit_convert(b, tpu_lower_tensor(ctx, i1), full.dtype);
+  tpu_hlo_value_t x2 = tpu_emit_convert(b, tpu_lower_tensor(ctx, i2), full.dtype);
+  x1 = tpu_emit_broadcast_to(b, tpu_emit_reshape(b, x1, e1.dims, e1.rank), &full);
+  x2 = tpu_emit_broadcast_to(b, tpu_emit_reshape(b, x2, e2.dims, e2.rank), &full);
+  return tpu_emit_binary(b, "stablehlo.subtract", x1, x2);
+}
+
+/* _cdist_forward(x1, x2, p, compute_mode): p-norm distances of every row
+ * pair (p is structural here; the shared p-norm folds its selects). */
+static tpu_status_t lower_cdist(tpu_lower_ctx_t* ctx) {
+  tpu_status_t s = decline_complex(ctx);
+  if (s) return s;
+  tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
+  if (!tpu_dtype_is_floating(out.dtype) || tpu_lower_arg(ctx, 2)->kind != TPU_ARG_FLOAT)
+    return tpu_lower_decline(ctx, "cdist of non-floating inputs");
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  tpu_hlo_value_t diff = pairwise_diff(ctx, 0, 1, &out);
+  int64_t last = out.rank;
+  set_out(ctx, 0, emit_pnorm(b, diff, tpu_lower_scalar(ctx, 2, acc_of(out.dtype)), &last, 1));
+  return NULL;
+}
+
+/* _cdist_backward(grad, x1, x2, p, cdist): d cdist / d x1, per PyTorch's
+ * cases (0 where the distance is 0), summed over x2's rows and over batch
+ * dims x1 was broadcast along. */
+static tpu_status_t lower_cdist_backward(tpu_lower_ctx_t* ctx) {
+  tpu_status_t s = decline_complex(ctx);
+  if (s) return s;
+  tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
+  tpu_hlo_type_t pr = tpu_lower_arg(ctx, 4)->type;
+  if (!tpu_dtype_is_floating(out.dtype) || tpu_lower_arg(ctx, 3)->kind != TPU_ARG_FLOAT ||
+      tpu_lower_arg(ctx, 4)->kind != TPU_ARG_TENSOR)
+    return tpu_lower_decline(ctx, "cdist backward of non-floating inputs");
+  double p = tpu_lower_arg(ctx, 3)->f;
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  tpu_dtype_t acc = acc_of(out.dtype);
+  tpu_hlo_value_t diff = pairwise_diff(ctx, 1, 2, &pr);
+  tpu_hlo_type_t ft = tpu_hlo_value_type(b, diff);
+  tpu_hlo_type_t kept = pr; /* [.., P, R, 1] */
+  kept.dims[kept.rank++] = 1;
+  kept.dtype = acc;
+  tpu_hlo_value_t dist = tpu_emit_convert(b, tpu_lower_tensor(ctx, 4), acc);
+  dist = tpu_emit_broadcast_to(b, tpu_emit_reshape(b, dist, kept.dims, kept.rank), &ft);
+  tpu_hlo_value_t grad = tpu_emit_convert(b, tpu_lower_tensor(ctx, 0), acc);
+  grad = tpu_emit_broadcast_to(b, tpu_emit_reshape(b, grad, kept.dims, kept.rank), &ft);
+  tpu_hlo_value_t zero = tpu_emit_const_like(b, &ft, 0);
+  tpu_hlo_value_t sign = tpu_emit_unary(b, "stablehlo.sign", diff);
+  tpu_hlo_value_t adiff = tpu_emit_unary(b, "stablehlo.abs", diff);
+  tpu_hlo_value_t d;
+  if (p == 0) {
+    d = zero;
+  } else if (p == 1) {
+    d = sign;
+  } else if (p == 2) {
+    d = tpu_emit_binary(b, "stablehlo.divide", diff, dist);
+  } else if (isinf(p)) {
+    d = tpu_emit_select(b, tpu_emit_compare(b, "EQ", adiff, dist), sign, zero);
+  } else {
+    tpu_hlo_value_t pm1 = tpu_emit_const_like(b, &ft, p - 1);
+    tpu_hlo_value_t num = tpu_emit_binary(b, "stablehlo.multiply", sign,
+                                          tpu_emit_binary(b, "stablehlo.power", adiff, pm1));
+    d = tpu_emit_binary(b, "stablehlo.divide", num, tpu_emit_binary(b, "stablehlo.power", dist, pm1));
+    if (p < 1) d = tpu_emit_select(b, tpu_emit_compare(b, "EQ", diff, zero), zero, d);
+  }
+  if (p != 0) d = tpu_emit_select(b, tpu_emit_compare(b, "EQ", dist, zero), zero, d);
+  d = tpu_emit_binary(b, "stablehlo.multiply", grad, d);
+  /* Sum over R, then over the batch dims x1 was broadcast along. */
+  int64_t r_dim = ft.rank - 2;
+  tpu_hlo_value_t g = reduce(b, d, 0, &r_dim, 1, "stablehlo.add"); /* [batch.., P, M] */
+  tpu_hlo_type_t gt = tpu_hlo_value_type(b, g);
+  int64_t dims[TPU_HLO_MAX_RANK];
+  int n = 0, lead = gt.rank - out.rank;
+  for (int k = 0; k < gt.rank; k++)
+    if (k < lead || (out.dims[k - lead] == 1 && gt.dims[k] != 1)) dims[n++] = k;
+  set_out(ctx, 0, reduce(b, g, 0, dims, n, "stablehlo.add"));
+  return NULL;
+}
+
 /* trace(self): the sum of a matrix's diagonal (ints promote to int64, as
  * the output type says). */
 static tpu_status_t lower_trace(tpu_lower_ctx_t* ctx) {
@@ -688,6 +783,8 @@ const tpu_lowering_t tpu_lowerings_reduce[] = {
     {"norm", lower_norm, 0},
     {"linalg_vector_norm", lower_norm, 0},
     {"dist", lower_dist, 0},
+    {"_cdist_forward", lower_cdist, 0},
+    {"_cdist_backward", lower_cdist_backward, 0},
     {"trace", lower_trace, 0},
     {"logsumexp", lower_logsumexp, 0},
     {"cumsum", lower_cumsum, 0},

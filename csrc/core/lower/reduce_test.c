@@ -533,7 +533,38 @@ static void test_trace_and_dist(void) {
   CHECK(ok);
 }
 
-TPU_TEST_MAIN(TPU_TEST(test_trace_and_dist), TPU_TEST(test_dtype_in_dim_slot_reduces_everything), TPU_TEST(test_cummax_cummin_ties_and_nan), TPU_TEST(test_logcumsumexp_count_nonzero_aminmax), TPU_TEST(test_sum_dims_keepdim_negative), TPU_TEST(test_sum_promotes_ints_and_bools),
+static void test_cdist_forward_backward(void) {
+  int64_t d[2] = {2, 2};
+  float x1[4] = {0, 0, 1, 1}, x2[4] = {0, 0, 3, 4}, g[4] = {1, 1, 1, 1};
+  tpu_lower_arg_t args[4] = {tpu_test_tensor_arg(TPU_DTYPE_FLOAT32, 2, d),
+                             tpu_test_tensor_arg(TPU_DTYPE_FLOAT32, 2, d),
+                             {.kind = TPU_ARG_FLOAT, .f = 2}, kNone};
+  const void* data[2] = {x1, x2};
+  tpu_hlo_type_t out = tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 2, d);
+  void* r[1];
+  CHECK_OK(tpu_test_run_op("aten::_cdist_forward", args, 4, NULL, data, &out, 1, r));
+  float* v = r[0];
+  float dist[4] = {v[0], v[1], v[2], v[3]};
+  bool ok = v[0] == 0 && v[1] == 5 && close(v[2], sqrt(2.0), 1e-6) && close(v[3], sqrt(13.0), 1e-6);
+  free(r[0]);
+  CHECK(ok);
+  /* d/dx1 of sum of distances: sum_j (x1_i - x2_j) / dist_ij, 0 where dist is 0. */
+  tpu_lower_arg_t bargs[5] = {tpu_test_tensor_arg(TPU_DTYPE_FLOAT32, 2, d),
+                              tpu_test_tensor_arg(TPU_DTYPE_FLOAT32, 2, d),
+                              tpu_test_tensor_arg(TPU_DTYPE_FLOAT32, 2, d),
+                              {.kind = TPU_ARG_FLOAT, .f = 2},
+                              tpu_test_tensor_arg(TPU_DTYPE_FLOAT32, 2, d)};
+  const void* bdata[4] = {g, x1, x2, dist};
+  CHECK_OK(tpu_test_run_op("aten::_cdist_backward", bargs, 5, NULL, bdata, &out, 1, r));
+  v = r[0];
+  double want[4] = {-3 / 5.0, -4 / 5.0, 1 / sqrt(2.0) - 2 / sqrt(13.0), 1 / sqrt(2.0) - 3 / sqrt(13.0)};
+  ok = true;
+  for (int k = 0; k < 4; k++) ok &= close(v[k], want[k], 1e-6);
+  free(r[0]);
+  CHECK(ok);
+}
+
+TPU_TEST_MAIN(TPU_TEST(test_cdist_forward_backward), TPU_TEST(test_trace_and_dist), TPU_TEST(test_dtype_in_dim_slot_reduces_everything), TPU_TEST(test_cummax_cummin_ties_and_nan), TPU_TEST(test_logcumsumexp_count_nonzero_aminmax), TPU_TEST(test_sum_dims_keepdim_negative), TPU_TEST(test_sum_promotes_ints_and_bools),
               TPU_TEST(test_bf16_sum_and_mean_accumulate_in_f32), TPU_TEST(test_nansum_prod_mean),
               TPU_TEST(test_amax_amin_propagate_nan), TPU_TEST(test_max_dim_first_index_and_nan),
               TPU_TEST(test_argmax_argmin), TPU_TEST(test_var_std_correction),
