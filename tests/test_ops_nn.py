@@ -313,3 +313,30 @@ def test_binary_cross_entropy_with_logits(dtype, reduction):
                                                        pos_weight=pw.to(x.device),
                                                        reduction=reduction), x, grad=True,
           dtype=dtype)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("dim", [0, -1])
+def test_glu(dtype, dim):
+    check(lambda t: F.glu(t, dim), make((4, 6), dtype, noncontiguous=True), grad=True,
+          dtype=dtype)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("mode", ["nearest", "nearest-exact"])
+@pytest.mark.parametrize("shape,kw", [
+    ((2, 3, 5), {"scale_factor": 2}),
+    ((2, 3, 5), {"size": 7}),
+    ((1, 2, 4, 5), {"scale_factor": 2}),
+    ((1, 2, 4, 5), {"size": (3, 9)}),
+    ((1, 2, 4, 5), {"scale_factor": 1.7}),
+    ((1, 1, 2, 3, 4), {"scale_factor": (2, 1, 3)}),
+])
+def test_upsample_nearest(dtype, mode, shape, kw):
+    x = make(shape, dtype)
+    check(lambda t: F.interpolate(t, mode=mode, **kw), x, grad=True, dtype=dtype)
+
+
+def test_upsample_nearest_int():
+    x = make((1, 1, 3, 4), torch.int64)
+    check(lambda t: F.interpolate(t.float(), scale_factor=2).long(), x)

@@ -895,6 +895,190 @@ static tpu_status_t lower_log_sigmoid_bwd(tpu_lower_ctx_t* ctx) {
   return NULL;
 }
 
+/* ---- glu ---- */
+
+/* The two halves of `v` along `dim`. */
+static void halves(tpu_hlo_builder_t* b, tpu_hlo_value_t v, int dim, tpu_hlo_value_t* first,
+                   tpu_hlo_value_t* second) {
+  tpu_hlo_type_t t = type_of(b, v);
+  int64_t start[TPU_HLO_MAX_RANK] = {0}, limit[TPU_HLO_MAX_RANK], stride[TPU_HLO_MAX_RANK];
+  for (int d = 0; d < t.rank; d++) limit[d] = t.dims[d], stride[d] = 1;
+  limit[dim] = t.dims[dim] / 2;
+  *first = tpu_emit_slice(b, v, start, limit, stride);
+  start[dim] = t.dims[dim] / 2;
+  limit[dim] = t.dims[dim];
+  *second = tpu_emit_slice(b, v, start, limit, stride);
+}
+
+/* glu(self, dim): a * sigmoid(b) over the two halves. */
+static tpu_status_t lower_glu(tpu_lower_ctx_t* ctx) {
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  if (!floating_out(ctx)) return tpu_lower_decline(ctx, "non-floating glu");
+  tpu_hlo_value_t x = acc_tensor(ctx, 0), first, second;
+  int dim = wrap_dim(int_arg(ctx, 1, -1), type_of(b, x).rank);
+  halves(b, x, dim, &first, &second);
+  set_out(ctx, 0, mul(b, first, tpu_emit_unary(b, "stablehlo.logistic", second)));
+  return NULL;
+}
+
+/* glu_backward(grad_output, self, dim): [g s, g a s (1 - s)] with s =
+ * sigmoid(b), joined along dim. */
+static tpu_status_t lower_glu_bwd(tpu_lower_ctx_t* ctx) {
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  if (!floating_out(ctx)) return tpu_lower_decline(ctx, "non-floating glu");
+  tpu_hlo_value_t g = acc_tensor(ctx, 0), x = acc_tensor(ctx, 1), first, second;
+  tpu_hlo_type_t xt = type_of(b, x);
+  int dim = wrap_dim(int_arg(ctx, 2, -1), xt.rank);
+  halves(b, x, dim, &first, &second);
+  tpu_hlo_value_t sg = tpu_emit_unary(b, "stablehlo.logistic", second);
+  tpu_hlo_value_t ga = mul(b, g, sg);
+  tpu_hlo_value_t gb = mul(b, mul(b, ga, first), sub(b, splat(b, sg, 1), sg));
+  char attrs[48];
+  snprintf(attrs, sizeof attrs, "dimension = %d : i64", dim);
+  tpu_hlo_value_t parts[2] = {ga, gb};
+  set_out(ctx, 0, tpu_hlo_op(b, "stablehlo.concatenate", parts, 2, xt, attrs));
+  return NULL;
+}
+
+/* ---- nearest upsampling ---- */
+
+/* Source index of each output index along one dim, as PyTorch's CPU
+ * kernels compute it in float: scale = 1 / scale_factor when given, else
+ * in / out; nearest: floor(dst * scale); nearest-exact: floor((dst + 0.5)
+ * * scale); clamped to in - 1. */
+static void nearest_indices(int64_t in, int64_t out, const tpu_lower_arg_t* scale_arg,
+                            bool exact, int64_t* idx) {
+  float scale = scale_arg->kind == TPU_ARG_FLOAT && scale_arg->f > 0
+                    ? (float)(1.0 / scale_arg->f)
+                    : (float)in / (float)out;
+  for (int64_t j = 0; j < out; j++) {
+    float src = exact ? floorf(((float)j + 0.5f) * scale) : floorf((float)j * scale);
+    int64_t s = (int64_t)src;
+    idx[j] = s < in - 1 ? s : in - 1;
+  }
+}
+
+static tpu_hlo_value_t index_constant(tpu_hlo_builder_t* b, const int64_t* idx, int64_t n) {
+  int64_t dims[2] = {n, 1};
+  return tpu_hlo_constant_dense(b, tpu_hlo_type_make(TPU_DTYPE_INT64, 2, dims), idx);
+}
+
+/* "[a, b, c]" of every dim but `skip` below `rank`. */
+static void dims_except(char* out, size_t cap, int rank, int skip) {
+  int len = snprintf(out, cap, "[");
+  for (int d = 0, first = 1; d < rank; d++) {
+    if (d == skip) continue;
+    len += snprintf(out + len, cap - (size_t)len, "%s%d", first ? "" : ", ", d);
+    first = 0;
+  }
+  snprintf(out + len, cap - (size_t)len, "]");
+}
+
+/* v gathered along `dim` at constant indices idx[0..n). */
+static tpu_hlo_value_t gather_dim(tpu_hlo_builder_t* b, tpu_hlo_value_t v, int dim,
+                                  const int64_t* idx, int64_t n) {
+  tpu_hlo_type_t t = type_of(b, v), out = t;
+  out.dims[dim] = n;
+  int64_t sizes[TPU_HLO_MAX_RANK];
+  for (int d = 0; d < t.rank; d++) sizes[d] = d == dim ? 1 : t.dims[d];
+  char offs[24 * TPU_HLO_MAX_RANK], ss[24 * TPU_HLO_MAX_RANK + 16], attrs[sizeof offs + sizeof ss + 256];
+  dims_except(offs, sizeof offs, t.rank, dim);
+  tpu_emit_i64_array(ss, sizeof ss, sizes, t.rank);
+  snprintf(attrs, sizeof attrs,
+           "dimension_numbers = #stablehlo.gather<offset_dims = %s, collapsed_slice_dims = [%d], "
+           "start_index_map = [%d], index_vector_dim = 1>, slice_sizes = %s, "
+           "indices_are_sorted = false",
+           offs, dim, dim, ss);
+  tpu_hlo_value_t operands[2] = {v, index_constant(b, idx, n)};
+  return tpu_hlo_op(b, "stablehlo.gather", operands, 2, out, attrs);
+}
+
+/* The transpose of gather_dim: g's slices along `dim` added into a zero
+ * tensor whose `dim` has size `in`. */
+static tpu_hlo_value_t scatter_add_dim(tpu_hlo_builder_t* b, tpu_hlo_value_t g, int dim,
+                                       const int64_t* idx, int64_t n, int64_t in) {
+  tpu_hlo_type_t t = type_of(b, g), out = t;
+  out.dims[dim] = in;
+  char win[24 * TPU_HLO_MAX_RANK], attrs[sizeof win + 256];
+  dims_except(win, sizeof win, t.rank, dim);
+  snprintf(attrs, sizeof attrs,
+           "scatter_dimension_numbers = #stablehlo.scatter<update_window_dims = %s, "
+           "inserted_window_dims = [%d], scatter_dims_to_operand_dims = [%d], "
+           "index_vector_dim = 1>, indices_are_sorted = false, unique_indices = false",
+           win, dim, dim);
+  tpu_hlo_value_t operands[3] = {tpu_emit_const_like(b, &out, 0), index_constant(b, idx, n), g};
+  tpu_hlo_region_op_begin(b, "stablehlo.scatter", operands, 3, &out, 1, attrs);
+  tpu_hlo_type_t s = tpu_hlo_type_scalar(t.dtype), bt[2] = {s, s};
+  tpu_hlo_value_t args[2];
+  tpu_hlo_block_begin(b, bt, 2, args);
+  tpu_hlo_value_t r = tpu_emit_binary(b, "stablehlo.add", args[0], args[1]);
+  tpu_hlo_block_return(b, &r, 1);
+  tpu_hlo_value_t result;
+  tpu_hlo_region_op_end(b, &result);
+  return result;
+}
+
+#define MAX_UPSAMPLE 4096
+
+/* upsample_nearest{1,2,3}d / _upsample_nearest_exact{1,2,3}d(self,
+ * output_size, scales...): a gather per spatial dim. */
+static tpu_status_t lower_upsample_nearest_common(tpu_lower_ctx_t* ctx, bool exact) {
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  const tpu_lower_arg_t* osz = tpu_lower_arg(ctx, 1);
+  if (osz->kind != TPU_ARG_INTS) return tpu_lower_decline(ctx, "output_size not given");
+  tpu_hlo_value_t v = tpu_lower_tensor(ctx, 0);
+  tpu_hlo_type_t t = type_of(b, v);
+  int k = osz->num_ints;
+  int64_t idx[MAX_UPSAMPLE]; /* 32 KiB on the stack: lowerings may run on several threads */
+  for (int i = 0; i < k; i++) {
+    int dim = t.rank - k + i;
+    int64_t in = t.dims[dim], out = osz->ints[i];
+    if (out > MAX_UPSAMPLE) return tpu_lower_decline(ctx, "output size over %d", MAX_UPSAMPLE);
+    if (in == out) continue;
+    nearest_indices(in, out, tpu_lower_arg(ctx, 2 + i), exact, idx);
+    v = gather_dim(b, v, dim, idx, out);
+  }
+  set_out(ctx, 0, v);
+  return NULL;
+}
+static tpu_status_t lower_upsample_nearest(tpu_lower_ctx_t* ctx) {
+  return lower_upsample_nearest_common(ctx, false);
+}
+static tpu_status_t lower_upsample_nearest_exact(tpu_lower_ctx_t* ctx) {
+  return lower_upsample_nearest_common(ctx, true);
+}
+
+/* ..._backward(grad_output, output_size, input_size, scales...): the
+ * scatter-add transpose, in float32 for halves. */
+static tpu_status_t lower_upsample_nearest_bwd_common(tpu_lower_ctx_t* ctx, bool exact) {
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  if (!floating_out(ctx)) return tpu_lower_decline(ctx, "non-floating upsample grad");
+  const tpu_lower_arg_t* osz = tpu_lower_arg(ctx, 1);
+  const tpu_lower_arg_t* isz = tpu_lower_arg(ctx, 2);
+  if (osz->kind != TPU_ARG_INTS || isz->kind != TPU_ARG_INTS)
+    return tpu_lower_decline(ctx, "sizes not given");
+  tpu_hlo_value_t g = acc_tensor(ctx, 0);
+  tpu_hlo_type_t t = type_of(b, g);
+  int k = osz->num_ints;
+  int64_t idx[MAX_UPSAMPLE]; /* 32 KiB on the stack: lowerings may run on several threads */
+  for (int i = 0; i < k; i++) {
+    int dim = t.rank - k + i;
+    int64_t in = isz->ints[dim], out = osz->ints[i];
+    if (out > MAX_UPSAMPLE) return tpu_lower_decline(ctx, "output size over %d", MAX_UPSAMPLE);
+    if (in == out) continue;
+    nearest_indices(in, out, tpu_lower_arg(ctx, 3 + i), exact, idx);
+    g = scatter_add_dim(b, g, dim, idx, out, in);
+  }
+  set_out(ctx, 0, g);
+  return NULL;
+}
+static tpu_status_t lower_upsample_nearest_bwd(tpu_lower_ctx_t* ctx) {
+  return lower_upsample_nearest_bwd_common(ctx, false);
+}
+static tpu_status_t lower_upsample_nearest_exact_bwd(tpu_lower_ctx_t* ctx) {
+  return lower_upsample_nearest_bwd_common(ctx, true);
+}
+
 const tpu_lowering_t tpu_lowerings_nn[] = {
     {"_softmax", lower_softmax, 0},
     {"_log_softmax", lower_log_softmax, 0},
@@ -927,5 +1111,19 @@ const tpu_lowering_t tpu_lowerings_nn[] = {
     {"native_dropout_backward", lower_native_dropout_bwd, 0},
     {"log_sigmoid_forward", lower_log_sigmoid, 0},
     {"log_sigmoid_backward", lower_log_sigmoid_bwd, 0},
+    {"glu", lower_glu, 0},
+    {"glu_backward", lower_glu_bwd, 0},
+    {"upsample_nearest1d", lower_upsample_nearest, 0},
+    {"upsample_nearest2d", lower_upsample_nearest, 0},
+    {"upsample_nearest3d", lower_upsample_nearest, 0},
+    {"_upsample_nearest_exact1d", lower_upsample_nearest_exact, 0},
+    {"_upsample_nearest_exact2d", lower_upsample_nearest_exact, 0},
+    {"_upsample_nearest_exact3d", lower_upsample_nearest_exact, 0},
+    {"upsample_nearest1d_backward", lower_upsample_nearest_bwd, 0},
+    {"upsample_nearest2d_backward", lower_upsample_nearest_bwd, 0},
+    {"upsample_nearest3d_backward", lower_upsample_nearest_bwd, 0},
+    {"_upsample_nearest_exact1d_backward", lower_upsample_nearest_exact_bwd, 0},
+    {"_upsample_nearest_exact2d_backward", lower_upsample_nearest_exact_bwd, 0},
+    {"_upsample_nearest_exact3d_backward", lower_upsample_nearest_exact_bwd, 0},
 };
 const size_t tpu_lowerings_nn_count = sizeof tpu_lowerings_nn / sizeof tpu_lowerings_nn[0];

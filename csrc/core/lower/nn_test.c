@@ -707,10 +707,51 @@ static void test_log_sigmoid(void) {
   free(r[1]);
 }
 
+/* glu halves, nearest upsampling 5 -> 8 along the last dim (indices
+ * floor(j * 5 / 8)) and its scatter-add backward. */
+static void test_glu_and_upsample_nearest(void) {
+  int64_t d[2] = {2, 4}, h[2] = {2, 2};
+  float x[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  tpu_lower_arg_t args[2] = {f32(2, d), int_arg(1)};
+  const void* data[1] = {x};
+  tpu_hlo_type_t out = tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 2, h);
+  double want[4];
+  for (int r = 0; r < 2; r++)
+    for (int c = 0; c < 2; c++)
+      want[r * 2 + c] = x[r * 4 + c] / (1 + exp(-(double)x[r * 4 + c + 2]));
+  void* res[1];
+  CHECK_OK(tpu_test_run_op("aten::glu", args, 2, NULL, data, &out, 1, res));
+  check_all(res[0], want, 4, 1e-6);
+  free(res[0]);
+
+  int64_t in[3] = {1, 1, 5}, up[3] = {1, 1, 8}, osz[1] = {8};
+  float v[5] = {10, 20, 30, 40, 50}, g[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  tpu_lower_arg_t uargs[3] = {f32(3, in), ints_arg(1, osz), none_arg()};
+  const void* udata[1] = {v};
+  tpu_hlo_type_t uout = tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 3, up);
+  double uw[8], gw[5] = {0};
+  for (int j = 0; j < 8; j++) {
+    int src = (int)floorf((float)j * (5.0f / 8.0f));
+    uw[j] = v[src];
+    gw[src] += g[j];
+  }
+  CHECK_OK(tpu_test_run_op("aten::upsample_nearest1d", uargs, 3, NULL, udata, &uout, 1, res));
+  check_all(res[0], uw, 8, 0);
+  free(res[0]);
+  tpu_lower_arg_t bargs[4] = {f32(3, up), ints_arg(1, osz), ints_arg(3, in), none_arg()};
+  const void* bdata[1] = {g};
+  tpu_hlo_type_t bout = tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 3, in);
+  CHECK_OK(tpu_test_run_op("aten::upsample_nearest1d_backward", bargs, 4, NULL, bdata, &bout, 1,
+                           res));
+  check_all(res[0], gw, 5, 0);
+  free(res[0]);
+}
+
 TPU_TEST_MAIN(TPU_TEST(test_softmax_and_log_softmax), TPU_TEST(test_softmax_half_to_float),
               TPU_TEST(test_layer_norm_forward_backward), TPU_TEST(test_group_norm),
               TPU_TEST(test_batch_norm_functional_training), TPU_TEST(test_batch_norm_backward),
               TPU_TEST(test_embedding_dense_backward), TPU_TEST(test_nll_loss),
               TPU_TEST(test_losses_mse_bce_smooth), TPU_TEST(test_native_dropout),
               TPU_TEST(test_group_norm_backward), TPU_TEST(test_nll_loss2d),
-              TPU_TEST(test_bf16_log_softmax_accumulates_in_f32), TPU_TEST(test_log_sigmoid))
+              TPU_TEST(test_bf16_log_softmax_accumulates_in_f32), TPU_TEST(test_log_sigmoid),
+              TPU_TEST(test_glu_and_upsample_nearest))
