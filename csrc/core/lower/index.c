@@ -515,6 +515,30 @@ static tpu_status_t lower_take(tpu_lower_ctx_t* ctx) {
   return NULL;
 }
 
+/* put(self, index, source, accumulate): take's inverse (and its
+ * backward), on the flattened self. */
+static tpu_status_t lower_put(tpu_lower_ctx_t* ctx) {
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  tpu_hlo_type_t xt = tpu_lower_arg(ctx, 0)->type;
+  int64_t n = 1, m = 1;
+  for (int d = 0; d < xt.rank; d++) n *= xt.dims[d];
+  tpu_hlo_type_t it = tpu_lower_arg(ctx, 1)->type;
+  for (int d = 0; d < it.rank; d++) m *= it.dims[d];
+  tpu_hlo_value_t flat = tpu_emit_reshape(b, tpu_lower_tensor(ctx, 0), &n, 1);
+  if (m == 0 || n == 0) {
+    set_output_reshaped(ctx, flat);
+    return NULL;
+  }
+  tpu_hlo_value_t idx = tpu_emit_reshape(b, tpu_lower_tensor(ctx, 1), &m, 1);
+  tpu_hlo_value_t src = tpu_emit_reshape(
+      b, tpu_emit_convert(b, tpu_lower_tensor(ctx, 2), xt.dtype), &m, 1);
+  adv_t a = adv_one(b, idx, 0, n);
+  const tpu_lower_arg_t* acc = tpu_lower_arg(ctx, 3);
+  const char* op = acc->kind == TPU_ARG_BOOL && acc->i ? combiner(xt.dtype, "sum") : NULL;
+  set_output_reshaped(ctx, adv_scatter(b, flat, &a, src, op));
+  return NULL;
+}
+
 /* embedding(weight, indices, padding_idx, scale_grad_by_freq, sparse). */
 static tpu_status_t lower_embedding(tpu_lower_ctx_t* ctx) {
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
@@ -588,6 +612,7 @@ const tpu_lowering_t tpu_lowerings_index[] = {
     {"index_copy", lower_index_copy, 0},
     {"index_fill", lower_index_fill, 0},
     {"take", lower_take, 0},
+    {"put", lower_put, 0},
     {"embedding", lower_embedding, 0},
 };
 const size_t tpu_lowerings_index_count = sizeof tpu_lowerings_index / sizeof tpu_lowerings_index[0];

@@ -234,6 +234,23 @@ static void test_take(void) {
   free(r[0]);
 }
 
+/* put_ with accumulate (and a repeated, negative index). */
+static void test_put(void) {
+  int64_t xd[2] = {2, 2}, id[1] = {3};
+  float x[4] = {1, 2, 3, 4}, src[3] = {10, 20, 30};
+  int64_t idx[3] = {-1, 0, 3};
+  tpu_lower_arg_t args[4] = {tpu_test_tensor_arg(TPU_DTYPE_FLOAT32, 2, xd),
+                             tpu_test_tensor_arg(TPU_DTYPE_INT64, 1, id),
+                             tpu_test_tensor_arg(TPU_DTYPE_FLOAT32, 1, id), bool_arg(true)};
+  const void* data[3] = {x, idx, src};
+  tpu_hlo_type_t out = tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 2, xd);
+  void* r[1];
+  CHECK_OK(tpu_test_run_op("aten::put_", args, 4, NULL, data, &out, 1, r));
+  float* g = r[0];
+  CHECK(g[0] == 21 && g[1] == 2 && g[2] == 3 && g[3] == 44);
+  free(r[0]);
+}
+
 static void test_mask_index_declines(void) {
   int64_t xd[1] = {3};
   tpu_hlo_type_t lt[1] = {tpu_hlo_type_make(TPU_DTYPE_BOOL, 1, xd)};
@@ -281,4 +298,4 @@ static void test_masked_scatter_and_index_reduce(void) {
 TPU_TEST_MAIN(TPU_TEST(test_masked_scatter_and_index_reduce), TPU_TEST(test_gather), TPU_TEST(test_scatter_variants),
               TPU_TEST(test_scatter_reduce), TPU_TEST(test_index_tensor), TPU_TEST(test_index_tensor_with_none),
               TPU_TEST(test_index_put), TPU_TEST(test_index_dim_ops),
-              TPU_TEST(test_take), TPU_TEST(test_mask_index_declines))
+              TPU_TEST(test_take), TPU_TEST(test_put), TPU_TEST(test_mask_index_declines))
