@@ -1,8 +1,7 @@
 /* Reduce family: sum, mean, prod, nansum, amax/amin, max/min (full and .dim
  * with indices), argmax/argmin, var/std (and *_mean), norms, dist, cdist
- * (+backward), trace,
- * logsumexp,
- * cumsum/cumprod/logcumsumexp/cummax/cummin, count_nonzero, aminmax, all/any.
+ * (+backward), trace, logsumexp, cumsum/cumprod/logcumsumexp/cummax/cummin,
+ * count_nonzero, aminmax, all/any.
  *
  * Common shape handling: a lowering computes its result over the reduced
  * dims (dropping them) and then reshapes to the output type PyTorch gives,
