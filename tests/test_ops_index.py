@@ -248,3 +248,34 @@ def test_masked_scatter(dtype):
     m = make((4,), torch.bool, seed=2)
     src = make((13,), dtype, seed=3)
     check(lambda x, m, s: x.masked_scatter(m, s), x, m, src, dtype=dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("accumulate", [False, True])
+def test_put(dtype, accumulate):
+    x = make((3, 4), dtype, seed=1)
+    s = make((5,), dtype, seed=2)
+    i = perm_idx(12, 5) - 6 if not accumulate else torch.tensor([0, -1, 0, 5, 5])
+    check(lambda x, i, s: x.put(i, s, accumulate=accumulate), x, i, s,
+          grad=dtype.is_floating_point, dtype=dtype)
+
+
+def test_take_along_dim_and_one_hot():
+    x = make((3, 4, 5), seed=1)
+    i = idx((3, 2, 5), 4)
+    check(lambda x, i: torch.take_along_dim(x, i, dim=1), x, i, grad=True)
+    check(lambda i: F.one_hot(i, 6), idx((2, 3), 6))
+
+
+def test_setitem_scalar_and_broadcast():
+    # a shape no other test here indexes: the engine's cache-key bug (see
+    # POSITIONS_KEYED) would otherwise pair x[:, i] with an earlier x[i]
+    x = make((5, 7), seed=1)
+
+    def set_(x):
+        y = x.clone()
+        i = torch.tensor([2, -1], device=x.device)
+        y[i] = 0.5
+        y[:, i] = y[:, i] * 2
+        return y
+    check(set_, x, grad=True)
