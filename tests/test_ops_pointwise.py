@@ -516,3 +516,106 @@ def test_negative_float_to_uint8():
 
 def test_to_dtype_backward():
     check(lambda x: (x.to(torch.bfloat16) * 2).float(), make((4, 5)), grad=True)
+
+
+# ---- more float math, shifts, shrinks, prelu ----------------------------------
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("fn", [torch.xlogy, torch.special.xlog1py, torch.hypot, torch.logaddexp,
+                                torch.logaddexp2], ids=lambda f: f.__name__)
+def test_binary_float_math(fn, dtype):
+    x = make((4, 5), dtype, seed=1, low=-3, high=3)
+    y = make((4, 5), dtype, seed=2, low=0.1, high=4)
+    check(fn, x, y, grad=True, dtype=dtype)
+    check(fn, x.t(), y.t(), dtype=dtype)
+    check(fn, x, y[0], grad=True, dtype=dtype)
+    check(lambda x: fn(x, torch.tensor(2.0)), x, grad=True, dtype=dtype)
+
+
+def test_binary_float_math_special_values():
+    x = torch.tensor([0.0, 0.0, NAN, 1.0, INF, -INF, INF, 3e38, 2.0])
+    y = torch.tensor([NAN, 0.0, 1.0, INF, INF, -INF, NAN, 3e38, -1.0])
+    for fn in (torch.xlogy, torch.special.xlog1py, torch.hypot, torch.logaddexp,
+               torch.logaddexp2):
+        check(fn, x, y)
+    check(torch.xlogy, make((4,), torch.int64, low=0, high=4), make((4,), torch.int64, low=1))
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("fn", [torch.sinc, torch.lgamma, torch.digamma, torch.special.entr,
+                                torch.angle], ids=lambda f: f.__name__)
+def test_unary_float_math_more(fn, dtype):
+    lo, hi = (0.2, 5) if fn in (torch.lgamma, torch.digamma, torch.special.entr) else (-4, 4)
+    check(fn, make((4, 5), dtype, seed=1, low=lo, high=hi), grad=fn is not torch.angle,
+          dtype=dtype)
+    check(fn, torch.tensor([0.0, -0.0, NAN, INF, -INF, -1.0, 2.0, -2.5]).to(dtype))
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("n", [0, 1, 2, 3])
+def test_polygamma(n, dtype):
+    x = make((4, 5), dtype, seed=1, low=0.3, high=6)
+    check(lambda x: torch.polygamma(n, x), x, grad=n < 3, dtype=dtype)
+    check(lambda x: torch.polygamma(n, x), torch.tensor([-2.5, -0.5, 0.7, 1e3, INF]).to(dtype),
+          dtype=dtype)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_nextafter_heaviside(dtype):
+    x, y = make((4, 5), dtype, seed=1), make((4, 5), dtype, seed=2)
+    check(torch.nextafter, x, y, exact=True)
+    check(torch.nextafter, torch.tensor([0.0, 1.0, -1.0, INF, NAN]).to(dtype),
+          torch.tensor([-1.0, 1.0, INF, 0.0, 0.0]).to(dtype), exact=True)
+    v = make((5,), dtype, seed=3)
+    check(torch.heaviside, torch.tensor([0.0, -0.0, 2.0, -1.0, NAN]).to(dtype), v, exact=True)
+    check(torch.heaviside, make((4, 5), torch.int64, low=-1, high=2), make((5,), torch.int64))
+
+
+@pytest.mark.parametrize("dtype", FLOATS + [torch.int64, torch.int32, torch.uint8])
+def test_floor_divide(dtype):
+    low, high = (0, 200) if dtype == torch.uint8 else (-50, 50)
+    x = make((5, 6), dtype, seed=1, low=low, high=high)
+    y = make((5, 6), dtype, seed=2, low=1, high=9)
+    if dtype != torch.uint8:
+        y = torch.where(make((5, 6), torch.bool, seed=3), y, -y)
+    check(torch.floor_divide, x, y, dtype=dtype)
+    check(lambda x: x // 3, x, dtype=dtype)
+    check(lambda x, y: x.clone().floor_divide_(y), x, y, dtype=dtype)
+    if dtype.is_floating_point:
+        check(lambda x: x // -0.7, x, dtype=dtype)
+        check(torch.floor_divide, torch.tensor([-7.8125, 1.0, -1.0, 0.0, INF, 5.0]).to(dtype),
+              torch.tensor([-2.6094, 0.0, 0.0, -3.0, 2.0, INF]).to(dtype), dtype=dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.int8, torch.uint8])
+def test_shifts(dtype):
+    bits = torch.iinfo(dtype).bits
+    x = make((4, 5), dtype, seed=1, low=0 if dtype == torch.uint8 else -100, high=100)
+    s = make((4, 5), dtype, seed=2, low=0, high=bits + 3)  # includes overshifts
+    check(torch.bitwise_left_shift, x, s)
+    check(torch.bitwise_right_shift, x, s)
+    check(lambda x, s: x << s, x, s)
+    check(lambda x, s: x >> s, x, s[0])
+    check(lambda x: x << 3, x)
+    check(lambda x: x >> 2, x)
+    check(lambda x: x.clone().__ilshift__(1), x)
+    check(lambda x: x.clone().__irshift__(1), x)
+    if dtype != torch.uint8:
+        neg = torch.tensor([-1, -5, bits, bits - 1, 0], dtype=dtype)
+        check(torch.bitwise_left_shift, torch.tensor([3, -3, 3, -3, 1], dtype=dtype), neg)
+        check(torch.bitwise_right_shift, torch.tensor([3, -3, 3, -3, 1], dtype=dtype), neg)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_shrinks_and_prelu(dtype):
+    x = make((4, 6), dtype, seed=1)
+    check(F.softshrink, x, grad=True, dtype=dtype)
+    check(lambda x: F.softshrink(x, 1.2), x, grad=True, dtype=dtype)
+    check(F.hardshrink, x, grad=True, dtype=dtype)
+    check(lambda x: F.hardshrink(x, 0.2), x.t(), grad=True, dtype=dtype)
+    check(F.tanhshrink, x, grad=True, dtype=dtype)
+    check(F.softshrink, torch.tensor([NAN, 0.5, -0.5, 2.0]).to(dtype))
+    w = torch.tensor([0.25], dtype=dtype)
+    check(F.prelu, x, w, grad=True, dtype=dtype)
+    xc = make((2, 3, 4), dtype, seed=2)
+    check(F.prelu, xc, make((3,), dtype, seed=3), grad=True, dtype=dtype)

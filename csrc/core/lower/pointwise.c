@@ -840,6 +840,239 @@ static tpu_status_t lower_masked_fill(tpu_lower_ctx_t* ctx) {
                          operand(ctx, 0, d)));
 }
 
+/* ---- more binary float math --------------------------------------------- */
+
+/* Both operands of a binary float op in the math dtype of their common
+ * (float-promoted) dtype; declines unless that is a float dtype. */
+static tpu_status_t float_operands(tpu_lower_ctx_t* ctx, tpu_hlo_value_t* out_x,
+                                   tpu_hlo_value_t* out_y) {
+  static const int idx[2] = {0, 1};
+  tpu_dtype_t d = common_dtype(ctx, idx, 2, true);
+  if (!is_float(d)) return tpu_lower_decline(ctx, "%s operands", tpu_dtype_name(d));
+  *out_x = math_operand(ctx, 0, d);
+  *out_y = math_operand(ctx, 1, d);
+  return NULL;
+}
+
+/* xlogy / xlog1py: NaN if y is NaN, else 0 where x == 0, else x * log(y). */
+static tpu_status_t xlog_op(tpu_lower_ctx_t* ctx, math_fn_t log_fn) {
+  tpu_hlo_value_t x, y;
+  tpu_status_t s = float_operands(ctx, &x, &y);
+  if (s) return s;
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  tpu_hlo_value_t r = sel(b, cmp(b, "EQ", x, like(b, x, 0)), like(b, x, 0), mul(b, x, log_fn(b, y)));
+  return finish(ctx, sel(b, is_nan(b, y), y, r));
+}
+static tpu_status_t lower_xlogy(tpu_lower_ctx_t* ctx) { return xlog_op(ctx, f_log); }
+static tpu_status_t lower_xlog1py(tpu_lower_ctx_t* ctx) { return xlog_op(ctx, f_log1p); }
+
+/* entr: -x log x for x > 0, 0 at 0, -inf below, NaN kept. */
+static tpu_hlo_value_t f_entr(tpu_hlo_builder_t* b, tpu_hlo_value_t x) {
+  tpu_hlo_value_t zero = like(b, x, 0);
+  tpu_hlo_value_t r = un(b, "stablehlo.negate", mul(b, x, f_log(b, x)));
+  r = sel(b, cmp(b, "EQ", x, zero), zero, r);
+  return sel(b, cmp(b, "LT", x, zero), like(b, x, -INFINITY), r);
+}
+static tpu_status_t lower_entr(tpu_lower_ctx_t* ctx) { return unary_math(ctx, f_entr); }
+
+/* sinc: sin(pi x) / (pi x), 1 at 0. */
+static tpu_hlo_value_t f_sinc(tpu_hlo_builder_t* b, tpu_hlo_value_t x) {
+  tpu_hlo_value_t px = mul(b, like(b, x, M_PI), x);
+  return sel(b, cmp(b, "EQ", x, like(b, x, 0)), like(b, x, 1), dvd(b, f_sin(b, px), px));
+}
+static tpu_status_t lower_sinc(tpu_lower_ctx_t* ctx) { return unary_math(ctx, f_sinc); }
+
+static tpu_hlo_value_t f_lgamma(tpu_hlo_builder_t* b, tpu_hlo_value_t x) {
+  return un(b, "chlo.lgamma", x);
+}
+static tpu_status_t lower_lgamma(tpu_lower_ctx_t* ctx) { return unary_math(ctx, f_lgamma); }
+
+/* digamma: PyTorch gives -inf at +0 and +inf at -0 (CHLO gives NaN). */
+static tpu_hlo_value_t f_digamma(tpu_hlo_builder_t* b, tpu_hlo_value_t x) {
+  tpu_hlo_value_t at_zero = sel(b, sign_bit(b, x), like(b, x, INFINITY), like(b, x, -INFINITY));
+  return sel(b, cmp(b, "EQ", x, like(b, x, 0)), at_zero, un(b, "chlo.digamma", x));
+}
+static tpu_status_t lower_digamma(tpu_lower_ctx_t* ctx) { return unary_math(ctx, f_digamma); }
+
+/* polygamma(n, x): n = 0 is digamma; CHLO's zeta-based form otherwise. At
+ * +inf PyTorch gives 0 for n = 1 (its trigamma) and NaN for n >= 2. */
+static tpu_status_t lower_polygamma(tpu_lower_ctx_t* ctx) {
+  FLOAT_OUT_OR_DECLINE(ctx, d);
+  const tpu_lower_arg_t* n = tpu_lower_arg(ctx, 0);
+  if (n->kind != TPU_ARG_INT || n->i < 0) return tpu_lower_decline(ctx, "order argument");
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  tpu_hlo_value_t x = math_operand(ctx, 1, d);
+  if (n->i == 0) return finish(ctx, f_digamma(b, x));
+  tpu_hlo_value_t r = tpu_emit_binary(b, "chlo.polygamma", like(b, x, (double)n->i), x);
+  return finish(ctx, sel(b, cmp(b, "EQ", x, like(b, x, INFINITY)), like(b, x, n->i == 1 ? 0 : NAN),
+                         r));
+}
+
+/* angle of a real number: pi for negatives, 0 otherwise, NaN kept. */
+static tpu_hlo_value_t f_angle(tpu_hlo_builder_t* b, tpu_hlo_value_t x) {
+  tpu_hlo_value_t r = sel(b, cmp(b, "LT", x, like(b, x, 0)), like(b, x, M_PI), like(b, x, 0));
+  return sel(b, is_nan(b, x), x, r);
+}
+static tpu_status_t lower_angle(tpu_lower_ctx_t* ctx) { return unary_math(ctx, f_angle); }
+
+/* hypot without overflow: m * sqrt(1 + (n/m)^2), m = max(|x|, |y|); inf
+ * wins over NaN like std::hypot. */
+static tpu_status_t lower_hypot(tpu_lower_ctx_t* ctx) {
+  tpu_hlo_value_t x, y;
+  tpu_status_t s = float_operands(ctx, &x, &y);
+  if (s) return s;
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  tpu_hlo_value_t ax = un(b, "stablehlo.abs", x), ay = un(b, "stablehlo.abs", y);
+  tpu_hlo_value_t m = max_nan(b, ax, ay), n = min_nan(b, ax, ay), zero = like(b, x, 0);
+  tpu_hlo_value_t q = dvd(b, n, m);
+  tpu_hlo_value_t r = mul(b, m, f_sqrt(b, add(b, like(b, x, 1), mul(b, q, q))));
+  r = sel(b, cmp(b, "EQ", m, zero), zero, r);
+  tpu_hlo_value_t inf = like(b, x, INFINITY);
+  tpu_hlo_value_t any_inf = tpu_emit_binary(b, "stablehlo.or", cmp(b, "EQ", ax, inf),
+                                            cmp(b, "EQ", ay, inf));
+  return finish(ctx, sel(b, any_inf, inf, r));
+}
+
+/* logaddexp(2): equal infinities return themselves; else
+ * max + log1p(exp(-|x - y|)) (base 2: exp2, scaled by 1/ln 2). */
+static tpu_status_t logaddexp_op(tpu_lower_ctx_t* ctx, bool base2) {
+  tpu_hlo_value_t x, y;
+  tpu_status_t s = float_operands(ctx, &x, &y);
+  if (s) return s;
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  tpu_hlo_value_t m = tpu_emit_binary(b, "stablehlo.maximum", x, y);
+  tpu_hlo_value_t neg = un(b, "stablehlo.negate", un(b, "stablehlo.abs", sub(b, x, y)));
+  tpu_hlo_value_t r = base2 ? mul(b, f_log1p(b, f_exp2(b, neg)), like(b, x, 1 / M_LN2))
+                            : f_log1p(b, f_exp(b, neg));
+  r = add(b, m, r);
+  tpu_hlo_value_t same_inf = tpu_emit_binary(
+      b, "stablehlo.and", cmp(b, "EQ", un(b, "stablehlo.abs", x), like(b, x, INFINITY)),
+      cmp(b, "EQ", x, y));
+  return finish(ctx, sel(b, same_inf, x, r));
+}
+static tpu_status_t lower_logaddexp(tpu_lower_ctx_t* ctx) { return logaddexp_op(ctx, false); }
+static tpu_status_t lower_logaddexp2(tpu_lower_ctx_t* ctx) { return logaddexp_op(ctx, true); }
+
+/* nextafter is exact in the input dtype: no widening. */
+static tpu_status_t lower_nextafter(tpu_lower_ctx_t* ctx) {
+  static const int idx[2] = {0, 1};
+  tpu_dtype_t d = tpu_lower_result_type(ctx, idx, 2);
+  if (!is_float(d)) return tpu_lower_decline(ctx, "nextafter of %s", tpu_dtype_name(d));
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  return finish(ctx, tpu_emit_binary(b, "chlo.next_after", operand(ctx, 0, d), operand(ctx, 1, d)));
+}
+
+/* heaviside(x, values): values where x == 0, else x > 0; any real dtype. */
+static tpu_status_t lower_heaviside(tpu_lower_ctx_t* ctx) {
+  static const int idx[2] = {0, 1};
+  tpu_dtype_t d = tpu_lower_result_type(ctx, idx, 2);
+  if (tpu_dtype_is_complex(d)) return tpu_lower_decline(ctx, "complex heaviside");
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  tpu_hlo_value_t x = operand(ctx, 0, d), zero = like(b, x, 0);
+  tpu_hlo_value_t step = tpu_emit_convert(b, cmp(b, "GT", x, zero), d);
+  return finish(ctx, sel(b, cmp(b, "EQ", x, zero), operand(ctx, 1, d), step));
+}
+
+/* floor_divide: Python's //. Floats follow PyTorch's div_floor_floating
+ * (fmod-based, so the quotient is not rounded before flooring); integers
+ * adjust C's truncating division. */
+static tpu_status_t lower_floor_divide(tpu_lower_ctx_t* ctx) {
+  static const int idx[2] = {0, 1};
+  tpu_dtype_t d = tpu_lower_result_type(ctx, idx, 2);
+  if (d == TPU_DTYPE_BOOL || tpu_dtype_is_complex(d))
+    return tpu_lower_decline(ctx, "floor_divide of %s", tpu_dtype_name(d));
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  tpu_hlo_value_t x = math_operand(ctx, 0, d), y = math_operand(ctx, 1, d);
+  tpu_hlo_value_t zero = like(b, x, 0), one = like(b, x, 1);
+  tpu_hlo_value_t mod = tpu_emit_binary(b, "stablehlo.remainder", x, y);
+  tpu_hlo_value_t fix = tpu_emit_binary(b, "stablehlo.and", cmp(b, "NE", mod, zero),
+                                        cmp(b, "NE", cmp(b, "LT", mod, zero), cmp(b, "LT", y, zero)));
+  if (!is_float(d)) {
+    tpu_hlo_value_t q = dvd(b, x, y);
+    return finish(ctx, sel(b, fix, sub(b, q, one), q));
+  }
+  tpu_hlo_value_t div = dvd(b, sub(b, x, mod), y);
+  div = sel(b, fix, sub(b, div, one), div);
+  tpu_hlo_value_t fl = un(b, "stablehlo.floor", div);
+  fl = sel(b, cmp(b, "GT", sub(b, div, fl), like(b, x, 0.5)), add(b, fl, one), fl);
+  /* A zero quotient takes the sign of x / y; division by zero is x / y. */
+  tpu_hlo_value_t q = dvd(b, x, y);
+  tpu_hlo_value_t signed_zero = sel(b, sign_bit(b, q), like(b, x, -0.0), zero);
+  fl = sel(b, cmp(b, "EQ", div, zero), signed_zero, fl);
+  return finish(ctx, sel(b, cmp(b, "EQ", y, zero), q, fl));
+}
+
+/* Shifts, PyTorch's rules: a shift by a negative amount or by the bit width
+ * or more gives 0 (left), or the sign fill (right, signed types). */
+static tpu_status_t shift_op(tpu_lower_ctx_t* ctx, bool left) {
+  static const int idx[2] = {0, 1};
+  tpu_dtype_t d = tpu_lower_result_type(ctx, idx, 2);
+  if (!tpu_dtype_is_integral(d)) return tpu_lower_decline(ctx, "shift of %s", tpu_dtype_name(d));
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  tpu_hlo_value_t x = operand(ctx, 0, d), y = operand(ctx, 1, d);
+  bool is_unsigned = d == TPU_DTYPE_UINT8;
+  double bits = 8.0 * (double)tpu_dtype_size(d);
+  tpu_hlo_value_t over = cmp(b, "GE", y, like(b, y, bits));
+  if (!is_unsigned) over = tpu_emit_binary(b, "stablehlo.or", over, cmp(b, "LT", y, like(b, y, 0)));
+  tpu_hlo_value_t safe = sel(b, over, like(b, y, 0), y);
+  if (left)
+    return finish(ctx, sel(b, over, like(b, x, 0),
+                           tpu_emit_binary(b, "stablehlo.shift_left", x, safe)));
+  const char* op = is_unsigned ? "stablehlo.shift_right_logical" : "stablehlo.shift_right_arithmetic";
+  tpu_hlo_value_t fill = is_unsigned ? like(b, x, 0)
+                                     : tpu_emit_binary(b, op, x, like(b, y, bits - 1));
+  return finish(ctx, sel(b, over, fill, tpu_emit_binary(b, op, x, safe)));
+}
+static tpu_status_t lower_shift_left(tpu_lower_ctx_t* ctx) { return shift_op(ctx, true); }
+static tpu_status_t lower_shift_right(tpu_lower_ctx_t* ctx) { return shift_op(ctx, false); }
+
+/* softshrink: x - l above l, x + l below -l, else x * 0 (keeps NaN). */
+static tpu_status_t lower_softshrink(tpu_lower_ctx_t* ctx) {
+  FLOAT_OUT_OR_DECLINE(ctx, d);
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  tpu_hlo_value_t x = math_operand(ctx, 0, d), l = param(ctx, 1, math_dtype(d));
+  tpu_hlo_value_t r = sel(b, cmp(b, "LT", x, un(b, "stablehlo.negate", l)), add(b, x, l),
+                          mul(b, x, like(b, x, 0)));
+  return finish(ctx, sel(b, cmp(b, "GT", x, l), sub(b, x, l), r));
+}
+
+/* hardshrink(x, l) = 0 inside [-l, l] else x; the backwards of both shrinks
+ * are 0 inside [-l, l] else grad. */
+static tpu_status_t shrink_op(tpu_lower_ctx_t* ctx, bool backward) {
+  FLOAT_OUT_OR_DECLINE(ctx, d);
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  int self = backward ? 1 : 0;
+  tpu_hlo_value_t x = math_operand(ctx, self, d), l = param(ctx, self + 1, math_dtype(d));
+  tpu_hlo_value_t inside = tpu_emit_binary(b, "stablehlo.and",
+                                           cmp(b, "GE", x, un(b, "stablehlo.negate", l)),
+                                           cmp(b, "LE", x, l));
+  tpu_hlo_value_t keep = backward ? math_operand(ctx, 0, d) : x;
+  return finish(ctx, sel(b, inside, like(b, keep, 0), keep));
+}
+static tpu_status_t lower_hardshrink(tpu_lower_ctx_t* ctx) { return shrink_op(ctx, false); }
+static tpu_status_t lower_shrink_backward(tpu_lower_ctx_t* ctx) { return shrink_op(ctx, true); }
+
+/* _prelu_kernel(x, w) = x > 0 ? x : w * x (w broadcast by the caller). */
+static tpu_status_t lower_prelu_kernel(tpu_lower_ctx_t* ctx) {
+  FLOAT_OUT_OR_DECLINE(ctx, d);
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  tpu_hlo_value_t x = math_operand(ctx, 0, d), w = math_operand(ctx, 1, d);
+  return finish(ctx, sel(b, cmp(b, "GT", x, like(b, x, 0)), x, mul(b, w, x)));
+}
+
+/* _prelu_kernel_backward -> (grad_input, grad_weight), both broadcast
+ * shaped (autograd sums grad_weight down to the weight). */
+static tpu_status_t lower_prelu_kernel_backward(tpu_lower_ctx_t* ctx) {
+  FLOAT_OUT_OR_DECLINE(ctx, d);
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  tpu_hlo_value_t g = math_operand(ctx, 0, d), x = math_operand(ctx, 1, d);
+  tpu_hlo_value_t w = math_operand(ctx, 2, d);
+  tpu_hlo_value_t pos = cmp(b, "GT", x, like(b, x, 0));
+  tpu_hlo_type_t t1 = tpu_lower_output_type(ctx, 1);
+  tpu_lower_set_output(ctx, 1, tpu_emit_cast_to(b, sel(b, pos, like(b, x, 0), mul(b, x, g)), &t1));
+  return finish(ctx, sel(b, pos, g, mul(b, w, g)));
+}
+
 const tpu_lowering_t tpu_lowerings_pointwise[] = {
     /* float math */
     {"exp", lower_exp, 0},
@@ -942,6 +1175,33 @@ const tpu_lowering_t tpu_lowerings_pointwise[] = {
     {"addcdiv", lower_addcdiv, 0},
     {"nan_to_num", lower_nan_to_num, 0},
     {"masked_fill", lower_masked_fill, 0},
+    /* more float math, shifts, shrinks, prelu */
+    {"xlogy", lower_xlogy, 0},
+    {"special_xlog1py", lower_xlog1py, 0},
+    {"special_entr", lower_entr, 0},
+    {"sinc", lower_sinc, 0},
+    {"lgamma", lower_lgamma, 0},
+    {"digamma", lower_digamma, 0},
+    {"polygamma", lower_polygamma, 0},
+    {"angle", lower_angle, 0},
+    {"hypot", lower_hypot, 0},
+    {"logaddexp", lower_logaddexp, 0},
+    {"logaddexp2", lower_logaddexp2, 0},
+    {"nextafter", lower_nextafter, 0},
+    {"heaviside", lower_heaviside, 0},
+    {"floor_divide", lower_floor_divide, 0},
+    {"__lshift__", lower_shift_left, 0},
+    {"__ilshift__", lower_shift_left, 0},
+    {"bitwise_left_shift", lower_shift_left, 0},
+    {"__rshift__", lower_shift_right, 0},
+    {"__irshift__", lower_shift_right, 0},
+    {"bitwise_right_shift", lower_shift_right, 0},
+    {"softshrink", lower_softshrink, 0},
+    {"softshrink_backward", lower_shrink_backward, 0},
+    {"hardshrink", lower_hardshrink, 0},
+    {"hardshrink_backward", lower_shrink_backward, 0},
+    {"_prelu_kernel", lower_prelu_kernel, 0},
+    {"_prelu_kernel_backward", lower_prelu_kernel_backward, 0},
 };
 const size_t tpu_lowerings_pointwise_count =
     sizeof tpu_lowerings_pointwise / sizeof tpu_lowerings_pointwise[0];

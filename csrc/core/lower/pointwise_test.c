@@ -679,6 +679,52 @@ static void test_relu_threshold_logit(void) {
   free(result[0]);
 }
 
+/* Values from torch: shifts by negative or >= 64 amounts, floor_divide
+ * (the float case that rounding the quotient first gets wrong), hypot and
+ * xlogy special values. */
+static void test_shifts_floor_divide_hypot_xlogy(void) {
+  int64_t a[N] = {1, -8, 5, -1, 7, 3, -5, 1}, s[N] = {3, 1, 63, 64, -1, 100, 70, 0};
+  tpu_lower_arg_t args[2] = {tensor(TPU_DTYPE_INT64), tensor(TPU_DTYPE_INT64)};
+  const void* data[2] = {a, s};
+  void* result[1];
+  CHECK_OK(run("aten::bitwise_left_shift.Tensor", args, 2, data, TPU_DTYPE_INT64, result));
+  int64_t lw[N] = {8, -16, INT64_MIN, 0, 0, 0, 0, 1};
+  CHECK(memcmp(result[0], lw, sizeof lw) == 0);
+  free(result[0]);
+  CHECK_OK(run("aten::__rshift__.Tensor", args, 2, data, TPU_DTYPE_INT64, result));
+  int64_t rw[N] = {0, -4, 0, -1, 0, 0, -1, 1};
+  CHECK(memcmp(result[0], rw, sizeof rw) == 0);
+  free(result[0]);
+  int64_t d[N] = {3, 3, -3, -3, 1, 7, 2, -4};
+  const void* ddata[2] = {a, d};
+  CHECK_OK(run("aten::floor_divide", args, 2, ddata, TPU_DTYPE_INT64, result));
+  int64_t dw[N] = {0, -3, -2, 0, 7, 0, -3, -1};
+  CHECK(memcmp(result[0], dw, sizeof dw) == 0);
+  free(result[0]);
+  float x[N] = {-7.8125f, 1, -1, 0, INFINITY, 5, 7, -0.5f};
+  float y[N] = {-2.609375f, 0, 0, -3, 2, INFINITY, 0.7f, 2};
+  tpu_lower_arg_t fargs[2] = {tensor(TPU_DTYPE_FLOAT32), tensor(TPU_DTYPE_FLOAT32)};
+  const void* fdata[2] = {x, y};
+  CHECK_OK(run("aten::floor_divide", fargs, 2, fdata, TPU_DTYPE_FLOAT32, result));
+  float* r = result[0];
+  CHECK(r[0] == 2 && r[1] == INFINITY && r[2] == -INFINITY && r[3] == 0 && signbit(r[3]) &&
+        isnan(r[4]) && r[5] == 0 && r[6] == 10 && r[7] == -1);
+  free(result[0]);
+  float hx[N] = {3, 3e38f, INFINITY, NAN, 0, -5, 1e-30f, 0};
+  float hy[N] = {4, 3e38f, NAN, 1, 0, 12, 1e-30f, -2};
+  const void* hdata[2] = {hx, hy};
+  CHECK_OK(run("aten::hypot", fargs, 2, hdata, TPU_DTYPE_FLOAT32, result));
+  r = result[0];
+  CHECK(near(r[0], 5, 1e-7, 0) && near(r[1], hypot(3e38f, 3e38f), 1e-6, 0) && r[2] == INFINITY &&
+        isnan(r[3]) && r[4] == 0 && near(r[5], 13, 1e-7, 0) && r[7] == 2);
+  free(result[0]);
+  CHECK_OK(run("aten::xlogy.Tensor", fargs, 2, hdata, TPU_DTYPE_FLOAT32, result));
+  r = result[0];
+  CHECK(near(r[0], 3 * log(4.0), 1e-6, 0) && isnan(r[2]) && r[4] == 0 && isnan(r[5]) &&
+        isnan(r[7]));
+  free(result[0]);
+}
+
 static void test_declines(void) {
   tpu_lower_arg_t args[2] = {tensor(TPU_DTYPE_BOOL), tensor(TPU_DTYPE_BOOL)};
   tpu_hlo_type_t out = out_type(TPU_DTYPE_BOOL);
@@ -708,4 +754,4 @@ TPU_TEST_MAIN(TPU_TEST(test_float_math_matches_libm), TPU_TEST(test_gelu_tanh_an
               TPU_TEST(test_where_and_masked_fill), TPU_TEST(test_logical_and_bitwise),
               TPU_TEST(test_float_classes_and_copysign), TPU_TEST(test_lerp_addcmul_addcdiv),
               TPU_TEST(test_activation_backwards), TPU_TEST(test_relu_threshold_logit),
-              TPU_TEST(test_declines))
+              TPU_TEST(test_shifts_floor_divide_hypot_xlogy), TPU_TEST(test_declines))
