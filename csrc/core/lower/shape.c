@@ -1,7 +1,9 @@
 /* shape family of the lowering table (see lowering.h): ops that move
  * elements around without arithmetic: cat / stack, flip, roll, repeat,
  * padding (constant, reflection, replication, and their backwards),
- * tril / triu, sorting (sort, topk, kthvalue, median) and clone. Views
+ * tril / triu, writes into a slice (select / slice backward, select /
+ * slice / diagonal_scatter), sorting (sort, topk, kthvalue, median,
+ * nanmedian) and clone. Views
  * (split, narrow, expand, permute, ...) never reach the table: the engine
  * folds them into tensor reads. */
 #include <stdio.h>
