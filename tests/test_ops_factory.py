@@ -64,7 +64,6 @@ def test_eye(dtype, shape):
 # The engine takes the device from tensor arguments only (dispatch.cpp,
 # try_run_on_device: builder.device < 0 -> CPU fallback), and these take
 # nothing but ints and device=.
-@pytest.mark.xfail(reason="engine: ops without tensor arguments fall back", strict=False)
 @pytest.mark.parametrize("name", ["tril_indices", "triu_indices"])
 @pytest.mark.parametrize("row,col,offset", [(3, 3, 0), (4, 6, 1), (5, 3, -2), (3, 4, 9)])
 def test_tri_indices(name, row, col, offset):

@@ -76,7 +76,6 @@ def test_addcmul_addcdiv(dtype, name):
 # The Tensor overload takes a 1-D CPU tensor (one scalar per element, PyTorch
 # insists on CPU); the engine refuses CPU tensors of rank > 0 ("a non-scalar
 # tensor on cpu", dispatch.cpp add_tensor) instead of passing their values.
-@pytest.mark.xfail(reason="engine: 1-D CPU tensor arguments fall back", strict=False)
 @pytest.mark.parametrize("name", ["addcmul", "addcdiv"])
 def test_addcmul_addcdiv_tensor_scalars(name):
     xs, t1, t2 = tensors(seed=0), tensors(seed=10), tensors(seed=20, low=0.5, high=2)

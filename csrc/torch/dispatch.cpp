@@ -89,6 +89,16 @@ struct CallBuilder {
       a.lower.type = tpu_hlo_type_scalar(to_tpu_dtype(t.scalar_type()));
       a.lower.wrapped_number = t.unsafeGetTensorImpl()->is_wrapped_number();
       std::memcpy(a.scalar, t.const_data_ptr(), t.itemsize());
+    } else if (t.device().is_cpu() && t.dim() == 1 && op_name.rfind("_foreach_", 0) == 0) {
+      // _foreach_*.Tensor ops take their per-tensor scalars as a 1-D CPU
+      // tensor: run-time scalars, like a ScalarList.
+      a.lower.kind = TPU_ARG_SCALARS;
+      at::Tensor values = t.to(at::kDouble).contiguous();
+      scalar_lists.emplace_back(values.data_ptr<double>(), values.data_ptr<double>() + values.numel());
+      a.lower.num_tensors = static_cast<int>(values.numel());
+      int64_t n = a.lower.num_tensors;
+      a.lower.type = tpu_hlo_type_make(TPU_DTYPE_FLOAT64, 1, &n);
+      a.scalars = scalar_lists.back().data();
     } else {
       refuse("a non-scalar tensor on " + t.device().str());
     }
@@ -120,7 +130,9 @@ struct CallBuilder {
   }
 
   void add(const c10::Argument& schema_arg, const c10::IValue& v) {
-    c10::TypePtr type = unwrap_optional(schema_arg.type());
+    // real_type(): the declared type (ScalarType, Layout...), which type()
+    // erases to int.
+    c10::TypePtr type = unwrap_optional(schema_arg.real_type());
     tpu_eager_arg_t a{};
     if (v.isNone()) {
       a.lower.kind = TPU_ARG_NONE;
@@ -212,6 +224,11 @@ struct CallBuilder {
         }
         break;
       }
+      case TypeKind::DeviceObjType:
+        a.lower.kind = TPU_ARG_OTHER;
+        if (v.isDevice() && v.toDevice().is_privateuseone() && device < 0)
+          device = v.toDevice().has_index() ? v.toDevice().index() : current_device();
+        break;
       default:
         a.lower.kind = TPU_ARG_OTHER;
     }
@@ -233,6 +250,7 @@ struct CallBuilder {
 // ---- meta: the outputs' metadata from PyTorch's meta kernels -------------
 
 c10::IValue to_meta(const c10::IValue& v) {
+  if (v.isDevice() && v.toDevice().is_privateuseone()) return c10::Device(at::kMeta);
   if (v.isTensor()) {
     const at::Tensor& t = v.toTensor();
     if (!is_tpu(t)) return v;
@@ -440,11 +458,13 @@ bool try_run_on_device(const c10::OperatorHandle& op, torch::jit::Stack* stack) 
     }
   }
   if (tpu_eager_entry_is_fallback(entry)) return false;
-  std::vector<std::vector<int>> per_return;
+  const std::vector<std::vector<int>>* plan_ptr;
   {
+    // Map nodes are stable and never erased: the pointer stays valid.
     std::lock_guard<std::mutex> guard(g_plans_lock);
-    per_return = g_plans.at(entry);
+    plan_ptr = &g_plans.at(entry);
   }
+  const auto& per_return = *plan_ptr;
   int n = tpu_eager_entry_num_outputs(entry);
   // Writes into a tensor whose elements share memory (an expanded view)
   // are refused exactly as PyTorch's CPU kernels refuse them.

@@ -98,6 +98,88 @@ void tpu_lower_set_output(tpu_lower_ctx_t* ctx, int i, tpu_hlo_value_t value) {
   if (i >= 0 && i < ctx->num_outputs) ctx->outputs[i] = value;
 }
 
+/* ---- random bits ----
+ *
+ * stablehlo.rng_bit_generator on the engine's 2 x int64 state is rejected
+ * by the XLA CPU plugin: its THREE_FRY / PHILOX expansion
+ * needs a ui64 state ("Binary op add with different element types: s64[2,1]
+ * and u64[2,1]") and returns unsigned bits, and tpu_dtype_t has no unsigned
+ * 32/64-bit types to bitcast through. So we compute
+ * Threefry-2x32 (20 rounds, Salmon et al. 2011) itself with int32
+ * arithmetic, which wraps like uint32: key = state[0], counter = state[1] +
+ * element index, and the op advances state[1] by the elements it drew. The
+ * state stays the engine's 2 x int64 program parameter. */
+
+static tpu_hlo_value_t i32_const(tpu_hlo_builder_t* b, const tpu_hlo_type_t* t, uint32_t v) {
+  return tpu_hlo_constant_int(b, *t, (int32_t)v);
+}
+
+static tpu_hlo_value_t rotl32(tpu_hlo_builder_t* b, tpu_hlo_value_t x, int r) {
+  tpu_hlo_type_t t = tpu_hlo_value_type(b, x);
+  tpu_hlo_value_t l = tpu_emit_binary(b, "stablehlo.shift_left", x, i32_const(b, &t, (uint32_t)r));
+  tpu_hlo_value_t h =
+      tpu_emit_binary(b, "stablehlo.shift_right_logical", x, i32_const(b, &t, (uint32_t)(32 - r)));
+  return tpu_emit_binary(b, "stablehlo.or", l, h);
+}
+
+/* Word w (0 = state[0], 1 = state[1]) of the generator state, rank 0. */
+static tpu_hlo_value_t state_word(tpu_lower_ctx_t* ctx, int w) {
+  int64_t start = w, limit = w + 1, stride = 1;
+  tpu_hlo_builder_t* b = ctx->b;
+  return tpu_emit_reshape(b, tpu_emit_slice(b, ctx->rng_state, &start, &limit, &stride), NULL, 0);
+}
+
+/* Low / high 32 bits of an int64 value (integer convert truncates). */
+static tpu_hlo_value_t lo32(tpu_hlo_builder_t* b, tpu_hlo_value_t x) {
+  return tpu_emit_convert(b, x, TPU_DTYPE_INT32);
+}
+static tpu_hlo_value_t hi32(tpu_hlo_builder_t* b, tpu_hlo_value_t x) {
+  tpu_hlo_type_t t = tpu_hlo_value_type(b, x);
+  return lo32(b, tpu_emit_binary(b, "stablehlo.shift_right_logical", x,
+                                 tpu_hlo_constant_int(b, t, 32)));
+}
+
+/* Threefry-2x32 of one counter per element of `shape`: two int32 words. */
+static void threefry_words(tpu_lower_ctx_t* ctx, const tpu_hlo_type_t* shape,
+                           tpu_hlo_value_t out[2]) {
+  tpu_hlo_builder_t* b = ctx->b;
+  int64_t n = 1;
+  tpu_hlo_type_t i64 = *shape, i32 = *shape;
+  i64.dtype = TPU_DTYPE_INT64;
+  i32.dtype = TPU_DTYPE_INT32;
+  for (int d = 0; d < shape->rank; d++) n *= shape->dims[d];
+  /* Counter: state[1] + row-major element index. */
+  tpu_hlo_type_t flat = tpu_hlo_type_make(TPU_DTYPE_INT64, 1, &n);
+  tpu_hlo_value_t index = tpu_emit_reshape(b, tpu_emit_iota(b, &flat, 0), shape->dims, shape->rank);
+  tpu_hlo_value_t base = state_word(ctx, 1), key = state_word(ctx, 0);
+  tpu_hlo_value_t ctr = tpu_emit_binary(b, "stablehlo.add", index, tpu_emit_broadcast_to(b, base, &i64));
+  tpu_hlo_value_t ks[3];
+  ks[0] = tpu_emit_broadcast_to(b, lo32(b, key), &i32);
+  ks[1] = tpu_emit_broadcast_to(b, hi32(b, key), &i32);
+  ks[2] = tpu_emit_binary(b, "stablehlo.xor", tpu_emit_binary(b, "stablehlo.xor", ks[0], ks[1]),
+                          i32_const(b, &i32, 0x1BD11BDAu));
+  tpu_hlo_value_t x0 = tpu_emit_binary(b, "stablehlo.add", lo32(b, ctr), ks[0]);
+  tpu_hlo_value_t x1 = tpu_emit_binary(b, "stablehlo.add", hi32(b, ctr), ks[1]);
+  static const int kRot[8] = {13, 15, 26, 6, 17, 29, 16, 24};
+  for (int r = 0; r < 20; r++) {
+    x0 = tpu_emit_binary(b, "stablehlo.add", x0, x1);
+    x1 = tpu_emit_binary(b, "stablehlo.xor", rotl32(b, x1, kRot[r % 8]), x0);
+    if (r % 4 == 3) {
+      int s = r / 4 + 1;
+      x0 = tpu_emit_binary(b, "stablehlo.add", x0, ks[s % 3]);
+      x1 = tpu_emit_binary(b, "stablehlo.add",
+                           tpu_emit_binary(b, "stablehlo.add", x1, ks[(s + 1) % 3]),
+                           i32_const(b, &i32, (uint32_t)s));
+    }
+  }
+  /* Advance the counter past the elements drawn. */
+  int64_t two = 2, step[2] = {0, n};
+  tpu_hlo_value_t inc = tpu_hlo_constant_dense(b, tpu_hlo_type_make(TPU_DTYPE_INT64, 1, &two), step);
+  ctx->rng_state = tpu_emit_binary(b, "stablehlo.add", ctx->rng_state, inc);
+  out[0] = x0;
+  out[1] = x1;
+}
+
 tpu_hlo_value_t tpu_lower_random_bits(tpu_lower_ctx_t* ctx, const tpu_hlo_type_t* shape_type,
                                       tpu_dtype_t bits_dtype) {
   if (ctx->rng_state.id < 0) {
@@ -108,13 +190,25 @@ tpu_hlo_value_t tpu_lower_random_bits(tpu_lower_ctx_t* ctx, const tpu_hlo_type_t
                                       ctx->op_name);
     return invalid();
   }
-  tpu_hlo_type_t types[2] = {tpu_hlo_value_type(ctx->b, ctx->rng_state), *shape_type};
-  types[1].dtype = bits_dtype;
-  tpu_hlo_value_t results[2];
-  tpu_hlo_op_multi(ctx->b, "stablehlo.rng_bit_generator", &ctx->rng_state, 1, types, 2,
-                   "rng_algorithm = #stablehlo<rng_algorithm THREE_FRY>", results);
-  ctx->rng_state = results[0];
-  return results[1];
+  tpu_hlo_builder_t* b = ctx->b;
+  tpu_hlo_value_t w[2];
+  threefry_words(ctx, shape_type, w);
+  if (bits_dtype == TPU_DTYPE_INT32) return w[0];
+  if (bits_dtype != TPU_DTYPE_INT64) {
+    if (!ctx->declined)
+      ctx->declined = tpu_status_make(TPU_STATUS_INVALID_ARGUMENT,
+                                      "%s: random bits come as int32 or int64", ctx->op_name);
+    return invalid();
+  }
+  tpu_hlo_type_t t = *shape_type;
+  t.dtype = TPU_DTYPE_INT64;
+  /* lo: zero-extend the int32 word (convert sign-extends, so mask). */
+  tpu_hlo_value_t lo = tpu_emit_binary(b, "stablehlo.and", tpu_emit_convert(b, w[0], TPU_DTYPE_INT64),
+                                       tpu_hlo_constant_int(b, t, 0xffffffffLL));
+  tpu_hlo_value_t hi = tpu_emit_binary(b, "stablehlo.shift_left",
+                                       tpu_emit_convert(b, w[1], TPU_DTYPE_INT64),
+                                       tpu_hlo_constant_int(b, t, 32));
+  return tpu_emit_binary(b, "stablehlo.or", hi, lo);
 }
 
 tpu_status_t tpu_lower_decline(tpu_lower_ctx_t* ctx, const char* fmt, ...) {

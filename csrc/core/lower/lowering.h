@@ -110,9 +110,11 @@ tpu_hlo_type_t tpu_lower_output_type(const tpu_lower_ctx_t* ctx, int i);
 /* Sets output i; its type must equal tpu_lower_output_type(ctx, i). */
 void tpu_lower_set_output(tpu_lower_ctx_t* ctx, int i, tpu_hlo_value_t value);
 
-/* Random bits for RNG lowerings: a fresh uint32 (or uint64 for 64-bit
- * dtypes) tensor of `type`'s shape from the device generator; successive
- * calls in one op return independent bits. */
+/* Random bits for RNG lowerings: a fresh tensor of `shape_type`'s shape
+ * holding 32 (bits_dtype int32) or 64 (int64) uniformly random bits per
+ * element (signed types carrying unsigned bits), from the device generator
+ * (Threefry-2x32 keyed by its state); successive calls in one op return
+ * independent bits, and the op advances the state. */
 tpu_hlo_value_t tpu_lower_random_bits(tpu_lower_ctx_t* ctx,
                                       const tpu_hlo_type_t* shape_type,
                                       tpu_dtype_t bits_dtype);
