@@ -275,6 +275,34 @@ static tpu_status_t lower_convolution(tpu_lower_ctx_t* ctx) {
   return NULL;
 }
 
+static bool same_type(const tpu_hlo_type_t* a, const tpu_hlo_type_t* b) {
+  return a->rank == b->rank && memcmp(a->dims, b->dims, sizeof(int64_t) * (size_t)a->rank) == 0;
+}
+
+/* output_mask when the engine passes it opaquely and drops undefined
+ * outputs: the one subset of (grad_input, grad_weight, grad_bias) whose
+ * shapes match the declared outputs in order; false if none or several. */
+static bool infer_mask(const tpu_lower_ctx_t* ctx, const tpu_hlo_type_t* in,
+                       const tpu_hlo_type_t* w, bool* want) {
+  int64_t O = w->dims[0];
+  tpu_hlo_type_t bias = tpu_hlo_type_make(in->dtype, 1, &O);
+  const tpu_hlo_type_t* shapes[3] = {in, w, &bias};
+  int nout = tpu_lower_num_outputs(ctx), found = 0;
+  for (int m = 1; m < 8; m++) {
+    int k = 0;
+    bool ok = true;
+    for (int i = 0; i < 3 && ok; i++) {
+      if (!(m >> i & 1)) continue;
+      tpu_hlo_type_t t = tpu_lower_output_type(ctx, k++);
+      ok = k <= nout && same_type(&t, shapes[i]);
+    }
+    if (!ok || k != nout) continue;
+    if (found++) return false;
+    for (int i = 0; i < 3; i++) want[i] = m >> i & 1;
+  }
+  return found == 1;
+}
+
 /* convolution_backward(grad_output, input, weight, bias_sizes?, stride,
  * padding, dilation, transposed, output_padding, groups, output_mask) and
  * convolution_backward_overrideable (the same without bias_sizes). Outputs:
@@ -298,8 +326,12 @@ static tpu_status_t lower_convolution_backward(tpu_lower_ctx_t* ctx) {
     return tpu_lower_decline(ctx, "unsupported convolution parameters");
   const tpu_lower_arg_t* mask = tpu_lower_arg(ctx, first + 6);
   bool want[3] = {true, true, true};
-  if (mask->kind == TPU_ARG_INTS)
+  int nout = tpu_lower_num_outputs(ctx);
+  if (mask->kind == TPU_ARG_INTS) {
     for (int i = 0; i < 3 && i < mask->num_ints; i++) want[i] = mask->ints[i] != 0;
+  } else if (nout < 3 && !infer_mask(ctx, &in->type, &wa->type, want)) {
+    return tpu_lower_decline(ctx, "output_mask unknown");
+  }
   tpu_dtype_t acc = compute_dtype(dtype);
   tpu_hlo_value_t g = operand_in(ctx, 0, acc), x = operand_in(ctx, 1, acc),
                   w = operand_in(ctx, 2, acc);
@@ -317,7 +349,6 @@ static tpu_status_t lower_convolution_backward(tpu_lower_ctx_t* ctx) {
     for (int i = 0; i < n; i++) dims[1 + i] = 2 + i;
     res[2] = tpu_emit_reduce(b, g, tpu_emit_const(b, acc, 0), dims, n + 1, "stablehlo.add");
   }
-  int nout = tpu_lower_num_outputs(ctx);
   if (nout >= 3) {
     for (int i = 0; i < 3; i++) {
       tpu_hlo_type_t t = tpu_lower_output_type(ctx, i);
@@ -328,9 +359,8 @@ static tpu_status_t lower_convolution_backward(tpu_lower_ctx_t* ctx) {
     }
     return NULL;
   }
-  /* Fewer outputs: an engine that drops the undefined ones; they are the
-   * requested results in order, which needs the mask. */
-  if (mask->kind != TPU_ARG_INTS) return tpu_lower_decline(ctx, "output_mask unknown");
+  /* Fewer outputs: the engine dropped the undefined ones; the rest are the
+   * requested results in order. */
   for (int i = 0, k = 0; i < 3 && k < nout; i++)
     if (want[i]) {
       tpu_hlo_type_t t = tpu_lower_output_type(ctx, k);

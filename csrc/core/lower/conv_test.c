@@ -215,6 +215,15 @@ static void test_backward_output_mask(void) {
   ok = close_to(res[0], want_w, 72);
   free(res[0]);
   CHECK(ok);
+  /* ... and passes bool[] opaquely: the mask follows from the output shapes
+   * (grad_weight and grad_bias here). */
+  args[10] = (tpu_lower_arg_t){.kind = TPU_ARG_OTHER};
+  float want_b[6] = {0};
+  for (int i = 0; i < 192; i++) want_b[(i / 16) % 6] += g[i];
+  CHECK_OK(tpu_test_run_op("aten::convolution_backward", args, 11, NULL, data, &outs[1], 2, res));
+  ok = close_to(res[0], want_w, 72) && close_to(res[1], want_b, 6);
+  free(res[0]), free(res[1]);
+  CHECK(ok);
 }
 
 /* ---- pooling references (PyTorch's CPU loops) ---- */
