@@ -340,3 +340,19 @@ def test_upsample_nearest(dtype, mode, shape, kw):
 def test_upsample_nearest_int():
     x = make((1, 1, 3, 4), torch.int64)
     check(lambda t: F.interpolate(t.float(), scale_factor=2).long(), x)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("align_corners", [False, True])
+@pytest.mark.parametrize("shape,mode,kw", [
+    ((2, 3, 5), "linear", {"scale_factor": 2}),
+    ((2, 3, 5), "linear", {"size": 3}),
+    ((1, 2, 4, 5), "bilinear", {"scale_factor": 2}),
+    ((1, 2, 4, 5), "bilinear", {"size": (7, 3)}),
+    ((1, 2, 4, 5), "bilinear", {"scale_factor": 1.5}),
+    ((1, 1, 2, 3, 4), "trilinear", {"scale_factor": (2, 1, 3)}),
+])
+def test_upsample_linear(dtype, align_corners, shape, mode, kw):
+    x = make(shape, dtype, noncontiguous=True)
+    check(lambda t: F.interpolate(t, mode=mode, align_corners=align_corners, **kw), x,
+          grad=True, dtype=dtype)

@@ -6,6 +6,7 @@
  * end, like PyTorch's CPU kernels (XLA:CPU would reduce them in bf16). */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "emit.h"
@@ -1079,6 +1080,123 @@ static tpu_status_t lower_upsample_nearest_exact_bwd(tpu_lower_ctx_t* ctx) {
   return lower_upsample_nearest_bwd_common(ctx, true);
 }
 
+/* ---- linear / bilinear / trilinear upsampling ---- */
+
+/* The [in, out] interpolation matrix of one dim, as PyTorch computes
+ * source indices (area_pixel_compute_source_index, non-cubic): align_corners
+ * maps the corner pixels onto each other; otherwise src = (dst + 0.5) *
+ * scale - 0.5, clamped at 0. Weights in float like the CPU kernel's
+ * opmath. */
+static void linear_matrix(int64_t in, int64_t out, bool align, const tpu_lower_arg_t* scale_arg,
+                          float* w) {
+  float scale;
+  if (align) scale = out > 1 ? (float)(in - 1) / (float)(out - 1) : 0.0f;
+  else if (scale_arg->kind == TPU_ARG_FLOAT && scale_arg->f > 0) scale = (float)(1.0 / scale_arg->f);
+  else scale = (float)in / (float)out;
+  memset(w, 0, sizeof(float) * (size_t)(in * out));
+  for (int64_t j = 0; j < out; j++) {
+    float src = align ? scale * (float)j : scale * ((float)j + 0.5f) - 0.5f;
+    if (src < 0) src = 0;
+    int64_t i0 = (int64_t)src;
+    int64_t i1 = i0 < in - 1 ? i0 + 1 : i0;
+    float l1 = src - (float)i0, l0 = 1.0f - l1;
+    w[i0 * out + j] += l0;
+    w[i1 * out + j] += l1;
+  }
+}
+
+/* v with `dim` contracted against the [from, to] matrix m, the new dim put
+ * back in place. */
+static tpu_hlo_value_t apply_matrix(tpu_hlo_builder_t* b, tpu_hlo_value_t v, int dim,
+                                    tpu_hlo_value_t m) {
+  tpu_hlo_type_t t = type_of(b, v), mt = type_of(b, m), r = t;
+  int64_t perm[TPU_HLO_MAX_RANK];
+  r.rank = 0;
+  for (int d = 0; d < t.rank; d++)
+    if (d != dim) r.dims[r.rank++] = t.dims[d];
+  r.dims[r.rank++] = mt.dims[1];
+  char attrs[160];
+  snprintf(attrs, sizeof attrs,
+           "dot_dimension_numbers = #stablehlo.dot<lhs_contracting_dimensions = [%d], "
+           "rhs_contracting_dimensions = [0]>",
+           dim);
+  tpu_hlo_value_t operands[2] = {v, m};
+  tpu_hlo_value_t out = tpu_hlo_op(b, "stablehlo.dot_general", operands, 2, r, attrs);
+  /* result dims: the others in order, then the new one last */
+  for (int d = 0, k = 0; d < t.rank; d++) perm[d] = d == dim ? t.rank - 1 : k++;
+  return tpu_emit_transpose(b, out, perm);
+}
+
+#define MAX_INTERP (1 << 22)
+
+/* One dim's interpolation matrix as a constant: [in, out], or transposed
+ * [out, in] for the backward. */
+static tpu_hlo_value_t matrix_constant(tpu_hlo_builder_t* b, int64_t in, int64_t out, bool align,
+                                       const tpu_lower_arg_t* scale, bool transposed,
+                                       tpu_dtype_t dtype) {
+  float* w = malloc(sizeof(float) * (size_t)(in * out));
+  float* wt = malloc(sizeof(float) * (size_t)(in * out));
+  if (!w || !wt) {
+    free(w);
+    free(wt);
+    return (tpu_hlo_value_t){-1};
+  }
+  linear_matrix(in, out, align, scale, w);
+  if (transposed)
+    for (int64_t i = 0; i < in; i++)
+      for (int64_t j = 0; j < out; j++) wt[j * in + i] = w[i * out + j];
+  int64_t dims[2] = {transposed ? out : in, transposed ? in : out};
+  tpu_hlo_value_t c = tpu_hlo_constant_dense(b, tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 2, dims),
+                                             transposed ? wt : w);
+  free(w);
+  free(wt);
+  return tpu_emit_convert(b, c, dtype);
+}
+
+/* upsample_{linear1d,bilinear2d,trilinear3d}(self, output_size,
+ * align_corners, scales...): one matrix product per spatial dim. */
+static tpu_status_t lower_upsample_linear(tpu_lower_ctx_t* ctx) {
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  if (!floating_out(ctx)) return tpu_lower_decline(ctx, "non-floating interpolation");
+  const tpu_lower_arg_t* osz = tpu_lower_arg(ctx, 1);
+  if (osz->kind != TPU_ARG_INTS) return tpu_lower_decline(ctx, "output_size not given");
+  bool align = int_arg(ctx, 2, 0) != 0;
+  tpu_hlo_value_t v = acc_tensor(ctx, 0);
+  tpu_hlo_type_t t = type_of(b, v);
+  for (int i = 0; i < osz->num_ints; i++) {
+    int dim = t.rank - osz->num_ints + i;
+    int64_t in = t.dims[dim], out = osz->ints[i];
+    if (in * out > MAX_INTERP) return tpu_lower_decline(ctx, "interpolation matrix too large");
+    tpu_hlo_value_t m = matrix_constant(b, in, out, align, tpu_lower_arg(ctx, 3 + i), false, t.dtype);
+    v = apply_matrix(b, v, dim, m);
+  }
+  set_out(ctx, 0, v);
+  return NULL;
+}
+
+/* ..._backward(grad_output, output_size, input_size, align_corners,
+ * scales...): the transposed matrices. */
+static tpu_status_t lower_upsample_linear_bwd(tpu_lower_ctx_t* ctx) {
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  if (!floating_out(ctx)) return tpu_lower_decline(ctx, "non-floating interpolation");
+  const tpu_lower_arg_t* osz = tpu_lower_arg(ctx, 1);
+  const tpu_lower_arg_t* isz = tpu_lower_arg(ctx, 2);
+  if (osz->kind != TPU_ARG_INTS || isz->kind != TPU_ARG_INTS)
+    return tpu_lower_decline(ctx, "sizes not given");
+  bool align = int_arg(ctx, 3, 0) != 0;
+  tpu_hlo_value_t g = acc_tensor(ctx, 0);
+  tpu_hlo_type_t t = type_of(b, g);
+  for (int i = 0; i < osz->num_ints; i++) {
+    int dim = t.rank - osz->num_ints + i;
+    int64_t in = isz->ints[dim], out = osz->ints[i];
+    if (in * out > MAX_INTERP) return tpu_lower_decline(ctx, "interpolation matrix too large");
+    tpu_hlo_value_t m = matrix_constant(b, in, out, align, tpu_lower_arg(ctx, 4 + i), true, t.dtype);
+    g = apply_matrix(b, g, dim, m);
+  }
+  set_out(ctx, 0, g);
+  return NULL;
+}
+
 const tpu_lowering_t tpu_lowerings_nn[] = {
     {"_softmax", lower_softmax, 0},
     {"_log_softmax", lower_log_softmax, 0},
@@ -1125,5 +1243,11 @@ const tpu_lowering_t tpu_lowerings_nn[] = {
     {"_upsample_nearest_exact1d_backward", lower_upsample_nearest_exact_bwd, 0},
     {"_upsample_nearest_exact2d_backward", lower_upsample_nearest_exact_bwd, 0},
     {"_upsample_nearest_exact3d_backward", lower_upsample_nearest_exact_bwd, 0},
+    {"upsample_linear1d", lower_upsample_linear, 0},
+    {"upsample_bilinear2d", lower_upsample_linear, 0},
+    {"upsample_trilinear3d", lower_upsample_linear, 0},
+    {"upsample_linear1d_backward", lower_upsample_linear_bwd, 0},
+    {"upsample_bilinear2d_backward", lower_upsample_linear_bwd, 0},
+    {"upsample_trilinear3d_backward", lower_upsample_linear_bwd, 0},
 };
 const size_t tpu_lowerings_nn_count = sizeof tpu_lowerings_nn / sizeof tpu_lowerings_nn[0];

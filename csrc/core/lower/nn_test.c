@@ -478,11 +478,10 @@ static void test_losses_mse_bce_smooth(void) {
   free(r[0]);
 }
 
-/* Runs native_dropout's plain program with its generator state typed
- * tensor<2xui64>: the XLA CPU plugin rejects THREE_FRY on the 2 x int64
- * state the plain builder declares ("Binary op add with different element
- * types: s64[4,1] and u64[4,1]"), so the state's type is patched in the
- * text. */
+/* Runs native_dropout's plain program. Where the random bits come from
+ * stablehlo.rng_bit_generator, its generator state is retyped
+ * tensor<2xui64>: the XLA CPU plugin rejects THREE_FRY on a 2 x int64 state
+ * ("Binary op add with different element types: s64[4,1] and u64[4,1]"). */
 static tpu_status_t run_dropout(const tpu_lower_arg_t* args, const float* x, int64_t n,
                                 const tpu_hlo_type_t* outs, void** r) {
   TPU_RETURN_IF_ERROR(tpu_runtime_init(NULL));
@@ -491,10 +490,11 @@ static tpu_status_t run_dropout(const tpu_lower_arg_t* args, const float* x, int
   TPU_RETURN_IF_ERROR(tpu_lower_program_plain("aten::native_dropout", args, 3, NULL, outs, 2,
                                               &text, &len));
   /* "tensor<2xi64>" -> "tensor<2xui64>" everywhere (one byte longer each). */
+  bool patch = strstr(text, "stablehlo.rng_bit_generator") != NULL;
   char* fixed = malloc(2 * len + 1);
   size_t k = 0;
   for (const char* c = text; *c;) {
-    if (strncmp(c, "tensor<2xi64>", 13) == 0) {
+    if (patch && strncmp(c, "tensor<2xi64>", 13) == 0) {
       memcpy(fixed + k, "tensor<2xui64>", 14);
       k += 14;
       c += 13;
