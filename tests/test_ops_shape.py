@@ -213,3 +213,14 @@ def test_rot90_msort_diagonal_grad():
     check(lambda x: torch.rot90(x, -1, (0, 2)), x, grad=True)
     check(lambda x: torch.msort(x), distinct((4, 3), torch.float32, seed=2))
     check(lambda x: torch.diagonal(x, 1, 1, 2) * 2, x, grad=True)
+
+
+@pytest.mark.parametrize("shape,dim,size,step", [((5, 4), 0, 2, 1), ((3, 7, 2), 1, 3, 2),
+                                                 ((6,), 0, 2, 2), ((2, 5), -1, 5, 1)])
+def test_unfold_backward(shape, dim, size, step):
+    x = make(shape, seed=1)
+    n = (shape[dim] - size) // step + 1
+    gshape = list(shape)
+    gshape[dim] = n
+    g = make(tuple(gshape) + (size,), seed=2)
+    check(lambda g: torch.ops.aten.unfold_backward(g, list(shape), dim, size, step), g)

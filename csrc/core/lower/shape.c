@@ -2,7 +2,7 @@
  * elements around without arithmetic: cat / stack, flip, roll, repeat,
  * padding (constant, reflection, replication, and their backwards),
  * tril / triu, writes into a slice (select / slice backward, select /
- * slice / diagonal_scatter), sorting (sort, topk, kthvalue, median,
+ * slice / diagonal_scatter, unfold_backward), sorting (sort, topk, kthvalue, median,
  * nanmedian) and clone. Views
  * (split, narrow, expand, permute, ...) never reach the table: the engine
  * folds them into tensor reads. */
@@ -510,6 +510,41 @@ static tpu_status_t lower_diagonal_scatter(tpu_lower_ctx_t* ctx) {
   return NULL;
 }
 
+/* unfold_backward(grad_in, input_sizes, dim, size, step): window w's
+ * element j came from position w * step + j along dim; overlapping windows
+ * add up. The window dim is moved next to dim and merged with it, then
+ * scatter-added with constant positions. */
+static tpu_status_t lower_unfold_backward(tpu_lower_ctx_t* ctx) {
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
+  tpu_hlo_type_t gt = tpu_lower_arg(ctx, 0)->type;
+  int dim = wrap_dim(tpu_lower_arg(ctx, 2)->i, out.rank);
+  int64_t size = tpu_lower_arg(ctx, 3)->i, step = tpu_lower_arg(ctx, 4)->i;
+  if (out.rank == 0 || gt.rank != out.rank + 1) return tpu_lower_decline(ctx, "rank");
+  int64_t windows = gt.dims[dim], n = out.dims[dim], m = windows * size;
+  if (numel(&out) == 0 || m == 0) {
+    tpu_lower_set_output(ctx, 0, tpu_emit_const_like(b, &out, 0));
+    return NULL;
+  }
+  int64_t perm[TPU_HLO_MAX_RANK], merged[TPU_HLO_MAX_RANK];
+  for (int d = 0, k = 0; d < gt.rank; d++) {
+    if (d == dim + 1) perm[k++] = gt.rank - 1;
+    if (d < gt.rank - 1) perm[k++] = d;
+  }
+  if (dim + 1 == gt.rank - 1) perm[gt.rank - 1] = gt.rank - 1;
+  tpu_hlo_value_t g = tpu_emit_transpose(b, tpu_lower_tensor(ctx, 0), perm);
+  for (int d = 0; d < out.rank; d++) merged[d] = d == dim ? m : out.dims[d];
+  g = tpu_emit_reshape(b, g, merged, out.rank);
+  int64_t* idx = malloc(sizeof(int64_t) * (size_t)m);
+  if (!idx) return tpu_status_make(TPU_STATUS_RESOURCE_EXHAUSTED, "out of host memory");
+  for (int64_t w = 0; w < windows; w++)
+    for (int64_t j = 0; j < size; j++) idx[w * size + j] = w * step + j;
+  g = along_dim(b, g, dim, idx, m, n, true);
+  free(idx);
+  tpu_lower_set_output(ctx, 0, g);
+  return NULL;
+}
+
 /* ---- sorting ---- */
 
 enum sort_order { ASCENDING, DESCENDING, ASCENDING_NAN_FIRST };
@@ -760,5 +795,6 @@ const tpu_lowering_t tpu_lowerings_shape[] = {
     {"select_scatter", lower_select_scatter, 0},
     {"slice_scatter", lower_slice_scatter, 0},
     {"diagonal_scatter", lower_diagonal_scatter, 0},
+    {"unfold_backward", lower_unfold_backward, 0},
 };
 const size_t tpu_lowerings_shape_count = sizeof tpu_lowerings_shape / sizeof tpu_lowerings_shape[0];

@@ -320,6 +320,22 @@ static void test_diagonal_scatter(void) {
   free(r[0]);
 }
 
-TPU_TEST_MAIN(TPU_TEST(test_diagonal_scatter), TPU_TEST(test_nanmedian), TPU_TEST(test_slice_writes), TPU_TEST(test_cat), TPU_TEST(test_flip_roll_repeat), TPU_TEST(test_pads),
+/* unfold_backward on [2, 3] along dim 1, size 2, step 1 (overlapping):
+ * grad_in [2, 2, 2]; the middle column gets two contributions. */
+static void test_unfold_backward(void) {
+  int64_t gd[3] = {2, 2, 2}, sizes[2] = {2, 3};
+  float g[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  tpu_lower_arg_t args[5] = {tpu_test_tensor_arg(TPU_DTYPE_FLOAT32, 3, gd), ints_arg(2, sizes),
+                             int_arg(1), int_arg(2), int_arg(1)};
+  const void* data[1] = {g};
+  tpu_hlo_type_t out = tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 2, sizes);
+  void* r[1];
+  CHECK_OK(tpu_test_run_op("aten::unfold_backward", args, 5, NULL, data, &out, 1, r));
+  float* o = r[0];
+  CHECK(o[0] == 1 && o[1] == 5 && o[2] == 4 && o[3] == 5 && o[4] == 13 && o[5] == 8);
+  free(r[0]);
+}
+
+TPU_TEST_MAIN(TPU_TEST(test_unfold_backward), TPU_TEST(test_diagonal_scatter), TPU_TEST(test_nanmedian), TPU_TEST(test_slice_writes), TPU_TEST(test_cat), TPU_TEST(test_flip_roll_repeat), TPU_TEST(test_pads),
               TPU_TEST(test_tril_triu), TPU_TEST(test_sorting),
               TPU_TEST(test_sort_bool_and_stack))
