@@ -1,6 +1,7 @@
-/* Pointwise family: elementwise math, activations and their backwards,
- * comparisons, logical and bitwise ops, clamp, where, pow, remainder,
- * and masked_fill. (Dtype conversion reaches the backend as copy_, in basic.c:
+/* Pointwise family: elementwise math and special functions, activations and
+ * their backwards, comparisons, logical, bitwise and shift ops, clamp, where,
+ * pow, remainder / fmod / floor_divide, lerp, addcmul / addcdiv and
+ * masked_fill. (Dtype conversion reaches the backend as copy_, in basic.c:
  * _to_copy is decomposed before it.)
  *
  * Numerics follow PyTorch's CPU kernels: half and bfloat16 compute in

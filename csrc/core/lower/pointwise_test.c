@@ -521,7 +521,10 @@ static void test_lerp_addcmul_addcdiv(void) {
   int64_t iv = 3;
   const void* idata[4] = {ia, ib, ib, &iv};
   CHECK_OK(run("aten::addcmul", iargs, 4, idata, TPU_DTYPE_INT64, result));
-  for (int i = 0; i < N; i++) CHECK(((int64_t*)result[0])[i] == ia[i] + 3 * ib[i] * ib[i]);
+  /* 2^40 squared wraps, as in PyTorch: compute the expectation unsigned. */
+  for (int i = 0; i < N; i++)
+    CHECK(((int64_t*)result[0])[i] ==
+          (int64_t)((uint64_t)ia[i] + 3u * (uint64_t)ib[i] * (uint64_t)ib[i]));
   free(result[0]);
 }
 
