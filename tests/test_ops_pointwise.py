@@ -266,6 +266,8 @@ def test_where_mixed_dtypes():
     check(torch.where, c, make((4, 5), torch.int64), make((4, 5), torch.float32))
     check(torch.where, c, make((4, 5), torch.bfloat16), make((4, 5), torch.float32), grad=True)
     check(lambda x: torch.where(x > 0, x, x * 2), make((4, 5)), grad=True)
+    check(lambda x: torch.where(x > 0, 1.0, -2.5), make((4, 5)))
+    check(lambda x: torch.where(x > 0, 3, -1), make((4, 5)))
 
 
 @pytest.mark.parametrize("dtype", FLOATS + [torch.int64])

@@ -663,9 +663,10 @@ static tpu_status_t lower_signbit(tpu_lower_ctx_t* ctx) { return float_class(ctx
 
 /* ---- binary arithmetic --------------------------------------------------- */
 
+/* where.self(cond, self, other): selects in the output dtype (the promoted
+ * one; two Python numbers give the default float, not float64). */
 static tpu_status_t lower_where(tpu_lower_ctx_t* ctx) {
-  static const int idx[2] = {1, 2};
-  tpu_dtype_t d = tpu_lower_result_type(ctx, idx, 2);
+  tpu_dtype_t d = tpu_lower_output_type(ctx, 0).dtype;
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
   return finish(ctx, sel(b, operand(ctx, 0, TPU_DTYPE_BOOL), operand(ctx, 1, d),
                          operand(ctx, 2, d)));
