@@ -284,3 +284,32 @@ def test_adaptive_max_pool2d(dtype, size):
 
 def test_adaptive_max_pool1d():
     check(lambda x: F.adaptive_max_pool1d(x, 4, return_indices=True), make((2, 3, 10)), grad=True)
+
+
+# ---- unfold / fold (im2col / col2im) -----------------------------------------
+
+UNFOLD_CASES = [
+    dict(kernel_size=2),
+    dict(kernel_size=(3, 2), dilation=(1, 2), padding=1, stride=(2, 1)),
+    dict(kernel_size=3, padding=2, stride=3),
+]
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("case", range(len(UNFOLD_CASES)))
+def test_unfold(dtype, case):
+    x = make((2, 3, 7, 8), dtype)
+    check(lambda x: F.unfold(x, **UNFOLD_CASES[case]), x, grad=True, dtype=dtype, exact=True)
+
+
+def test_unfold_unbatched_noncontiguous():
+    check(lambda x: F.unfold(x, 2, padding=1), make((3, 6, 6), noncontiguous=True), grad=True)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("case", range(len(UNFOLD_CASES)))
+def test_fold(dtype, case):
+    kw = UNFOLD_CASES[case]
+    blocks = F.unfold(torch.zeros(2, 3, 7, 8), **kw).shape
+    x = make(tuple(blocks), dtype)
+    check(lambda x: F.fold(x, (7, 8), **kw), x, grad=True, dtype=dtype)

@@ -943,6 +943,97 @@ static tpu_status_t lower_adaptive_max_pool(tpu_lower_ctx_t* ctx) {
   return NULL;
 }
 
+/* ---- im2col / col2im (F.unfold / F.fold) -------------------------------- */
+
+/* kernel_size, dilation, padding, stride (2 each) from argument `first`. */
+static bool read_unfold_params(tpu_lower_ctx_t* ctx, int first, int64_t* k, int64_t* d,
+                               int64_t* p, int64_t* s) {
+  return read_ints(tpu_lower_arg(ctx, first), 2, NULL, 1, k) &&
+         read_ints(tpu_lower_arg(ctx, first + 1), 2, NULL, 1, d) &&
+         read_ints(tpu_lower_arg(ctx, first + 2), 2, NULL, 0, p) &&
+         read_ints(tpu_lower_arg(ctx, first + 3), 2, NULL, 1, s);
+}
+
+/* im2col(self [N?, C, H, W], kernel_size, dilation, padding, stride) ->
+ * [N?, C*kh*kw, L]: one strided slice of the padded input per kernel
+ * offset, stacked after the channel dim (exact: no arithmetic). */
+static tpu_status_t lower_im2col(tpu_lower_ctx_t* ctx) {
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  if (any_empty(ctx)) return tpu_lower_decline(ctx, "zero-element tensors");
+  const tpu_lower_arg_t* in = tpu_lower_arg(ctx, 0);
+  tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
+  int64_t k[2], d[2], p[2], s[2];
+  if (in->kind != TPU_ARG_TENSOR || (in->type.rank != 3 && in->type.rank != 4) ||
+      !read_unfold_params(ctx, 1, k, d, p, s))
+    return tpu_lower_decline(ctx, "unsupported im2col call");
+  if (!conv_dtype_ok(out.dtype)) return tpu_lower_decline(ctx, "dtype %d", (int)out.dtype);
+  const int64_t* sp = in->type.dims + in->type.rank - 2;
+  int64_t C = in->type.dims[in->type.rank - 3], N = in->type.rank == 4 ? in->type.dims[0] : 1;
+  int64_t oh = (sp[0] + 2 * p[0] - d[0] * (k[0] - 1) - 1) / s[0] + 1;
+  int64_t ow = (sp[1] + 2 * p[1] - d[1] * (k[1] - 1) - 1) / s[1] + 1;
+  int64_t d4[4] = {N, C, sp[0], sp[1]}, lo[4] = {0, 0, p[0], p[1]}, hi[4] = {0, 0, p[0], p[1]};
+  tpu_hlo_value_t x = tpu_emit_reshape(b, tpu_lower_tensor(ctx, 0), d4, 4);
+  x = emit_pad(b, x, tpu_emit_const(b, out.dtype, 0), lo, hi, NULL);
+  int64_t K = k[0] * k[1];
+  tpu_hlo_value_t* parts = malloc(sizeof *parts * (size_t)K);
+  if (!parts) return tpu_lower_decline(ctx, "out of host memory");
+  int64_t one[4] = {N, C, 1, oh * ow}, step[4] = {1, 1, s[0], s[1]};
+  for (int64_t i = 0; i < k[0]; i++)
+    for (int64_t j = 0; j < k[1]; j++) {
+      int64_t start[4] = {0, 0, i * d[0], j * d[1]};
+      int64_t limit[4] = {N, C, start[2] + (oh - 1) * s[0] + 1, start[3] + (ow - 1) * s[1] + 1};
+      parts[i * k[1] + j] = tpu_emit_reshape(b, tpu_emit_slice(b, x, start, limit, step), one, 4);
+    }
+  tpu_hlo_type_t ct = tpu_hlo_type_make(out.dtype, 4, (int64_t[]){N, C, K, oh * ow});
+  tpu_hlo_value_t r = tpu_hlo_op(b, "stablehlo.concatenate", parts, (int)K, ct, "dimension = 2 : i64");
+  free(parts);
+  tpu_lower_set_output(ctx, 0, reshape_to(b, r, &out));
+  return NULL;
+}
+
+/* col2im(self [N?, C*kh*kw, L], output_size, kernel_size, dilation,
+ * padding, stride) -> [N?, C, H, W]: each kernel offset's block goes back to
+ * its strided place in the padded image (pad with interior padding), the
+ * blocks add up, the padding is cut off. */
+static tpu_status_t lower_col2im(tpu_lower_ctx_t* ctx) {
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  if (any_empty(ctx)) return tpu_lower_decline(ctx, "zero-element tensors");
+  const tpu_lower_arg_t* in = tpu_lower_arg(ctx, 0);
+  tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
+  int64_t size[2], k[2], d[2], p[2], s[2];
+  if (in->kind != TPU_ARG_TENSOR || (in->type.rank != 2 && in->type.rank != 3) ||
+      !read_ints(tpu_lower_arg(ctx, 1), 2, NULL, 1, size) || !read_unfold_params(ctx, 2, k, d, p, s))
+    return tpu_lower_decline(ctx, "unsupported col2im call");
+  if (!conv_dtype_ok(out.dtype)) return tpu_lower_decline(ctx, "dtype %d", (int)out.dtype);
+  int64_t K = k[0] * k[1], N = in->type.rank == 3 ? in->type.dims[0] : 1;
+  int64_t C = in->type.dims[in->type.rank - 2] / K;
+  int64_t oh = (size[0] + 2 * p[0] - d[0] * (k[0] - 1) - 1) / s[0] + 1;
+  int64_t ow = (size[1] + 2 * p[1] - d[1] * (k[1] - 1) - 1) / s[1] + 1;
+  if (oh * ow != in->type.dims[in->type.rank - 1] || oh <= 0 || ow <= 0)
+    return tpu_lower_decline(ctx, "block count does not match output_size");
+  tpu_dtype_t acc = compute_dtype(out.dtype);
+  int64_t d5[5] = {N, C, K, oh, ow};
+  tpu_hlo_value_t cols = tpu_emit_reshape(b, operand_in(ctx, 0, acc), d5, 5);
+  int64_t H = size[0] + 2 * p[0], W = size[1] + 2 * p[1];
+  tpu_hlo_value_t sum = {-1}, zero = tpu_emit_const(b, acc, 0);
+  for (int64_t i = 0; i < k[0]; i++)
+    for (int64_t j = 0; j < k[1]; j++) {
+      int64_t kk = i * k[1] + j;
+      int64_t start[5] = {0, 0, kk, 0, 0}, limit[5] = {N, C, kk + 1, oh, ow},
+              step[5] = {1, 1, 1, 1, 1}, d4[4] = {N, C, oh, ow};
+      tpu_hlo_value_t blk = tpu_emit_reshape(b, tpu_emit_slice(b, cols, start, limit, step), d4, 4);
+      int64_t lo[4] = {0, 0, i * d[0], j * d[1]}, inner[4] = {0, 0, s[0] - 1, s[1] - 1};
+      int64_t hi[4] = {0, 0, H - lo[2] - (oh - 1) * s[0] - 1, W - lo[3] - (ow - 1) * s[1] - 1};
+      blk = emit_pad(b, blk, zero, lo, hi, inner);
+      sum = sum.id < 0 ? blk : tpu_emit_binary(b, "stablehlo.add", sum, blk);
+    }
+  int64_t start[4] = {0, 0, p[0], p[1]}, limit[4] = {N, C, p[0] + size[0], p[1] + size[1]},
+          step[4] = {1, 1, 1, 1};
+  sum = tpu_emit_slice(b, sum, start, limit, step);
+  tpu_lower_set_output(ctx, 0, tpu_emit_convert(b, reshape_to(b, sum, &out), out.dtype));
+  return NULL;
+}
+
 const tpu_lowering_t tpu_lowerings_conv[] = {
     {"convolution", lower_convolution, 0},
     {"_convolution", lower_convolution, 0},
@@ -965,5 +1056,7 @@ const tpu_lowering_t tpu_lowerings_conv[] = {
     {"_adaptive_avg_pool3d", lower_adaptive_avg_pool, 0},
     {"_adaptive_avg_pool2d_backward", lower_adaptive_avg_pool_backward, 0},
     {"_adaptive_avg_pool3d_backward", lower_adaptive_avg_pool_backward, 0},
+    {"im2col", lower_im2col, 0},
+    {"col2im", lower_col2im, 0},
 };
 const size_t tpu_lowerings_conv_count = sizeof tpu_lowerings_conv / sizeof tpu_lowerings_conv[0];

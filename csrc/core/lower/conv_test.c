@@ -521,9 +521,49 @@ static void test_declines(void) {
   tpu_status_free(s);
 }
 
+/* im2col: [1, 2, 3, 3], kernel 2, padding 1, stride 2 -> [1, 8, 4]; col2im
+ * of all ones counts how many blocks cover each pixel. */
+static void test_im2col_col2im(void) {
+  int64_t xd[4] = {1, 2, 3, 3}, cd[3] = {1, 8, 4}, k = 2, one = 1, p = 1, s = 2, size[2] = {3, 3};
+  tpu_lower_arg_t args[5] = {f32_arg(4, xd), ints_arg(1, &k), ints_arg(1, &one), ints_arg(1, &p),
+                             ints_arg(1, &s)};
+  float x[18];
+  for (int i = 0; i < 18; i++) x[i] = (float)(i + 1);
+  tpu_hlo_type_t out = tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 3, cd);
+  const void* data[1] = {x};
+  void* res[1];
+  CHECK_OK(tpu_test_run_op("aten::im2col", args, 5, NULL, data, &out, 1, res));
+  float* r = res[0];
+  bool ok = true;
+  for (int c = 0; c < 2; c++)
+    for (int i = 0; i < 2; i++)
+      for (int j = 0; j < 2; j++)
+        for (int l = 0; l < 4; l++) {
+          int h = (l / 2) * 2 - 1 + i, w = (l % 2) * 2 - 1 + j;
+          float want = h < 0 || h >= 3 || w < 0 || w >= 3 ? 0 : x[c * 9 + h * 3 + w];
+          ok &= r[((c * 4) + i * 2 + j) * 4 + l] == want;
+        }
+  free(res[0]);
+  CHECK(ok);
+  tpu_lower_arg_t bargs[6] = {f32_arg(3, cd), ints_arg(2, size), ints_arg(1, &k),
+                              ints_arg(1, &one), ints_arg(1, &p), ints_arg(1, &s)};
+  float ones[32];
+  for (int i = 0; i < 32; i++) ones[i] = 1;
+  tpu_hlo_type_t img = tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 4, xd);
+  const void* bdata[1] = {ones};
+  CHECK_OK(tpu_test_run_op("aten::col2im", bargs, 6, NULL, bdata, &img, 1, res));
+  r = res[0];
+  /* stride 2 with kernel 2: every pixel is in exactly one block. */
+  ok = true;
+  for (int i = 0; i < 18; i++) ok &= r[i] == 1;
+  free(res[0]);
+  CHECK(ok);
+}
+
 TPU_TEST_MAIN(TPU_TEST(test_conv2d_forward), TPU_TEST(test_conv2d_backward),
               TPU_TEST(test_conv_transpose1d), TPU_TEST(test_backward_output_mask),
               TPU_TEST(test_max_pool2d_with_indices_and_backward),
               TPU_TEST(test_avg_pool2d_and_backward), TPU_TEST(test_adaptive_pools),
               TPU_TEST(test_conv2d_bfloat16), TPU_TEST(test_max_pool3d_with_indices),
-              TPU_TEST(test_avg_pool2d_int64), TPU_TEST(test_declines))
+              TPU_TEST(test_avg_pool2d_int64), TPU_TEST(test_declines),
+              TPU_TEST(test_im2col_col2im))
