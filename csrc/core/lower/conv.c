@@ -11,7 +11,9 @@
  *                    and its feature dims swapped per group
  *   dw               conv of x by dy with batch and feature dims exchanged
  *                    (batch_group_count = groups), as XLA's own autodiff does.
- * Half types compute in float32 and round once. */
+ * Half types compute in float32 and round once. im2col / col2im (F.unfold /
+ * F.fold) are strided slices and interior-padded sums, no arithmetic on the
+ * forward side. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
