@@ -11,39 +11,6 @@ from op_testing import check, make
 FLOATS = [torch.float32, torch.bfloat16, torch.float16]
 
 
-def _runs_on_device(fn, op):
-    """Whether fn runs without error and without `op` on the CPU fallback."""
-    before = dict(torchtpu.metrics.fallback_counts())
-    try:
-        fn()
-    except Exception:  # noqa: BLE001 - any failure means "not routed"
-        return False
-    return torchtpu.metrics.fallback_counts().get(op, 0) == before.get(op, 0)
-
-
-def _conv_forward():
-    F.conv2d(torch.ones(1, 1, 3, 3, device="tpu"), torch.ones(1, 1, 2, 2, device="tpu"))
-
-
-def _conv_backward_masked():
-    w = torch.ones(1, 1, 2, 2, device="tpu", requires_grad=True)
-    F.conv2d(torch.ones(1, 1, 3, 3, device="tpu"), w).sum().backward()
-
-
-# Engine limitations the conv lowerings cannot fix from the table (see the
-# family report): strict xfails, so they turn into failures once fixed.
-needs_conv_routing = pytest.mark.xfail(
-    not _runs_on_device(_conv_forward, "aten::convolution"), strict=True,
-    reason="engine: aten::convolution's CompositeExplicitAutograd kernel sends PrivateUse1 "
-           "to convolution_overrideable, which raises; the boxed kernel never sees it")
-needs_masked_backward = pytest.mark.xfail(
-    not _runs_on_device(_conv_backward_masked, "aten::convolution_backward"), strict=True,
-    reason="engine: convolution_backward with an output_mask entry False returns None, "
-           "which plan_outputs refuses ('unsupported output'), so it falls back")
-
-
-# ---- convolution -----------------------------------------------------------
-
 CONV2D_CASES = [
     dict(),
     dict(stride=2, padding=1),
@@ -54,7 +21,6 @@ CONV2D_CASES = [
 ]
 
 
-@needs_conv_routing
 @pytest.mark.parametrize("dtype", FLOATS)
 @pytest.mark.parametrize("case", range(len(CONV2D_CASES)))
 def test_conv2d(dtype, case):
@@ -65,7 +31,6 @@ def test_conv2d(dtype, case):
     check(lambda x, w, b: F.conv2d(x, w, b, **kw), x, w, b, grad=True, dtype=dtype)
 
 
-@needs_conv_routing
 def test_conv2d_noncontiguous_input():
     x = make((2, 3, 7, 7), noncontiguous=True)
     w = make((4, 3, 3, 3), seed=2, noncontiguous=True)
@@ -73,7 +38,6 @@ def test_conv2d_noncontiguous_input():
     check(lambda x, w, b: F.conv2d(x, w, b, padding=1), x, w, b, grad=True)
 
 
-@needs_conv_routing
 def test_conv2d_channels_last_input():
     x = make((2, 3, 7, 7)).to(memory_format=torch.channels_last)
     w = make((4, 3, 3, 3), seed=2)
@@ -81,8 +45,6 @@ def test_conv2d_channels_last_input():
     check(lambda x, w, b: F.conv2d(x, w, b, stride=2), x, w, b, grad=True)
 
 
-@needs_conv_routing
-@needs_masked_backward
 @pytest.mark.parametrize("dtype", FLOATS)
 def test_conv2d_without_bias(dtype):
     x = make((2, 4, 9, 8), dtype, seed=1)
@@ -90,8 +52,6 @@ def test_conv2d_without_bias(dtype):
     check(lambda x, w: F.conv2d(x, w, stride=2, padding=1, groups=2), x, w, grad=True, dtype=dtype)
 
 
-@needs_conv_routing
-@needs_masked_backward
 def test_conv2d_input_without_grad():
     # The first layer of a network: only the weight and bias need gradients.
     x = make((2, 3, 6, 6))
@@ -107,7 +67,6 @@ def test_conv2d_input_without_grad():
     torch.testing.assert_close(bt.grad.cpu(), b.grad, atol=1e-4, rtol=1e-5)
 
 
-@needs_conv_routing
 @pytest.mark.parametrize("dtype", FLOATS)
 @pytest.mark.parametrize("kw", [dict(), dict(stride=2, padding=2, dilation=3, groups=2)])
 def test_conv1d(dtype, kw):
@@ -117,7 +76,6 @@ def test_conv1d(dtype, kw):
     check(lambda x, w, b: F.conv1d(x, w, b, **kw), x, w, b, grad=True, dtype=dtype)
 
 
-@needs_conv_routing
 def test_conv3d():
     x = make((2, 2, 5, 6, 5), seed=7)
     w = make((4, 1, 2, 3, 2), seed=8)
@@ -126,7 +84,6 @@ def test_conv3d():
           grad=True)
 
 
-@needs_conv_routing
 def test_conv2d_float64():
     x = make((2, 3, 6, 6), torch.float64)
     w = make((4, 3, 3, 3), torch.float64, seed=2)
@@ -142,7 +99,6 @@ CONVT_CASES = [
 ]
 
 
-@needs_conv_routing
 @pytest.mark.parametrize("dtype", FLOATS)
 @pytest.mark.parametrize("case", range(len(CONVT_CASES)))
 def test_conv_transpose2d(dtype, case):
@@ -154,7 +110,6 @@ def test_conv_transpose2d(dtype, case):
     check(lambda x, w, b: F.conv_transpose2d(x, w, b, **kw), x, w, b, grad=True, dtype=dtype)
 
 
-@needs_conv_routing
 def test_conv_transpose1d():
     x = make((2, 4, 7), seed=13)
     w = make((4, 3, 3), seed=14)
@@ -163,7 +118,6 @@ def test_conv_transpose1d():
                                              groups=2), x, w, b, grad=True)
 
 
-@needs_conv_routing
 def test_conv_module_training_step():
     torch.manual_seed(0)
     net = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(),

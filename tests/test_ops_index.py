@@ -111,26 +111,9 @@ INDEX_CASES = {
 }
 
 
-def _index_positions_keyed():
-    """Engine probe: the program cache must tell x[a] from x[:, a] (same
-    tensors, different list positions of the Tensor?[] indices)."""
-    x = torch.arange(24.0).view(2, 3, 4).to("tpu")
-    a = torch.tensor([1, 0]).to("tpu")
-    first, second = x[a], x[:, a]
-    return second.shape == (2, 2, 4)
-
-
-# Known engine bug (csrc/core/eager.c build_key, TENSORS case): the key
-# leaves out the optional list's positions (ints), so a later call with the
-# same index tensors at other positions reuses the first program.
-POSITIONS_KEYED = _index_positions_keyed()
-
-
 @pytest.mark.parametrize("dtype", DTYPES + [torch.bool])
 @pytest.mark.parametrize("case", list(INDEX_CASES))
 def test_index_tensor(dtype, case):
-    if not POSITIONS_KEYED and case in ("second", "last", "split"):
-        pytest.xfail("engine cache key omits Tensor?[] positions")
     x = make((4, 5, 6), dtype, seed=1)
     a = idx((4,), 4, negative=True)
     b = idx((4,), 6, seed=6, negative=True)

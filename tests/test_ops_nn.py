@@ -20,41 +20,6 @@ FLOATS = [torch.float32, torch.bfloat16]
 #   tensor<2xui64> state; a tensor<2xi64> one fails to compile.
 
 
-def _works(fn):
-    try:
-        with no_fallback():
-            return bool(fn())
-    except Exception:  # noqa: BLE001 - any failure means "not yet"
-        return False
-
-
-def _undefined_grad_ok():
-    x = torch.randn(2, 3, device="tpu", requires_grad=True)
-    F.layer_norm(x, (3,)).sum().backward()
-    return True
-
-
-def _running_stats_ok():
-    rm = torch.zeros(3, device="tpu")
-    F.batch_norm(torch.randn(4, 3).to("tpu"), rm, torch.ones(3, device="tpu"), training=True)
-    return bool(rm.cpu().abs().sum() > 0)
-
-
-def _rng_ok():
-    return F.dropout(torch.ones(16, device="tpu"), 0.5, training=True).cpu().sum() >= 0
-
-
-UNDEFINED_GRAD = pytest.mark.xfail(
-    not _works(_undefined_grad_ok), strict=True,
-    reason="engine refuses undefined outputs of output_mask backwards")
-RUNNING_STATS = pytest.mark.xfail(
-    not _works(_running_stats_ok), strict=True,
-    reason="native_batch_norm running-stat update is not written back")
-RNG_STATE = pytest.mark.xfail(
-    not _works(_rng_ok), strict=True,
-    reason="rng state is tensor<2xi64>; THREE_FRY needs tensor<2xui64>")
-
-
 @pytest.mark.parametrize("dtype", FLOATS)
 @pytest.mark.parametrize("dim", [0, -1])
 @pytest.mark.parametrize("noncontiguous", [False, True])
@@ -76,7 +41,7 @@ def test_softmax_bf16_to_float():
 
 
 @pytest.mark.parametrize("dtype", FLOATS)
-@pytest.mark.parametrize("affine", [pytest.param(False, marks=UNDEFINED_GRAD), True])
+@pytest.mark.parametrize("affine", [False, True])
 def test_layer_norm(dtype, affine):
     x = make((3, 4, 6), dtype)
     w = make((4, 6), dtype, seed=1) if affine else None
@@ -100,13 +65,12 @@ def test_group_norm(dtype):
     check(lambda t, w, b: F.group_norm(t, 3, w, b), x, w, b, grad=True, dtype=dtype)
 
 
-@UNDEFINED_GRAD
 def test_group_norm_without_affine():
     check(lambda t: F.group_norm(t, 2), make((2, 6, 3, 2)), grad=True)
 
 
 @pytest.mark.parametrize("dtype", FLOATS)
-@pytest.mark.parametrize("training", [pytest.param(True, marks=RUNNING_STATS), False])
+@pytest.mark.parametrize("training", [True, False])
 def test_batch_norm(dtype, training):
     x = make((4, 3, 5, 2), dtype)
     w, b = make((3,), dtype, seed=1), make((3,), dtype, seed=2)
@@ -136,12 +100,10 @@ def test_batch_norm_training_without_running_stats(dtype, shape):
           dtype=dtype)
 
 
-@UNDEFINED_GRAD
 def test_batch_norm_without_affine():
     check(lambda t: F.batch_norm(t, None, None, training=True), make((6, 4)), grad=True)
 
 
-@RUNNING_STATS
 def test_batch_norm_module_train_eval():
     torch.manual_seed(0)
     cpu = torch.nn.BatchNorm1d(5)
@@ -234,7 +196,6 @@ def test_binary_cross_entropy_clamps_logs():
     check(lambda p, y: F.binary_cross_entropy(p, y, reduction="none"), p, y)
 
 
-@RNG_STATE
 @pytest.mark.parametrize("dtype", FLOATS)
 def test_dropout(dtype):
     x = (make((64, 64), torch.float32).abs() + 1).to(dtype).to("tpu").requires_grad_()

@@ -462,9 +462,6 @@ def test_masked_fill(dtype):
     check(lambda x, m: x.clone().masked_fill_(m, v), x.t(), m.t(), dtype=dtype)
 
 
-@pytest.mark.xfail(reason="engine: to_meta (csrc/torch/dispatch.cpp) keeps a CPU 0-dim value "
-                   "on the CPU and masked_fill_'s meta kernel wants it on self's device, "
-                   "so the call falls back", strict=False)
 def test_masked_fill_cpu_tensor_value():
     x, m = make((4, 5)), make((4, 5), torch.bool)
     check(lambda x, m: x.masked_fill(m, torch.tensor(-1.5)), x, m, grad=True)
@@ -509,9 +506,6 @@ def test_to_dtype_values():
     check(lambda x: x.float().double().half(), make((4, 5)), grad=True)
 
 
-@pytest.mark.xfail(reason="dtype conversion runs through basic.c's copy_, a plain "
-                   "stablehlo.convert that saturates; PyTorch's C cast wraps (-3.7 -> 253)",
-                   strict=False)
 def test_negative_float_to_uint8():
     check(lambda x: x.to(torch.uint8), torch.tensor([-3.7, -1.0, -100.5, 3.0]), exact=True)
 

@@ -14,6 +14,18 @@ def fallback_counts():
             if k.startswith(prefix) and v}
 
 
+def fallback_reasons():
+    """{"aten::op.overload": why it ran on the CPU} for ops the lowering
+    table has a row for but could not run on the device."""
+    prefix = "fallback_reason::"
+    out = {}
+    for k in _C._metrics():
+        if k.startswith(prefix):
+            op, _, why = k[len(prefix):].partition(": ")
+            out[op] = why
+    return out
+
+
 def reset():
     _C._reset_metrics()
 

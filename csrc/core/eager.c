@@ -17,6 +17,7 @@ typedef struct {
   uint8_t* data;
   size_t len, cap;
   bool failed;
+  bool on_stack; /* data is the caller's buffer, not malloc'd */
 } keybuf_t;
 
 static void key_put(keybuf_t* k, const void* p, size_t n) {
@@ -24,11 +25,13 @@ static void key_put(keybuf_t* k, const void* p, size_t n) {
   if (k->len + n > k->cap) {
     size_t cap = k->cap ? k->cap * 2 : 512;
     while (cap < k->len + n) cap *= 2;
-    uint8_t* grown = realloc(k->data, cap);
+    uint8_t* grown = k->on_stack ? malloc(cap) : realloc(k->data, cap);
     if (!grown) {
       k->failed = true;
       return;
     }
+    if (k->on_stack) memcpy(grown, k->data, k->len);
+    k->on_stack = false;
     k->data = grown;
     k->cap = cap;
   }
@@ -86,6 +89,16 @@ static void key_tensor(keybuf_t* k, slots_t* s, const tpu_eager_tensor_t* t) {
   KEY_PUT(k, t->view.offset);
 }
 
+/* Only the slots (execution needs them, not the key). */
+static void collect_slots(const tpu_eager_call_t* call, slots_t* s) {
+  for (int i = 0; i < call->num_args; i++) {
+    const tpu_eager_arg_t* a = &call->args[i];
+    if (a->lower.kind == TPU_ARG_TENSOR) slot_of(s, &a->tensor);
+    else if (a->lower.kind == TPU_ARG_TENSORS)
+      for (int j = 0; j < a->lower.num_tensors; j++) slot_of(s, &call->list[a->list_start + j]);
+  }
+}
+
 /* The key of a call; also fills `slots`. */
 static void build_key(const tpu_eager_call_t* call, keybuf_t* k, slots_t* s) {
   key_put(k, call->op_name, strlen(call->op_name) + 1);
@@ -99,6 +112,9 @@ static void build_key(const tpu_eager_call_t* call, keybuf_t* k, slots_t* s) {
       case TPU_ARG_TENSORS:
         KEY_PUT(k, l->num_tensors);
         for (int j = 0; j < l->num_tensors; j++) key_tensor(k, s, &call->list[a->list_start + j]);
+        /* An optional list's positions (x[a] vs x[:, a]) change the program. */
+        KEY_PUT(k, l->num_ints);
+        key_put(k, l->ints, sizeof(int64_t) * (size_t)l->num_ints);
         break;
       case TPU_ARG_SCALAR:
         KEY_PUT(k, l->type.dtype);
@@ -156,7 +172,8 @@ static tpu_eager_entry_t* find(const keybuf_t* k, uint64_t h) {
 }
 
 tpu_eager_entry_t* tpu_eager_lookup(const tpu_eager_call_t* call) {
-  keybuf_t k = {0};
+  uint8_t stack_key[1024];
+  keybuf_t k = {.data = stack_key, .cap = sizeof stack_key, .on_stack = true};
   slots_t s;
   if (!slots_init(&s, call)) {
     slots_free(&s);
@@ -165,14 +182,14 @@ tpu_eager_entry_t* tpu_eager_lookup(const tpu_eager_call_t* call) {
   build_key(call, &k, &s);
   slots_free(&s);
   if (k.failed) {
-    free(k.data);
+    if (!k.on_stack) free(k.data);
     return NULL;
   }
   uint64_t h = hash_bytes(k.data, k.len);
   pthread_mutex_lock(&g_lock);
   tpu_eager_entry_t* e = find(&k, h);
   pthread_mutex_unlock(&g_lock);
-  free(k.data);
+  if (!k.on_stack) free(k.data);
   tpu_metrics_add(e ? "eager_cache_hits" : "eager_cache_misses", 1);
   return e;
 }
@@ -482,6 +499,55 @@ static tpu_status_t flat_buffer(tpu_storage_t* storage, int device, tpu_dtype_t 
   return tpu_storage_buffer_as(storage, dtype, &n, 1, out);
 }
 
+/* Rank-0 scalar buffers by (device, dtype, value): programs never donate
+ * their arguments, so one upload of alpha=1 or lr=1e-3 serves every call.
+ * Direct-mapped; a collision just uploads again. */
+#define SCALAR_CACHE 256
+typedef struct {
+  bool used;
+  int device;
+  tpu_dtype_t dtype;
+  uint8_t bytes[16];
+  tpu_buffer_t* buffer;
+} scalar_slot_t;
+static pthread_mutex_t g_scalar_lock = PTHREAD_MUTEX_INITIALIZER;
+static scalar_slot_t g_scalars[SCALAR_CACHE];
+
+/* A borrowed buffer holding the scalar (valid until evicted: callers use it
+ * for one enqueue under g_scalar_lock's protection of eviction order). */
+static tpu_status_t scalar_buffer(int device, tpu_dtype_t dtype, const uint8_t* bytes,
+                                  tpu_buffer_t** out_owned_or_null, tpu_buffer_t** out) {
+  size_t n = tpu_dtype_size(dtype);
+  uint64_t h = hash_bytes(bytes, n) ^ ((uint64_t)dtype * 0x9E3779B97F4A7C15ull) ^ (uint64_t)device;
+  scalar_slot_t* slot = &g_scalars[h % SCALAR_CACHE];
+  *out_owned_or_null = NULL;
+  pthread_mutex_lock(&g_scalar_lock);
+  if (slot->used && slot->device == device && slot->dtype == dtype &&
+      memcmp(slot->bytes, bytes, n) == 0) {
+    *out = slot->buffer;
+    pthread_mutex_unlock(&g_scalar_lock);
+    return NULL;
+  }
+  pthread_mutex_unlock(&g_scalar_lock);
+  tpu_buffer_t* b = NULL;
+  TPU_RETURN_IF_ERROR(
+      tpu_buffer_from_host(tpu_runtime_client(), device, bytes, dtype, NULL, 0, NULL, &b));
+  /* Not cached when the slot is taken: the caller owns and frees it. */
+  pthread_mutex_lock(&g_scalar_lock);
+  if (!slot->used) {
+    slot->used = true;
+    slot->device = device;
+    slot->dtype = dtype;
+    memcpy(slot->bytes, bytes, n);
+    slot->buffer = b;
+  } else {
+    *out_owned_or_null = b;
+  }
+  pthread_mutex_unlock(&g_scalar_lock);
+  *out = b;
+  return NULL;
+}
+
 /* Per-device generator state: 2 x int64 on the device. */
 static pthread_mutex_t g_rng_lock = PTHREAD_MUTEX_INITIALIZER;
 static tpu_buffer_t* g_rng[TPU_MAX_DEVICES];
@@ -522,13 +588,11 @@ tpu_status_t tpu_eager_execute(tpu_eager_entry_t* e, const tpu_eager_call_t* cal
     return tpu_status_make(TPU_STATUS_FAILED_PRECONDITION, "%s runs on the CPU fallback",
                            call->op_name);
   slots_t s;
-  keybuf_t scratch = {0};
   if (!slots_init(&s, call)) {
     slots_free(&s);
     return tpu_status_make(TPU_STATUS_RESOURCE_EXHAUSTED, "out of host memory");
   }
-  build_key(call, &scratch, &s);
-  free(scratch.data);
+  collect_slots(call, &s);
   int nscalars = 0;
   for (int i = 0; i < call->num_args; i++)
     nscalars += call->args[i].lower.kind == TPU_ARG_SCALAR || call->args[i].lower.kind == TPU_ARG_SCALARS;
@@ -552,8 +616,13 @@ tpu_status_t tpu_eager_execute(tpu_eager_entry_t* e, const tpu_eager_call_t* cal
       status = tpu_buffer_from_host(tpu_runtime_client(), call->device, a->scalars,
                                     TPU_DTYPE_FLOAT64, &n, 1, NULL, &owned[nowned]);
     } else if (a->lower.kind == TPU_ARG_SCALAR) {
-      status = tpu_buffer_from_host(tpu_runtime_client(), call->device, a->scalar,
-                                    a->lower.type.dtype, NULL, 0, NULL, &owned[nowned]);
+      tpu_buffer_t* cached = NULL;
+      status = scalar_buffer(call->device, a->lower.type.dtype, a->scalar, &owned[nowned], &cached);
+      if (!status) {
+        if (owned[nowned]) nowned++;
+        args[k++] = cached;
+      }
+      continue;
     } else {
       continue;
     }

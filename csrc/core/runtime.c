@@ -89,8 +89,11 @@ void tpu_runtime_track(int device_index, tpu_event_t* event) {
   }
   pthread_mutex_lock(&g_pending_lock);
   pending_t* p = &g_pending[device_index];
-  size_t kept = 0;
-  for (size_t i = 0; i < p->count; i++) {
+  size_t kept = p->count;
+  /* Pruning walks the list: do it only when it has grown, so tracking
+   * stays O(1) amortised on the dispatch path. */
+  if (p->count >= 64) kept = 0;
+  for (size_t i = 0; p->count >= 64 && i < p->count; i++) {
     if (tpu_event_is_ready(p->events[i])) {
       tpu_status_free(tpu_event_await(p->events[i]));
       tpu_event_destroy(p->events[i]);

@@ -89,7 +89,7 @@ struct CallBuilder {
       a.lower.type = tpu_hlo_type_scalar(to_tpu_dtype(t.scalar_type()));
       a.lower.wrapped_number = t.unsafeGetTensorImpl()->is_wrapped_number();
       std::memcpy(a.scalar, t.const_data_ptr(), t.itemsize());
-    } else if (t.device().is_cpu() && t.dim() == 1 && op_name.rfind("_foreach_", 0) == 0) {
+    } else if (t.device().is_cpu() && t.dim() == 1 && op_name.find("::_foreach_") != std::string::npos) {
       // _foreach_*.Tensor ops take their per-tensor scalars as a 1-D CPU
       // tensor: run-time scalars, like a ScalarList.
       a.lower.kind = TPU_ARG_SCALARS;
@@ -173,7 +173,17 @@ struct CallBuilder {
       case TypeKind::ListType: {
         c10::TypePtr elem = type->castRaw<c10::ListType>()->getElementType();
         c10::TypePtr inner = unwrap_optional(elem);
-        if (elem->kind() == TypeKind::IntType || elem->kind() == TypeKind::SymIntType) {
+        if (elem->kind() == TypeKind::BoolType) {
+          // bool[] (e.g. a backward's output_mask) as 0/1 INTS.
+          auto bools = v.toBoolList();
+          if (bools.size() > TPU_LOWER_MAX_INTS) {
+            refuse("bool list too long");
+            break;
+          }
+          a.lower.kind = TPU_ARG_INTS;
+          a.lower.num_ints = static_cast<int>(bools.size());
+          for (size_t i = 0; i < bools.size(); i++) a.lower.ints[i] = bools.get(i) ? 1 : 0;
+        } else if (elem->kind() == TypeKind::IntType || elem->kind() == TypeKind::SymIntType) {
           std::vector<int64_t> ints;
           if (v.isIntList()) {
             ints = v.toIntVector();
@@ -253,6 +263,12 @@ c10::IValue to_meta(const c10::IValue& v) {
   if (v.isDevice() && v.toDevice().is_privateuseone()) return c10::Device(at::kMeta);
   if (v.isTensor()) {
     const at::Tensor& t = v.toTensor();
+    if (t.defined() && t.device().is_cpu() && t.dim() == 0 &&
+        !t.unsafeGetTensorImpl()->is_wrapped_number()) {
+      // A 0-dim CPU tensor: some meta kernels (masked_fill_) want every
+      // tensor on one device. Wrapped Python numbers must stay on the CPU.
+      return at::empty({}, at::TensorOptions().dtype(t.scalar_type()).device(at::kMeta));
+    }
     if (!is_tpu(t)) return v;
     at::Tensor m = at::empty_strided(t.sizes(), t.strides(),
                                      at::TensorOptions().dtype(t.scalar_type()).device(at::kMeta));
@@ -355,7 +371,9 @@ bool plan_outputs(const c10::OperatorHandle& op, const torch::jit::Stack& inputs
     int alias = returns[r].alias_info() ? find_alias_arg(schema, *returns[r].alias_info()) : -1;
     if (alias >= 0) arg_covered[alias] = true;
     const c10::IValue& v = meta_stack[r];
-    if (v.isTensor()) {
+    if (v.isTensor() && !v.toTensor().defined()) {
+      plan->per_return.back().push_back(-1);  // an undefined return
+    } else if (v.isTensor()) {
       plan->per_return.back().push_back(static_cast<int>(plan->outputs.size()));
       if (!add_output(v.toTensor(), alias, -1)) {
         *why = "unsupported output";
@@ -381,9 +399,14 @@ bool plan_outputs(const c10::OperatorHandle& op, const torch::jit::Stack& inputs
   }
   // Mutated arguments that no return aliases (e.g. _foreach_add_, running
   // stats of batch_norm) are outputs too, after the returns.
+  // native_batch_norm updates running_mean/var (args 3, 4) in training
+  // although its schema does not mark them (a!).
+  const bool batch_norm_stats = schema.name() == "aten::native_batch_norm" &&
+                                inputs.size() > 5 && inputs[5].isBool() && inputs[5].toBool();
   for (size_t i = 0; i < schema.arguments().size(); i++) {
     const auto* info = schema.arguments()[i].alias_info();
-    if (!info || !info->isWrite() || arg_covered[i]) continue;
+    bool mutated = (info && info->isWrite()) || (batch_norm_stats && (i == 3 || i == 4));
+    if (!mutated || arg_covered[i]) continue;
     const c10::IValue& v = inputs[i];
     if (v.isTensor()) {
       if (!v.toTensor().defined()) continue;
@@ -441,6 +464,7 @@ bool try_run_on_device(const c10::OperatorHandle& op, torch::jit::Stack* stack) 
     torch::jit::Stack input_copy(inputs.begin(), inputs.end());
     if (!plan_outputs(op, input_copy, &plan, &why)) {
       tpu_eager_mark_fallback(&call, why.c_str());
+      tpu_metrics_add(("fallback_reason::" + builder.op_name + ": " + why).c_str(), 0);
       return false;
     }
     if (!plan.resizes.empty()) {
@@ -457,7 +481,12 @@ bool try_run_on_device(const c10::OperatorHandle& op, torch::jit::Stack* stack) 
       g_plans.emplace(entry, std::move(plan.per_return));
     }
   }
-  if (tpu_eager_entry_is_fallback(entry)) return false;
+  if (tpu_eager_entry_is_fallback(entry)) {
+    // Why this call runs on the CPU, for torchtpu.metrics.fallback_reasons().
+    tpu_metrics_add(("fallback_reason::" + builder.op_name + ": " +
+                     tpu_eager_entry_fallback_reason(entry)).c_str(), 0);
+    return false;
+  }
   const std::vector<std::vector<int>>* plan_ptr;
   {
     // Map nodes are stable and never erased: the pointer stays valid.
@@ -500,8 +529,7 @@ bool try_run_on_device(const c10::OperatorHandle& op, torch::jit::Stack* stack) 
       }
     }
     if (is_list) stack->emplace_back(tensors);
-    else if (tensors.at(0).defined()) stack->emplace_back(tensors.at(0));
-    else stack->emplace_back(c10::IValue());
+    else stack->emplace_back(tensors.at(0));  // may be undefined (a masked output)
   }
   for (auto* b : fresh) tpu_buffer_destroy(b);
   tpu_metrics_add("device_ops", 1);

@@ -54,6 +54,14 @@ static tpu_status_t lower_div(tpu_lower_ctx_t* ctx) {
   const char* rounding = mode->kind == TPU_ARG_STRING ? mode->str : NULL;
   if (out.dtype == TPU_DTYPE_BOOL) return tpu_lower_decline(ctx, "bool division");
   tpu_hlo_value_t x = operand_as_output(ctx, 0), y = operand_as_output(ctx, 1);
+  /* Half types divide and round in float32, then round once (PyTorch's CPU
+   * kernels do; rounding the quotient first can flip floor()). */
+  tpu_hlo_type_t result_type = out;
+  if (out.dtype == TPU_DTYPE_FLOAT16 || out.dtype == TPU_DTYPE_BFLOAT16) {
+    x = tpu_emit_convert(b, x, TPU_DTYPE_FLOAT32);
+    y = tpu_emit_convert(b, y, TPU_DTYPE_FLOAT32);
+    out.dtype = TPU_DTYPE_FLOAT32;
+  }
   tpu_hlo_value_t q = tpu_emit_binary(b, "stablehlo.divide", x, y);
   if (rounding && tpu_dtype_is_floating(out.dtype)) {
     if (strcmp(rounding, "floor") == 0) q = tpu_emit_unary(b, "stablehlo.floor", q);
@@ -76,7 +84,7 @@ static tpu_status_t lower_div(tpu_lower_ctx_t* ctx) {
   } else if (!rounding && !tpu_dtype_is_floating(out.dtype) && !tpu_dtype_is_complex(out.dtype)) {
     return tpu_lower_decline(ctx, "true division into an integer output");
   }
-  tpu_lower_set_output(ctx, 0, q);
+  tpu_lower_set_output(ctx, 0, tpu_emit_convert(b, q, result_type.dtype));
   return NULL;
 }
 
@@ -115,8 +123,16 @@ static tpu_status_t lower_zero(tpu_lower_ctx_t* ctx) {
 /* copy_(self, src): src converted and broadcast into self (the engine
  * writes it through self's view). Also tpu->tpu copies and view writes. */
 static tpu_status_t lower_copy(tpu_lower_ctx_t* ctx) {
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
   tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
-  tpu_lower_set_output(ctx, 0, tpu_emit_cast_to(tpu_lower_builder(ctx), tpu_lower_tensor(ctx, 1), &out));
+  tpu_hlo_value_t src = tpu_lower_tensor(ctx, 1);
+  tpu_dtype_t from = tpu_hlo_value_type(b, src).dtype;
+  /* stablehlo.convert saturates float -> small int; PyTorch's cast wraps
+   * (-3.7 -> uint8 253), which going through int64 reproduces. */
+  if (tpu_dtype_is_floating(from) && tpu_dtype_is_integral(out.dtype) &&
+      tpu_dtype_size(out.dtype) < 4)
+    src = tpu_emit_convert(b, src, TPU_DTYPE_INT64);
+  tpu_lower_set_output(ctx, 0, tpu_emit_cast_to(b, src, &out));
   return NULL;
 }
 
