@@ -45,6 +45,7 @@ def main():
         extra = ", ".join(f"{k}={v}" for k, v in sorted(d["attributes"].items()))
         print(f"  tpu:{d['index']}  id={d['id']} kind={d['kind']}  {d['description']}"
               + (f"  [{extra}]" if extra else ""))
+    print(f"lowered ops:   {len(_C._lowerings())} ATen base names in the lowering table")
     print("cache directory: none yet (in-memory executable cache only)")
     print("environment:")
     for v in info["env"]:

@@ -10,6 +10,7 @@
 extern "C" {
 #include "core/eager.h"
 #include "core/env.h"
+#include "core/lower/lowering.h"
 #include "core/memory.h"
 #include "core/metrics.h"
 #include "core/pjrt/pjrt.h"
@@ -181,6 +182,11 @@ PYBIND11_MODULE(_C, m) {
     if (state.size() != 2) throw std::invalid_argument("torchtpu: an rng state has 2 words");
     tpu_status_t s = tpu_eager_set_rng_state(device, state.data());
     if (s) raise_status(s, "set_rng_state");
+  });
+  m.def("_lowerings", [] {
+    std::vector<std::string> names;
+    for (size_t i = 0; i < tpu_lowering_count(); i++) names.push_back(tpu_lowering_at(i)->name);
+    return names;
   });
   m.def("_register_lowered_ops", &torchtpu::register_lowered_ops);
   m.def("_eager_cache_size", [] { return tpu_eager_cache_size(); });
