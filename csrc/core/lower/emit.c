@@ -68,6 +68,23 @@ tpu_hlo_value_t tpu_emit_binary(tpu_hlo_builder_t* b, const char* op, tpu_hlo_va
   return tpu_hlo_op(b, op, operands, 2, tpu_hlo_value_type(b, x), NULL);
 }
 
+tpu_hlo_value_t tpu_emit_add(tpu_hlo_builder_t* b, tpu_hlo_value_t x, tpu_hlo_value_t y) {
+  return tpu_emit_binary(b, "stablehlo.add", x, y);
+}
+tpu_hlo_value_t tpu_emit_sub(tpu_hlo_builder_t* b, tpu_hlo_value_t x, tpu_hlo_value_t y) {
+  return tpu_emit_binary(b, "stablehlo.subtract", x, y);
+}
+tpu_hlo_value_t tpu_emit_mul(tpu_hlo_builder_t* b, tpu_hlo_value_t x, tpu_hlo_value_t y) {
+  return tpu_emit_binary(b, "stablehlo.multiply", x, y);
+}
+tpu_hlo_value_t tpu_emit_div(tpu_hlo_builder_t* b, tpu_hlo_value_t x, tpu_hlo_value_t y) {
+  return tpu_emit_binary(b, "stablehlo.divide", x, y);
+}
+tpu_hlo_value_t tpu_emit_splat(tpu_hlo_builder_t* b, tpu_hlo_value_t like, double value) {
+  tpu_hlo_type_t t = tpu_hlo_value_type(b, like);
+  return tpu_emit_const_like(b, &t, value);
+}
+
 tpu_hlo_value_t tpu_emit_compare(tpu_hlo_builder_t* b, const char* direction,
                                  tpu_hlo_value_t x, tpu_hlo_value_t y) {
   tpu_hlo_type_t t = tpu_hlo_value_type(b, x);

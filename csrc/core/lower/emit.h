@@ -30,6 +30,13 @@ tpu_hlo_value_t tpu_emit_const_like(tpu_hlo_builder_t* b, const tpu_hlo_type_t* 
 tpu_hlo_value_t tpu_emit_unary(tpu_hlo_builder_t* b, const char* op, tpu_hlo_value_t x);
 tpu_hlo_value_t tpu_emit_binary(tpu_hlo_builder_t* b, const char* op, tpu_hlo_value_t x,
                                 tpu_hlo_value_t y);
+/* Elementwise arithmetic on same-typed operands. */
+tpu_hlo_value_t tpu_emit_add(tpu_hlo_builder_t* b, tpu_hlo_value_t x, tpu_hlo_value_t y);
+tpu_hlo_value_t tpu_emit_sub(tpu_hlo_builder_t* b, tpu_hlo_value_t x, tpu_hlo_value_t y);
+tpu_hlo_value_t tpu_emit_mul(tpu_hlo_builder_t* b, tpu_hlo_value_t x, tpu_hlo_value_t y);
+tpu_hlo_value_t tpu_emit_div(tpu_hlo_builder_t* b, tpu_hlo_value_t x, tpu_hlo_value_t y);
+/* A constant of `like`'s type (dtype and shape) holding `value`. */
+tpu_hlo_value_t tpu_emit_splat(tpu_hlo_builder_t* b, tpu_hlo_value_t like, double value);
 /* stablehlo.compare with direction "EQ", "LT", ...; result is bool. */
 tpu_hlo_value_t tpu_emit_compare(tpu_hlo_builder_t* b, const char* direction,
                                  tpu_hlo_value_t x, tpu_hlo_value_t y);

@@ -44,26 +44,9 @@ static int wrap_dim(int64_t d, int rank) {
   return (int)(d < 0 ? d + rank : d);
 }
 
-/* A splat constant shaped like v. */
-static tpu_hlo_value_t splat(tpu_hlo_builder_t* b, tpu_hlo_value_t like, double value) {
-  tpu_hlo_type_t t = type_of(b, like);
-  return tpu_emit_const_like(b, &t, value);
-}
 
-static tpu_hlo_value_t add(tpu_hlo_builder_t* b, tpu_hlo_value_t x, tpu_hlo_value_t y) {
-  return tpu_emit_binary(b, "stablehlo.add", x, y);
-}
-static tpu_hlo_value_t sub(tpu_hlo_builder_t* b, tpu_hlo_value_t x, tpu_hlo_value_t y) {
-  return tpu_emit_binary(b, "stablehlo.subtract", x, y);
-}
-static tpu_hlo_value_t mul(tpu_hlo_builder_t* b, tpu_hlo_value_t x, tpu_hlo_value_t y) {
-  return tpu_emit_binary(b, "stablehlo.multiply", x, y);
-}
-static tpu_hlo_value_t div_(tpu_hlo_builder_t* b, tpu_hlo_value_t x, tpu_hlo_value_t y) {
-  return tpu_emit_binary(b, "stablehlo.divide", x, y);
-}
 static tpu_hlo_value_t mul_c(tpu_hlo_builder_t* b, tpu_hlo_value_t x, double c) {
-  return mul(b, x, splat(b, x, c));
+  return tpu_emit_mul(b, x, tpu_emit_splat(b, x, c));
 }
 
 static tpu_hlo_value_t reduce_with(tpu_hlo_builder_t* b, tpu_hlo_value_t v, const int64_t* dims,
@@ -187,11 +170,11 @@ static tpu_status_t lower_softmax_common(tpu_lower_ctx_t* ctx, bool log) {
   tpu_hlo_type_t xt = type_of(b, x);
   int64_t d = wrap_dim(int_arg(ctx, 1, -1), tpu_lower_arg(ctx, 0)->type.rank);
   tpu_hlo_value_t m = reduce_with(b, x, &d, 1, "stablehlo.maximum", -INFINITY);
-  tpu_hlo_value_t shifted = sub(b, x, expand_back(b, m, &xt, &d, 1));
+  tpu_hlo_value_t shifted = tpu_emit_sub(b, x, expand_back(b, m, &xt, &d, 1));
   tpu_hlo_value_t e = tpu_emit_unary(b, "stablehlo.exponential", shifted);
   tpu_hlo_value_t s = expand_back(b, sum_dims(b, e, &d, 1), &xt, &d, 1);
-  tpu_hlo_value_t r = log ? sub(b, shifted, tpu_emit_unary(b, "stablehlo.log", s))
-                          : div_(b, e, s);
+  tpu_hlo_value_t r = log ? tpu_emit_sub(b, shifted, tpu_emit_unary(b, "stablehlo.log", s))
+                          : tpu_emit_div(b, e, s);
   set_out(ctx, 0, r);
   return NULL;
 }
@@ -214,10 +197,10 @@ static tpu_status_t lower_softmax_bwd_common(tpu_lower_ctx_t* ctx, bool log) {
   tpu_hlo_value_t r;
   if (log) {
     tpu_hlo_value_t s = expand_back(b, sum_dims(b, g, &d, 1), &t, &d, 1);
-    r = sub(b, g, mul(b, tpu_emit_unary(b, "stablehlo.exponential", y), s));
+    r = tpu_emit_sub(b, g, tpu_emit_mul(b, tpu_emit_unary(b, "stablehlo.exponential", y), s));
   } else {
-    tpu_hlo_value_t s = expand_back(b, sum_dims(b, mul(b, g, y), &d, 1), &t, &d, 1);
-    r = mul(b, y, sub(b, g, s));
+    tpu_hlo_value_t s = expand_back(b, sum_dims(b, tpu_emit_mul(b, g, y), &d, 1), &t, &d, 1);
+    r = tpu_emit_mul(b, y, tpu_emit_sub(b, g, s));
   }
   set_out(ctx, 0, r);
   return NULL;
@@ -240,11 +223,11 @@ static tpu_hlo_value_t moments(tpu_hlo_builder_t* b, tpu_hlo_value_t x, const in
   double count = 1;
   for (int k = 0; k < n; k++) count *= (double)t.dims[dims[k]];
   tpu_hlo_value_t s = sum_dims(b, x, dims, n);
-  *mean = div_(b, s, splat(b, s, count));
-  tpu_hlo_value_t xc = sub(b, x, expand_back(b, *mean, &t, dims, n));
-  tpu_hlo_value_t ss = sum_dims(b, mul(b, xc, xc), dims, n);
-  *var = div_(b, ss, splat(b, ss, count));
-  *rstd = tpu_emit_unary(b, "stablehlo.rsqrt", add(b, *var, splat(b, *var, eps)));
+  *mean = tpu_emit_div(b, s, tpu_emit_splat(b, s, count));
+  tpu_hlo_value_t xc = tpu_emit_sub(b, x, expand_back(b, *mean, &t, dims, n));
+  tpu_hlo_value_t ss = sum_dims(b, tpu_emit_mul(b, xc, xc), dims, n);
+  *var = tpu_emit_div(b, ss, tpu_emit_splat(b, ss, count));
+  *rstd = tpu_emit_unary(b, "stablehlo.rsqrt", tpu_emit_add(b, *var, tpu_emit_splat(b, *var, eps)));
   return xc;
 }
 
@@ -261,9 +244,9 @@ static tpu_status_t lower_layer_norm(tpu_lower_ctx_t* ctx) {
   for (int i = 0; i < k; i++) dims[i] = axis + i;
   tpu_hlo_value_t mean, var, rstd;
   tpu_hlo_value_t xc = moments(b, x, dims, k, float_arg(ctx, 4, 1e-5), &mean, &var, &rstd);
-  tpu_hlo_value_t y = mul(b, xc, expand_back(b, rstd, &xt, dims, k));
-  if (is_tensor(ctx, 2)) y = mul(b, y, tpu_emit_cast_to(b, tpu_lower_tensor(ctx, 2), &xt));
-  if (is_tensor(ctx, 3)) y = add(b, y, tpu_emit_cast_to(b, tpu_lower_tensor(ctx, 3), &xt));
+  tpu_hlo_value_t y = tpu_emit_mul(b, xc, expand_back(b, rstd, &xt, dims, k));
+  if (is_tensor(ctx, 2)) y = tpu_emit_mul(b, y, tpu_emit_cast_to(b, tpu_lower_tensor(ctx, 2), &xt));
+  if (is_tensor(ctx, 3)) y = tpu_emit_add(b, y, tpu_emit_cast_to(b, tpu_lower_tensor(ctx, 3), &xt));
   set_out(ctx, 0, y);
   set_out(ctx, 1, mean);
   set_out(ctx, 2, rstd);
@@ -278,10 +261,10 @@ static tpu_hlo_value_t norm_dx(tpu_hlo_builder_t* b, tpu_hlo_value_t gw, tpu_hlo
   double count = 1;
   for (int k = 0; k < n; k++) count *= (double)t.dims[dims[k]];
   tpu_hlo_value_t a = sum_dims(b, gw, dims, n);
-  a = expand_back(b, div_(b, a, splat(b, a, count)), &t, dims, n);
-  tpu_hlo_value_t c = sum_dims(b, mul(b, gw, xhat), dims, n);
-  c = expand_back(b, div_(b, c, splat(b, c, count)), &t, dims, n);
-  return mul(b, rstd_full, sub(b, sub(b, gw, a), mul(b, xhat, c)));
+  a = expand_back(b, tpu_emit_div(b, a, tpu_emit_splat(b, a, count)), &t, dims, n);
+  tpu_hlo_value_t c = sum_dims(b, tpu_emit_mul(b, gw, xhat), dims, n);
+  c = expand_back(b, tpu_emit_div(b, c, tpu_emit_splat(b, c, count)), &t, dims, n);
+  return tpu_emit_mul(b, rstd_full, tpu_emit_sub(b, tpu_emit_sub(b, gw, a), tpu_emit_mul(b, xhat, c)));
 }
 
 /* native_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd,
@@ -300,11 +283,11 @@ static tpu_status_t lower_layer_norm_bwd(tpu_lower_ctx_t* ctx) {
   /* mean / rstd: outer dims then size-1 normalized dims (same rank). */
   tpu_hlo_value_t mean = tpu_emit_cast_to(b, tpu_lower_tensor(ctx, 3), &xt);
   tpu_hlo_value_t rstd = tpu_emit_cast_to(b, tpu_lower_tensor(ctx, 4), &xt);
-  tpu_hlo_value_t xhat = mul(b, sub(b, x, mean), rstd);
+  tpu_hlo_value_t xhat = tpu_emit_mul(b, tpu_emit_sub(b, x, mean), rstd);
   tpu_hlo_value_t gw = g;
-  if (is_tensor(ctx, 5)) gw = mul(b, g, tpu_emit_cast_to(b, tpu_lower_tensor(ctx, 5), &xt));
+  if (is_tensor(ctx, 5)) gw = tpu_emit_mul(b, g, tpu_emit_cast_to(b, tpu_lower_tensor(ctx, 5), &xt));
   set_grad(ctx, 7, 0, norm_dx(b, gw, xhat, rstd, dims, k));
-  set_grad(ctx, 7, 1, sum_dims(b, mul(b, g, xhat), outer, axis));
+  set_grad(ctx, 7, 1, sum_dims(b, tpu_emit_mul(b, g, xhat), outer, axis));
   set_grad(ctx, 7, 2, sum_dims(b, g, outer, axis));
   return NULL;
 }
@@ -323,12 +306,12 @@ static tpu_status_t lower_group_norm(tpu_lower_ctx_t* ctx) {
   tpu_hlo_type_t gt = type_of(b, xg);
   tpu_hlo_value_t mean, var, rstd;
   tpu_hlo_value_t xc = moments(b, xg, &last, 1, float_arg(ctx, 7, 1e-5), &mean, &var, &rstd);
-  tpu_hlo_value_t y = tpu_emit_reshape(b, mul(b, xc, expand_back(b, rstd, &gt, &last, 1)), chw, 3);
+  tpu_hlo_value_t y = tpu_emit_reshape(b, tpu_emit_mul(b, xc, expand_back(b, rstd, &gt, &last, 1)), chw, 3);
   tpu_hlo_type_t yt = type_of(b, y);
   if (is_tensor(ctx, 1))
-    y = mul(b, y, along(b, tpu_emit_convert(b, tpu_lower_tensor(ctx, 1), yt.dtype), &yt, 1));
+    y = tpu_emit_mul(b, y, along(b, tpu_emit_convert(b, tpu_lower_tensor(ctx, 1), yt.dtype), &yt, 1));
   if (is_tensor(ctx, 2))
-    y = add(b, y, along(b, tpu_emit_convert(b, tpu_lower_tensor(ctx, 2), yt.dtype), &yt, 1));
+    y = tpu_emit_add(b, y, along(b, tpu_emit_convert(b, tpu_lower_tensor(ctx, 2), yt.dtype), &yt, 1));
   set_out(ctx, 0, y);
   set_out(ctx, 1, mean);
   set_out(ctx, 2, rstd);
@@ -353,14 +336,14 @@ static tpu_status_t lower_group_norm_bwd(tpu_lower_ctx_t* ctx) {
   tpu_hlo_value_t rstd = tpu_emit_reshape(b, tpu_emit_convert(b, tpu_lower_tensor(ctx, 3), gt.dtype), ng1, 3);
   mean = tpu_emit_broadcast_to(b, mean, &gt);
   rstd = tpu_emit_broadcast_to(b, rstd, &gt);
-  tpu_hlo_value_t xhat = mul(b, sub(b, x, mean), rstd);
+  tpu_hlo_value_t xhat = tpu_emit_mul(b, tpu_emit_sub(b, x, mean), rstd);
   tpu_hlo_value_t gw = g3;
   if (is_tensor(ctx, 4))
-    gw = mul(b, g3, along(b, tpu_emit_convert(b, tpu_lower_tensor(ctx, 4), ct.dtype), &ct, 1));
+    gw = tpu_emit_mul(b, g3, along(b, tpu_emit_convert(b, tpu_lower_tensor(ctx, 4), ct.dtype), &ct, 1));
   gw = tpu_emit_reshape(b, gw, grouped, 3);
   set_grad(ctx, 9, 0, norm_dx(b, gw, xhat, rstd, &last, 1));
   tpu_hlo_value_t xhat3 = tpu_emit_reshape(b, xhat, chw, 3);
-  set_grad(ctx, 9, 1, sum_dims(b, mul(b, g3, xhat3), nhw, 2));
+  set_grad(ctx, 9, 1, sum_dims(b, tpu_emit_mul(b, g3, xhat3), nhw, 2));
   set_grad(ctx, 9, 2, sum_dims(b, g3, nhw, 2));
   return NULL;
 }
@@ -392,14 +375,14 @@ static tpu_status_t batch_norm(tpu_lower_ctx_t* ctx, int rm, int rv, bool traini
     if (!stats) return tpu_lower_decline(ctx, "evaluation without running stats");
     mean = tpu_emit_convert(b, tpu_lower_tensor(ctx, rm), xt.dtype);
     var = tpu_emit_convert(b, tpu_lower_tensor(ctx, rv), xt.dtype);
-    invstd = tpu_emit_unary(b, "stablehlo.rsqrt", add(b, var, splat(b, var, eps)));
-    xc = sub(b, x, along(b, mean, &xt, 1));
+    invstd = tpu_emit_unary(b, "stablehlo.rsqrt", tpu_emit_add(b, var, tpu_emit_splat(b, var, eps)));
+    xc = tpu_emit_sub(b, x, along(b, mean, &xt, 1));
   }
-  tpu_hlo_value_t y = mul(b, xc, along(b, invstd, &xt, 1));
+  tpu_hlo_value_t y = tpu_emit_mul(b, xc, along(b, invstd, &xt, 1));
   if (is_tensor(ctx, 1))
-    y = mul(b, y, along(b, tpu_emit_convert(b, tpu_lower_tensor(ctx, 1), xt.dtype), &xt, 1));
+    y = tpu_emit_mul(b, y, along(b, tpu_emit_convert(b, tpu_lower_tensor(ctx, 1), xt.dtype), &xt, 1));
   if (is_tensor(ctx, 2))
-    y = add(b, y, along(b, tpu_emit_convert(b, tpu_lower_tensor(ctx, 2), xt.dtype), &xt, 1));
+    y = tpu_emit_add(b, y, along(b, tpu_emit_convert(b, tpu_lower_tensor(ctx, 2), xt.dtype), &xt, 1));
   set_out(ctx, 0, y);
   set_out(ctx, 1, mean);
   set_out(ctx, 2, invstd);
@@ -413,8 +396,8 @@ static tpu_status_t batch_norm(tpu_lower_ctx_t* ctx, int rm, int rv, bool traini
       double unbias = count > 1 ? count / (count - 1) : INFINITY;
       tpu_hlo_value_t m0 = tpu_emit_convert(b, new_rm, xt.dtype);
       tpu_hlo_value_t v0 = tpu_emit_convert(b, new_rv, xt.dtype);
-      new_rm = add(b, mul_c(b, m0, 1 - momentum), mul_c(b, mean, momentum));
-      new_rv = add(b, mul_c(b, v0, 1 - momentum), mul_c(b, mul_c(b, var, unbias), momentum));
+      new_rm = tpu_emit_add(b, mul_c(b, m0, 1 - momentum), mul_c(b, mean, momentum));
+      new_rv = tpu_emit_add(b, mul_c(b, v0, 1 - momentum), mul_c(b, mul_c(b, var, unbias), momentum));
     }
     set_out(ctx, 3, new_rm);
     set_out(ctx, 4, new_rv);
@@ -463,26 +446,26 @@ static tpu_status_t lower_batch_norm_bwd(tpu_lower_ctx_t* ctx) {
       return tpu_lower_decline(ctx, "evaluation backward without running stats");
     mean = tpu_emit_convert(b, tpu_lower_tensor(ctx, 3), xt.dtype);
     tpu_hlo_value_t var = tpu_emit_convert(b, tpu_lower_tensor(ctx, 4), xt.dtype);
-    invstd = tpu_emit_unary(b, "stablehlo.rsqrt", add(b, var, splat(b, var, eps)));
+    invstd = tpu_emit_unary(b, "stablehlo.rsqrt", tpu_emit_add(b, var, tpu_emit_splat(b, var, eps)));
   }
   int64_t dims[TPU_HLO_MAX_RANK];
   int n = 0;
   for (int d = 0; d < xt.rank; d++)
     if (d != 1) dims[n++] = d;
-  tpu_hlo_value_t xhat = mul(b, sub(b, x, along(b, mean, &xt, 1)), along(b, invstd, &xt, 1));
+  tpu_hlo_value_t xhat = tpu_emit_mul(b, tpu_emit_sub(b, x, along(b, mean, &xt, 1)), along(b, invstd, &xt, 1));
   tpu_hlo_value_t dbias = sum_dims(b, g, dims, n);
-  tpu_hlo_value_t dweight = sum_dims(b, mul(b, g, xhat), dims, n);
+  tpu_hlo_value_t dweight = sum_dims(b, tpu_emit_mul(b, g, xhat), dims, n);
   tpu_hlo_value_t scale = invstd;
   if (is_tensor(ctx, 2))
-    scale = mul(b, scale, tpu_emit_convert(b, tpu_lower_tensor(ctx, 2), xt.dtype));
+    scale = tpu_emit_mul(b, scale, tpu_emit_convert(b, tpu_lower_tensor(ctx, 2), xt.dtype));
   tpu_hlo_value_t dx;
   if (train) {
     double count = (double)(numel(&xt) / xt.dims[1]);
     tpu_hlo_value_t mb = along(b, mul_c(b, dbias, 1 / count), &xt, 1);
     tpu_hlo_value_t mw = along(b, mul_c(b, dweight, 1 / count), &xt, 1);
-    dx = mul(b, along(b, scale, &xt, 1), sub(b, sub(b, g, mb), mul(b, xhat, mw)));
+    dx = tpu_emit_mul(b, along(b, scale, &xt, 1), tpu_emit_sub(b, tpu_emit_sub(b, g, mb), tpu_emit_mul(b, xhat, mw)));
   } else {
-    dx = mul(b, g, along(b, scale, &xt, 1));
+    dx = tpu_emit_mul(b, g, along(b, scale, &xt, 1));
   }
   set_grad(ctx, 9, 0, dx);
   set_grad(ctx, 9, 1, dweight);
@@ -535,8 +518,8 @@ static tpu_status_t lower_embedding_bwd(tpu_lower_ctx_t* ctx) {
       b, tpu_emit_convert(b, tpu_lower_tensor(ctx, 1), TPU_DTYPE_INT64), k1, 2);
   tpu_hlo_type_t gt = type_of(b, g);
   if (pad >= 0) {
-    tpu_hlo_value_t keep = tpu_emit_compare(b, "NE", idx, splat(b, idx, (double)pad));
-    g = tpu_emit_select(b, tpu_emit_broadcast_to(b, keep, &gt), g, splat(b, g, 0));
+    tpu_hlo_value_t keep = tpu_emit_compare(b, "NE", idx, tpu_emit_splat(b, idx, (double)pad));
+    g = tpu_emit_select(b, tpu_emit_broadcast_to(b, keep, &gt), g, tpu_emit_splat(b, g, 0));
   }
   tpu_hlo_type_t acc_out = out;
   acc_out.dtype = gt.dtype;
@@ -546,8 +529,8 @@ static tpu_status_t lower_embedding_bwd(tpu_lower_ctx_t* ctx) {
     tpu_hlo_type_t ones_t = tpu_hlo_type_make(gt.dtype, 1, &k);
     tpu_hlo_value_t counts = scatter_add_rows(b, tpu_emit_const_like(b, &cnt_t, 0), idx,
                                               tpu_emit_const_like(b, &ones_t, 1));
-    counts = tpu_emit_binary(b, "stablehlo.maximum", counts, splat(b, counts, 1));
-    r = div_(b, r, along(b, counts, &acc_out, 0));
+    counts = tpu_emit_binary(b, "stablehlo.maximum", counts, tpu_emit_splat(b, counts, 1));
+    r = tpu_emit_div(b, r, along(b, counts, &acc_out, 0));
   }
   set_out(ctx, 0, r);
   return NULL;
@@ -562,7 +545,7 @@ static tpu_hlo_value_t reduce_loss(tpu_hlo_builder_t* b, tpu_hlo_value_t loss, i
   if (red == REDUCE_NONE) return loss;
   tpu_hlo_type_t t = type_of(b, loss);
   tpu_hlo_value_t s = sum_all(b, loss);
-  if (red == REDUCE_MEAN) s = div_(b, s, splat(b, s, (double)numel(&t)));
+  if (red == REDUCE_MEAN) s = tpu_emit_div(b, s, tpu_emit_splat(b, s, (double)numel(&t)));
   return s;
 }
 
@@ -601,8 +584,8 @@ static tpu_status_t lower_mse(tpu_lower_ctx_t* ctx) {
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
   if (!floating_out(ctx)) return tpu_lower_decline(ctx, "non-floating loss");
   tpu_hlo_type_t t = loss_shape(ctx, 0, 1);
-  tpu_hlo_value_t d = sub(b, operand_to(ctx, 0, &t), operand_to(ctx, 1, &t));
-  set_out(ctx, 0, reduce_loss(b, mul(b, d, d), int_arg(ctx, 2, REDUCE_MEAN)));
+  tpu_hlo_value_t d = tpu_emit_sub(b, operand_to(ctx, 0, &t), operand_to(ctx, 1, &t));
+  set_out(ctx, 0, reduce_loss(b, tpu_emit_mul(b, d, d), int_arg(ctx, 2, REDUCE_MEAN)));
   return NULL;
 }
 
@@ -612,9 +595,9 @@ static tpu_status_t lower_mse_bwd(tpu_lower_ctx_t* ctx) {
   if (!floating_out(ctx)) return tpu_lower_decline(ctx, "non-floating loss");
   tpu_hlo_type_t t = tpu_lower_output_type(ctx, 0);
   t.dtype = acc_dtype(t.dtype);
-  tpu_hlo_value_t d = sub(b, operand_to(ctx, 1, &t), operand_to(ctx, 2, &t));
+  tpu_hlo_value_t d = tpu_emit_sub(b, operand_to(ctx, 1, &t), operand_to(ctx, 2, &t));
   tpu_hlo_value_t g = loss_grad_scale(ctx, 0, int_arg(ctx, 3, REDUCE_MEAN), &t);
-  set_out(ctx, 0, mul(b, mul_c(b, d, 2.0), g));
+  set_out(ctx, 0, tpu_emit_mul(b, mul_c(b, d, 2.0), g));
   return NULL;
 }
 
@@ -633,15 +616,15 @@ static tpu_status_t lower_bce(tpu_lower_ctx_t* ctx) {
   tpu_hlo_type_t t = tpu_lower_arg(ctx, 0)->type;
   t.dtype = acc_dtype(t.dtype);
   tpu_hlo_value_t x = operand_to(ctx, 0, &t), y = operand_to(ctx, 1, &t), w;
-  tpu_hlo_value_t floor = splat(b, x, -100);
+  tpu_hlo_value_t floor = tpu_emit_splat(b, x, -100);
   tpu_hlo_value_t l1 = tpu_emit_binary(
       b, "stablehlo.maximum",
       tpu_emit_unary(b, "stablehlo.log_plus_one", tpu_emit_unary(b, "stablehlo.negate", x)),
       floor);
   tpu_hlo_value_t l0 = tpu_emit_binary(b, "stablehlo.maximum", tpu_emit_unary(b, "stablehlo.log", x),
                                        floor);
-  tpu_hlo_value_t loss = sub(b, mul(b, sub(b, y, splat(b, y, 1)), l1), mul(b, y, l0));
-  if (weight_to(ctx, 2, &t, &w)) loss = mul(b, loss, w);
+  tpu_hlo_value_t loss = tpu_emit_sub(b, tpu_emit_mul(b, tpu_emit_sub(b, y, tpu_emit_splat(b, y, 1)), l1), tpu_emit_mul(b, y, l0));
+  if (weight_to(ctx, 2, &t, &w)) loss = tpu_emit_mul(b, loss, w);
   set_out(ctx, 0, reduce_loss(b, loss, int_arg(ctx, 3, REDUCE_MEAN)));
   return NULL;
 }
@@ -654,11 +637,11 @@ static tpu_status_t lower_bce_bwd(tpu_lower_ctx_t* ctx) {
   tpu_hlo_type_t t = tpu_lower_output_type(ctx, 0);
   t.dtype = acc_dtype(t.dtype);
   tpu_hlo_value_t x = operand_to(ctx, 1, &t), y = operand_to(ctx, 2, &t), w;
-  tpu_hlo_value_t denom = mul(b, sub(b, splat(b, x, 1), x), x);
-  denom = tpu_emit_binary(b, "stablehlo.maximum", denom, splat(b, denom, 1e-12));
-  tpu_hlo_value_t r = div_(b, sub(b, x, y), denom);
-  r = mul(b, r, loss_grad_scale(ctx, 0, int_arg(ctx, 4, REDUCE_MEAN), &t));
-  if (weight_to(ctx, 3, &t, &w)) r = mul(b, r, w);
+  tpu_hlo_value_t denom = tpu_emit_mul(b, tpu_emit_sub(b, tpu_emit_splat(b, x, 1), x), x);
+  denom = tpu_emit_binary(b, "stablehlo.maximum", denom, tpu_emit_splat(b, denom, 1e-12));
+  tpu_hlo_value_t r = tpu_emit_div(b, tpu_emit_sub(b, x, y), denom);
+  r = tpu_emit_mul(b, r, loss_grad_scale(ctx, 0, int_arg(ctx, 4, REDUCE_MEAN), &t));
+  if (weight_to(ctx, 3, &t, &w)) r = tpu_emit_mul(b, r, w);
   set_out(ctx, 0, r);
   return NULL;
 }
@@ -671,15 +654,15 @@ static tpu_status_t lower_smooth_common(tpu_lower_ctx_t* ctx, bool huber) {
   tpu_hlo_type_t t = loss_shape(ctx, 0, 1);
   double p = float_arg(ctx, 3, 1.0);
   tpu_hlo_value_t z = tpu_emit_unary(b, "stablehlo.abs",
-                                     sub(b, operand_to(ctx, 0, &t), operand_to(ctx, 1, &t)));
+                                     tpu_emit_sub(b, operand_to(ctx, 0, &t), operand_to(ctx, 1, &t)));
   tpu_hlo_value_t loss;
   if (!huber && p == 0) {
     loss = z;
   } else {
-    tpu_hlo_value_t quad = mul_c(b, mul(b, z, z), huber ? 0.5 : 0.5 / p);
-    tpu_hlo_value_t lin = sub(b, z, splat(b, z, 0.5 * p));
+    tpu_hlo_value_t quad = mul_c(b, tpu_emit_mul(b, z, z), huber ? 0.5 : 0.5 / p);
+    tpu_hlo_value_t lin = tpu_emit_sub(b, z, tpu_emit_splat(b, z, 0.5 * p));
     if (huber) lin = mul_c(b, lin, p);
-    loss = tpu_emit_select(b, tpu_emit_compare(b, "LT", z, splat(b, z, p)), quad, lin);
+    loss = tpu_emit_select(b, tpu_emit_compare(b, "LT", z, tpu_emit_splat(b, z, p)), quad, lin);
   }
   set_out(ctx, 0, reduce_loss(b, loss, int_arg(ctx, 2, REDUCE_MEAN)));
   return NULL;
@@ -698,18 +681,18 @@ static tpu_status_t lower_smooth_bwd_common(tpu_lower_ctx_t* ctx, bool huber) {
   tpu_hlo_type_t t = tpu_lower_output_type(ctx, 0);
   t.dtype = acc_dtype(t.dtype);
   double p = float_arg(ctx, 4, 1.0);
-  tpu_hlo_value_t d = sub(b, operand_to(ctx, 1, &t), operand_to(ctx, 2, &t));
+  tpu_hlo_value_t d = tpu_emit_sub(b, operand_to(ctx, 1, &t), operand_to(ctx, 2, &t));
   tpu_hlo_value_t r;
   if (huber) {
-    r = tpu_hlo_op(b, "stablehlo.clamp", (tpu_hlo_value_t[]){splat(b, d, -p), d, splat(b, d, p)},
+    r = tpu_hlo_op(b, "stablehlo.clamp", (tpu_hlo_value_t[]){tpu_emit_splat(b, d, -p), d, tpu_emit_splat(b, d, p)},
                    3, type_of(b, d), NULL);
   } else {
     tpu_hlo_value_t small = tpu_emit_compare(b, "LT", tpu_emit_unary(b, "stablehlo.abs", d),
-                                             splat(b, d, p));
+                                             tpu_emit_splat(b, d, p));
     tpu_hlo_value_t lin = tpu_emit_unary(b, "stablehlo.sign", d);
     r = p == 0 ? lin : tpu_emit_select(b, small, mul_c(b, d, 1.0 / p), lin);
   }
-  set_out(ctx, 0, mul(b, r, loss_grad_scale(ctx, 0, int_arg(ctx, 3, REDUCE_MEAN), &t)));
+  set_out(ctx, 0, tpu_emit_mul(b, r, loss_grad_scale(ctx, 0, int_arg(ctx, 3, REDUCE_MEAN), &t)));
   return NULL;
 }
 static tpu_status_t lower_smooth_l1_bwd(tpu_lower_ctx_t* ctx) {
@@ -741,7 +724,7 @@ static nll_parts_t nll_parts(tpu_lower_ctx_t* ctx, int ti, int wi, int64_t ignor
   for (int d = 0; d < xt->rank; d++) keep[d] = d == p.cdim ? 1 : xt->dims[d];
   tpu_hlo_value_t tb = tpu_emit_broadcast_to(b, tpu_emit_reshape(b, t, keep, xt->rank), &it);
   p.onehot = tpu_emit_compare(b, "EQ", tpu_emit_iota(b, &it, p.cdim), tb);
-  p.valid = tpu_emit_compare(b, "NE", t, splat(b, t, (double)ignore));
+  p.valid = tpu_emit_compare(b, "NE", t, tpu_emit_splat(b, t, (double)ignore));
   tpu_hlo_type_t ft = *xt;
   tpu_hlo_value_t w;
   if (is_tensor(ctx, wi)) {
@@ -752,7 +735,7 @@ static nll_parts_t nll_parts(tpu_lower_ctx_t* ctx, int ti, int wi, int64_t ignor
   } else {
     w = tpu_emit_convert(b, p.valid, ft.dtype); /* 1 for every valid target */
   }
-  p.wt = tpu_emit_select(b, p.valid, w, splat(b, w, 0));
+  p.wt = tpu_emit_select(b, p.valid, w, tpu_emit_splat(b, w, 0));
   return p;
 }
 
@@ -767,18 +750,18 @@ static tpu_status_t lower_nll(tpu_lower_ctx_t* ctx) {
   int64_t red = int_arg(ctx, 3, REDUCE_MEAN);
   nll_parts_t p = nll_parts(ctx, 1, 2, int_arg(ctx, 4, -100), &xt);
   tpu_hlo_value_t picked =
-      sum_dims(b, tpu_emit_select(b, p.onehot, x, splat(b, x, 0)), (int64_t[]){p.cdim}, 1);
-  tpu_hlo_value_t loss = tpu_emit_unary(b, "stablehlo.negate", mul(b, picked, p.wt));
-  loss = tpu_emit_select(b, p.valid, loss, splat(b, loss, 0));
+      sum_dims(b, tpu_emit_select(b, p.onehot, x, tpu_emit_splat(b, x, 0)), (int64_t[]){p.cdim}, 1);
+  tpu_hlo_value_t loss = tpu_emit_unary(b, "stablehlo.negate", tpu_emit_mul(b, picked, p.wt));
+  loss = tpu_emit_select(b, p.valid, loss, tpu_emit_splat(b, loss, 0));
   tpu_hlo_value_t total = sum_all(b, p.wt);
   if (red == REDUCE_NONE) {
     set_out(ctx, 0, loss);
     /* PyTorch reports total_weight 0 for batched unreduced losses. */
-    set_out(ctx, 1, xt.rank > 1 ? splat(b, total, 0) : total);
+    set_out(ctx, 1, xt.rank > 1 ? tpu_emit_splat(b, total, 0) : total);
     return NULL;
   }
   tpu_hlo_value_t s = sum_all(b, loss);
-  set_out(ctx, 0, red == REDUCE_MEAN ? div_(b, s, total) : s);
+  set_out(ctx, 0, red == REDUCE_MEAN ? tpu_emit_div(b, s, total) : s);
   set_out(ctx, 1, total);
   return NULL;
 }
@@ -798,9 +781,9 @@ static tpu_status_t lower_nll_bwd(tpu_lower_ctx_t* ctx) {
   tpu_hlo_value_t per = tpu_emit_unary(b, "stablehlo.negate", p.wt); /* target shape */
   tpu_hlo_type_t pt = type_of(b, per);
   if (red == REDUCE_MEAN)
-    g = div_(b, g, tpu_emit_convert(b, tpu_lower_tensor(ctx, 6), xt.dtype));
+    g = tpu_emit_div(b, g, tpu_emit_convert(b, tpu_lower_tensor(ctx, 6), xt.dtype));
   /* none: grad_output has the target's shape; else it is a scalar. */
-  per = mul(b, per, red == REDUCE_NONE ? tpu_emit_reshape(b, g, pt.dims, pt.rank)
+  per = tpu_emit_mul(b, per, red == REDUCE_NONE ? tpu_emit_reshape(b, g, pt.dims, pt.rank)
                                        : tpu_emit_broadcast_to(b, g, &pt));
   int64_t keep[TPU_HLO_MAX_RANK];
   for (int d = 0; d < xt.rank; d++) keep[d] = d == p.cdim ? 1 : xt.dims[d];
@@ -836,15 +819,15 @@ static tpu_status_t lower_native_dropout(tpu_lower_ctx_t* ctx) {
    * any binary op on it fails to compile, and the convert reads it as
    * unsigned; a signed reading is folded back by adding 2^32. */
   tpu_hlo_value_t u = tpu_emit_convert(b, bits, TPU_DTYPE_FLOAT32);
-  tpu_hlo_value_t neg = tpu_emit_compare(b, "LT", u, splat(b, u, 0));
-  u = tpu_emit_select(b, neg, add(b, u, splat(b, u, 4294967296.0)), u);
+  tpu_hlo_value_t neg = tpu_emit_compare(b, "LT", u, tpu_emit_splat(b, u, 0));
+  u = tpu_emit_select(b, neg, tpu_emit_add(b, u, tpu_emit_splat(b, u, 4294967296.0)), u);
   u = mul_c(b, u, 1.0 / 4294967296.0);
   tpu_hlo_value_t keep = p <= 0 ? tpu_emit_const_like(b, &mt, 1)
-                                : tpu_emit_compare(b, "LT", u, splat(b, u, 1.0 - p));
+                                : tpu_emit_compare(b, "LT", u, tpu_emit_splat(b, u, 1.0 - p));
   tpu_dtype_t acc = acc_dtype(xt.dtype);
   tpu_hlo_value_t xa = tpu_emit_convert(b, x, acc);
   double scale = p >= 1 ? 0.0 : 1.0 / (1.0 - p);
-  tpu_hlo_value_t y = tpu_emit_select(b, keep, mul_c(b, xa, scale), splat(b, xa, 0));
+  tpu_hlo_value_t y = tpu_emit_select(b, keep, mul_c(b, xa, scale), tpu_emit_splat(b, xa, 0));
   set_out(ctx, 0, y);
   tpu_lower_set_output(ctx, 1, keep);
   return NULL;
@@ -857,7 +840,7 @@ static tpu_status_t lower_native_dropout_bwd(tpu_lower_ctx_t* ctx) {
   tpu_hlo_value_t g = acc_tensor(ctx, 0);
   tpu_hlo_type_t gt = type_of(b, g);
   tpu_hlo_value_t m = tpu_emit_cast_to(b, tpu_lower_tensor(ctx, 1), &gt);
-  set_out(ctx, 0, mul(b, g, mul_c(b, m, float_arg(ctx, 2, 1.0))));
+  set_out(ctx, 0, tpu_emit_mul(b, g, mul_c(b, m, float_arg(ctx, 2, 1.0))));
   return NULL;
 }
 
@@ -873,8 +856,8 @@ static tpu_status_t lower_log_sigmoid(tpu_lower_ctx_t* ctx) {
   tpu_hlo_value_t z = tpu_emit_unary(
       b, "stablehlo.exponential",
       tpu_emit_unary(b, "stablehlo.negate", tpu_emit_unary(b, "stablehlo.abs", x)));
-  tpu_hlo_value_t m = tpu_emit_binary(b, "stablehlo.minimum", x, splat(b, x, 0));
-  set_out(ctx, 0, sub(b, m, tpu_emit_unary(b, "stablehlo.log_plus_one", z)));
+  tpu_hlo_value_t m = tpu_emit_binary(b, "stablehlo.minimum", x, tpu_emit_splat(b, x, 0));
+  set_out(ctx, 0, tpu_emit_sub(b, m, tpu_emit_unary(b, "stablehlo.log_plus_one", z)));
   set_out(ctx, 1, z);
   return NULL;
 }
@@ -889,10 +872,10 @@ static tpu_status_t lower_log_sigmoid_bwd(tpu_lower_ctx_t* ctx) {
   tpu_hlo_value_t z = tpu_emit_unary(
       b, "stablehlo.exponential",
       tpu_emit_unary(b, "stablehlo.negate", tpu_emit_unary(b, "stablehlo.abs", x)));
-  tpu_hlo_value_t q = div_(b, z, add(b, splat(b, z, 1), z));
-  tpu_hlo_value_t neg = tpu_emit_compare(b, "LT", x, splat(b, x, 0));
-  tpu_hlo_value_t d = tpu_emit_select(b, neg, sub(b, splat(b, q, 1), q), q);
-  set_out(ctx, 0, mul(b, g, d));
+  tpu_hlo_value_t q = tpu_emit_div(b, z, tpu_emit_add(b, tpu_emit_splat(b, z, 1), z));
+  tpu_hlo_value_t neg = tpu_emit_compare(b, "LT", x, tpu_emit_splat(b, x, 0));
+  tpu_hlo_value_t d = tpu_emit_select(b, neg, tpu_emit_sub(b, tpu_emit_splat(b, q, 1), q), q);
+  set_out(ctx, 0, tpu_emit_mul(b, g, d));
   return NULL;
 }
 
@@ -918,7 +901,7 @@ static tpu_status_t lower_glu(tpu_lower_ctx_t* ctx) {
   tpu_hlo_value_t x = acc_tensor(ctx, 0), first, second;
   int dim = wrap_dim(int_arg(ctx, 1, -1), type_of(b, x).rank);
   halves(b, x, dim, &first, &second);
-  set_out(ctx, 0, mul(b, first, tpu_emit_unary(b, "stablehlo.logistic", second)));
+  set_out(ctx, 0, tpu_emit_mul(b, first, tpu_emit_unary(b, "stablehlo.logistic", second)));
   return NULL;
 }
 
@@ -932,8 +915,8 @@ static tpu_status_t lower_glu_bwd(tpu_lower_ctx_t* ctx) {
   int dim = wrap_dim(int_arg(ctx, 2, -1), xt.rank);
   halves(b, x, dim, &first, &second);
   tpu_hlo_value_t sg = tpu_emit_unary(b, "stablehlo.logistic", second);
-  tpu_hlo_value_t ga = mul(b, g, sg);
-  tpu_hlo_value_t gb = mul(b, mul(b, ga, first), sub(b, splat(b, sg, 1), sg));
+  tpu_hlo_value_t ga = tpu_emit_mul(b, g, sg);
+  tpu_hlo_value_t gb = tpu_emit_mul(b, tpu_emit_mul(b, ga, first), tpu_emit_sub(b, tpu_emit_splat(b, sg, 1), sg));
   char attrs[48];
   snprintf(attrs, sizeof attrs, "dimension = %d : i64", dim);
   tpu_hlo_value_t parts[2] = {ga, gb};

@@ -26,24 +26,7 @@ static tpu_dtype_t math_dtype(tpu_dtype_t d) {
   return d == TPU_DTYPE_FLOAT16 || d == TPU_DTYPE_BFLOAT16 ? TPU_DTYPE_FLOAT32 : d;
 }
 
-/* A constant shaped and typed like v. */
-static tpu_hlo_value_t like(tpu_hlo_builder_t* b, tpu_hlo_value_t v, double c) {
-  tpu_hlo_type_t t = tpu_hlo_value_type(b, v);
-  return tpu_emit_const_like(b, &t, c);
-}
 
-static tpu_hlo_value_t add(tpu_hlo_builder_t* b, tpu_hlo_value_t x, tpu_hlo_value_t y) {
-  return tpu_emit_binary(b, "stablehlo.add", x, y);
-}
-static tpu_hlo_value_t sub(tpu_hlo_builder_t* b, tpu_hlo_value_t x, tpu_hlo_value_t y) {
-  return tpu_emit_binary(b, "stablehlo.subtract", x, y);
-}
-static tpu_hlo_value_t mul(tpu_hlo_builder_t* b, tpu_hlo_value_t x, tpu_hlo_value_t y) {
-  return tpu_emit_binary(b, "stablehlo.multiply", x, y);
-}
-static tpu_hlo_value_t dvd(tpu_hlo_builder_t* b, tpu_hlo_value_t x, tpu_hlo_value_t y) {
-  return tpu_emit_binary(b, "stablehlo.divide", x, y);
-}
 static tpu_hlo_value_t un(tpu_hlo_builder_t* b, const char* op, tpu_hlo_value_t x) {
   return tpu_emit_unary(b, op, x);
 }
@@ -79,12 +62,12 @@ static tpu_hlo_value_t sign_bit(tpu_hlo_builder_t* b, tpu_hlo_value_t x) {
   size_t size = tpu_dtype_size(t.dtype);
   t.dtype = size == 8 ? TPU_DTYPE_INT64 : size == 4 ? TPU_DTYPE_INT32 : TPU_DTYPE_INT16;
   tpu_hlo_value_t bits = tpu_hlo_op(b, "stablehlo.bitcast_convert", &x, 1, t, NULL);
-  return cmp(b, "LT", bits, like(b, bits, 0));
+  return cmp(b, "LT", bits, tpu_emit_splat(b, bits, 0));
 }
 
 /* trunc for floats: round toward zero. */
 static tpu_hlo_value_t trunc_f(tpu_hlo_builder_t* b, tpu_hlo_value_t x) {
-  return sel(b, cmp(b, "LT", x, like(b, x, 0)), un(b, "stablehlo.ceil", x),
+  return sel(b, cmp(b, "LT", x, tpu_emit_splat(b, x, 0)), un(b, "stablehlo.ceil", x),
              un(b, "stablehlo.floor", x));
 }
 
@@ -181,41 +164,41 @@ HLO_FN(f_erfinv, "chlo.erf_inv")
 #undef HLO_FN
 
 static tpu_hlo_value_t f_exp2(tpu_hlo_builder_t* b, tpu_hlo_value_t x) {
-  return tpu_emit_binary(b, "stablehlo.power", like(b, x, 2), x);
+  return tpu_emit_binary(b, "stablehlo.power", tpu_emit_splat(b, x, 2), x);
 }
 static tpu_hlo_value_t f_log2(tpu_hlo_builder_t* b, tpu_hlo_value_t x) {
-  return dvd(b, f_log(b, x), like(b, x, M_LN2));
+  return tpu_emit_div(b, f_log(b, x), tpu_emit_splat(b, x, M_LN2));
 }
 static tpu_hlo_value_t f_log10(tpu_hlo_builder_t* b, tpu_hlo_value_t x) {
-  return dvd(b, f_log(b, x), like(b, x, M_LN10));
+  return tpu_emit_div(b, f_log(b, x), tpu_emit_splat(b, x, M_LN10));
 }
 static tpu_hlo_value_t f_atan(tpu_hlo_builder_t* b, tpu_hlo_value_t x) {
-  return tpu_emit_binary(b, "stablehlo.atan2", x, like(b, x, 1));
+  return tpu_emit_binary(b, "stablehlo.atan2", x, tpu_emit_splat(b, x, 1));
 }
 static tpu_hlo_value_t f_reciprocal(tpu_hlo_builder_t* b, tpu_hlo_value_t x) {
-  return dvd(b, like(b, x, 1), x);
+  return tpu_emit_div(b, tpu_emit_splat(b, x, 1), x);
 }
 static tpu_hlo_value_t f_frac(tpu_hlo_builder_t* b, tpu_hlo_value_t x) {
-  return sub(b, x, trunc_f(b, x));
+  return tpu_emit_sub(b, x, trunc_f(b, x));
 }
 /* x * tanh(softplus(x)), softplus without PyTorch's threshold (as mish). */
 static tpu_hlo_value_t f_tanh_softplus(tpu_hlo_builder_t* b, tpu_hlo_value_t x) {
   return f_tanh(b, f_log1p(b, f_exp(b, x)));
 }
 static tpu_hlo_value_t f_mish(tpu_hlo_builder_t* b, tpu_hlo_value_t x) {
-  return mul(b, x, f_tanh_softplus(b, x));
+  return tpu_emit_mul(b, x, f_tanh_softplus(b, x));
 }
 static tpu_hlo_value_t f_silu(tpu_hlo_builder_t* b, tpu_hlo_value_t x) {
-  return mul(b, x, f_sigmoid(b, x));
+  return tpu_emit_mul(b, x, f_sigmoid(b, x));
 }
 /* min(max(x + 3, 0), 6) / 6, NaN propagating like std::min/std::max. */
 static tpu_hlo_value_t f_hardsigmoid(tpu_hlo_builder_t* b, tpu_hlo_value_t x) {
-  tpu_hlo_value_t r = max_nan(b, add(b, x, like(b, x, 3)), like(b, x, 0));
-  return dvd(b, min_nan(b, r, like(b, x, 6)), like(b, x, 6));
+  tpu_hlo_value_t r = max_nan(b, tpu_emit_add(b, x, tpu_emit_splat(b, x, 3)), tpu_emit_splat(b, x, 0));
+  return tpu_emit_div(b, min_nan(b, r, tpu_emit_splat(b, x, 6)), tpu_emit_splat(b, x, 6));
 }
 static tpu_hlo_value_t f_hardswish(tpu_hlo_builder_t* b, tpu_hlo_value_t x) {
-  tpu_hlo_value_t r = max_nan(b, add(b, x, like(b, x, 3)), like(b, x, 0));
-  return dvd(b, mul(b, x, min_nan(b, r, like(b, x, 6))), like(b, x, 6));
+  tpu_hlo_value_t r = max_nan(b, tpu_emit_add(b, x, tpu_emit_splat(b, x, 3)), tpu_emit_splat(b, x, 0));
+  return tpu_emit_div(b, tpu_emit_mul(b, x, min_nan(b, r, tpu_emit_splat(b, x, 6))), tpu_emit_splat(b, x, 6));
 }
 
 #define MATH_ROW(name) \
@@ -278,10 +261,10 @@ static tpu_status_t lower_sign(tpu_lower_ctx_t* ctx) {
   tpu_dtype_t d = tpu_hlo_value_type(b, x).dtype;
   if (tpu_dtype_is_complex(d)) return tpu_lower_decline(ctx, "complex sign");
   if (d == TPU_DTYPE_BOOL) return finish(ctx, x);
-  tpu_hlo_value_t zero = like(b, x, 0);
+  tpu_hlo_value_t zero = tpu_emit_splat(b, x, 0);
   tpu_hlo_value_t pos = tpu_emit_convert(b, cmp(b, "GT", x, zero), d);
   if (d == TPU_DTYPE_UINT8) return finish(ctx, pos);
-  return finish(ctx, sub(b, pos, tpu_emit_convert(b, cmp(b, "LT", x, zero), d)));
+  return finish(ctx, tpu_emit_sub(b, pos, tpu_emit_convert(b, cmp(b, "LT", x, zero), d)));
 }
 
 /* floor / ceil / trunc / round: integers are returned unchanged. */
@@ -311,11 +294,11 @@ static tpu_status_t lower_round(tpu_lower_ctx_t* ctx) {
   tpu_hlo_value_t x = tpu_emit_convert(b, tpu_lower_tensor(ctx, 0), math_dtype(d));
   double p = pow(10.0, (double)(decimals < 0 ? -decimals : decimals));
   if (math_dtype(d) == TPU_DTYPE_FLOAT32) p = (float)p;
-  tpu_hlo_value_t scale = like(b, x, p);
+  tpu_hlo_value_t scale = tpu_emit_splat(b, x, p);
   tpu_hlo_value_t r =
       decimals < 0
-          ? mul(b, un(b, "stablehlo.round_nearest_even", dvd(b, x, scale)), scale)
-          : dvd(b, un(b, "stablehlo.round_nearest_even", mul(b, x, scale)), scale);
+          ? tpu_emit_mul(b, un(b, "stablehlo.round_nearest_even", tpu_emit_div(b, x, scale)), scale)
+          : tpu_emit_div(b, un(b, "stablehlo.round_nearest_even", tpu_emit_mul(b, x, scale)), scale);
   return finish(ctx, r);
 }
 
@@ -333,34 +316,34 @@ static tpu_status_t lower_relu(tpu_lower_ctx_t* ctx) {
   if (d == TPU_DTYPE_BOOL || tpu_dtype_is_complex(d))
     return tpu_lower_decline(ctx, "relu of %s", tpu_dtype_name(d));
   /* select keeps NaN (NaN < 0 is false). */
-  return finish(ctx, sel(b, cmp(b, "LT", x, like(b, x, 0)), like(b, x, 0), x));
+  return finish(ctx, sel(b, cmp(b, "LT", x, tpu_emit_splat(b, x, 0)), tpu_emit_splat(b, x, 0), x));
 }
 
 static tpu_hlo_value_t gelu_cdf_pdf(tpu_hlo_builder_t* b, tpu_hlo_value_t x, bool tanh_approx,
                                     tpu_hlo_value_t* out_derivative) {
-  tpu_hlo_value_t half = like(b, x, 0.5), one = like(b, x, 1);
+  tpu_hlo_value_t half = tpu_emit_splat(b, x, 0.5), one = tpu_emit_splat(b, x, 1);
   if (!tanh_approx) {
     /* gelu = x * Phi(x); gelu' = Phi(x) + x * phi(x). */
-    tpu_hlo_value_t cdf = mul(b, half, add(b, one, f_erf(b, mul(b, x, like(b, x, M_SQRT1_2)))));
+    tpu_hlo_value_t cdf = tpu_emit_mul(b, half, tpu_emit_add(b, one, f_erf(b, tpu_emit_mul(b, x, tpu_emit_splat(b, x, M_SQRT1_2)))));
     if (out_derivative) {
-      tpu_hlo_value_t pdf = mul(b, f_exp(b, mul(b, like(b, x, -0.5), mul(b, x, x))),
-                                like(b, x, 0.5 * M_2_SQRTPI * M_SQRT1_2));
-      *out_derivative = add(b, cdf, mul(b, x, pdf));
+      tpu_hlo_value_t pdf = tpu_emit_mul(b, f_exp(b, tpu_emit_mul(b, tpu_emit_splat(b, x, -0.5), tpu_emit_mul(b, x, x))),
+                                tpu_emit_splat(b, x, 0.5 * M_2_SQRTPI * M_SQRT1_2));
+      *out_derivative = tpu_emit_add(b, cdf, tpu_emit_mul(b, x, pdf));
     }
-    return mul(b, x, cdf);
+    return tpu_emit_mul(b, x, cdf);
   }
-  tpu_hlo_value_t beta = like(b, x, M_SQRT2 * M_2_SQRTPI * 0.5), kappa = like(b, x, 0.044715);
-  tpu_hlo_value_t x_sq = mul(b, x, x);
-  tpu_hlo_value_t inner = mul(b, beta, add(b, x, mul(b, kappa, mul(b, x_sq, x))));
+  tpu_hlo_value_t beta = tpu_emit_splat(b, x, M_SQRT2 * M_2_SQRTPI * 0.5), kappa = tpu_emit_splat(b, x, 0.044715);
+  tpu_hlo_value_t x_sq = tpu_emit_mul(b, x, x);
+  tpu_hlo_value_t inner = tpu_emit_mul(b, beta, tpu_emit_add(b, x, tpu_emit_mul(b, kappa, tpu_emit_mul(b, x_sq, x))));
   tpu_hlo_value_t t = f_tanh(b, inner);
-  tpu_hlo_value_t right = add(b, one, t);
+  tpu_hlo_value_t right = tpu_emit_add(b, one, t);
   if (out_derivative) {
-    tpu_hlo_value_t left = mul(b, half, x);
-    tpu_hlo_value_t dinner = mul(b, beta, add(b, one, mul(b, like(b, x, 3 * 0.044715), x_sq)));
-    tpu_hlo_value_t right_d = mul(b, mul(b, left, sub(b, one, mul(b, t, t))), dinner);
-    *out_derivative = add(b, mul(b, half, right), right_d);
+    tpu_hlo_value_t left = tpu_emit_mul(b, half, x);
+    tpu_hlo_value_t dinner = tpu_emit_mul(b, beta, tpu_emit_add(b, one, tpu_emit_mul(b, tpu_emit_splat(b, x, 3 * 0.044715), x_sq)));
+    tpu_hlo_value_t right_d = tpu_emit_mul(b, tpu_emit_mul(b, left, tpu_emit_sub(b, one, tpu_emit_mul(b, t, t))), dinner);
+    *out_derivative = tpu_emit_add(b, tpu_emit_mul(b, half, right), right_d);
   }
-  return mul(b, mul(b, half, x), right);
+  return tpu_emit_mul(b, tpu_emit_mul(b, half, x), right);
 }
 
 static bool gelu_is_tanh(tpu_lower_ctx_t* ctx, int i, tpu_status_t* out_status) {
@@ -388,7 +371,7 @@ static tpu_status_t lower_gelu_backward(tpu_lower_ctx_t* ctx) {
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
   tpu_hlo_value_t deriv;
   gelu_cdf_pdf(b, math_operand(ctx, 1, d), approx, &deriv);
-  return finish(ctx, mul(b, math_operand(ctx, 0, d), deriv));
+  return finish(ctx, tpu_emit_mul(b, math_operand(ctx, 0, d), deriv));
 }
 
 /* grad * s * (1 + x * (1 - s)), s = sigmoid(x). */
@@ -396,8 +379,8 @@ static tpu_status_t lower_silu_backward(tpu_lower_ctx_t* ctx) {
   FLOAT_OUT_OR_DECLINE(ctx, d);
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
   tpu_hlo_value_t g = math_operand(ctx, 0, d), x = math_operand(ctx, 1, d);
-  tpu_hlo_value_t s = f_sigmoid(b, x), one = like(b, x, 1);
-  return finish(ctx, mul(b, mul(b, g, s), add(b, one, mul(b, x, sub(b, one, s)))));
+  tpu_hlo_value_t s = f_sigmoid(b, x), one = tpu_emit_splat(b, x, 1);
+  return finish(ctx, tpu_emit_mul(b, tpu_emit_mul(b, g, s), tpu_emit_add(b, one, tpu_emit_mul(b, x, tpu_emit_sub(b, one, s)))));
 }
 
 /* (x*beta) > threshold ? x : log1p(exp(x*beta)) / beta */
@@ -407,8 +390,8 @@ static tpu_status_t lower_softplus(tpu_lower_ctx_t* ctx) {
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
   tpu_hlo_value_t x = math_operand(ctx, 0, d);
   tpu_hlo_value_t beta = param(ctx, 1, m), threshold = param(ctx, 2, m);
-  tpu_hlo_value_t xb = mul(b, x, beta);
-  tpu_hlo_value_t soft = dvd(b, f_log1p(b, f_exp(b, xb)), beta);
+  tpu_hlo_value_t xb = tpu_emit_mul(b, x, beta);
+  tpu_hlo_value_t soft = tpu_emit_div(b, f_log1p(b, f_exp(b, xb)), beta);
   return finish(ctx, sel(b, cmp(b, "GT", xb, threshold), x, soft));
 }
 
@@ -419,8 +402,8 @@ static tpu_status_t lower_softplus_backward(tpu_lower_ctx_t* ctx) {
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
   tpu_hlo_value_t g = math_operand(ctx, 0, d), x = math_operand(ctx, 1, d);
   tpu_hlo_value_t beta = param(ctx, 2, m), threshold = param(ctx, 3, m);
-  tpu_hlo_value_t xb = mul(b, x, beta), z = f_exp(b, xb);
-  tpu_hlo_value_t soft = dvd(b, mul(b, g, z), add(b, z, like(b, z, 1)));
+  tpu_hlo_value_t xb = tpu_emit_mul(b, x, beta), z = f_exp(b, xb);
+  tpu_hlo_value_t soft = tpu_emit_div(b, tpu_emit_mul(b, g, z), tpu_emit_add(b, z, tpu_emit_splat(b, z, 1)));
   return finish(ctx, sel(b, cmp(b, "GT", xb, threshold), g, soft));
 }
 
@@ -431,8 +414,8 @@ static tpu_status_t lower_elu(tpu_lower_ctx_t* ctx) {
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
   tpu_hlo_value_t x = math_operand(ctx, 0, d);
   tpu_hlo_value_t alpha = param(ctx, 1, m), scale = param(ctx, 2, m), in_scale = param(ctx, 3, m);
-  tpu_hlo_value_t neg = mul(b, f_expm1(b, mul(b, x, in_scale)), mul(b, alpha, scale));
-  return finish(ctx, sel(b, cmp(b, "LE", x, like(b, x, 0)), neg, mul(b, x, scale)));
+  tpu_hlo_value_t neg = tpu_emit_mul(b, f_expm1(b, tpu_emit_mul(b, x, in_scale)), tpu_emit_mul(b, alpha, scale));
+  return finish(ctx, sel(b, cmp(b, "LE", x, tpu_emit_splat(b, x, 0)), neg, tpu_emit_mul(b, x, scale)));
 }
 
 /* elu_backward(grad, alpha, scale, input_scale, is_result, self_or_result) */
@@ -442,12 +425,12 @@ static tpu_status_t lower_elu_backward(tpu_lower_ctx_t* ctx) {
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
   tpu_hlo_value_t g = math_operand(ctx, 0, d), x = math_operand(ctx, 5, d);
   tpu_hlo_value_t alpha = param(ctx, 1, m), scale = param(ctx, 2, m), in_scale = param(ctx, 3, m);
-  tpu_hlo_value_t negcoef = mul(b, alpha, scale);
+  tpu_hlo_value_t negcoef = tpu_emit_mul(b, alpha, scale);
   tpu_hlo_value_t neg =
       tpu_lower_arg(ctx, 4)->i
-          ? mul(b, mul(b, g, in_scale), add(b, x, negcoef))
-          : mul(b, mul(b, mul(b, g, in_scale), negcoef), f_exp(b, mul(b, x, in_scale)));
-  return finish(ctx, sel(b, cmp(b, "LE", x, like(b, x, 0)), neg, mul(b, g, scale)));
+          ? tpu_emit_mul(b, tpu_emit_mul(b, g, in_scale), tpu_emit_add(b, x, negcoef))
+          : tpu_emit_mul(b, tpu_emit_mul(b, tpu_emit_mul(b, g, in_scale), negcoef), f_exp(b, tpu_emit_mul(b, x, in_scale)));
+  return finish(ctx, sel(b, cmp(b, "LE", x, tpu_emit_splat(b, x, 0)), neg, tpu_emit_mul(b, g, scale)));
 }
 
 static tpu_status_t lower_leaky_relu(tpu_lower_ctx_t* ctx) {
@@ -455,7 +438,7 @@ static tpu_status_t lower_leaky_relu(tpu_lower_ctx_t* ctx) {
   tpu_dtype_t m = math_dtype(d);
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
   tpu_hlo_value_t x = math_operand(ctx, 0, d), slope = param(ctx, 1, m);
-  return finish(ctx, sel(b, cmp(b, "GT", x, like(b, x, 0)), x, mul(b, x, slope)));
+  return finish(ctx, sel(b, cmp(b, "GT", x, tpu_emit_splat(b, x, 0)), x, tpu_emit_mul(b, x, slope)));
 }
 
 static tpu_status_t lower_leaky_relu_backward(tpu_lower_ctx_t* ctx) {
@@ -464,25 +447,25 @@ static tpu_status_t lower_leaky_relu_backward(tpu_lower_ctx_t* ctx) {
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
   tpu_hlo_value_t g = math_operand(ctx, 0, d), x = math_operand(ctx, 1, d);
   tpu_hlo_value_t slope = param(ctx, 2, m);
-  return finish(ctx, sel(b, cmp(b, "GT", x, like(b, x, 0)), g, mul(b, g, slope)));
+  return finish(ctx, sel(b, cmp(b, "GT", x, tpu_emit_splat(b, x, 0)), g, tpu_emit_mul(b, g, slope)));
 }
 
 static tpu_status_t lower_hardswish_backward(tpu_lower_ctx_t* ctx) {
   FLOAT_OUT_OR_DECLINE(ctx, d);
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
   tpu_hlo_value_t g = math_operand(ctx, 0, d), x = math_operand(ctx, 1, d);
-  tpu_hlo_value_t mid = mul(b, g, add(b, dvd(b, x, like(b, x, 3)), like(b, x, 0.5)));
-  tpu_hlo_value_t r = sel(b, cmp(b, "LE", x, like(b, x, 3)), mid, g);
-  return finish(ctx, sel(b, cmp(b, "LT", x, like(b, x, -3)), like(b, x, 0), r));
+  tpu_hlo_value_t mid = tpu_emit_mul(b, g, tpu_emit_add(b, tpu_emit_div(b, x, tpu_emit_splat(b, x, 3)), tpu_emit_splat(b, x, 0.5)));
+  tpu_hlo_value_t r = sel(b, cmp(b, "LE", x, tpu_emit_splat(b, x, 3)), mid, g);
+  return finish(ctx, sel(b, cmp(b, "LT", x, tpu_emit_splat(b, x, -3)), tpu_emit_splat(b, x, 0), r));
 }
 
 static tpu_status_t lower_hardsigmoid_backward(tpu_lower_ctx_t* ctx) {
   FLOAT_OUT_OR_DECLINE(ctx, d);
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
   tpu_hlo_value_t g = math_operand(ctx, 0, d), x = math_operand(ctx, 1, d);
-  tpu_hlo_value_t inside = tpu_emit_binary(b, "stablehlo.and", cmp(b, "GT", x, like(b, x, -3)),
-                                           cmp(b, "LT", x, like(b, x, 3)));
-  return finish(ctx, sel(b, inside, mul(b, g, like(b, g, 1.0 / 6.0)), like(b, g, 0)));
+  tpu_hlo_value_t inside = tpu_emit_binary(b, "stablehlo.and", cmp(b, "GT", x, tpu_emit_splat(b, x, -3)),
+                                           cmp(b, "LT", x, tpu_emit_splat(b, x, 3)));
+  return finish(ctx, sel(b, inside, tpu_emit_mul(b, g, tpu_emit_splat(b, g, 1.0 / 6.0)), tpu_emit_splat(b, g, 0)));
 }
 
 /* hardtanh = clamp(x, min_val, max_val) in the input dtype. */
@@ -503,7 +486,7 @@ static tpu_status_t lower_hardtanh_backward(tpu_lower_ctx_t* ctx) {
   tpu_hlo_value_t g = math_operand(ctx, 0, d), x = math_operand(ctx, 1, d);
   tpu_hlo_value_t outside = tpu_emit_binary(b, "stablehlo.or", cmp(b, "LE", x, param(ctx, 2, m)),
                                             cmp(b, "GE", x, param(ctx, 3, m)));
-  return finish(ctx, sel(b, outside, like(b, g, 0), g));
+  return finish(ctx, sel(b, outside, tpu_emit_splat(b, g, 0), g));
 }
 
 /* threshold(x, th, value) = x <= th ? value : x, for any real dtype. */
@@ -525,7 +508,7 @@ static tpu_status_t lower_threshold_backward(tpu_lower_ctx_t* ctx) {
     return tpu_lower_decline(ctx, "threshold_backward of %s", tpu_dtype_name(d));
   tpu_dtype_t m = math_dtype(d);
   tpu_hlo_value_t g = math_operand(ctx, 0, d), x = math_operand(ctx, 1, d);
-  return finish(ctx, sel(b, cmp(b, "LE", x, param(ctx, 2, m)), like(b, g, 0), g));
+  return finish(ctx, sel(b, cmp(b, "LE", x, param(ctx, 2, m)), tpu_emit_splat(b, g, 0), g));
 }
 
 /* grad * (1 - y) * y */
@@ -533,7 +516,7 @@ static tpu_status_t lower_sigmoid_backward(tpu_lower_ctx_t* ctx) {
   FLOAT_OUT_OR_DECLINE(ctx, d);
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
   tpu_hlo_value_t g = math_operand(ctx, 0, d), y = math_operand(ctx, 1, d);
-  return finish(ctx, mul(b, mul(b, g, sub(b, like(b, y, 1), y)), y));
+  return finish(ctx, tpu_emit_mul(b, tpu_emit_mul(b, g, tpu_emit_sub(b, tpu_emit_splat(b, y, 1), y)), y));
 }
 
 /* grad * (1 - y * y) */
@@ -541,7 +524,7 @@ static tpu_status_t lower_tanh_backward(tpu_lower_ctx_t* ctx) {
   FLOAT_OUT_OR_DECLINE(ctx, d);
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
   tpu_hlo_value_t g = math_operand(ctx, 0, d), y = math_operand(ctx, 1, d);
-  return finish(ctx, mul(b, g, sub(b, like(b, y, 1), mul(b, y, y))));
+  return finish(ctx, tpu_emit_mul(b, g, tpu_emit_sub(b, tpu_emit_splat(b, y, 1), tpu_emit_mul(b, y, y))));
 }
 
 /* logit(x, eps) = log(x / (1 - x)), x clamped to [eps, 1 - eps] when eps is
@@ -552,10 +535,10 @@ static tpu_status_t lower_logit(tpu_lower_ctx_t* ctx) {
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
   tpu_hlo_value_t x = math_operand(ctx, 0, d);
   if (present(ctx, 1) && tpu_lower_arg(ctx, 1)->f >= 0) {
-    tpu_hlo_value_t lo = param(ctx, 1, m), hi = sub(b, like(b, x, 1), lo);
+    tpu_hlo_value_t lo = param(ctx, 1, m), hi = tpu_emit_sub(b, tpu_emit_splat(b, x, 1), lo);
     x = sel(b, cmp(b, "LT", x, lo), lo, sel(b, cmp(b, "GT", x, hi), hi, x));
   }
-  return finish(ctx, f_log(b, dvd(b, x, sub(b, like(b, x, 1), x))));
+  return finish(ctx, f_log(b, tpu_emit_div(b, x, tpu_emit_sub(b, tpu_emit_splat(b, x, 1), x))));
 }
 
 /* grad / (x * (1 - x)); outside [0, 1] NaN, or outside [eps, 1 - eps] 0. */
@@ -565,12 +548,12 @@ static tpu_status_t lower_logit_backward(tpu_lower_ctx_t* ctx) {
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
   tpu_hlo_value_t g = math_operand(ctx, 0, d), x = math_operand(ctx, 1, d);
   bool has_eps = present(ctx, 2) && tpu_lower_arg(ctx, 2)->f >= 0;
-  tpu_hlo_value_t lo = has_eps ? param(ctx, 2, m) : like(b, x, 0);
-  tpu_hlo_value_t hi = sub(b, like(b, x, 1), lo);
+  tpu_hlo_value_t lo = has_eps ? param(ctx, 2, m) : tpu_emit_splat(b, x, 0);
+  tpu_hlo_value_t hi = tpu_emit_sub(b, tpu_emit_splat(b, x, 1), lo);
   tpu_hlo_value_t outside =
       tpu_emit_binary(b, "stablehlo.or", cmp(b, "LT", x, lo), cmp(b, "GT", x, hi));
-  tpu_hlo_value_t r = dvd(b, g, mul(b, x, sub(b, like(b, x, 1), x)));
-  return finish(ctx, sel(b, outside, like(b, x, has_eps ? 0 : NAN), r));
+  tpu_hlo_value_t r = tpu_emit_div(b, g, tpu_emit_mul(b, x, tpu_emit_sub(b, tpu_emit_splat(b, x, 1), x)));
+  return finish(ctx, sel(b, outside, tpu_emit_splat(b, x, has_eps ? 0 : NAN), r));
 }
 
 /* ---- comparisons, logical and bitwise ops ------------------------------- */
@@ -643,15 +626,15 @@ static tpu_status_t float_class(tpu_lower_ctx_t* ctx, float_class_t which) {
   if (tpu_dtype_is_complex(d)) return tpu_lower_decline(ctx, "complex input");
   if (!is_float(d)) {
     tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
-    if (which == SIGN_BIT) return finish(ctx, cmp(b, "LT", x, like(b, x, 0)));
+    if (which == SIGN_BIT) return finish(ctx, cmp(b, "LT", x, tpu_emit_splat(b, x, 0)));
     return finish(ctx, tpu_emit_const_like(b, &out, 0));
   }
-  tpu_hlo_value_t inf = like(b, x, INFINITY);
+  tpu_hlo_value_t inf = tpu_emit_splat(b, x, INFINITY);
   switch (which) {
     case IS_NAN: return finish(ctx, is_nan(b, x));
     case IS_INF: return finish(ctx, cmp(b, "EQ", un(b, "stablehlo.abs", x), inf));
     case IS_POSINF: return finish(ctx, cmp(b, "EQ", x, inf));
-    case IS_NEGINF: return finish(ctx, cmp(b, "EQ", x, like(b, x, -INFINITY)));
+    case IS_NEGINF: return finish(ctx, cmp(b, "EQ", x, tpu_emit_splat(b, x, -INFINITY)));
     default: return finish(ctx, sign_bit(b, x));
   }
 }
@@ -718,11 +701,11 @@ static tpu_status_t mod_op(tpu_lower_ctx_t* ctx, bool python) {
   tpu_hlo_value_t x = math_operand(ctx, 0, d), y = math_operand(ctx, 1, d);
   tpu_hlo_value_t r = tpu_emit_binary(b, "stablehlo.remainder", x, y);
   if (python) {
-    tpu_hlo_value_t zero = like(b, r, 0);
+    tpu_hlo_value_t zero = tpu_emit_splat(b, r, 0);
     tpu_hlo_value_t fix =
         tpu_emit_binary(b, "stablehlo.and", cmp(b, "NE", r, zero),
                         cmp(b, "NE", cmp(b, "LT", r, zero), cmp(b, "LT", y, zero)));
-    r = sel(b, fix, add(b, r, y), r);
+    r = sel(b, fix, tpu_emit_add(b, r, y), r);
   }
   return finish(ctx, r);
 }
@@ -760,13 +743,13 @@ static tpu_status_t lower_pow(tpu_lower_ctx_t* ctx) {
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
   tpu_hlo_value_t x = math_operand(ctx, 0, d), y = math_operand(ctx, 1, d);
   if (is_float(d)) return finish(ctx, tpu_emit_binary(b, "stablehlo.power", x, y));
-  tpu_hlo_value_t zero = like(b, x, 0), one = like(b, x, 1);
+  tpu_hlo_value_t zero = tpu_emit_splat(b, x, 0), one = tpu_emit_splat(b, x, 1);
   tpu_hlo_value_t negative = cmp(b, "LT", y, zero);
   tpu_hlo_value_t r = tpu_emit_binary(b, "stablehlo.power", x, sel(b, negative, zero, y));
   if (d == TPU_DTYPE_UINT8) return finish(ctx, r);
-  tpu_hlo_value_t odd = cmp(b, "NE", tpu_emit_binary(b, "stablehlo.remainder", y, like(b, y, 2)),
+  tpu_hlo_value_t odd = cmp(b, "NE", tpu_emit_binary(b, "stablehlo.remainder", y, tpu_emit_splat(b, y, 2)),
                             zero);
-  tpu_hlo_value_t minus_one = like(b, x, -1);
+  tpu_hlo_value_t minus_one = tpu_emit_splat(b, x, -1);
   tpu_hlo_value_t neg_r = sel(b, cmp(b, "EQ", x, one), one,
                               sel(b, cmp(b, "EQ", x, minus_one),
                                   sel(b, odd, minus_one, one), zero));
@@ -785,10 +768,10 @@ static tpu_status_t lower_lerp(tpu_lower_ctx_t* ctx) {
    * widened from its dtype. */
   tpu_hlo_value_t w = tpu_lower_arg(ctx, 2)->kind == TPU_ARG_TENSOR ? math_operand(ctx, 2, d)
                                                                    : param(ctx, 2, m);
-  tpu_hlo_value_t diff = sub(b, e, x);
-  tpu_hlo_value_t small = cmp(b, "LT", un(b, "stablehlo.abs", w), like(b, w, 0.5));
-  tpu_hlo_value_t lo = add(b, x, mul(b, w, diff));
-  tpu_hlo_value_t hi = sub(b, e, mul(b, diff, sub(b, like(b, w, 1), w)));
+  tpu_hlo_value_t diff = tpu_emit_sub(b, e, x);
+  tpu_hlo_value_t small = cmp(b, "LT", un(b, "stablehlo.abs", w), tpu_emit_splat(b, w, 0.5));
+  tpu_hlo_value_t lo = tpu_emit_add(b, x, tpu_emit_mul(b, w, diff));
+  tpu_hlo_value_t hi = tpu_emit_sub(b, e, tpu_emit_mul(b, diff, tpu_emit_sub(b, tpu_emit_splat(b, w, 1), w)));
   return finish(ctx, sel(b, small, lo, hi));
 }
 
@@ -802,8 +785,8 @@ static tpu_status_t addc_op(tpu_lower_ctx_t* ctx, bool divide) {
   tpu_dtype_t m = math_dtype(d);
   tpu_hlo_value_t x = math_operand(ctx, 0, d), t1 = math_operand(ctx, 1, d);
   tpu_hlo_value_t t2 = math_operand(ctx, 2, d);
-  tpu_hlo_value_t scaled = mul(b, param(ctx, 3, m), t1);
-  return finish(ctx, add(b, x, divide ? dvd(b, scaled, t2) : mul(b, scaled, t2)));
+  tpu_hlo_value_t scaled = tpu_emit_mul(b, param(ctx, 3, m), t1);
+  return finish(ctx, tpu_emit_add(b, x, divide ? tpu_emit_div(b, scaled, t2) : tpu_emit_mul(b, scaled, t2)));
 }
 static tpu_status_t lower_addcmul(tpu_lower_ctx_t* ctx) { return addc_op(ctx, false); }
 static tpu_status_t lower_addcdiv(tpu_lower_ctx_t* ctx) { return addc_op(ctx, true); }
@@ -825,9 +808,9 @@ static tpu_status_t lower_nan_to_num(tpu_lower_ctx_t* ctx) {
   double nan_v = a[0]->kind == TPU_ARG_FLOAT ? a[0]->f : 0.0;
   double pos_v = a[1]->kind == TPU_ARG_FLOAT ? a[1]->f : big;
   double neg_v = a[2]->kind == TPU_ARG_FLOAT ? a[2]->f : -big;
-  tpu_hlo_value_t r = sel(b, is_nan(b, x), like(b, x, nan_v), x);
-  r = sel(b, cmp(b, "EQ", x, like(b, x, INFINITY)), like(b, x, pos_v), r);
-  r = sel(b, cmp(b, "EQ", x, like(b, x, -INFINITY)), like(b, x, neg_v), r);
+  tpu_hlo_value_t r = sel(b, is_nan(b, x), tpu_emit_splat(b, x, nan_v), x);
+  r = sel(b, cmp(b, "EQ", x, tpu_emit_splat(b, x, INFINITY)), tpu_emit_splat(b, x, pos_v), r);
+  r = sel(b, cmp(b, "EQ", x, tpu_emit_splat(b, x, -INFINITY)), tpu_emit_splat(b, x, neg_v), r);
   return finish(ctx, r);
 }
 
@@ -862,7 +845,7 @@ static tpu_status_t xlog_op(tpu_lower_ctx_t* ctx, math_fn_t log_fn) {
   tpu_status_t s = float_operands(ctx, &x, &y);
   if (s) return s;
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
-  tpu_hlo_value_t r = sel(b, cmp(b, "EQ", x, like(b, x, 0)), like(b, x, 0), mul(b, x, log_fn(b, y)));
+  tpu_hlo_value_t r = sel(b, cmp(b, "EQ", x, tpu_emit_splat(b, x, 0)), tpu_emit_splat(b, x, 0), tpu_emit_mul(b, x, log_fn(b, y)));
   return finish(ctx, sel(b, is_nan(b, y), y, r));
 }
 static tpu_status_t lower_xlogy(tpu_lower_ctx_t* ctx) { return xlog_op(ctx, f_log); }
@@ -870,17 +853,17 @@ static tpu_status_t lower_xlog1py(tpu_lower_ctx_t* ctx) { return xlog_op(ctx, f_
 
 /* entr: -x log x for x > 0, 0 at 0, -inf below, NaN kept. */
 static tpu_hlo_value_t f_entr(tpu_hlo_builder_t* b, tpu_hlo_value_t x) {
-  tpu_hlo_value_t zero = like(b, x, 0);
-  tpu_hlo_value_t r = un(b, "stablehlo.negate", mul(b, x, f_log(b, x)));
+  tpu_hlo_value_t zero = tpu_emit_splat(b, x, 0);
+  tpu_hlo_value_t r = un(b, "stablehlo.negate", tpu_emit_mul(b, x, f_log(b, x)));
   r = sel(b, cmp(b, "EQ", x, zero), zero, r);
-  return sel(b, cmp(b, "LT", x, zero), like(b, x, -INFINITY), r);
+  return sel(b, cmp(b, "LT", x, zero), tpu_emit_splat(b, x, -INFINITY), r);
 }
 static tpu_status_t lower_entr(tpu_lower_ctx_t* ctx) { return unary_math(ctx, f_entr); }
 
 /* sinc: sin(pi x) / (pi x), 1 at 0. */
 static tpu_hlo_value_t f_sinc(tpu_hlo_builder_t* b, tpu_hlo_value_t x) {
-  tpu_hlo_value_t px = mul(b, like(b, x, M_PI), x);
-  return sel(b, cmp(b, "EQ", x, like(b, x, 0)), like(b, x, 1), dvd(b, f_sin(b, px), px));
+  tpu_hlo_value_t px = tpu_emit_mul(b, tpu_emit_splat(b, x, M_PI), x);
+  return sel(b, cmp(b, "EQ", x, tpu_emit_splat(b, x, 0)), tpu_emit_splat(b, x, 1), tpu_emit_div(b, f_sin(b, px), px));
 }
 static tpu_status_t lower_sinc(tpu_lower_ctx_t* ctx) { return unary_math(ctx, f_sinc); }
 
@@ -891,8 +874,8 @@ static tpu_status_t lower_lgamma(tpu_lower_ctx_t* ctx) { return unary_math(ctx, 
 
 /* digamma: PyTorch gives -inf at +0 and +inf at -0 (CHLO gives NaN). */
 static tpu_hlo_value_t f_digamma(tpu_hlo_builder_t* b, tpu_hlo_value_t x) {
-  tpu_hlo_value_t at_zero = sel(b, sign_bit(b, x), like(b, x, INFINITY), like(b, x, -INFINITY));
-  return sel(b, cmp(b, "EQ", x, like(b, x, 0)), at_zero, un(b, "chlo.digamma", x));
+  tpu_hlo_value_t at_zero = sel(b, sign_bit(b, x), tpu_emit_splat(b, x, INFINITY), tpu_emit_splat(b, x, -INFINITY));
+  return sel(b, cmp(b, "EQ", x, tpu_emit_splat(b, x, 0)), at_zero, un(b, "chlo.digamma", x));
 }
 static tpu_status_t lower_digamma(tpu_lower_ctx_t* ctx) { return unary_math(ctx, f_digamma); }
 
@@ -905,14 +888,14 @@ static tpu_status_t lower_polygamma(tpu_lower_ctx_t* ctx) {
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
   tpu_hlo_value_t x = math_operand(ctx, 1, d);
   if (n->i == 0) return finish(ctx, f_digamma(b, x));
-  tpu_hlo_value_t r = tpu_emit_binary(b, "chlo.polygamma", like(b, x, (double)n->i), x);
-  return finish(ctx, sel(b, cmp(b, "EQ", x, like(b, x, INFINITY)), like(b, x, n->i == 1 ? 0 : NAN),
+  tpu_hlo_value_t r = tpu_emit_binary(b, "chlo.polygamma", tpu_emit_splat(b, x, (double)n->i), x);
+  return finish(ctx, sel(b, cmp(b, "EQ", x, tpu_emit_splat(b, x, INFINITY)), tpu_emit_splat(b, x, n->i == 1 ? 0 : NAN),
                          r));
 }
 
 /* angle of a real number: pi for negatives, 0 otherwise, NaN kept. */
 static tpu_hlo_value_t f_angle(tpu_hlo_builder_t* b, tpu_hlo_value_t x) {
-  tpu_hlo_value_t r = sel(b, cmp(b, "LT", x, like(b, x, 0)), like(b, x, M_PI), like(b, x, 0));
+  tpu_hlo_value_t r = sel(b, cmp(b, "LT", x, tpu_emit_splat(b, x, 0)), tpu_emit_splat(b, x, M_PI), tpu_emit_splat(b, x, 0));
   return sel(b, is_nan(b, x), x, r);
 }
 static tpu_status_t lower_angle(tpu_lower_ctx_t* ctx) { return unary_math(ctx, f_angle); }
@@ -925,11 +908,11 @@ static tpu_status_t lower_hypot(tpu_lower_ctx_t* ctx) {
   if (s) return s;
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
   tpu_hlo_value_t ax = un(b, "stablehlo.abs", x), ay = un(b, "stablehlo.abs", y);
-  tpu_hlo_value_t m = max_nan(b, ax, ay), n = min_nan(b, ax, ay), zero = like(b, x, 0);
-  tpu_hlo_value_t q = dvd(b, n, m);
-  tpu_hlo_value_t r = mul(b, m, f_sqrt(b, add(b, like(b, x, 1), mul(b, q, q))));
+  tpu_hlo_value_t m = max_nan(b, ax, ay), n = min_nan(b, ax, ay), zero = tpu_emit_splat(b, x, 0);
+  tpu_hlo_value_t q = tpu_emit_div(b, n, m);
+  tpu_hlo_value_t r = tpu_emit_mul(b, m, f_sqrt(b, tpu_emit_add(b, tpu_emit_splat(b, x, 1), tpu_emit_mul(b, q, q))));
   r = sel(b, cmp(b, "EQ", m, zero), zero, r);
-  tpu_hlo_value_t inf = like(b, x, INFINITY);
+  tpu_hlo_value_t inf = tpu_emit_splat(b, x, INFINITY);
   tpu_hlo_value_t any_inf = tpu_emit_binary(b, "stablehlo.or", cmp(b, "EQ", ax, inf),
                                             cmp(b, "EQ", ay, inf));
   return finish(ctx, sel(b, any_inf, inf, r));
@@ -943,12 +926,12 @@ static tpu_status_t logaddexp_op(tpu_lower_ctx_t* ctx, bool base2) {
   if (s) return s;
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
   tpu_hlo_value_t m = tpu_emit_binary(b, "stablehlo.maximum", x, y);
-  tpu_hlo_value_t neg = un(b, "stablehlo.negate", un(b, "stablehlo.abs", sub(b, x, y)));
-  tpu_hlo_value_t r = base2 ? mul(b, f_log1p(b, f_exp2(b, neg)), like(b, x, 1 / M_LN2))
+  tpu_hlo_value_t neg = un(b, "stablehlo.negate", un(b, "stablehlo.abs", tpu_emit_sub(b, x, y)));
+  tpu_hlo_value_t r = base2 ? tpu_emit_mul(b, f_log1p(b, f_exp2(b, neg)), tpu_emit_splat(b, x, 1 / M_LN2))
                             : f_log1p(b, f_exp(b, neg));
-  r = add(b, m, r);
+  r = tpu_emit_add(b, m, r);
   tpu_hlo_value_t same_inf = tpu_emit_binary(
-      b, "stablehlo.and", cmp(b, "EQ", un(b, "stablehlo.abs", x), like(b, x, INFINITY)),
+      b, "stablehlo.and", cmp(b, "EQ", un(b, "stablehlo.abs", x), tpu_emit_splat(b, x, INFINITY)),
       cmp(b, "EQ", x, y));
   return finish(ctx, sel(b, same_inf, x, r));
 }
@@ -970,7 +953,7 @@ static tpu_status_t lower_heaviside(tpu_lower_ctx_t* ctx) {
   tpu_dtype_t d = tpu_lower_result_type(ctx, idx, 2);
   if (tpu_dtype_is_complex(d)) return tpu_lower_decline(ctx, "complex heaviside");
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
-  tpu_hlo_value_t x = operand(ctx, 0, d), zero = like(b, x, 0);
+  tpu_hlo_value_t x = operand(ctx, 0, d), zero = tpu_emit_splat(b, x, 0);
   tpu_hlo_value_t step = tpu_emit_convert(b, cmp(b, "GT", x, zero), d);
   return finish(ctx, sel(b, cmp(b, "EQ", x, zero), operand(ctx, 1, d), step));
 }
@@ -985,21 +968,21 @@ static tpu_status_t lower_floor_divide(tpu_lower_ctx_t* ctx) {
     return tpu_lower_decline(ctx, "floor_divide of %s", tpu_dtype_name(d));
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
   tpu_hlo_value_t x = math_operand(ctx, 0, d), y = math_operand(ctx, 1, d);
-  tpu_hlo_value_t zero = like(b, x, 0), one = like(b, x, 1);
+  tpu_hlo_value_t zero = tpu_emit_splat(b, x, 0), one = tpu_emit_splat(b, x, 1);
   tpu_hlo_value_t mod = tpu_emit_binary(b, "stablehlo.remainder", x, y);
   tpu_hlo_value_t fix = tpu_emit_binary(b, "stablehlo.and", cmp(b, "NE", mod, zero),
                                         cmp(b, "NE", cmp(b, "LT", mod, zero), cmp(b, "LT", y, zero)));
   if (!is_float(d)) {
-    tpu_hlo_value_t q = dvd(b, x, y);
-    return finish(ctx, sel(b, fix, sub(b, q, one), q));
+    tpu_hlo_value_t q = tpu_emit_div(b, x, y);
+    return finish(ctx, sel(b, fix, tpu_emit_sub(b, q, one), q));
   }
-  tpu_hlo_value_t div = dvd(b, sub(b, x, mod), y);
-  div = sel(b, fix, sub(b, div, one), div);
+  tpu_hlo_value_t div = tpu_emit_div(b, tpu_emit_sub(b, x, mod), y);
+  div = sel(b, fix, tpu_emit_sub(b, div, one), div);
   tpu_hlo_value_t fl = un(b, "stablehlo.floor", div);
-  fl = sel(b, cmp(b, "GT", sub(b, div, fl), like(b, x, 0.5)), add(b, fl, one), fl);
+  fl = sel(b, cmp(b, "GT", tpu_emit_sub(b, div, fl), tpu_emit_splat(b, x, 0.5)), tpu_emit_add(b, fl, one), fl);
   /* A zero quotient takes the sign of x / y; division by zero is x / y. */
-  tpu_hlo_value_t q = dvd(b, x, y);
-  tpu_hlo_value_t signed_zero = sel(b, sign_bit(b, q), like(b, x, -0.0), zero);
+  tpu_hlo_value_t q = tpu_emit_div(b, x, y);
+  tpu_hlo_value_t signed_zero = sel(b, sign_bit(b, q), tpu_emit_splat(b, x, -0.0), zero);
   fl = sel(b, cmp(b, "EQ", div, zero), signed_zero, fl);
   return finish(ctx, sel(b, cmp(b, "EQ", y, zero), q, fl));
 }
@@ -1014,15 +997,15 @@ static tpu_status_t shift_op(tpu_lower_ctx_t* ctx, bool left) {
   tpu_hlo_value_t x = operand(ctx, 0, d), y = operand(ctx, 1, d);
   bool is_unsigned = d == TPU_DTYPE_UINT8;
   double bits = 8.0 * (double)tpu_dtype_size(d);
-  tpu_hlo_value_t over = cmp(b, "GE", y, like(b, y, bits));
-  if (!is_unsigned) over = tpu_emit_binary(b, "stablehlo.or", over, cmp(b, "LT", y, like(b, y, 0)));
-  tpu_hlo_value_t safe = sel(b, over, like(b, y, 0), y);
+  tpu_hlo_value_t over = cmp(b, "GE", y, tpu_emit_splat(b, y, bits));
+  if (!is_unsigned) over = tpu_emit_binary(b, "stablehlo.or", over, cmp(b, "LT", y, tpu_emit_splat(b, y, 0)));
+  tpu_hlo_value_t safe = sel(b, over, tpu_emit_splat(b, y, 0), y);
   if (left)
-    return finish(ctx, sel(b, over, like(b, x, 0),
+    return finish(ctx, sel(b, over, tpu_emit_splat(b, x, 0),
                            tpu_emit_binary(b, "stablehlo.shift_left", x, safe)));
   const char* op = is_unsigned ? "stablehlo.shift_right_logical" : "stablehlo.shift_right_arithmetic";
-  tpu_hlo_value_t fill = is_unsigned ? like(b, x, 0)
-                                     : tpu_emit_binary(b, op, x, like(b, y, bits - 1));
+  tpu_hlo_value_t fill = is_unsigned ? tpu_emit_splat(b, x, 0)
+                                     : tpu_emit_binary(b, op, x, tpu_emit_splat(b, y, bits - 1));
   return finish(ctx, sel(b, over, fill, tpu_emit_binary(b, op, x, safe)));
 }
 static tpu_status_t lower_shift_left(tpu_lower_ctx_t* ctx) { return shift_op(ctx, true); }
@@ -1033,9 +1016,9 @@ static tpu_status_t lower_softshrink(tpu_lower_ctx_t* ctx) {
   FLOAT_OUT_OR_DECLINE(ctx, d);
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
   tpu_hlo_value_t x = math_operand(ctx, 0, d), l = param(ctx, 1, math_dtype(d));
-  tpu_hlo_value_t r = sel(b, cmp(b, "LT", x, un(b, "stablehlo.negate", l)), add(b, x, l),
-                          mul(b, x, like(b, x, 0)));
-  return finish(ctx, sel(b, cmp(b, "GT", x, l), sub(b, x, l), r));
+  tpu_hlo_value_t r = sel(b, cmp(b, "LT", x, un(b, "stablehlo.negate", l)), tpu_emit_add(b, x, l),
+                          tpu_emit_mul(b, x, tpu_emit_splat(b, x, 0)));
+  return finish(ctx, sel(b, cmp(b, "GT", x, l), tpu_emit_sub(b, x, l), r));
 }
 
 /* hardshrink(x, l) = 0 inside [-l, l] else x; the backwards of both shrinks
@@ -1049,7 +1032,7 @@ static tpu_status_t shrink_op(tpu_lower_ctx_t* ctx, bool backward) {
                                            cmp(b, "GE", x, un(b, "stablehlo.negate", l)),
                                            cmp(b, "LE", x, l));
   tpu_hlo_value_t keep = backward ? math_operand(ctx, 0, d) : x;
-  return finish(ctx, sel(b, inside, like(b, keep, 0), keep));
+  return finish(ctx, sel(b, inside, tpu_emit_splat(b, keep, 0), keep));
 }
 static tpu_status_t lower_hardshrink(tpu_lower_ctx_t* ctx) { return shrink_op(ctx, false); }
 static tpu_status_t lower_shrink_backward(tpu_lower_ctx_t* ctx) { return shrink_op(ctx, true); }
@@ -1059,7 +1042,7 @@ static tpu_status_t lower_prelu_kernel(tpu_lower_ctx_t* ctx) {
   FLOAT_OUT_OR_DECLINE(ctx, d);
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
   tpu_hlo_value_t x = math_operand(ctx, 0, d), w = math_operand(ctx, 1, d);
-  return finish(ctx, sel(b, cmp(b, "GT", x, like(b, x, 0)), x, mul(b, w, x)));
+  return finish(ctx, sel(b, cmp(b, "GT", x, tpu_emit_splat(b, x, 0)), x, tpu_emit_mul(b, w, x)));
 }
 
 /* _prelu_kernel_backward -> (grad_input, grad_weight), both broadcast
@@ -1069,10 +1052,10 @@ static tpu_status_t lower_prelu_kernel_backward(tpu_lower_ctx_t* ctx) {
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
   tpu_hlo_value_t g = math_operand(ctx, 0, d), x = math_operand(ctx, 1, d);
   tpu_hlo_value_t w = math_operand(ctx, 2, d);
-  tpu_hlo_value_t pos = cmp(b, "GT", x, like(b, x, 0));
+  tpu_hlo_value_t pos = cmp(b, "GT", x, tpu_emit_splat(b, x, 0));
   tpu_hlo_type_t t1 = tpu_lower_output_type(ctx, 1);
-  tpu_lower_set_output(ctx, 1, tpu_emit_cast_to(b, sel(b, pos, like(b, x, 0), mul(b, x, g)), &t1));
-  return finish(ctx, sel(b, pos, g, mul(b, w, g)));
+  tpu_lower_set_output(ctx, 1, tpu_emit_cast_to(b, sel(b, pos, tpu_emit_splat(b, x, 0), tpu_emit_mul(b, x, g)), &t1));
+  return finish(ctx, sel(b, pos, g, tpu_emit_mul(b, w, g)));
 }
 
 const tpu_lowering_t tpu_lowerings_pointwise[] = {
