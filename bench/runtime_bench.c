@@ -8,7 +8,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "core/lower.h"
+#include "core/lower/lowering.h"
 #include "core/pjrt/pjrt.h"
 #include "core/status.h"
 
@@ -61,7 +61,8 @@ int main(void) {
   tpu_hlo_type_t t = tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 1, &one);
   char* text = NULL;
   size_t len = 0;
-  DIE_IF(tpu_lower_binary(TPU_BINARY_ADD, &t, &t, &t, &text, &len));
+  tpu_lower_arg_t add_args[2] = {{.kind = TPU_ARG_TENSOR, .type = t}, {.kind = TPU_ARG_TENSOR, .type = t}};
+  DIE_IF(tpu_lower_program_plain("aten::add.Tensor", add_args, 2, NULL, &t, 1, &text, &len));
   double compile[5];
   tpu_executable_t* exe = NULL;
   for (int i = 0; i < 5; i++) {

@@ -2,9 +2,6 @@
 // tensors. Its operands are staged into buffers of the declared shapes
 // (storages keep their flat buffers).
 #include <ATen/ATen.h>
-#include <ATen/ExpandUtils.h>
-#include <ATen/Operators.h>
-#include <ATen/native/CPUFallback.h>
 #include <torch/library.h>
 
 #include <vector>
@@ -13,37 +10,19 @@
 
 extern "C" {
 #include "core/hlo/signature.h"
-#include "core/lower.h"
 #include "core/program.h"
 #include "core/runtime.h"
 }
 
 namespace torchtpu {
-void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
 namespace {
-
-tpu_hlo_type_t hlo_type(c10::ScalarType dtype, c10::IntArrayRef sizes) {
-  TORCH_CHECK(sizes.size() <= TPU_HLO_MAX_RANK, "torchtpu: rank ", sizes.size(),
-              " exceeds the supported ", TPU_HLO_MAX_RANK);
-  return tpu_hlo_type_make(to_tpu_dtype(dtype), static_cast<int>(sizes.size()),
-                           sizes.data());
-}
-
-bool covers_dense_contiguous(const at::Tensor& t) {
-  return t.storage_offset() == 0 && t.is_contiguous() &&
-         static_cast<size_t>(t.numel()) * t.itemsize() == t.storage().nbytes();
-}
 
 // Device operands: the tensors (kept alive until the work is enqueued) and
 // their buffers shaped as the program declares them.
 struct Operands {
   std::vector<at::Tensor> keep;
   std::vector<tpu_buffer_t*> buffers;
-  std::vector<tpu_buffer_t*> owned;  // scalar uploads, destroyed after enqueue
-  ~Operands() {
-    for (auto* b : owned) tpu_buffer_destroy(b);
-  }
 
   void add_tensor(const at::Tensor& t) {
     // A private copy: reshaping its buffer must not disturb t's storage.
@@ -56,17 +35,6 @@ struct Operands {
                                     static_cast<int>(dense.dim()), &buffer),
               "preparing an operand");
     keep.push_back(std::move(dense));
-    buffers.push_back(buffer);
-  }
-
-  // A host scalar as a rank-0 runtime argument (so new values never recompile).
-  void add_scalar(const at::Scalar& value, c10::ScalarType dtype, int device) {
-    at::Tensor host = at::scalar_tensor(value, at::TensorOptions().dtype(dtype));
-    tpu_buffer_t* buffer = nullptr;
-    TPU_CHECK(tpu_buffer_from_host(tpu_runtime_client(), device, host.data_ptr(),
-                                   to_tpu_dtype(dtype), nullptr, 0, nullptr, &buffer),
-              "uploading a scalar argument");
-    owned.push_back(buffer);
     buffers.push_back(buffer);
   }
 };
