@@ -20,9 +20,21 @@ typedef struct {
   bool on_stack; /* data is the caller's buffer, not malloc'd */
 } keybuf_t;
 
-static void key_put(keybuf_t* k, const void* p, size_t n) {
+static void key_grow_put(keybuf_t* k, const void* p, size_t n);
+
+/* Appends bytes to the key; the common case (room left) stays inline. */
+static inline void key_put(keybuf_t* k, const void* p, size_t n) {
+  if (k->len + n <= k->cap) {
+    memcpy(k->data + k->len, p, n);
+    k->len += n;
+    return;
+  }
+  key_grow_put(k, p, n);
+}
+
+static void key_grow_put(keybuf_t* k, const void* p, size_t n) {
   if (k->failed) return;
-  if (k->len + n > k->cap) {
+  {
     size_t cap = k->cap ? k->cap * 2 : 512;
     while (cap < k->len + n) cap *= 2;
     uint8_t* grown = k->on_stack ? malloc(cap) : realloc(k->data, cap);
@@ -40,13 +52,19 @@ static void key_put(keybuf_t* k, const void* p, size_t n) {
 }
 #define KEY_PUT(k, v) key_put((k), &(v), sizeof(v))
 
-/* Distinct storages of a call, in first-use order (args, then lists). */
+/* Distinct storages of a call, in first-use order (args, then lists).
+ * Calls with few storages (nearly all) keep them on the stack: this runs
+ * twice per op on the dispatch path. */
+#define SLOTS_INLINE 32
 typedef struct {
   int count;
   tpu_storage_t** storages;
   tpu_dtype_t* dtypes;
   int64_t* numels;
   bool conflict; /* one storage viewed with two element types */
+  tpu_storage_t* inline_storages[SLOTS_INLINE];
+  tpu_dtype_t inline_dtypes[SLOTS_INLINE];
+  int64_t inline_numels[SLOTS_INLINE];
 } slots_t;
 
 static int slot_of(slots_t* s, const tpu_eager_tensor_t* t) {
@@ -66,6 +84,12 @@ static bool slots_init(slots_t* s, const tpu_eager_call_t* call) {
   int max = call->num_args + call->num_list + 1;
   s->count = 0;
   s->conflict = false;
+  if (max <= SLOTS_INLINE) {
+    s->storages = s->inline_storages;
+    s->dtypes = s->inline_dtypes;
+    s->numels = s->inline_numels;
+    return true;
+  }
   s->storages = malloc(sizeof *s->storages * (size_t)max);
   s->dtypes = malloc(sizeof *s->dtypes * (size_t)max);
   s->numels = malloc(sizeof *s->numels * (size_t)max);
@@ -73,6 +97,7 @@ static bool slots_init(slots_t* s, const tpu_eager_call_t* call) {
 }
 
 static void slots_free(slots_t* s) {
+  if (s->storages == s->inline_storages) return;
   free(s->storages);
   free(s->dtypes);
   free(s->numels);
@@ -138,6 +163,8 @@ static void build_key(const tpu_eager_call_t* call, keybuf_t* k, slots_t* s) {
 /* ---- cache --------------------------------------------------------------- */
 
 struct tpu_eager_entry_s {
+  void* user; /* the caller's per-entry data (see tpu_eager_entry_user) */
+  void (*user_free)(void*);
   uint8_t* key;
   size_t key_len;
   uint64_t hash;
@@ -159,9 +186,21 @@ static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static tpu_eager_entry_t* g_buckets[BUCKETS];
 static size_t g_count;
 
+/* Keys are a few hundred bytes hashed on every op: mix 8 bytes a step
+ * (FNV-style multiply, then a final avalanche), the tail byte-wise. */
 static uint64_t hash_bytes(const uint8_t* p, size_t n) {
-  uint64_t h = 1469598103934665603ull;
-  for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 1099511628211ull;
+  uint64_t h = 1469598103934665603ull ^ n;
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t w;
+    memcpy(&w, p + i, 8);
+    h = (h ^ w) * 0x100000001b3ull;
+    h ^= h >> 29;
+  }
+  for (; i < n; i++) h = (h ^ p[i]) * 1099511628211ull;
+  h ^= h >> 33;
+  h *= 0xff51afd7ed558ccdull;
+  h ^= h >> 33;
   return h;
 }
 
@@ -190,12 +229,14 @@ tpu_eager_entry_t* tpu_eager_lookup(const tpu_eager_call_t* call) {
   tpu_eager_entry_t* e = find(&k, h);
   pthread_mutex_unlock(&g_lock);
   if (!k.on_stack) free(k.data);
-  tpu_metrics_add(e ? "eager_cache_hits" : "eager_cache_misses", 1);
+  if (e) TPU_METRICS_BUMP("eager_cache_hits", 1);
+  else TPU_METRICS_BUMP("eager_cache_misses", 1);
   return e;
 }
 
 static void entry_free(tpu_eager_entry_t* e) {
   if (!e) return;
+  if (e->user_free) e->user_free(e->user);
   free(e->key);
   free(e->fallback_reason);
   free(e->outputs);
@@ -250,6 +291,24 @@ const char* tpu_eager_entry_fallback_reason(const tpu_eager_entry_t* e) {
 int tpu_eager_entry_num_outputs(const tpu_eager_entry_t* e) { return e->num_outputs; }
 const tpu_eager_output_t* tpu_eager_entry_output(const tpu_eager_entry_t* e, int i) {
   return &e->outputs[i];
+}
+
+void* tpu_eager_entry_user(const tpu_eager_entry_t* e) {
+  return __atomic_load_n(&((tpu_eager_entry_t*)e)->user, __ATOMIC_ACQUIRE);
+}
+
+void* tpu_eager_entry_set_user(tpu_eager_entry_t* e, void* user, void (*user_free)(void*)) {
+  pthread_mutex_lock(&g_lock);
+  void* kept = e->user;
+  if (!kept) {
+    e->user_free = user_free;
+    __atomic_store_n(&e->user, user, __ATOMIC_RELEASE);
+  }
+  pthread_mutex_unlock(&g_lock);
+  if (!kept) return user;
+  /* Another thread set it first: readers may hold that one; keep it. */
+  if (user && user_free) user_free(user);
+  return kept;
 }
 
 size_t tpu_eager_cache_size(void) {
@@ -597,10 +656,16 @@ tpu_status_t tpu_eager_execute(tpu_eager_entry_t* e, const tpu_eager_call_t* cal
   for (int i = 0; i < call->num_args; i++)
     nscalars += call->args[i].lower.kind == TPU_ARG_SCALAR || call->args[i].lower.kind == TPU_ARG_SCALARS;
   int nargs = s.count + nscalars + (e->needs_rng ? 1 : 0);
-  tpu_buffer_t** args = calloc((size_t)nargs + 1, sizeof *args);
-  tpu_buffer_t** owned = calloc((size_t)nscalars + 1, sizeof *owned);
   int nres = e->num_written + e->num_fresh + (e->needs_rng ? 1 : 0);
-  tpu_buffer_t** results = calloc((size_t)nres + 1, sizeof *results);
+  /* Small calls (nearly all) keep their lists on the stack. */
+  enum { INLINE = 32 };
+  tpu_buffer_t* inline_args[INLINE] = {0};
+  tpu_buffer_t* inline_owned[INLINE] = {0};
+  tpu_buffer_t* inline_results[INLINE] = {0};
+  bool small = nargs < INLINE && nres < INLINE;
+  tpu_buffer_t** args = small ? inline_args : calloc((size_t)nargs + 1, sizeof *args);
+  tpu_buffer_t** owned = small ? inline_owned : calloc((size_t)nscalars + 1, sizeof *owned);
+  tpu_buffer_t** results = small ? inline_results : calloc((size_t)nres + 1, sizeof *results);
   tpu_status_t status = NULL;
   int k = 0, nowned = 0;
   if (!args || !owned || !results) {
@@ -666,9 +731,11 @@ tpu_status_t tpu_eager_execute(tpu_eager_entry_t* e, const tpu_eager_call_t* cal
 done:
   for (int i = 0; i < nres && results; i++) tpu_buffer_destroy(results[i]);
   for (int i = 0; i < nowned; i++) tpu_buffer_destroy(owned[i]);
-  free(args);
-  free(owned);
-  free(results);
+  if (!small) {
+    free(args);
+    free(owned);
+    free(results);
+  }
   slots_free(&s);
   return status;
 }

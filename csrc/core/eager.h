@@ -81,6 +81,13 @@ const char* tpu_eager_entry_fallback_reason(const tpu_eager_entry_t* entry);
 int tpu_eager_entry_num_outputs(const tpu_eager_entry_t* entry);
 const tpu_eager_output_t* tpu_eager_entry_output(const tpu_eager_entry_t* entry, int i);
 
+/* The caller's data kept with an entry (the C++ side keeps how schema
+ * returns map to outputs), so a cache hit needs no second lookup. Freed
+ * with the entry through user_free. The first value set wins: a later one
+ * is freed at once (readers may hold the first). Returns the kept value. */
+void* tpu_eager_entry_user(const tpu_eager_entry_t* entry);
+void* tpu_eager_entry_set_user(tpu_eager_entry_t* entry, void* user, void (*user_free)(void*));
+
 /* Runs the entry on the call's operands. Writes to aliased outputs are
  * installed into their storages; out_fresh[i] receives the flat buffer of
  * fresh output i (NULL for aliased outputs), owned by the caller. */

@@ -1,14 +1,22 @@
 #include "metrics.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 /* Open-addressing hash table; grows by doubling. Counters are few (tens to
  * hundreds) and updated from the dispatch path, so lookups must be cheap. */
+/* Each counter's value lives in its own cell, which never moves when the
+ * table grows: hot paths keep a handle (tpu_metrics_counter) and add to it
+ * atomically, without the lock or a lookup. */
+struct tpu_metrics_counter_s {
+  _Atomic int64_t value;
+};
+
 typedef struct {
   char* name;
-  int64_t value;
+  tpu_metrics_counter_t* cell;
   size_t order; /* creation order, for stable snapshots */
 } slot_t;
 
@@ -42,18 +50,35 @@ static int grow(void) {
   return 1;
 }
 
-void tpu_metrics_add(const char* name, int64_t delta) {
+tpu_metrics_counter_t* tpu_metrics_counter(const char* name) {
+  tpu_metrics_counter_t* cell = NULL;
   pthread_mutex_lock(&g_lock);
   if ((g_count + 1) * 2 > g_capacity && !grow()) goto done;
   slot_t* slot = find_slot(g_slots, g_capacity, name);
   if (!slot->name) {
-    slot->name = strdup(name);
-    if (!slot->name) goto done;
+    tpu_metrics_counter_t* fresh = calloc(1, sizeof *fresh);
+    char* copy = strdup(name);
+    if (!fresh || !copy) {
+      free(fresh);
+      free(copy);
+      goto done;
+    }
+    slot->name = copy;
+    slot->cell = fresh;
     slot->order = g_count++;
   }
-  slot->value += delta;
+  cell = slot->cell;
 done:
   pthread_mutex_unlock(&g_lock);
+  return cell;
+}
+
+void tpu_metrics_bump(tpu_metrics_counter_t* counter, int64_t delta) {
+  if (counter) atomic_fetch_add_explicit(&counter->value, delta, memory_order_relaxed);
+}
+
+void tpu_metrics_add(const char* name, int64_t delta) {
+  tpu_metrics_bump(tpu_metrics_counter(name), delta);
 }
 
 int64_t tpu_metrics_get(const char* name) {
@@ -61,7 +86,7 @@ int64_t tpu_metrics_get(const char* name) {
   pthread_mutex_lock(&g_lock);
   if (g_capacity) {
     slot_t* slot = find_slot(g_slots, g_capacity, name);
-    if (slot->name) value = slot->value;
+    if (slot->name) value = atomic_load_explicit(&slot->cell->value, memory_order_relaxed);
   }
   pthread_mutex_unlock(&g_lock);
   return value;
@@ -73,7 +98,8 @@ size_t tpu_metrics_snapshot(tpu_metrics_entry_t* out_entries, size_t capacity) {
   for (size_t i = 0; i < g_capacity; i++) {
     if (!g_slots[i].name || g_slots[i].order >= capacity) continue;
     out_entries[g_slots[i].order].name = g_slots[i].name;
-    out_entries[g_slots[i].order].value = g_slots[i].value;
+    out_entries[g_slots[i].order].value =
+        atomic_load_explicit(&g_slots[i].cell->value, memory_order_relaxed);
   }
   pthread_mutex_unlock(&g_lock);
   return count;
@@ -81,6 +107,7 @@ size_t tpu_metrics_snapshot(tpu_metrics_entry_t* out_entries, size_t capacity) {
 
 void tpu_metrics_reset(void) {
   pthread_mutex_lock(&g_lock);
-  for (size_t i = 0; i < g_capacity; i++) g_slots[i].value = 0;
+  for (size_t i = 0; i < g_capacity; i++)
+    if (g_slots[i].name) atomic_store_explicit(&g_slots[i].cell->value, 0, memory_order_relaxed);
   pthread_mutex_unlock(&g_lock);
 }

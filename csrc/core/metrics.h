@@ -14,6 +14,22 @@ extern "C" {
 void tpu_metrics_add(const char* name, int64_t delta);
 int64_t tpu_metrics_get(const char* name); /* 0 when never counted */
 
+/* A handle on one counter, for the dispatch path: tpu_metrics_bump adds to
+ * it without a lock or a name lookup. Handles stay valid for the life of
+ * the process; NULL (out of memory) is accepted by bump and ignored. */
+typedef struct tpu_metrics_counter_s tpu_metrics_counter_t;
+tpu_metrics_counter_t* tpu_metrics_counter(const char* name);
+void tpu_metrics_bump(tpu_metrics_counter_t* counter, int64_t delta);
+
+/* Bumps the named counter through a handle looked up once per call site. */
+#define TPU_METRICS_BUMP(name, delta)                                           \
+  do {                                                                        \
+    static tpu_metrics_counter_t* _Atomic tpu_metrics_site_;                  \
+    tpu_metrics_counter_t* tpu_metrics_c_ = tpu_metrics_site_;                \
+    if (!tpu_metrics_c_) tpu_metrics_site_ = tpu_metrics_c_ = tpu_metrics_counter(name); \
+    tpu_metrics_bump(tpu_metrics_c_, (delta));                                \
+  } while (0)
+
 typedef struct tpu_metrics_entry_s {
   const char* name; /* valid for the life of the process */
   int64_t value;

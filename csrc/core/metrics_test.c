@@ -1,6 +1,7 @@
 #include "metrics.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "testing.h"
 
@@ -21,6 +22,8 @@ static void test_add_get_snapshot_reset(void) {
 }
 
 static void test_many_counters_survive_growth(void) {
+  tpu_metrics_entry_t none[1];
+  size_t before = tpu_metrics_snapshot(none, 0); /* counters of earlier tests */
   char name[32];
   for (int i = 0; i < 500; i++) {
     snprintf(name, sizeof name, "c%d", i);
@@ -30,10 +33,33 @@ static void test_many_counters_survive_growth(void) {
     snprintf(name, sizeof name, "c%d", i);
     CHECK_EQ(tpu_metrics_get(name), i);
   }
-  tpu_metrics_entry_t small[4];
-  CHECK_EQ(tpu_metrics_snapshot(small, 4), 502u);
-  CHECK(strcmp(small[2].name, "c0") == 0);
+  tpu_metrics_entry_t* all = calloc(before + 500, sizeof *all);
+  CHECK_EQ(tpu_metrics_snapshot(all, before + 500), before + 500);
+  CHECK(strcmp(all[before].name, "c0") == 0);
+  CHECK_EQ(all[before + 499].value, 499);
+  free(all);
 }
 
-TPU_TEST_MAIN(TPU_TEST(test_add_get_snapshot_reset),
+static void test_counter_handles(void) {
+  tpu_metrics_counter_t* h = tpu_metrics_counter("handle_counter");
+  CHECK(h != NULL);
+  CHECK(tpu_metrics_counter("handle_counter") == h);
+  tpu_metrics_bump(h, 4);
+  tpu_metrics_add("handle_counter", 1);
+  for (int i = 0; i < 3; i++) TPU_METRICS_BUMP("handle_counter", 10);
+  CHECK_EQ(tpu_metrics_get("handle_counter"), 35);
+  /* The handle survives the table growing underneath it. */
+  char name[32];
+  for (int i = 0; i < 300; i++) {
+    snprintf(name, sizeof name, "grow_%d", i);
+    tpu_metrics_add(name, 1);
+  }
+  tpu_metrics_bump(h, 1);
+  CHECK_EQ(tpu_metrics_get("handle_counter"), 36);
+  tpu_metrics_reset();
+  CHECK_EQ(tpu_metrics_get("handle_counter"), 0);
+  tpu_metrics_bump(NULL, 1); /* ignored */
+}
+
+TPU_TEST_MAIN(TPU_TEST(test_add_get_snapshot_reset), TPU_TEST(test_counter_handles),
               TPU_TEST(test_many_counters_survive_growth))

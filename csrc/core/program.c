@@ -52,7 +52,7 @@ tpu_status_t tpu_program_get(const char* mlir, size_t mlir_len,
   tpu_program_t* found = lookup(hash, mlir, mlir_len);
   pthread_mutex_unlock(&g_lock);
   if (found) {
-    tpu_metrics_add("program_cache_hits", 1);
+    TPU_METRICS_BUMP("program_cache_hits", 1);
     *out_program = found;
     return NULL;
   }
@@ -112,7 +112,7 @@ tpu_status_t tpu_program_execute(tpu_program_t* program, int device_index,
   TPU_RETURN_IF_ERROR(tpu_executable_execute(program->executable, device_index,
                                              args, nargs, NULL, out_results,
                                              &done));
-  tpu_metrics_add("executions", 1);
+  TPU_METRICS_BUMP("executions", 1);
   tpu_runtime_track(device_index, done);
   return NULL;
 }

@@ -3,13 +3,22 @@
 // metadata comes from PyTorch's meta kernel (once per key); ops the table
 // does not lower, or calls a lowering declines, go to the CPU fallback.
 #include <ATen/ATen.h>
+#include <ATen/EmptyTensor.h>
 #include <ATen/MemoryOverlap.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/native/CPUFallback.h>
 #include <torch/library.h>
 
+#include <c10/core/DeviceGuard.h>
+#include <c10/util/SmallVector.h>
+
+#include <cstring>
 #include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "common.h"
@@ -34,9 +43,82 @@ c10::TypePtr unwrap_optional(const c10::TypePtr& t) {
 
 bool is_tpu(const at::Tensor& t) { return t.defined() && t.device().is_privateuseone(); }
 
-// Everything a call needs kept alive while the engine reads it.
+// How the boxed path reads one schema argument; decided once per operator
+// from its declared type, so a cache hit never walks TypePtrs.
+enum class ArgClass : uint8_t {
+  kTensor, kNumber, kInt, kFloat, kBool, kDtype, kString,
+  kBoolList, kIntList, kTensorList, kOptTensorList, kFloatList, kDevice, kOther,
+};
+
+ArgClass classify(const c10::Argument& schema_arg) {
+  // real_type(): the declared type (ScalarType, Layout...), which type()
+  // erases to int.
+  c10::TypePtr type = unwrap_optional(schema_arg.real_type());
+  switch (type->kind()) {
+    case TypeKind::TensorType: return ArgClass::kTensor;
+    case TypeKind::NumberType: return ArgClass::kNumber;
+    case TypeKind::IntType:
+    case TypeKind::SymIntType: return ArgClass::kInt;
+    case TypeKind::FloatType: return ArgClass::kFloat;
+    case TypeKind::BoolType: return ArgClass::kBool;
+    case TypeKind::ScalarTypeType: return ArgClass::kDtype;
+    case TypeKind::StringType: return ArgClass::kString;
+    case TypeKind::DeviceObjType: return ArgClass::kDevice;
+    case TypeKind::ListType: {
+      c10::TypePtr elem = type->castRaw<c10::ListType>()->getElementType();
+      c10::TypePtr inner = unwrap_optional(elem);
+      if (elem->kind() == TypeKind::BoolType) return ArgClass::kBoolList;
+      if (elem->kind() == TypeKind::IntType || elem->kind() == TypeKind::SymIntType)
+        return ArgClass::kIntList;
+      if (inner->kind() == TypeKind::TensorType)
+        return elem->kind() == TypeKind::OptionalType ? ArgClass::kOptTensorList
+                                                      : ArgClass::kTensorList;
+      if (elem->kind() == TypeKind::FloatType || elem->kind() == TypeKind::NumberType)
+        return ArgClass::kFloatList;
+      return ArgClass::kOther;
+    }
+    default: return ArgClass::kOther;
+  }
+}
+
+// What the boxed path needs to know about an operator, computed on its
+// first call: its name for the engine, whether the table lowers it, and
+// how to read each argument.
+struct OpFacts {
+  std::string name;  // "aten::add.Tensor"
+  bool lowered = false;
+  bool foreach = false;
+  std::vector<ArgClass> args;
+};
+
+const OpFacts& facts_of(const c10::OperatorHandle& op) {
+  // The schema lives in the dispatcher's operator entry: a stable address.
+  const void* key = &op.schema();
+  thread_local std::unordered_map<const void*, const OpFacts*> t_facts;
+  auto hit = t_facts.find(key);
+  if (hit != t_facts.end()) return *hit->second;
+  static std::mutex lock;
+  static std::unordered_map<const void*, std::unique_ptr<OpFacts>> all;
+  std::lock_guard<std::mutex> guard(lock);
+  auto& slot = all[key];
+  if (!slot) {
+    auto f = std::make_unique<OpFacts>();
+    const auto& name = op.schema().operator_name();
+    f->name = name.name + (name.overload_name.empty() ? "" : "." + name.overload_name);
+    f->lowered = tpu_lowering_find(f->name.c_str()) != nullptr;
+    f->foreach = f->name.find("::_foreach_") != std::string::npos;
+    for (const auto& a : op.schema().arguments()) f->args.push_back(classify(a));
+    slot = std::move(f);
+  }
+  t_facts.emplace(key, slot.get());
+  return *slot;
+}
+
+// Everything a call needs kept alive while the engine reads it. Builders
+// are reused per thread (see BuilderLease) so a cache hit allocates nothing
+// here: vectors keep their capacity between calls.
 struct CallBuilder {
-  std::string op_name;
+  const OpFacts* facts = nullptr;
   std::vector<tpu_eager_arg_t> args;
   std::vector<tpu_eager_tensor_t> list;
   std::deque<std::vector<double>> scalar_lists;
@@ -45,43 +127,68 @@ struct CallBuilder {
   bool ok = true;  // false: the call cannot run on the device (fallback)
   std::string why;
 
+  void reset(const OpFacts& f) {
+    facts = &f;
+    args.clear();
+    list.clear();
+    scalar_lists.clear();
+    strings.clear();
+    device = -1;
+    ok = true;
+    why.clear();
+  }
+
+  const std::string& op_name() const { return facts->name; }
+
   void refuse(std::string reason) {
     if (ok) why = std::move(reason);
     ok = false;
   }
 
-  tpu_eager_tensor_t describe(const at::Tensor& t) {
-    tpu_eager_tensor_t d{};
+  // A zeroed argument slot at the end of args.
+  tpu_eager_arg_t& next_arg() {
+    args.emplace_back();
+    return args.back();
+  }
+
+  void describe(const at::Tensor& t, tpu_eager_tensor_t* d) {
     if (!is_supported_dtype(t.scalar_type())) {
       refuse("unsupported dtype");
-      return d;
+      return;
     }
-    if (t.dim() > TPU_HLO_MAX_RANK) {
+    const int rank = static_cast<int>(t.dim());
+    if (rank > TPU_HLO_MAX_RANK) {
       refuse("rank too high");
-      return d;
+      return;
     }
-    if (device < 0) device = t.device().index();
-    else if (device != t.device().index()) refuse("tensors on different tpu devices");
-    d.storage = storage_of(t.storage());
-    d.view.dtype = to_tpu_dtype(t.scalar_type());
-    d.view.rank = static_cast<int>(t.dim());
-    for (int i = 0; i < d.view.rank; i++) {
-      d.view.sizes[i] = t.size(i);
-      d.view.strides[i] = t.stride(i);
+    const int index = t.device().index();
+    if (device < 0) device = index;
+    else if (device != index) refuse("tensors on different tpu devices");
+    const c10::Storage& storage = t.storage();
+    d->storage = storage_of(storage);
+    d->view.dtype = to_tpu_dtype(t.scalar_type());
+    d->view.rank = rank;
+    const int64_t* sizes = t.sizes().data();
+    const int64_t* strides = t.strides().data();
+    for (int i = 0; i < rank; i++) {
+      d->view.sizes[i] = sizes[i];
+      d->view.strides[i] = strides[i];
     }
-    d.view.offset = t.storage_offset();
-    d.storage_numel = static_cast<int64_t>(t.storage().nbytes() / t.itemsize());
-    return d;
+    d->view.offset = t.storage_offset();
+    d->storage_numel = static_cast<int64_t>(storage.nbytes() / t.itemsize());
   }
 
   void add_tensor(const at::Tensor& t) {
-    tpu_eager_arg_t a{};
+    tpu_eager_arg_t& a = next_arg();
     if (!t.defined()) {
       a.lower.kind = TPU_ARG_NONE;
     } else if (is_tpu(t)) {
       a.lower.kind = TPU_ARG_TENSOR;
-      a.tensor = describe(t);
-      a.lower.type = tpu_hlo_type_make(a.tensor.view.dtype, a.tensor.view.rank, a.tensor.view.sizes);
+      describe(t, &a.tensor);
+      a.lower.type.dtype = a.tensor.view.dtype;
+      a.lower.type.rank = a.tensor.view.rank;
+      std::memcpy(a.lower.type.dims, a.tensor.view.sizes,
+                  sizeof(int64_t) * static_cast<size_t>(a.tensor.view.rank));
     } else if (t.device().is_cpu() && t.dim() == 0 && is_supported_dtype(t.scalar_type())) {
       // A CPU scalar tensor (wrapped Python number or 0-dim tensor): a
       // run-time argument.
@@ -89,7 +196,7 @@ struct CallBuilder {
       a.lower.type = tpu_hlo_type_scalar(to_tpu_dtype(t.scalar_type()));
       a.lower.wrapped_number = t.unsafeGetTensorImpl()->is_wrapped_number();
       std::memcpy(a.scalar, t.const_data_ptr(), t.itemsize());
-    } else if (t.device().is_cpu() && t.dim() == 1 && op_name.find("::_foreach_") != std::string::npos) {
+    } else if (t.device().is_cpu() && t.dim() == 1 && facts->foreach) {
       // _foreach_*.Tensor ops take their per-tensor scalars as a 1-D CPU
       // tensor: run-time scalars, like a ScalarList.
       a.lower.kind = TPU_ARG_SCALARS;
@@ -102,11 +209,10 @@ struct CallBuilder {
     } else {
       refuse("a non-scalar tensor on " + t.device().str());
     }
-    args.push_back(a);
   }
 
   void add_scalar(const at::Scalar& s) {
-    tpu_eager_arg_t a{};
+    tpu_eager_arg_t& a = next_arg();
     a.lower.kind = TPU_ARG_SCALAR;
     if (s.isBoolean()) {
       a.lower.type = tpu_hlo_type_scalar(TPU_DTYPE_BOOL);
@@ -126,115 +232,116 @@ struct CallBuilder {
       std::memcpy(a.scalar, &v, 8);
     }
     a.lower.wrapped_number = true;
-    args.push_back(a);
   }
 
-  void add(const c10::Argument& schema_arg, const c10::IValue& v) {
-    // real_type(): the declared type (ScalarType, Layout...), which type()
-    // erases to int.
-    c10::TypePtr type = unwrap_optional(schema_arg.real_type());
-    tpu_eager_arg_t a{};
+  void add(ArgClass cls, const c10::IValue& v) {
     if (v.isNone()) {
-      a.lower.kind = TPU_ARG_NONE;
-      args.push_back(a);
+      next_arg().lower.kind = TPU_ARG_NONE;
       return;
     }
-    switch (type->kind()) {
-      case TypeKind::TensorType:
-        add_tensor(v.toTensor());
-        return;
-      case TypeKind::NumberType:
-        add_scalar(v.toScalar());
-        return;
-      case TypeKind::IntType:
-      case TypeKind::SymIntType:
+    switch (cls) {
+      case ArgClass::kTensor: add_tensor(v.toTensor()); return;
+      case ArgClass::kNumber: add_scalar(v.toScalar()); return;
+      default: break;
+    }
+    tpu_eager_arg_t& a = next_arg();
+    switch (cls) {
+      case ArgClass::kInt:
         a.lower.kind = TPU_ARG_INT;
         a.lower.i = v.isSymInt() ? v.toSymInt().expect_int() : v.toInt();
         break;
-      case TypeKind::FloatType:
+      case ArgClass::kFloat:
         a.lower.kind = TPU_ARG_FLOAT;
         a.lower.f = v.toDouble();
         break;
-      case TypeKind::BoolType:
+      case ArgClass::kBool:
         a.lower.kind = TPU_ARG_BOOL;
         a.lower.i = v.toBool();
         break;
-      case TypeKind::ScalarTypeType: {
+      case ArgClass::kDtype: {
         a.lower.kind = TPU_ARG_DTYPE;
         auto st = static_cast<c10::ScalarType>(v.toInt());
         a.lower.dtype = is_supported_dtype(st) ? to_tpu_dtype(st) : TPU_DTYPE_INVALID;
         break;
       }
-      case TypeKind::StringType:
+      case ArgClass::kString:
         a.lower.kind = TPU_ARG_STRING;
         strings.push_back(std::string(v.toStringRef()));
         a.lower.str = strings.back().c_str();
         break;
-      case TypeKind::ListType: {
-        c10::TypePtr elem = type->castRaw<c10::ListType>()->getElementType();
-        c10::TypePtr inner = unwrap_optional(elem);
-        if (elem->kind() == TypeKind::BoolType) {
-          // bool[] (e.g. a backward's output_mask) as 0/1 INTS.
-          auto bools = v.toBoolList();
-          if (bools.size() > TPU_LOWER_MAX_INTS) {
-            refuse("bool list too long");
-            break;
-          }
-          a.lower.kind = TPU_ARG_INTS;
-          a.lower.num_ints = static_cast<int>(bools.size());
-          for (size_t i = 0; i < bools.size(); i++) a.lower.ints[i] = bools.get(i) ? 1 : 0;
-        } else if (elem->kind() == TypeKind::IntType || elem->kind() == TypeKind::SymIntType) {
-          std::vector<int64_t> ints;
-          if (v.isIntList()) {
-            ints = v.toIntVector();
-          } else {
-            for (const auto& e : v.toSymIntList()) ints.push_back(c10::SymInt(e).expect_int());
-          }
+      case ArgClass::kBoolList: {
+        // bool[] (e.g. a backward's output_mask) as 0/1 INTS.
+        auto bools = v.toBoolList();
+        if (bools.size() > TPU_LOWER_MAX_INTS) {
+          refuse("bool list too long");
+          break;
+        }
+        a.lower.kind = TPU_ARG_INTS;
+        a.lower.num_ints = static_cast<int>(bools.size());
+        for (size_t i = 0; i < bools.size(); i++) a.lower.ints[i] = bools.get(i) ? 1 : 0;
+        break;
+      }
+      case ArgClass::kIntList: {
+        a.lower.kind = TPU_ARG_INTS;
+        if (v.isIntList()) {
+          const auto& ints = v.toIntList();
           if (ints.size() > TPU_LOWER_MAX_INTS) {
             refuse("int list too long");
             break;
           }
-          a.lower.kind = TPU_ARG_INTS;
           a.lower.num_ints = static_cast<int>(ints.size());
-          for (size_t i = 0; i < ints.size(); i++) a.lower.ints[i] = ints[i];
-        } else if (inner->kind() == TypeKind::TensorType) {
-          a.lower.kind = TPU_ARG_TENSORS;
-          a.list_start = static_cast<int>(list.size());
-          auto elems = v.toListRef();
-          bool optional = elem->kind() == TypeKind::OptionalType;
-          if (optional && elems.size() > TPU_LOWER_MAX_INTS) {
-            refuse("optional tensor list too long");
+          for (size_t i = 0; i < ints.size(); i++) a.lower.ints[i] = ints.get(i);
+        } else {
+          const auto ints = v.toSymIntList();
+          if (ints.size() > TPU_LOWER_MAX_INTS) {
+            refuse("int list too long");
             break;
           }
-          int present = 0;
-          for (size_t i = 0; i < elems.size(); i++) {
-            if (elems[i].isNone() || !elems[i].toTensor().defined()) continue;
-            const at::Tensor& t = elems[i].toTensor();
-            if (!is_tpu(t)) {
-              refuse("a list tensor on " + t.device().str());
-              continue;
-            }
-            list.push_back(describe(t));
-            if (optional) a.lower.ints[present] = static_cast<int64_t>(i);
-            present++;
-          }
-          a.lower.num_tensors = present;
-          if (optional) a.lower.num_ints = static_cast<int>(elems.size());
-        } else if (elem->kind() == TypeKind::FloatType || elem->kind() == TypeKind::NumberType) {
-          a.lower.kind = TPU_ARG_SCALARS;
-          std::vector<double> values;
-          for (const auto& e : v.toListRef()) values.push_back(e.toScalar().toDouble());
-          a.lower.num_tensors = static_cast<int>(values.size());
-          int64_t n = a.lower.num_tensors;
-          a.lower.type = tpu_hlo_type_make(TPU_DTYPE_FLOAT64, 1, &n);
-          scalar_lists.push_back(std::move(values));
-          a.scalars = scalar_lists.back().data();
-        } else {
-          a.lower.kind = TPU_ARG_OTHER;
+          a.lower.num_ints = static_cast<int>(ints.size());
+          for (size_t i = 0; i < ints.size(); i++)
+            a.lower.ints[i] = c10::SymInt(ints.get(i)).expect_int();
         }
         break;
       }
-      case TypeKind::DeviceObjType:
+      case ArgClass::kTensorList:
+      case ArgClass::kOptTensorList: {
+        a.lower.kind = TPU_ARG_TENSORS;
+        a.list_start = static_cast<int>(list.size());
+        auto elems = v.toListRef();
+        const bool optional = cls == ArgClass::kOptTensorList;
+        if (optional && elems.size() > TPU_LOWER_MAX_INTS) {
+          refuse("optional tensor list too long");
+          break;
+        }
+        int present = 0;
+        for (size_t i = 0; i < elems.size(); i++) {
+          if (elems[i].isNone() || !elems[i].toTensor().defined()) continue;
+          const at::Tensor& t = elems[i].toTensor();
+          if (!is_tpu(t)) {
+            refuse("a list tensor on " + t.device().str());
+            continue;
+          }
+          list.emplace_back();
+          describe(t, &list.back());
+          if (optional) a.lower.ints[present] = static_cast<int64_t>(i);
+          present++;
+        }
+        a.lower.num_tensors = present;
+        if (optional) a.lower.num_ints = static_cast<int>(elems.size());
+        break;
+      }
+      case ArgClass::kFloatList: {
+        a.lower.kind = TPU_ARG_SCALARS;
+        std::vector<double> values;
+        for (const auto& e : v.toListRef()) values.push_back(e.toScalar().toDouble());
+        a.lower.num_tensors = static_cast<int>(values.size());
+        int64_t n = a.lower.num_tensors;
+        a.lower.type = tpu_hlo_type_make(TPU_DTYPE_FLOAT64, 1, &n);
+        scalar_lists.push_back(std::move(values));
+        a.scalars = scalar_lists.back().data();
+        break;
+      }
+      case ArgClass::kDevice:
         a.lower.kind = TPU_ARG_OTHER;
         if (v.isDevice() && v.toDevice().is_privateuseone() && device < 0)
           device = v.toDevice().has_index() ? v.toDevice().index() : current_device();
@@ -242,12 +349,11 @@ struct CallBuilder {
       default:
         a.lower.kind = TPU_ARG_OTHER;
     }
-    args.push_back(a);
   }
 
   tpu_eager_call_t call() {
     tpu_eager_call_t c{};
-    c.op_name = op_name.c_str();
+    c.op_name = facts->name.c_str();
     c.device = device < 0 ? current_device() : device;
     c.num_args = static_cast<int>(args.size());
     c.args = args.data();
@@ -256,6 +362,28 @@ struct CallBuilder {
     return c;
   }
 };
+
+// A builder from this thread's pool, one per nesting level (an op's CPU
+// fallback or a resize can re-enter the boxed path).
+class BuilderLease {
+ public:
+  BuilderLease() {
+    if (t_depth == t_pool.size()) t_pool.push_back(std::make_unique<CallBuilder>());
+    builder_ = t_pool[t_depth++].get();
+  }
+  ~BuilderLease() { t_depth--; }
+  BuilderLease(const BuilderLease&) = delete;
+  BuilderLease& operator=(const BuilderLease&) = delete;
+  CallBuilder& operator*() { return *builder_; }
+  CallBuilder* operator->() { return builder_; }
+
+ private:
+  static thread_local std::vector<std::unique_ptr<CallBuilder>> t_pool;
+  static thread_local size_t t_depth;
+  CallBuilder* builder_;
+};
+thread_local std::vector<std::unique_ptr<CallBuilder>> BuilderLease::t_pool;
+thread_local size_t BuilderLease::t_depth = 0;
 
 // ---- meta: the outputs' metadata from PyTorch's meta kernels -------------
 
@@ -426,75 +554,88 @@ bool plan_outputs(const c10::OperatorHandle& op, const torch::jit::Stack& inputs
   return true;
 }
 
-// Fresh output tensors from the engine's buffers.
+// Fresh output tensors from the engine's buffers. Built directly (not
+// through the dispatcher's empty_strided): this runs for every result.
 at::Tensor make_fresh(const tpu_eager_output_t& o, tpu_buffer_t* buffer, int device) {
   const tpu_view_t& v = o.view;
-  at::Tensor t = at::empty_strided(
+  std::optional<c10::DeviceGuard> guard;
+  if (device != current_device()) guard.emplace(c10::Device(c10::kPrivateUse1, device));
+  at::Tensor t = at::detail::empty_strided_generic(
       c10::IntArrayRef(v.sizes, v.rank), c10::IntArrayRef(v.strides, v.rank),
-      at::TensorOptions().dtype(to_scalar_type(v.dtype)).device(c10::kPrivateUse1, device));
+      c10::GetAllocator(c10::kPrivateUse1), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+      to_scalar_type(v.dtype));
   if (v.offset != 0) t = t.as_strided(t.sizes(), t.strides(), v.offset);
   if (buffer) TPU_CHECK(tpu_storage_set_buffer(storage_of(t.storage()), buffer), "installing an output");
   return t;
 }
 
-// The per-op plan cached beside the engine entry: how returns map to
-// outputs. Keyed by the entry pointer (entries live forever).
-std::mutex g_plans_lock;
-std::unordered_map<const tpu_eager_entry_t*, std::vector<std::vector<int>>> g_plans;
+// How an entry's outputs become the schema's returns, kept with the engine
+// entry (tpu_eager_entry_user) so a cache hit reads it without a lookup.
+struct ReturnPlan {
+  std::vector<std::vector<int>> per_return;  // output indices; -1 = undefined
+  std::vector<bool> is_list;
+};
+
+void free_return_plan(void* p) { delete static_cast<ReturnPlan*>(p); }
+
+tpu_metrics_counter_t* device_ops_counter() {
+  static tpu_metrics_counter_t* counter = tpu_metrics_counter("device_ops");
+  return counter;
+}
 
 }  // namespace
 
 // Runs `op` on the device if the table lowers it; returns false to mean "use
 // the CPU fallback" (stack untouched).
 bool try_run_on_device(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  const auto& schema = op.schema();
-  const auto& name = schema.operator_name();
-  CallBuilder builder;
-  builder.op_name = name.name + (name.overload_name.empty() ? "" : "." + name.overload_name);
-  if (!tpu_lowering_find(builder.op_name.c_str())) return false;
-  size_t num_args = schema.arguments().size();
+  const OpFacts& facts = facts_of(op);
+  if (!facts.lowered) return false;
+  BuilderLease lease;
+  CallBuilder& builder = *lease;
+  builder.reset(facts);
+  const size_t num_args = facts.args.size();
   auto inputs = torch::jit::last(*stack, num_args);
-  for (size_t i = 0; i < num_args; i++) builder.add(schema.arguments()[i], inputs[i]);
+  for (size_t i = 0; i < num_args; i++) builder.add(facts.args[i], inputs[i]);
   if (!builder.ok || builder.device < 0) return false;
   tpu_eager_call_t call = builder.call();
   tpu_eager_entry_t* entry = tpu_eager_lookup(&call);
+  const ReturnPlan* plan = nullptr;
   if (!entry) {
-    OutputPlan plan;
+    OutputPlan outputs;
     std::string why;
     torch::jit::Stack input_copy(inputs.begin(), inputs.end());
-    if (!plan_outputs(op, input_copy, &plan, &why)) {
+    if (!plan_outputs(op, input_copy, &outputs, &why)) {
       tpu_eager_mark_fallback(&call, why.c_str());
-      tpu_metrics_add(("fallback_reason::" + builder.op_name + ": " + why).c_str(), 0);
+      tpu_metrics_add(("fallback_reason::" + facts.name + ": " + why).c_str(), 0);
       return false;
     }
-    if (!plan.resizes.empty()) {
+    if (!outputs.resizes.empty()) {
       // An out= tensor of the wrong size: resize it as the kernel would,
       // then run again with the new geometry.
-      for (const auto& [index, sizes] : plan.resizes) inputs[index].toTensor().resize_(sizes);
+      for (const auto& [index, sizes] : outputs.resizes) inputs[index].toTensor().resize_(sizes);
       return try_run_on_device(op, stack);
     }
-    TPU_CHECK(tpu_eager_compile(&call, plan.outputs.data(), static_cast<int>(plan.outputs.size()),
-                                &entry),
-              builder.op_name.c_str());
+    TPU_CHECK(tpu_eager_compile(&call, outputs.outputs.data(),
+                                static_cast<int>(outputs.outputs.size()), &entry),
+              facts.name.c_str());
     if (!tpu_eager_entry_is_fallback(entry)) {
-      std::lock_guard<std::mutex> guard(g_plans_lock);
-      g_plans.emplace(entry, std::move(plan.per_return));
+      auto fresh_plan = std::make_unique<ReturnPlan>();
+      fresh_plan->per_return = std::move(outputs.per_return);
+      for (const auto& r : op.schema().returns())
+        fresh_plan->is_list.push_back(r.type()->kind() == TypeKind::ListType);
+      plan = static_cast<const ReturnPlan*>(
+          tpu_eager_entry_set_user(entry, fresh_plan.release(), &free_return_plan));
     }
   }
   if (tpu_eager_entry_is_fallback(entry)) {
     // Why this call runs on the CPU, for torchtpu.metrics.fallback_reasons().
-    tpu_metrics_add(("fallback_reason::" + builder.op_name + ": " +
+    tpu_metrics_add(("fallback_reason::" + facts.name + ": " +
                      tpu_eager_entry_fallback_reason(entry)).c_str(), 0);
     return false;
   }
-  const std::vector<std::vector<int>>* plan_ptr;
-  {
-    // Map nodes are stable and never erased: the pointer stays valid.
-    std::lock_guard<std::mutex> guard(g_plans_lock);
-    plan_ptr = &g_plans.at(entry);
-  }
-  const auto& per_return = *plan_ptr;
-  int n = tpu_eager_entry_num_outputs(entry);
+  if (!plan) plan = static_cast<const ReturnPlan*>(tpu_eager_entry_user(entry));
+  TORCH_INTERNAL_ASSERT(plan, "torchtpu: ", facts.name, ": cached entry without a return plan");
+  const int n = tpu_eager_entry_num_outputs(entry);
   // Writes into a tensor whose elements share memory (an expanded view)
   // are refused exactly as PyTorch's CPU kernels refuse them.
   for (int o = 0; o < n; o++) {
@@ -504,35 +645,37 @@ bool try_run_on_device(const c10::OperatorHandle& op, torch::jit::Stack* stack) 
     at::assert_no_internal_overlap(a.isTensor() ? a.toTensor()
                                                 : a.toTensorVector()[out->alias_list]);
   }
-  std::vector<tpu_buffer_t*> fresh(n, nullptr);
-  TPU_CHECK(tpu_eager_execute(entry, &call, fresh.data()), builder.op_name.c_str());
+  c10::SmallVector<tpu_buffer_t*, 8> fresh(static_cast<size_t>(n), nullptr);
+  TPU_CHECK(tpu_eager_execute(entry, &call, fresh.data()), facts.name.c_str());
   // Results: aliased returns are the argument itself, fresh ones new tensors.
-  std::vector<c10::IValue> arg_values(inputs.begin(), inputs.end());
-  torch::jit::drop(*stack, num_args);
-  const auto& returns = schema.returns();
-  for (size_t r = 0; r < returns.size(); r++) {
-    const auto& idx = per_return[r];
-    bool is_list = returns[r].type()->kind() == TypeKind::ListType;
-    std::vector<at::Tensor> tensors;
-    for (int o : idx) {
-      if (o < 0) {
-        tensors.emplace_back();
-        continue;
-      }
+  // Built before the arguments leave the stack (aliases refer to them).
+  c10::SmallVector<c10::IValue, 4> results;
+  for (size_t r = 0; r < plan->per_return.size(); r++) {
+    const auto& idx = plan->per_return[r];
+    auto tensor_of = [&](int o) -> at::Tensor {
+      if (o < 0) return at::Tensor();
       const tpu_eager_output_t* out = tpu_eager_entry_output(entry, o);
       if (out->alias_arg >= 0) {
-        const c10::IValue& a = arg_values[out->alias_arg];
-        tensors.push_back(a.isTensor() ? a.toTensor() : a.toTensorVector()[out->alias_list]);
-      } else {
-        tensors.push_back(make_fresh(*out, fresh[o], call.device));
-        fresh[o] = nullptr;
+        const c10::IValue& a = inputs[out->alias_arg];
+        return a.isTensor() ? a.toTensor() : a.toTensorVector()[out->alias_list];
       }
+      at::Tensor t = make_fresh(*out, fresh[o], call.device);
+      fresh[o] = nullptr;
+      return t;
+    };
+    if (plan->is_list[r]) {
+      std::vector<at::Tensor> tensors;
+      tensors.reserve(idx.size());
+      for (int o : idx) tensors.push_back(tensor_of(o));
+      results.emplace_back(std::move(tensors));
+    } else {
+      results.emplace_back(tensor_of(idx.at(0)));  // may be undefined (a masked output)
     }
-    if (is_list) stack->emplace_back(tensors);
-    else stack->emplace_back(tensors.at(0));  // may be undefined (a masked output)
   }
   for (auto* b : fresh) tpu_buffer_destroy(b);
-  tpu_metrics_add("device_ops", 1);
+  torch::jit::drop(*stack, num_args);
+  for (auto& v : results) stack->push_back(std::move(v));
+  tpu_metrics_bump(device_ops_counter(), 1);
   return true;
 }
 

@@ -292,6 +292,14 @@ tpu_status_t tpu_buffer_wrap(tpu_client_t* client, int device_index,
                      (int)dims.num_dims, out_buffer);
 }
 
+tpu_status_t tpu_buffer_wrap_typed(tpu_client_t* client, int device_index,
+                                   PJRT_Buffer* pjrt_buffer, tpu_dtype_t dtype,
+                                   const int64_t* dims, int rank,
+                                   tpu_buffer_t** out_buffer) {
+  return make_buffer(client, device_index, pjrt_buffer, dtype, dims, rank,
+                     out_buffer);
+}
+
 /* ---- transfers back --------------------------------------------------------- */
 
 static tpu_status_t start_to_host(tpu_buffer_t* buffer, void* dst,

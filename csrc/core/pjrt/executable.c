@@ -385,7 +385,10 @@ tpu_status_t tpu_executable_execute(tpu_executable_t* executable,
   size_t n_out = nout > 0 ? (size_t)nout : 1;
   size_t bytes = n_in * sizeof(PJRT_Buffer*) + n_in * sizeof(int64_t) +
                  n_out * sizeof(PJRT_Buffer*);
-  char* scratch = calloc(1, bytes);
+  /* Small calls (nearly all) use the stack: this is the dispatch path. */
+  char stack_scratch[512];
+  char* scratch = bytes <= sizeof stack_scratch ? memset(stack_scratch, 0, bytes)
+                                                : calloc(1, bytes);
   if (!scratch) {
     return tpu_status_make(TPU_STATUS_RESOURCE_EXHAUSTED,
                            "out of memory preparing an execution");
@@ -420,15 +423,19 @@ tpu_status_t tpu_executable_execute(tpu_executable_t* executable,
   tpu_status_t status = tpu_status_annotate(
       TPU_PJRT_CALL(api, PJRT_LoadedExecutable_Execute, &exec), "executing: ");
   if (status) {
-    free(scratch);
+    if (scratch != stack_scratch) free(scratch);
     return status;
   }
 
   /* Wrap every output; on failure destroy what is left so nothing leaks. */
   int wrapped = 0;
   for (; wrapped < nout && !status; wrapped++) {
-    status = tpu_buffer_wrap(client, device_index, out_list[wrapped],
-                             &out_results[wrapped]);
+    /* The declared output types, queried once at compile time. */
+    status = tpu_buffer_wrap_typed(client, device_index, out_list[wrapped],
+                                   executable->output_dtypes[wrapped],
+                                   executable->output_dims[wrapped],
+                                   executable->output_ranks[wrapped],
+                                   &out_results[wrapped]);
     out_list[wrapped] = NULL; /* wrap took ownership, even on failure */
   }
   if (status) {
@@ -443,10 +450,10 @@ tpu_status_t tpu_executable_execute(tpu_executable_t* executable,
     }
     /* The execution still runs; let it finish before reporting. */
     tpu_status_free(tpu_pjrt_event_await_destroy(api, done, "execution"));
-    free(scratch);
+    if (scratch != stack_scratch) free(scratch);
     return tpu_status_annotate(status, "wrapping execution results: ");
   }
-  free(scratch);
+  if (scratch != stack_scratch) free(scratch);
   if (out_done) return tpu_event_wrap(api, done, out_done);
   return NULL;
 }

@@ -140,6 +140,12 @@ void tpu_device_fini(struct tpu_device_s* device);
 tpu_status_t tpu_buffer_wrap(tpu_client_t* client, int device_index,
                              PJRT_Buffer* pjrt_buffer,
                              tpu_buffer_t** out_buffer);
+/* Same, when the caller knows the buffer's type (an executable's declared
+ * output): skips two PJRT queries per result on the execute path. */
+tpu_status_t tpu_buffer_wrap_typed(tpu_client_t* client, int device_index,
+                                   PJRT_Buffer* pjrt_buffer, tpu_dtype_t dtype,
+                                   const int64_t* dims, int rank,
+                                   tpu_buffer_t** out_buffer);
 
 /* Testing hook: when true, tpu_buffer_from_host never passes byte strides to
  * the plugin and packs non-dense host layouts itself. */
