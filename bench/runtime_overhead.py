@@ -18,20 +18,40 @@ def median_us(fn, n):
     return statistics.median(times) * 1e6
 
 
+def per_op_us(fn, sync, ops, rounds):
+    """Median over rounds of (time for `ops` calls, then sync) / ops."""
+    times = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        for _ in range(ops):
+            fn()
+        sync()
+        times.append((time.perf_counter() - t0) / ops)
+    return statistics.median(times) * 1e6
+
+
 def main():
     # PyTorch CPU gets the machine's threads, as a user would run it.
     print(f"torchtpu {torchtpu.__version__} on {torchtpu.plugin_info()['path']}")
-    print(f"{'case':<28}{'tpu (us)':>12}{'cpu (us)':>12}{'tpu/cpu':>10}")
-    for name, shape, op, n in (("tiny add [1]", (1,), torch.add, 2000),
-                               ("matmul 64x64", (64, 64), torch.mm, 1000),
-                               ("matmul 512x512", (512, 512), torch.mm, 50)):
+    print("per op: a stream of cache-hit ops then one synchronize, divided by the count;")
+    print("op+sync: one op and a synchronize (the full round trip). tpu and CPU alternate")
+    print("round by round so machine noise hits both alike; medians over rounds.")
+    print(f"{'case':<18}{'tpu per op':>12}{'cpu per op':>12}{'ratio':>8}"
+          f"{'tpu op+sync':>13}{'ratio':>8}   (us)")
+    nothing = lambda: None  # noqa: E731
+    for name, shape, op, ops, rounds in (("tiny add [1]", (1,), torch.add, 200, 40),
+                                         ("matmul 64x64", (64, 64), torch.mm, 100, 30),
+                                         ("matmul 512x512", (512, 512), torch.mm, 5, 15)):
         a = torch.randn(*shape)
         ta = a.to("tpu")
         op(ta, ta).cpu()  # compile once
-        # Enqueue + wait: the result is read back so the work really ran.
-        tpu = median_us(lambda: (op(ta, ta), torch.tpu.synchronize()), n)
-        cpu = median_us(lambda: op(a, a), n)
-        print(f"{name:<28}{tpu:>12.1f}{cpu:>12.1f}{tpu / cpu:>10.2f}")
+        tpu, cpu, lat = [], [], []
+        for _ in range(rounds):
+            tpu.append(per_op_us(lambda: op(ta, ta), torch.tpu.synchronize, ops, 1))
+            cpu.append(per_op_us(lambda: op(a, a), nothing, ops, 1))
+            lat.append(per_op_us(lambda: (op(ta, ta), torch.tpu.synchronize()), nothing, ops, 1))
+        t, c, l = (statistics.median(v) for v in (tpu, cpu, lat))
+        print(f"{name:<18}{t:>12.1f}{c:>12.1f}{t / c:>8.2f}{l:>13.1f}{l / c:>8.2f}")
     x = torch.randn(16 * 1024 * 1024)
     x.to("tpu")
     up = statistics.median([_timed(lambda: x.to("tpu")) for _ in range(5)])

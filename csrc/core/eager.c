@@ -703,7 +703,9 @@ tpu_status_t tpu_eager_execute(tpu_eager_entry_t* e, const tpu_eager_call_t* cal
     /* Held locked through execution so concurrent RNG ops serialise. */
   }
   if (!status) {
-    status = tpu_program_execute(e->program, call->device, args, k, results);
+    status = call->synchronous
+                 ? tpu_program_execute_sync(e->program, call->device, args, k, results)
+                 : tpu_program_execute(e->program, call->device, args, k, results);
     if (status) status = tpu_status_annotate(status, "running %s: ", call->op_name);
   }
   if (e->needs_rng) {

@@ -47,6 +47,9 @@ typedef struct tpu_eager_call_s {
   tpu_eager_arg_t* args;
   int num_list;
   tpu_eager_tensor_t* list; /* every TENSORS argument's tensors */
+  /* Wait for the execution and return its error (Debug mode) instead of
+   * enqueueing it. Not part of the key: the program is the same. */
+  bool synchronous;
 } tpu_eager_call_t;
 
 typedef struct tpu_eager_output_s {

@@ -17,6 +17,15 @@ static const tpu_env_var_t kEnvVars[] = {
      "Ops without a device lowering run on CPU: 'warn' (once per op), "
      "'silent', or 'error' (raise, naming the op).",
      "stable"},
+    {"TORCHTPU_EAGER_MODE", "strict",
+     "Eager mode at start-up: 'strict' (asynchronous, one cached program per "
+     "op) or 'debug' (synchronous, errors at the op, indices checked on the "
+     "host). torchtpu.set_eager_mode / torchtpu.eager_mode change it.",
+     "experimental"},
+    {"TORCHTPU_DEBUG_SHADOW", "0",
+     "1: in debug mode, also run every op on the CPU and raise at the first "
+     "whose result differs beyond tolerance (op, shapes, dtypes, errors).",
+     "experimental"},
 };
 
 size_t tpu_env_count(void) { return sizeof kEnvVars / sizeof kEnvVars[0]; }

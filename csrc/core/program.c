@@ -117,6 +117,20 @@ tpu_status_t tpu_program_execute(tpu_program_t* program, int device_index,
   return NULL;
 }
 
+tpu_status_t tpu_program_execute_sync(tpu_program_t* program, int device_index,
+                                      tpu_buffer_t* const* args, int nargs,
+                                      tpu_buffer_t** out_results) {
+  tpu_event_t* done = NULL;
+  TPU_RETURN_IF_ERROR(tpu_executable_execute(program->executable, device_index,
+                                             args, nargs, NULL, out_results,
+                                             &done));
+  TPU_METRICS_BUMP("executions", 1);
+  if (!done) return NULL;
+  tpu_status_t status = tpu_event_await(done);
+  tpu_event_destroy(done);
+  return status;
+}
+
 size_t tpu_program_cache_size(void) {
   pthread_mutex_lock(&g_lock);
   size_t n = g_count;

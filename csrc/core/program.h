@@ -32,6 +32,11 @@ int tpu_program_num_outputs(const tpu_program_t* program);
 tpu_status_t tpu_program_execute(tpu_program_t* program, int device_index,
                                  tpu_buffer_t* const* args, int nargs,
                                  tpu_buffer_t** out_results);
+/* The same, then waits for the execution to finish and returns its error
+ * (Debug mode: errors surface at the op that caused them). */
+tpu_status_t tpu_program_execute_sync(tpu_program_t* program, int device_index,
+                                      tpu_buffer_t* const* args, int nargs,
+                                      tpu_buffer_t** out_results);
 
 /* Number of cached programs. */
 size_t tpu_program_cache_size(void);

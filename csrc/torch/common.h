@@ -52,4 +52,15 @@ void delete_storage(void* ctx);
 // common prefix (used by resize_ and set_ when a storage must grow).
 void resize_storage_bytes(const c10::Storage& storage, size_t nbytes);
 
+// Eager modes (debug.cpp): process-wide, with a per-thread override.
+enum class EagerMode { kStrict = 0, kDebug = 1 };
+EagerMode eager_mode();  // the calling thread's
+// Throws ValueError for an unknown name.
+void set_eager_mode(const std::string& mode, bool this_thread_only);
+void clear_thread_eager_mode();
+std::string eager_mode_name(EagerMode mode);
+// Debug mode's CPU shadow check (TORCHTPU_DEBUG_SHADOW).
+bool debug_shadow();
+void set_debug_shadow(bool on);
+
 }  // namespace torchtpu

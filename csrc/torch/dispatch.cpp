@@ -359,6 +359,8 @@ struct CallBuilder {
     c.args = args.data();
     c.num_list = static_cast<int>(list.size());
     c.list = list.data();
+    // Debug mode waits for each execution so its errors surface here.
+    c.synchronous = eager_mode() == EagerMode::kDebug;
     return c;
   }
 };

@@ -53,7 +53,10 @@ void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
 // Every op without its own kernel lands here: the lowering table first,
 // then the CPU.
+void debug_boxed_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+
 void tpu_boxed_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  if (eager_mode() == EagerMode::kDebug) return debug_boxed_kernel(op, stack);
   if (try_run_on_device(op, stack)) return;
   cpu_fallback(op, stack);
 }

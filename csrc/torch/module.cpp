@@ -3,6 +3,8 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <optional>
+
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -22,6 +24,13 @@ void set_default_plugin_path(const std::string& path);
 void ensure_runtime();
 void set_fallback_quiet(bool quiet);
 int register_lowered_ops();
+// Eager modes (debug.cpp); names rather than the enum keep this file free
+// of c10 headers.
+std::string get_eager_mode_name();
+void set_eager_mode(const std::string& mode, bool this_thread_only);
+void clear_thread_eager_mode();
+bool debug_shadow();
+void set_debug_shadow(bool on);
 }  // namespace torchtpu
 
 namespace py = pybind11;
@@ -190,6 +199,18 @@ PYBIND11_MODULE(_C, m) {
   });
   m.def("_register_lowered_ops", &torchtpu::register_lowered_ops);
   m.def("_eager_cache_size", [] { return tpu_eager_cache_size(); });
+  m.def("_eager_cache_clear", [] { tpu_eager_cache_clear(); });
+  m.def("_get_eager_mode", &torchtpu::get_eager_mode_name);
+  m.def("_set_eager_mode", &torchtpu::set_eager_mode, py::arg("mode"),
+        py::arg("this_thread_only") = false);
+  m.def("_clear_thread_eager_mode", &torchtpu::clear_thread_eager_mode);
+  m.def("_debug_shadow", &torchtpu::debug_shadow);
+  m.def("_set_debug_shadow", &torchtpu::set_debug_shadow);
+  m.def("_override_lowering_for_testing", [](std::optional<std::string> op, std::string with) {
+    // Cached programs were built with the old lowering: drop them.
+    tpu_eager_cache_clear();
+    return tpu_lowering_override_for_testing(op ? op->c_str() : nullptr, with.c_str());
+  });
   m.def("_synchronize", [](int device) {
     init_runtime();
     tpu_status_t s = tpu_runtime_check_device(device);

@@ -94,6 +94,18 @@ static void test_result_type_rules(void) {
   CHECK_EQ(result_type_of((tpu_lower_arg_t[]){u8, py_int}, 2), TPU_DTYPE_UINT8);
 }
 
-TPU_TEST_MAIN(TPU_TEST(test_add_with_alpha_scalar_and_broadcast),
+static void test_override_for_testing(void) {
+  tpu_lower_fn_t add = tpu_lowering_find("aten::add.Tensor");
+  tpu_lower_fn_t mul = tpu_lowering_find("aten::mul.Tensor");
+  CHECK(add && mul && add != mul);
+  CHECK(tpu_lowering_override_for_testing("aten::mul.Tensor", "aten::add.Tensor"));
+  CHECK(tpu_lowering_find("aten::mul_.Tensor") == add); /* in-place shares the row */
+  CHECK(tpu_lowering_find("aten::add.Tensor") == add);
+  CHECK(!tpu_lowering_override_for_testing("aten::mul", "aten::no_such_op"));
+  CHECK(tpu_lowering_override_for_testing(NULL, NULL));
+  CHECK(tpu_lowering_find("aten::mul.Tensor") == mul);
+}
+
+TPU_TEST_MAIN(TPU_TEST(test_add_with_alpha_scalar_and_broadcast), TPU_TEST(test_override_for_testing),
               TPU_TEST(test_div_floor_on_integers), TPU_TEST(test_wrong_output_type_is_reported),
               TPU_TEST(test_table_lookup_names), TPU_TEST(test_result_type_rules))

@@ -147,6 +147,12 @@ const tpu_lowering_t* tpu_lowering_find_row(const char* op_name);
 /* Finds the lowering for an ATen op name such as "aten::add_" or "add_"
  * (overload not included); NULL when there is none. */
 tpu_lower_fn_t tpu_lowering_find(const char* op_name);
+/* Testing only (Debug mode's shadow check must catch a wrong lowering):
+ * makes `op`'s row lower with `with`'s function, e.g. mul as add. NULL op
+ * clears every override. False when either name has no row. Not
+ * thread-safe; callers clear the eager cache after changing it. */
+bool tpu_lowering_override_for_testing(const char* op, const char* with);
+
 /* Every row, for tests and reports. */
 size_t tpu_lowering_count(void);
 const tpu_lowering_t* tpu_lowering_at(size_t i);

@@ -28,15 +28,48 @@ static size_t base_name(const char* op_name, const char** out_start) {
   return n;
 }
 
-const tpu_lowering_t* tpu_lowering_find_row(const char* op_name) {
-  const char* name;
-  size_t n = base_name(op_name, &name);
+/* Rows replaced by tpu_lowering_override_for_testing (a handful at most). */
+#define MAX_OVERRIDES 8
+static tpu_lowering_t g_overrides[MAX_OVERRIDES];
+static char g_override_names[MAX_OVERRIDES][64];
+static size_t g_num_overrides;
+
+static const tpu_lowering_t* find_in_table(const char* name, size_t n) {
   for (size_t f = 0; f < sizeof kFamilies / sizeof kFamilies[0]; f++)
     for (size_t r = 0; r < *kFamilies[f].count; r++) {
       const tpu_lowering_t* row = &kFamilies[f].rows[r];
       if (strlen(row->name) == n && memcmp(row->name, name, n) == 0) return row;
     }
   return NULL;
+}
+
+const tpu_lowering_t* tpu_lowering_find_row(const char* op_name) {
+  const char* name;
+  size_t n = base_name(op_name, &name);
+  for (size_t i = 0; i < g_num_overrides; i++)
+    if (strlen(g_override_names[i]) == n && memcmp(g_override_names[i], name, n) == 0)
+      return &g_overrides[i];
+  return find_in_table(name, n);
+}
+
+bool tpu_lowering_override_for_testing(const char* op, const char* with) {
+  if (!op) {
+    g_num_overrides = 0;
+    return true;
+  }
+  const char *name, *other;
+  size_t n = base_name(op, &name), m = base_name(with, &other);
+  const tpu_lowering_t* target = find_in_table(name, n);
+  const tpu_lowering_t* source = find_in_table(other, m);
+  if (!target || !source || n >= sizeof g_override_names[0] || g_num_overrides == MAX_OVERRIDES)
+    return false;
+  memcpy(g_override_names[g_num_overrides], name, n);
+  g_override_names[g_num_overrides][n] = '\0';
+  g_overrides[g_num_overrides] = *target;
+  g_overrides[g_num_overrides].name = g_override_names[g_num_overrides];
+  g_overrides[g_num_overrides].fn = source->fn;
+  g_num_overrides++;
+  return true;
 }
 
 tpu_lower_fn_t tpu_lowering_find(const char* op_name) {

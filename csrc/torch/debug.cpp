@@ -1,0 +1,370 @@
+// Eager modes and the Debug mode's checks.
+//
+// The mode is process-wide (TORCHTPU_EAGER_MODE, torchtpu.set_eager_mode)
+// with a per-thread override (torchtpu.eager_mode(...) context manager).
+// Debug differs from Strict in three ways, all here or keyed off
+// eager_mode():
+//   - every device execution is waited for, so an XLA error surfaces at the
+//     op that caused it (dispatch.cpp sets call.synchronous);
+//   - indexing ops first run PyTorch's CPU kernel on host copies of their
+//     inputs, so an out-of-range index raises IndexError / RuntimeError
+//     exactly as on the CPU instead of reading clamped garbage on device;
+//   - with the shadow check on, every op that ran on the device is run again
+//     on the CPU and the first result that differs beyond tolerance raises,
+//     naming the op, shapes, dtypes and the errors.
+// Every error raised in Debug names the ATen op and the user's Python line.
+#include <Python.h>
+#include <frameobject.h>
+
+#include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/library.h>
+
+#include <atomic>
+#include <cmath>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "common.h"
+
+extern "C" {
+#include "core/env.h"
+#include "core/lower/lowering.h"
+#include "core/metrics.h"
+}
+
+namespace torchtpu {
+
+bool try_run_on_device(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+
+namespace {
+
+EagerMode parse_mode(const std::string& text, bool* ok) {
+  *ok = true;
+  if (text == "strict") return EagerMode::kStrict;
+  if (text == "debug") return EagerMode::kDebug;
+  *ok = false;
+  return EagerMode::kStrict;
+}
+
+std::atomic<int> g_mode{-1};  // -1: not read from the environment yet
+thread_local int t_mode_override = -1;
+std::atomic<int> g_shadow{-1};
+
+int process_mode() {
+  int m = g_mode.load(std::memory_order_relaxed);
+  if (m >= 0) return m;
+  bool ok = false;
+  std::string text = tpu_env_get("TORCHTPU_EAGER_MODE");
+  EagerMode mode = parse_mode(text, &ok);
+  if (!ok)
+    TORCH_WARN("torchtpu: TORCHTPU_EAGER_MODE=", text,
+               " is not a mode (strict, debug); using strict");
+  int expected = -1;
+  g_mode.compare_exchange_strong(expected, static_cast<int>(mode));
+  return g_mode.load();
+}
+
+// The first Python frame outside torch and torchtpu: the user's line.
+std::string python_location_locked();
+
+std::string python_location() {
+  if (!Py_IsInitialized() || _Py_IsFinalizing()) return "";
+  // PyTorch's bindings release the GIL around ops: take it back (only on
+  // this error path) to read the calling thread's frames.
+  PyGILState_STATE gil = PyGILState_Ensure();
+  std::string where = python_location_locked();
+  PyGILState_Release(gil);
+  return where;
+}
+
+std::string python_location_locked() {
+  static const std::vector<std::string> skip = [] {
+    std::vector<std::string> dirs;
+    for (const char* name : {"torch", "torchtpu"}) {
+      PyObject* mod = PyImport_ImportModule(name);
+      PyObject* file = mod ? PyObject_GetAttrString(mod, "__file__") : nullptr;
+      const char* path = file ? PyUnicode_AsUTF8(file) : nullptr;
+      if (path) {
+        std::string p(path);
+        dirs.push_back(p.substr(0, p.rfind('/') + 1));
+      }
+      Py_XDECREF(file);
+      Py_XDECREF(mod);
+    }
+    PyErr_Clear();
+    return dirs;
+  }();
+  PyFrameObject* frame = PyEval_GetFrame();  // borrowed
+  Py_XINCREF(frame);
+  std::string where;
+  while (frame) {
+    PyCodeObject* code = PyFrame_GetCode(frame);
+    PyObject* file = PyObject_GetAttrString(reinterpret_cast<PyObject*>(code), "co_filename");
+    const char* path = file ? PyUnicode_AsUTF8(file) : nullptr;
+    bool internal = !path || path[0] == '<';
+    for (const auto& dir : skip)
+      if (path && std::string(path).rfind(dir, 0) == 0) internal = true;
+    if (!internal) where = std::string(path) + ":" + std::to_string(PyFrame_GetLineNumber(frame));
+    Py_XDECREF(file);
+    Py_DECREF(code);
+    PyFrameObject* back = PyFrame_GetBack(frame);
+    Py_DECREF(frame);
+    frame = back;
+    if (!where.empty()) {
+      Py_XDECREF(frame);
+      break;
+    }
+  }
+  PyErr_Clear();
+  return where;
+}
+
+std::string op_name_of(const c10::OperatorHandle& op) {
+  const auto& name = op.schema().operator_name();
+  return name.name + (name.overload_name.empty() ? "" : "." + name.overload_name);
+}
+
+// Ops whose indices Debug checks on the host before running on the device.
+bool is_index_op(const std::string& base) {
+  static const char* const kOps[] = {
+      "aten::index",        "aten::_index_put_impl_", "aten::index_put",  "aten::index_put_",
+      "aten::index_select", "aten::gather",           "aten::scatter",    "aten::scatter_",
+      "aten::scatter_add",  "aten::scatter_add_",     "aten::scatter_reduce",
+      "aten::scatter_reduce_", "aten::embedding",     "aten::take",       "aten::index_add",
+      "aten::index_add_",   "aten::index_copy",       "aten::index_copy_", "aten::index_fill",
+      "aten::index_fill_",  "aten::one_hot",          "aten::embedding_dense_backward",
+      "aten::take_along_dim"};
+  for (const char* op : kOps)
+    if (base == op) return true;
+  return false;
+}
+
+c10::IValue to_host(const c10::IValue& v) {
+  if (v.isTensor()) {
+    const at::Tensor& t = v.toTensor();
+    if (!t.defined() || !t.device().is_privateuseone()) return v;
+    // A detached host copy with the same strides, so in-place kernels and
+    // view semantics behave as they would have on the CPU.
+    at::Tensor host = at::empty_strided(t.sizes(), t.strides(), t.options().device(at::kCPU));
+    host.copy_(t);
+    return host;
+  }
+  if (v.isTensorList()) {
+    std::vector<at::Tensor> out;
+    for (const at::Tensor& t : v.toTensorVector()) out.push_back(to_host(t).toTensor());
+    return out;
+  }
+  if (v.isList()) {
+    auto list = v.toList();
+    if (list.elementType()->kind() == c10::TypeKind::OptionalType) {
+      c10::List<std::optional<at::Tensor>> out;
+      for (size_t i = 0; i < list.size(); i++) {
+        c10::IValue e = list.get(i);
+        if (e.isNone()) out.push_back(std::nullopt);
+        else out.push_back(to_host(e).toTensor());
+      }
+      return out;
+    }
+  }
+  if (v.isDevice() && v.toDevice().is_privateuseone()) return c10::Device(at::kCPU);
+  return v;
+}
+
+torch::jit::Stack host_inputs(const torch::jit::Stack& stack, size_t n) {
+  torch::jit::Stack out;
+  for (size_t i = stack.size() - n; i < stack.size(); i++) out.push_back(to_host(stack[i]));
+  return out;
+}
+
+struct Tolerance {
+  double atol, rtol;
+};
+
+Tolerance tolerance_for(at::ScalarType t) {
+  switch (t) {
+    case at::kBFloat16: return {2e-2, 2e-2};
+    case at::kHalf: return {2e-3, 2e-3};
+    case at::kFloat:
+    case at::kComplexFloat: return {1e-4, 1e-4};
+    default: return {1e-7, 1e-7};
+  }
+}
+
+std::string describe_inputs(const torch::jit::Stack& inputs) {
+  std::ostringstream os;
+  bool first = true;
+  for (const auto& v : inputs) {
+    if (!v.isTensor() || !v.toTensor().defined()) continue;
+    const at::Tensor& t = v.toTensor();
+    os << (first ? "" : ", ") << t.scalar_type() << t.sizes();
+    first = false;
+  }
+  return os.str();
+}
+
+// Compares one device result with the CPU's; returns "" when they agree,
+// else what differs.
+std::string compare(const at::Tensor& device, const at::Tensor& ref) {
+  if (device.defined() != ref.defined()) return "one result is undefined";
+  if (!device.defined()) return "";
+  if (device.sizes() != ref.sizes()) {
+    std::ostringstream os;
+    os << "shape " << device.sizes() << " vs CPU " << ref.sizes();
+    return os.str();
+  }
+  if (device.scalar_type() != ref.scalar_type()) {
+    std::ostringstream os;
+    os << "dtype " << device.scalar_type() << " vs CPU " << ref.scalar_type();
+    return os.str();
+  }
+  if (device.numel() == 0) return "";
+  at::Tensor got = device.cpu();
+  if (!at::isFloatingType(ref.scalar_type()) && !at::isComplexType(ref.scalar_type())) {
+    if (at::equal(got, ref)) return "";
+    at::Tensor diff = (got.to(at::kDouble) - ref.to(at::kDouble)).abs();
+    std::ostringstream os;
+    os << "shape " << ref.sizes() << ", dtype " << ref.scalar_type() << ": "
+       << diff.ne(0).sum().item<int64_t>() << " element(s) differ, max abs error "
+       << diff.max().item<double>();
+    return os.str();
+  }
+  Tolerance tol = tolerance_for(ref.scalar_type());
+  at::Tensor g = at::isComplexType(ref.scalar_type()) ? at::view_as_real(got).to(at::kDouble)
+                                                      : got.to(at::kDouble);
+  at::Tensor r = at::isComplexType(ref.scalar_type()) ? at::view_as_real(ref).to(at::kDouble)
+                                                      : ref.to(at::kDouble);
+  // NaN where the CPU has NaN, the same infinities, the rest within tolerance.
+  at::Tensor both_nan = g.isnan().logical_and(r.isnan());
+  at::Tensor same_inf = g.isinf().logical_and(g.eq(r));
+  at::Tensor abs_err = (g - r).abs().masked_fill(both_nan.logical_or(same_inf), 0);
+  at::Tensor bad = abs_err.gt(r.abs().mul(tol.rtol).add(tol.atol)).logical_or(
+      abs_err.isnan());
+  if (!bad.any().item<bool>()) return "";
+  at::Tensor rel = abs_err.div(r.abs().clamp_min(1e-30));
+  std::ostringstream os;
+  os << "shape " << ref.sizes() << ", dtype " << ref.scalar_type() << ": "
+     << bad.sum().item<int64_t>() << " element(s) beyond atol=" << tol.atol
+     << " rtol=" << tol.rtol << ", max abs error " << abs_err.nan_to_num(INFINITY).max().item<double>()
+     << ", max rel error " << rel.nan_to_num(INFINITY).max().item<double>();
+  return os.str();
+}
+
+std::vector<at::Tensor> tensors_in(const c10::IValue& v) {
+  if (v.isTensor()) return {v.toTensor()};
+  if (v.isTensorList()) return v.toTensorVector();
+  return {};
+}
+
+// The shadow run: `ref_stack` holds the CPU inputs (consumed), `results`
+// the device op's returns, `mutated` the device arguments it wrote.
+void shadow_compare(const c10::OperatorHandle& op, const std::string& name,
+                    torch::jit::Stack ref_inputs, const torch::jit::Stack& device_inputs,
+                    const torch::jit::Stack& results) {
+  const auto& schema = op.schema();
+  std::string what = describe_inputs(device_inputs);
+  torch::jit::Stack ref_stack = ref_inputs;
+  op.callBoxed(&ref_stack);  // the CPU kernel (inputs are host tensors)
+  for (size_t r = 0; r < results.size() && r < ref_stack.size(); r++) {
+    auto dev = tensors_in(results[r]);
+    auto ref = tensors_in(ref_stack[r]);
+    for (size_t k = 0; k < dev.size() && k < ref.size(); k++) {
+      std::string diff = compare(dev[k], ref[k]);
+      TORCH_CHECK(diff.empty(), "torchtpu shadow check: ", name, " output ", r,
+                  dev.size() > 1 ? "[" + std::to_string(k) + "]" : std::string(),
+                  " differs from the CPU: ", diff, " (inputs: ", what, ")");
+    }
+  }
+  // Arguments the op writes (in-place, out=, running stats) must agree too.
+  for (size_t i = 0; i < schema.arguments().size(); i++) {
+    const auto* info = schema.arguments()[i].alias_info();
+    if (!info || !info->isWrite()) continue;
+    auto dev = tensors_in(device_inputs[i]);
+    auto ref = tensors_in(ref_inputs[i]);
+    for (size_t k = 0; k < dev.size() && k < ref.size(); k++) {
+      std::string diff = compare(dev[k], ref[k]);
+      TORCH_CHECK(diff.empty(), "torchtpu shadow check: ", name, " argument '",
+                  schema.arguments()[i].name(), "' differs from the CPU after the op: ", diff,
+                  " (inputs: ", what, ")");
+    }
+  }
+  tpu_metrics_add("shadow_checked_ops", 1);
+}
+
+bool needs_rng(const std::string& name) {
+  const tpu_lowering_t* row = tpu_lowering_find_row(name.c_str());
+  return row && (row->flags & TPU_LOWER_NEEDS_RNG);
+}
+
+}  // namespace
+
+EagerMode eager_mode() {
+  int m = t_mode_override >= 0 ? t_mode_override : process_mode();
+  return static_cast<EagerMode>(m);
+}
+
+void set_eager_mode(const std::string& mode, bool this_thread_only) {
+  bool ok = false;
+  EagerMode m = parse_mode(mode, &ok);
+  TORCH_CHECK_VALUE(ok, "torchtpu: unknown eager mode '", mode,
+                    "'; expected 'strict' or 'debug'");
+  if (this_thread_only) t_mode_override = static_cast<int>(m);
+  else g_mode.store(static_cast<int>(m));
+}
+
+void clear_thread_eager_mode() { t_mode_override = -1; }
+
+std::string eager_mode_name(EagerMode mode) {
+  return mode == EagerMode::kDebug ? "debug" : "strict";
+}
+
+std::string get_eager_mode_name() { return eager_mode_name(eager_mode()); }
+
+bool debug_shadow() {
+  int s = g_shadow.load(std::memory_order_relaxed);
+  if (s >= 0) return s;
+  int from_env = tpu_env_get_int("TORCHTPU_DEBUG_SHADOW", 0) != 0;
+  int expected = -1;
+  g_shadow.compare_exchange_strong(expected, from_env);
+  return g_shadow.load();
+}
+
+void set_debug_shadow(bool on) { g_shadow.store(on ? 1 : 0); }
+
+// Debug mode's boxed kernel: index checks on the host, the op (on the
+// device, synchronously, or on the CPU fallback), then the shadow check.
+void debug_boxed_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const std::string name = op_name_of(op);
+  const size_t n = op.schema().arguments().size();
+  try {
+    const bool shadow = debug_shadow() && !needs_rng(name);
+    const bool index_op = is_index_op(op.schema().name());
+    std::optional<torch::jit::Stack> host;
+    if (shadow || index_op) host = host_inputs(*stack, n);
+    if (index_op && !shadow) {
+      // PyTorch's CPU kernel checks the indices and raises as on the CPU.
+      torch::jit::Stack check = *host;
+      op.callBoxed(&check);
+    }
+    torch::jit::Stack device_inputs(stack->end() - static_cast<std::ptrdiff_t>(n), stack->end());
+    if (!try_run_on_device(op, stack)) {
+      cpu_fallback(op, stack);
+      return;  // ran on the CPU: nothing to shadow
+    }
+    if (shadow) {
+      torch::jit::Stack results(stack->end() - static_cast<std::ptrdiff_t>(op.schema().returns().size()),
+                                stack->end());
+      shadow_compare(op, name, std::move(*host), device_inputs, results);
+    }
+  } catch (c10::Error& e) {
+    std::string where = python_location();
+    e.add_context("torchtpu debug mode: raised by " + name +
+                  (where.empty() ? std::string() : " at " + where));
+    throw;
+  }
+}
+
+}  // namespace torchtpu
