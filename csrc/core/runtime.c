@@ -16,6 +16,7 @@ static tpu_client_t* g_client;
 typedef struct {
   tpu_event_t** events;
   size_t count, capacity;
+  tpu_status_t error; /* first failure among pruned events, for synchronize */
 } pending_t;
 static pthread_mutex_t g_pending_lock = PTHREAD_MUTEX_INITIALIZER;
 static pending_t g_pending[TPU_MAX_DEVICES];
@@ -95,7 +96,10 @@ void tpu_runtime_track(int device_index, tpu_event_t* event) {
   if (p->count >= 64) kept = 0;
   for (size_t i = 0; p->count >= 64 && i < p->count; i++) {
     if (tpu_event_is_ready(p->events[i])) {
-      tpu_status_free(tpu_event_await(p->events[i]));
+      /* A failed execution's error waits for the next synchronize. */
+      tpu_status_t failed = tpu_event_await(p->events[i]);
+      if (failed && !p->error) p->error = failed;
+      else tpu_status_free(failed);
       tpu_event_destroy(p->events[i]);
     } else {
       p->events[kept++] = p->events[i];
@@ -124,10 +128,11 @@ tpu_status_t tpu_runtime_synchronize(int device_index) {
   pending_t* p = &g_pending[device_index];
   tpu_event_t** events = p->events;
   size_t count = p->count;
+  tpu_status_t first = p->error; /* from an execution pruned earlier */
   p->events = NULL;
+  p->error = NULL;
   p->count = p->capacity = 0;
   pthread_mutex_unlock(&g_pending_lock);
-  tpu_status_t first = NULL;
   for (size_t i = 0; i < count; i++) {
     tpu_status_t s = tpu_event_await(events[i]);
     if (s && !first) first = s; else tpu_status_free(s);
