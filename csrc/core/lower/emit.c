@@ -3,6 +3,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#define ARR_CAP (24 * TPU_HLO_MAX_RANK + 16)
+
 void tpu_emit_i64_array(char* out, size_t cap, const int64_t* values, int n) {
   int len = snprintf(out, cap, "array<i64");
   for (int i = 0; i < n && (size_t)len < cap; i++)
@@ -237,3 +239,153 @@ tpu_dtype_t tpu_lower_result_type(const tpu_lower_ctx_t* ctx, const int* arg_ind
   }
   return result;
 }
+
+/* ---- gather / scatter, scans, sorting ---- */
+
+/* Writes "[a, b]" for a dimension-numbers list. */
+static void dims_list(char* out, size_t cap, const int64_t* v, int n) {
+  int len = snprintf(out, cap, "[");
+  for (int i = 0; i < n && (size_t)len < cap; i++)
+    len += snprintf(out + len, cap - (size_t)len, "%s%lld", i ? ", " : "", (long long)v[i]);
+  if ((size_t)len < cap) snprintf(out + len, cap - (size_t)len, "]");
+}
+
+tpu_hlo_value_t tpu_emit_scatter(tpu_hlo_builder_t* b, tpu_hlo_value_t operand,
+                                 tpu_hlo_value_t indices, tpu_hlo_value_t updates,
+                                 const int64_t* window_dims, int num_window,
+                                 const int64_t* inserted, const int64_t* to_operand,
+                                 int num_inserted, const char* op) {
+  tpu_hlo_type_t ot = tpu_hlo_value_type(b, operand);
+  tpu_hlo_type_t it = tpu_hlo_value_type(b, indices);
+  char w[ARR_CAP], ins[ARR_CAP], map[ARR_CAP], attrs[4 * ARR_CAP];
+  dims_list(w, sizeof w, window_dims, num_window);
+  dims_list(ins, sizeof ins, inserted, num_inserted);
+  dims_list(map, sizeof map, to_operand, num_inserted);
+  snprintf(attrs, sizeof attrs,
+           "scatter_dimension_numbers = #stablehlo.scatter<update_window_dims = %s, "
+           "inserted_window_dims = %s, scatter_dims_to_operand_dims = %s, "
+           "index_vector_dim = %d>, indices_are_sorted = false, unique_indices = false",
+           w, ins, map, it.rank - 1);
+  tpu_hlo_value_t operands[3] = {operand, indices, updates};
+  tpu_hlo_region_op_begin(b, "stablehlo.scatter", operands, 3, &ot, 1, attrs);
+  tpu_hlo_type_t s = tpu_hlo_type_scalar(ot.dtype);
+  tpu_hlo_type_t bt[2] = {s, s};
+  tpu_hlo_value_t ba[2];
+  tpu_hlo_block_begin(b, bt, 2, ba);
+  tpu_hlo_value_t r = op ? tpu_hlo_op(b, op, ba, 2, s, NULL) : ba[1];
+  if (op && tpu_dtype_is_floating(ot.dtype) &&
+      (strcmp(op, "stablehlo.maximum") == 0 || strcmp(op, "stablehlo.minimum") == 0)) {
+    /* XLA:CPU's maximum/minimum can drop a NaN; PyTorch propagates it. */
+    r = tpu_emit_select(b, tpu_emit_compare(b, "NE", ba[1], ba[1]), ba[1], r);
+    r = tpu_emit_select(b, tpu_emit_compare(b, "NE", ba[0], ba[0]), ba[0], r);
+  }
+  tpu_hlo_block_return(b, &r, 1);
+  tpu_hlo_value_t result;
+  tpu_hlo_region_op_end(b, &result);
+  return result;
+}
+
+tpu_hlo_value_t tpu_emit_gather(tpu_hlo_builder_t* b, tpu_hlo_value_t operand,
+                                tpu_hlo_value_t indices, tpu_hlo_type_t out,
+                                const int64_t* offset_dims, int num_offset,
+                                const int64_t* collapsed, const int64_t* start_map,
+                                int num_collapsed, const int64_t* slice_sizes) {
+  tpu_hlo_type_t ot = tpu_hlo_value_type(b, operand);
+  tpu_hlo_type_t it = tpu_hlo_value_type(b, indices);
+  char off[ARR_CAP], col[ARR_CAP], map[ARR_CAP], sizes[ARR_CAP], attrs[5 * ARR_CAP];
+  dims_list(off, sizeof off, offset_dims, num_offset);
+  dims_list(col, sizeof col, collapsed, num_collapsed);
+  dims_list(map, sizeof map, start_map, num_collapsed);
+  tpu_emit_i64_array(sizes, sizeof sizes, slice_sizes, ot.rank);
+  snprintf(attrs, sizeof attrs,
+           "dimension_numbers = #stablehlo.gather<offset_dims = %s, collapsed_slice_dims = %s, "
+           "start_index_map = %s, index_vector_dim = %d>, slice_sizes = %s, "
+           "indices_are_sorted = false",
+           off, col, map, it.rank - 1, sizes);
+  out.dtype = ot.dtype;
+  tpu_hlo_value_t operands[2] = {operand, indices};
+  return tpu_hlo_op(b, "stablehlo.gather", operands, 2, out, attrs);
+}
+
+/* 1-D slice [start:limit:stride]. */
+static tpu_hlo_value_t slice_1d(tpu_hlo_builder_t* b, tpu_hlo_value_t x, int64_t start,
+                                int64_t limit, int64_t stride) {
+  return tpu_emit_slice(b, x, &start, &limit, &stride);
+}
+
+/* x spread to every other element of n, starting at `first` (0 or 1),
+ * zeros between. */
+static tpu_hlo_value_t spread_1d(tpu_hlo_builder_t* b, tpu_hlo_value_t x, int first, int64_t n) {
+  tpu_hlo_type_t t = tpu_hlo_value_type(b, x);
+  int64_t m = t.dims[0], low = first, high = n - first - (2 * m - 1), interior = 1;
+  char l[48], h[48], in[48], attrs[3 * 48 + 80];
+  tpu_emit_i64_array(l, sizeof l, &low, 1);
+  tpu_emit_i64_array(h, sizeof h, &high, 1);
+  tpu_emit_i64_array(in, sizeof in, &interior, 1);
+  snprintf(attrs, sizeof attrs,
+           "edge_padding_low = %s, edge_padding_high = %s, interior_padding = %s", l, h, in);
+  tpu_hlo_value_t ops[2] = {x, tpu_emit_const(b, t.dtype, 0)};
+  t.dims[0] = n;
+  return tpu_hlo_op(b, "stablehlo.pad", ops, 2, t, attrs);
+}
+
+/* The odd/even recursion (the work-efficient scan JAX's associative_scan
+ * uses): pair sums are scanned recursively, giving the odd positions; the
+ * even ones add one element more. O(n) work in log2(n) levels; the
+ * Hillis-Steele log-step scan is O(n log n) and ten times slower on
+ * XLA:CPU. */
+tpu_hlo_value_t tpu_emit_prefix_sum(tpu_hlo_builder_t* b, tpu_hlo_value_t y) {
+  int64_t n = tpu_hlo_value_type(b, y).dims[0];
+  if (n < 2) return y;
+  tpu_hlo_value_t odd = tpu_emit_prefix_sum(
+      b, tpu_emit_add(b, slice_1d(b, y, 0, n - 1, 2), slice_1d(b, y, 1, n, 2)));
+  tpu_hlo_value_t even;
+  if (n > 2) {
+    /* even[k] = odd[k - 1] + y[2k] for k >= 1. */
+    tpu_hlo_value_t rest = tpu_emit_add(b, slice_1d(b, odd, 0, (n - 1) / 2, 1),
+                                        slice_1d(b, y, 2, n, 2));
+    tpu_hlo_type_t et = tpu_hlo_value_type(b, rest);
+    et.dims[0] += 1;
+    tpu_hlo_value_t parts[2] = {slice_1d(b, y, 0, 1, 1), rest};
+    even = tpu_hlo_op(b, "stablehlo.concatenate", parts, 2, et, "dimension = 0 : i64");
+  } else {
+    even = slice_1d(b, y, 0, 1, 1);
+  }
+  return tpu_emit_add(b, spread_1d(b, even, 0, n), spread_1d(b, odd, 1, n));
+}
+
+void tpu_emit_sort(tpu_hlo_builder_t* b, tpu_hlo_value_t x, int dim, tpu_sort_order_t order,
+                   tpu_hlo_value_t* out_values, tpu_hlo_value_t* out_indices) {
+  tpu_hlo_type_t t = tpu_hlo_value_type(b, x);
+  tpu_dtype_t dtype = t.dtype;
+  /* i1 has no ordering we rely on: sort bools as ui8. */
+  if (dtype == TPU_DTYPE_BOOL) x = tpu_emit_convert(b, x, TPU_DTYPE_UINT8);
+  tpu_hlo_type_t kt = tpu_hlo_value_type(b, x), it = t;
+  it.dtype = TPU_DTYPE_INT64;
+  tpu_hlo_value_t operands[2] = {x, tpu_emit_iota(b, &it, dim)};
+  tpu_hlo_type_t types[2] = {kt, it};
+  char attrs[64];
+  snprintf(attrs, sizeof attrs, "dimension = %d : i64, is_stable = true", dim);
+  tpu_hlo_region_op_begin(b, "stablehlo.sort", operands, 2, types, 2, attrs);
+  tpu_hlo_type_t ks = tpu_hlo_type_scalar(kt.dtype), is = tpu_hlo_type_scalar(TPU_DTYPE_INT64);
+  tpu_hlo_type_t bt[4] = {ks, ks, is, is};
+  tpu_hlo_value_t a[4];
+  tpu_hlo_block_begin(b, bt, 4, a);
+  tpu_hlo_value_t before =
+      tpu_emit_compare(b, order == TPU_SORT_DESCENDING ? "GT" : "LT", a[0], a[1]);
+  if (tpu_dtype_is_floating(kt.dtype)) {
+    tpu_hlo_value_t a_nan = tpu_emit_compare(b, "NE", a[0], a[0]);
+    tpu_hlo_value_t b_nan = tpu_emit_compare(b, "NE", a[1], a[1]);
+    tpu_hlo_value_t not_nan_first = order == TPU_SORT_ASCENDING ? b_nan : a_nan;
+    tpu_hlo_value_t other = order == TPU_SORT_ASCENDING ? a_nan : b_nan;
+    tpu_hlo_value_t nan_rule = tpu_emit_binary(
+        b, "stablehlo.and", not_nan_first, tpu_emit_unary(b, "stablehlo.not", other));
+    before = tpu_emit_binary(b, "stablehlo.or", before, nan_rule);
+  }
+  tpu_hlo_block_return(b, &before, 1);
+  tpu_hlo_value_t r[2];
+  tpu_hlo_region_op_end(b, r);
+  *out_values = tpu_emit_convert(b, r[0], dtype);
+  *out_indices = r[1];
+}
+

@@ -60,6 +60,35 @@ tpu_hlo_value_t tpu_emit_slice(tpu_hlo_builder_t* b, tpu_hlo_value_t value,
 /* iota along `dim` of `type`. */
 tpu_hlo_value_t tpu_emit_iota(tpu_hlo_builder_t* b, const tpu_hlo_type_t* type, int dim);
 
+/* stablehlo.scatter of `updates` into `operand` at `indices` (index
+ * vector in the last dim of `indices`), combining with `op` (NULL: the
+ * update replaces). Updates whose window falls outside `operand` are
+ * dropped: lowerings use an out-of-range index to mean "skip". */
+tpu_hlo_value_t tpu_emit_scatter(tpu_hlo_builder_t* b, tpu_hlo_value_t operand,
+                                 tpu_hlo_value_t indices, tpu_hlo_value_t updates,
+                                 const int64_t* window_dims, int num_window,
+                                 const int64_t* inserted, const int64_t* to_operand,
+                                 int num_inserted, const char* op);
+/* stablehlo.gather from `operand` at `indices` (index vector in the last
+ * dim); `out` gives the result shape (its dtype is the operand's). Out-of-
+ * range starts are clamped. */
+tpu_hlo_value_t tpu_emit_gather(tpu_hlo_builder_t* b, tpu_hlo_value_t operand,
+                                tpu_hlo_value_t indices, tpu_hlo_type_t out,
+                                const int64_t* offset_dims, int num_offset,
+                                const int64_t* collapsed, const int64_t* start_map,
+                                int num_collapsed, const int64_t* slice_sizes);
+/* Inclusive prefix sum of a 1-D value. */
+tpu_hlo_value_t tpu_emit_prefix_sum(tpu_hlo_builder_t* b, tpu_hlo_value_t y);
+
+typedef enum tpu_sort_order_e {
+  TPU_SORT_ASCENDING,          /* NaN last (the largest, as in PyTorch) */
+  TPU_SORT_DESCENDING,         /* NaN first */
+  TPU_SORT_ASCENDING_NAN_FIRST /* median's "first NaN" */
+} tpu_sort_order_t;
+/* Stable sort of x along dim; out_indices: the original positions (int64). */
+void tpu_emit_sort(tpu_hlo_builder_t* b, tpu_hlo_value_t x, int dim, tpu_sort_order_t order,
+                   tpu_hlo_value_t* out_values, tpu_hlo_value_t* out_indices);
+
 /* PyTorch's result_type over a call's TENSOR / SCALAR args (listed by
  * index): dim>0 tensors first, then 0-dim tensors, then wrapped numbers;
  * within a tier the higher category (bool < int < float < complex) wins,

@@ -19,8 +19,6 @@
 #include "emit.h"
 #include "lowering.h"
 
-#define ARR_CAP (24 * TPU_HLO_MAX_RANK + 16)
-
 static int wrap_dim(int64_t dim, int rank) {
   if (rank == 0) rank = 1;
   return (int)(dim < 0 ? dim + rank : dim);
@@ -68,73 +66,6 @@ static const char* combiner(tpu_dtype_t dtype, const char* kind) {
   return "";
 }
 
-/* Writes "[a, b]" for a dimension-numbers list. */
-static void dims_list(char* out, size_t cap, const int64_t* v, int n) {
-  int len = snprintf(out, cap, "[");
-  for (int i = 0; i < n && (size_t)len < cap; i++)
-    len += snprintf(out + len, cap - (size_t)len, "%s%lld", i ? ", " : "", (long long)v[i]);
-  if ((size_t)len < cap) snprintf(out + len, cap - (size_t)len, "]");
-}
-
-/* stablehlo.scatter of `updates` into `operand` at `indices` (index vector
- * in the last dim), combining with `op` (NULL: the update replaces). */
-static tpu_hlo_value_t emit_scatter(tpu_hlo_builder_t* b, tpu_hlo_value_t operand,
-                                    tpu_hlo_value_t indices, tpu_hlo_value_t updates,
-                                    const int64_t* window_dims, int num_window,
-                                    const int64_t* inserted, const int64_t* to_operand,
-                                    int num_inserted, const char* op) {
-  tpu_hlo_type_t ot = tpu_hlo_value_type(b, operand);
-  tpu_hlo_type_t it = tpu_hlo_value_type(b, indices);
-  char w[ARR_CAP], ins[ARR_CAP], map[ARR_CAP], attrs[4 * ARR_CAP];
-  dims_list(w, sizeof w, window_dims, num_window);
-  dims_list(ins, sizeof ins, inserted, num_inserted);
-  dims_list(map, sizeof map, to_operand, num_inserted);
-  snprintf(attrs, sizeof attrs,
-           "scatter_dimension_numbers = #stablehlo.scatter<update_window_dims = %s, "
-           "inserted_window_dims = %s, scatter_dims_to_operand_dims = %s, "
-           "index_vector_dim = %d>, indices_are_sorted = false, unique_indices = false",
-           w, ins, map, it.rank - 1);
-  tpu_hlo_value_t operands[3] = {operand, indices, updates};
-  tpu_hlo_region_op_begin(b, "stablehlo.scatter", operands, 3, &ot, 1, attrs);
-  tpu_hlo_type_t s = tpu_hlo_type_scalar(ot.dtype);
-  tpu_hlo_type_t bt[2] = {s, s};
-  tpu_hlo_value_t ba[2];
-  tpu_hlo_block_begin(b, bt, 2, ba);
-  tpu_hlo_value_t r = op ? tpu_hlo_op(b, op, ba, 2, s, NULL) : ba[1];
-  if (op && tpu_dtype_is_floating(ot.dtype) &&
-      (strcmp(op, "stablehlo.maximum") == 0 || strcmp(op, "stablehlo.minimum") == 0)) {
-    /* XLA:CPU's maximum/minimum can drop a NaN; PyTorch propagates it. */
-    r = tpu_emit_select(b, tpu_emit_compare(b, "NE", ba[1], ba[1]), ba[1], r);
-    r = tpu_emit_select(b, tpu_emit_compare(b, "NE", ba[0], ba[0]), ba[0], r);
-  }
-  tpu_hlo_block_return(b, &r, 1);
-  tpu_hlo_value_t result;
-  tpu_hlo_region_op_end(b, &result);
-  return result;
-}
-
-static tpu_hlo_value_t emit_gather(tpu_hlo_builder_t* b, tpu_hlo_value_t operand,
-                                   tpu_hlo_value_t indices, tpu_hlo_type_t out,
-                                   const int64_t* offset_dims, int num_offset,
-                                   const int64_t* collapsed, const int64_t* start_map,
-                                   int num_collapsed, const int64_t* slice_sizes) {
-  tpu_hlo_type_t ot = tpu_hlo_value_type(b, operand);
-  tpu_hlo_type_t it = tpu_hlo_value_type(b, indices);
-  char off[ARR_CAP], col[ARR_CAP], map[ARR_CAP], sizes[ARR_CAP], attrs[5 * ARR_CAP];
-  dims_list(off, sizeof off, offset_dims, num_offset);
-  dims_list(col, sizeof col, collapsed, num_collapsed);
-  dims_list(map, sizeof map, start_map, num_collapsed);
-  tpu_emit_i64_array(sizes, sizeof sizes, slice_sizes, ot.rank);
-  snprintf(attrs, sizeof attrs,
-           "dimension_numbers = #stablehlo.gather<offset_dims = %s, collapsed_slice_dims = %s, "
-           "start_index_map = %s, index_vector_dim = %d>, slice_sizes = %s, "
-           "indices_are_sorted = false",
-           off, col, map, it.rank - 1, sizes);
-  out.dtype = ot.dtype;
-  tpu_hlo_value_t operands[2] = {operand, indices};
-  return tpu_hlo_op(b, "stablehlo.gather", operands, 2, out, attrs);
-}
-
 /* ---- point ops: one index element names one element of self. ---- */
 
 /* Full coordinates (shape S + [rank]) for index tensor `idx` of shape S
@@ -154,7 +85,7 @@ static tpu_hlo_value_t point_gather(tpu_hlo_builder_t* b, tpu_hlo_value_t x,
   int r = tpu_hlo_value_type(b, x).rank;
   int64_t all[TPU_HLO_MAX_RANK], ones[TPU_HLO_MAX_RANK];
   for (int d = 0; d < r; d++) all[d] = d, ones[d] = 1;
-  return emit_gather(b, x, coords, out, NULL, 0, all, all, r, ones);
+  return tpu_emit_gather(b, x, coords, out, NULL, 0, all, all, r, ones);
 }
 
 static tpu_hlo_value_t point_scatter(tpu_hlo_builder_t* b, tpu_hlo_value_t x,
@@ -163,7 +94,7 @@ static tpu_hlo_value_t point_scatter(tpu_hlo_builder_t* b, tpu_hlo_value_t x,
   int r = tpu_hlo_value_type(b, x).rank;
   int64_t all[TPU_HLO_MAX_RANK];
   for (int d = 0; d < r; d++) all[d] = d;
-  return emit_scatter(b, x, coords, updates, NULL, 0, all, all, r, op);
+  return tpu_emit_scatter(b, x, coords, updates, NULL, 0, all, all, r, op);
 }
 
 /* Rank-0 operands are treated as [1] (PyTorch allows dim 0 / -1 on them). */
@@ -361,7 +292,7 @@ static tpu_hlo_value_t adv_gather(tpu_hlo_builder_t* b, tpu_hlo_value_t x, const
   adv_layout_t l;
   if (!adv_layout(b, &xt, a, &l)) return (tpu_hlo_value_t){-1};
   if (out_type) *out_type = l.result;
-  return emit_gather(b, x, l.indices, l.result, l.offset, l.num_offset, a->dims, a->dims,
+  return tpu_emit_gather(b, x, l.indices, l.result, l.offset, l.num_offset, a->dims, a->dims,
                      a->n, l.slice);
 }
 
@@ -372,7 +303,7 @@ static tpu_hlo_value_t adv_scatter(tpu_hlo_builder_t* b, tpu_hlo_value_t x, cons
   adv_layout_t l;
   if (!adv_layout(b, &xt, a, &l)) return (tpu_hlo_value_t){-1};
   updates = tpu_emit_cast_to(b, updates, &l.result);
-  return emit_scatter(b, x, l.indices, updates, l.offset, l.num_offset, a->dims, a->dims, a->n,
+  return tpu_emit_scatter(b, x, l.indices, updates, l.offset, l.num_offset, a->dims, a->dims, a->n,
                       op);
 }
 
@@ -549,21 +480,6 @@ static tpu_status_t lower_embedding(tpu_lower_ctx_t* ctx) {
   return NULL;
 }
 
-/* Inclusive prefix sum along dim 0 of a 1-D int64 value (log-step scan). */
-static tpu_hlo_value_t prefix_sum(tpu_hlo_builder_t* b, tpu_hlo_value_t y) {
-  tpu_hlo_type_t t = tpu_hlo_value_type(b, y);
-  int64_t n = t.dims[0], one = 1;
-  for (int64_t s = 1; s < n; s *= 2) {
-    int64_t lo = 0, hi = n - s;
-    tpu_hlo_type_t zt = tpu_hlo_type_make(t.dtype, 1, &s);
-    tpu_hlo_value_t parts[2] = {tpu_emit_const_like(b, &zt, 0), tpu_emit_slice(b, y, &lo, &hi, &one)};
-    tpu_hlo_value_t shifted = tpu_hlo_op(b, "stablehlo.concatenate", parts, 2, t,
-                                         "dimension = 0 : i64");
-    y = tpu_emit_binary(b, "stablehlo.add", y, shifted);
-  }
-  return y;
-}
-
 /* masked_scatter_(self, mask, source): the k-th true position of the
  * (broadcast) mask takes source's k-th element, in row-major order. */
 static tpu_status_t lower_masked_scatter(tpu_lower_ctx_t* ctx) {
@@ -582,7 +498,7 @@ static tpu_status_t lower_masked_scatter(tpu_lower_ctx_t* ctx) {
   mt.dtype = TPU_DTYPE_BOOL;
   tpu_hlo_value_t mask = tpu_emit_cast_to(b, tpu_lower_tensor(ctx, 1), &mt);
   tpu_hlo_value_t pos = tpu_emit_convert(b, tpu_emit_reshape(b, mask, &n, 1), TPU_DTYPE_INT64);
-  pos = tpu_emit_binary(b, "stablehlo.subtract", prefix_sum(b, pos),
+  pos = tpu_emit_binary(b, "stablehlo.subtract", tpu_emit_prefix_sum(b, pos),
                         tpu_emit_const_like(b, &(tpu_hlo_type_t){TPU_DTYPE_INT64, 1, {n}}, 1));
   tpu_hlo_value_t src = tpu_emit_convert(b, tpu_emit_reshape(b, tpu_lower_tensor(ctx, 2), &m, 1),
                                          out.dtype);

@@ -547,45 +547,6 @@ static tpu_status_t lower_unfold_backward(tpu_lower_ctx_t* ctx) {
 
 /* ---- sorting ---- */
 
-enum sort_order { ASCENDING, DESCENDING, ASCENDING_NAN_FIRST };
-
-/* Stable sort of x along dim with the original positions (int64).
- * ASCENDING puts NaN last and DESCENDING puts it first (NaN is the largest,
- * as in PyTorch); ASCENDING_NAN_FIRST serves median's "first NaN". */
-static void sort_dim(tpu_hlo_builder_t* b, tpu_hlo_value_t x, int dim, enum sort_order order,
-                     tpu_hlo_value_t* values, tpu_hlo_value_t* indices) {
-  tpu_hlo_type_t t = tpu_hlo_value_type(b, x);
-  tpu_dtype_t dtype = t.dtype;
-  /* i1 has no ordering we rely on: sort bools as ui8. */
-  if (dtype == TPU_DTYPE_BOOL) x = tpu_emit_convert(b, x, TPU_DTYPE_UINT8);
-  tpu_hlo_type_t kt = tpu_hlo_value_type(b, x), it = t;
-  it.dtype = TPU_DTYPE_INT64;
-  tpu_hlo_value_t operands[2] = {x, tpu_emit_iota(b, &it, dim)};
-  tpu_hlo_type_t types[2] = {kt, it};
-  char attrs[64];
-  snprintf(attrs, sizeof attrs, "dimension = %d : i64, is_stable = true", dim);
-  tpu_hlo_region_op_begin(b, "stablehlo.sort", operands, 2, types, 2, attrs);
-  tpu_hlo_type_t ks = tpu_hlo_type_scalar(kt.dtype), is = tpu_hlo_type_scalar(TPU_DTYPE_INT64);
-  tpu_hlo_type_t bt[4] = {ks, ks, is, is};
-  tpu_hlo_value_t a[4];
-  tpu_hlo_block_begin(b, bt, 4, a);
-  tpu_hlo_value_t before = tpu_emit_compare(b, order == DESCENDING ? "GT" : "LT", a[0], a[1]);
-  if (tpu_dtype_is_floating(kt.dtype)) {
-    tpu_hlo_value_t a_nan = tpu_emit_compare(b, "NE", a[0], a[0]);
-    tpu_hlo_value_t b_nan = tpu_emit_compare(b, "NE", a[1], a[1]);
-    tpu_hlo_value_t not_nan_first = order == ASCENDING ? b_nan : a_nan;
-    tpu_hlo_value_t other = order == ASCENDING ? a_nan : b_nan;
-    tpu_hlo_value_t nan_rule = tpu_emit_binary(
-        b, "stablehlo.and", not_nan_first, tpu_emit_unary(b, "stablehlo.not", other));
-    before = tpu_emit_binary(b, "stablehlo.or", before, nan_rule);
-  }
-  tpu_hlo_block_return(b, &before, 1);
-  tpu_hlo_value_t r[2];
-  tpu_hlo_region_op_end(b, r);
-  *values = tpu_emit_convert(b, r[0], dtype);
-  *indices = r[1];
-}
-
 /* sort(self, dim, descending) and sort.stable(self, stable, dim,
  * descending) -> (values, indices). Always stable: PyTorch's unstable sort
  * may order ties either way. */
@@ -602,7 +563,7 @@ static tpu_status_t lower_sort(tpu_lower_ctx_t* ctx) {
     v = x;
     i = tpu_emit_const(b, TPU_DTYPE_INT64, 0);
   } else {
-    sort_dim(b, x, dim, desc ? DESCENDING : ASCENDING, &v, &i);
+    tpu_emit_sort(b, x, dim, desc ? TPU_SORT_DESCENDING : TPU_SORT_ASCENDING, &v, &i);
   }
   tpu_lower_set_output(ctx, 0, v);
   tpu_lower_set_output(ctx, 1, i);
@@ -630,7 +591,8 @@ static tpu_status_t lower_topk(tpu_lower_ctx_t* ctx) {
     int64_t one = 1;
     x = tpu_emit_reshape(b, x, &one, 1);
   }
-  sort_dim(b, x, t.rank == 0 ? 0 : dim, largest ? DESCENDING : ASCENDING, &v, &i);
+  tpu_emit_sort(b, x, t.rank == 0 ? 0 : dim, largest ? TPU_SORT_DESCENDING : TPU_SORT_ASCENDING,
+                &v, &i);
   v = slice_dim(b, v, t.rank == 0 ? 0 : dim, 0, k);
   i = slice_dim(b, i, t.rank == 0 ? 0 : dim, 0, k);
   tpu_lower_set_output(ctx, 0, tpu_emit_reshape(b, v, out.dims, out.rank));
@@ -654,7 +616,7 @@ static tpu_status_t lower_kthvalue(tpu_lower_ctx_t* ctx) {
   }
   tpu_hlo_type_t xt = tpu_hlo_value_type(b, x);
   if (k < 1 || k > xt.dims[dim]) return tpu_lower_decline(ctx, "k out of range");
-  sort_dim(b, x, dim, ASCENDING, &v, &i);
+  tpu_emit_sort(b, x, dim, TPU_SORT_ASCENDING, &v, &i);
   tpu_lower_set_output(ctx, 0, pick(b, v, dim, k - 1, &out));
   tpu_lower_set_output(ctx, 1, pick(b, i, dim, k - 1, &iout));
   return NULL;
@@ -678,7 +640,7 @@ static tpu_status_t lower_median(tpu_lower_ctx_t* ctx) {
   tpu_hlo_type_t xt = tpu_hlo_value_type(b, x);
   int64_t n = xt.dims[dim];
   if (n == 0) return tpu_lower_decline(ctx, "empty");
-  sort_dim(b, x, dim, ASCENDING_NAN_FIRST, &v, &i);
+  tpu_emit_sort(b, x, dim, TPU_SORT_ASCENDING_NAN_FIRST, &v, &i);
   tpu_hlo_type_t it = out;
   it.dtype = TPU_DTYPE_INT64;
   tpu_hlo_value_t mv = pick(b, v, dim, (n - 1) / 2, &out);
@@ -713,7 +675,7 @@ static tpu_status_t lower_nanmedian(tpu_lower_ctx_t* ctx) {
   }
   tpu_hlo_type_t xt = tpu_hlo_value_type(b, x);
   if (xt.dims[dim] == 0) return tpu_lower_decline(ctx, "empty");
-  sort_dim(b, x, dim, ASCENDING, &v, &i);
+  tpu_emit_sort(b, x, dim, TPU_SORT_ASCENDING, &v, &i);
   tpu_hlo_type_t it = xt;
   it.dtype = TPU_DTYPE_INT64;
   int64_t d64 = dim;
