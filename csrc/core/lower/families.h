@@ -17,6 +17,7 @@
   TPU_FAMILY(nn) \
   TPU_FAMILY(conv) \
   TPU_FAMILY(index) \
+  TPU_FAMILY(dynamic) \
   TPU_FAMILY(shape) \
   TPU_FAMILY(factory) \
   TPU_FAMILY(foreach)

@@ -10,9 +10,10 @@
  *  - "advanced" ops (index.Tensor, index_put, index_select, index_add, take,
  *    embedding ...): a few dims are indexed by broadcast index tensors and
  *    the other dims are carried whole as gather/scatter windows.
- * Data-dependent shapes (bool masks, nonzero, masked_select) are declined:
- * the meta kernel cannot size them. Out-of-range indices cannot raise on
- * the device (gather clamps, scatter drops them). */
+ * Bool-mask indices are declined here (the meta kernel cannot size them):
+ * csrc/torch/sync_ops.cpp first turns masks into index tensors with the
+ * dynamic family's nonzero. Out-of-range indices cannot raise on the
+ * device (gather clamps, scatter drops them). */
 #include <stdio.h>
 #include <string.h>
 
