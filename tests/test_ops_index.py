@@ -1,11 +1,14 @@
 """index family vs CPU: gather / scatter (all reductions), advanced indexing
 and index_put, index_select / add / copy / fill / reduce, take, embedding,
-masked_scatter; with gradients and no CPU fallback."""
+masked_scatter; the data-dependent shapes (nonzero, masked_select, unique*,
+boolean-mask indexing) with one host sync each; with gradients and no CPU
+fallback."""
 import pytest
 import torch
 import torch.nn.functional as F
 
-from op_testing import check, make
+import torchtpu
+from op_testing import check, make, to_tpu
 
 FLOATS = [torch.float32, torch.bfloat16]
 DTYPES = FLOATS + [torch.int64]
@@ -125,12 +128,6 @@ def test_index_noncontiguous_and_int32_index():
     x = make((5, 6), noncontiguous=True)
     a = idx((3,), 5, negative=True).to(torch.int32)
     check(lambda x, a: x[a], x, a, grad=True)
-
-
-def test_index_bool_mask_falls_back_but_matches():
-    x = make((4, 5), seed=1)
-    m = make((4, 5), torch.bool, seed=2)
-    check(lambda x, m: x[m], x, m, allow_fallback=True)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -262,3 +259,279 @@ def test_setitem_scalar_and_broadcast():
         y[:, i] = y[:, i] * 2
         return y
     check(set_, x, grad=True)
+
+
+# ---- data-dependent shapes: one host sync each ------------------------------
+# A padded program computes the result and its size; reading the size is the
+# op's one host sync (torchtpu.metrics "host_syncs").
+
+DYN_DTYPES = [torch.float32, torch.bfloat16, torch.int64, torch.bool]
+DYN_SHAPES = [(), (7,), (2, 3, 4), (0, 3)]
+
+
+def host_syncs():
+    return torchtpu.metrics.metrics().get("host_syncs", 0)
+
+
+def check_synced(fn, *inputs, syncs=1, **kwargs):
+    """check() against CPU (no fallback), then one more tpu run that must
+    read the device exactly `syncs` times."""
+    got = check(fn, *inputs, **kwargs)
+    tpu_inputs = to_tpu(list(inputs))
+    before = host_syncs()
+    fn(*tpu_inputs)
+    assert host_syncs() - before == syncs
+    return got
+
+
+def noncontig(x):
+    return x.transpose(-1, -2).contiguous().transpose(-1, -2) if x.dim() >= 2 else x
+
+
+def sparse(shape, dtype, seed=0, fill=None, nc=False):
+    """Values with about half zeros (fill=0 / 1: none / all nonzero)."""
+    keep = make(shape, torch.bool, seed=seed + 100)
+    if fill is not None:
+        keep = torch.full(shape, bool(fill))
+    x = make(shape, dtype, seed=seed) if dtype != torch.bool else torch.ones(shape, dtype=dtype)
+    if dtype != torch.bool:
+        x = torch.where(x == 0, torch.ones_like(x), x)
+    x = torch.where(keep, x, torch.zeros_like(x))
+    return noncontig(x) if nc else x
+
+
+def dupes(shape, dtype, seed=0, nc=False):
+    """Few distinct values, so unique has repeats to find."""
+    g = torch.Generator().manual_seed(seed)
+    if dtype == torch.bool:
+        x = torch.randint(0, 2, shape, generator=g).bool()
+    else:
+        x = torch.randint(-3, 4, shape, generator=g).to(dtype)
+    return noncontig(x) if nc else x
+
+
+@pytest.mark.parametrize("dtype", DYN_DTYPES)
+@pytest.mark.parametrize("shape", DYN_SHAPES)
+@pytest.mark.parametrize("fill", [None, 0, 1])
+def test_nonzero(dtype, shape, fill):
+    x = sparse(shape, dtype, fill=fill)
+    check_synced(torch.nonzero, x)
+    check_synced(torch.argwhere, x)
+    check_synced(lambda x: torch.nonzero(x, as_tuple=True), x)
+
+
+@pytest.mark.parametrize("dtype", DYN_DTYPES)
+def test_nonzero_noncontiguous_and_out(dtype):
+    x = sparse((5, 6), dtype, nc=True)
+    assert not x.is_contiguous()
+    check_synced(torch.nonzero, x)
+    check_synced(lambda x: torch.nonzero(x[:, 1::2]), x)
+
+    def out(x):
+        o = torch.empty(0, dtype=torch.int64, device=x.device)
+        torch.nonzero(x, out=o)
+        return o
+    check_synced(out, x)
+
+
+def test_nonzero_nan_and_static():
+    x = torch.tensor([[0.0, float("nan")], [-0.0, 2.0]])
+    check_synced(torch.nonzero, x)
+    for size in (1, 2, 5):
+        check_synced(lambda x: torch.nonzero_static(x, size=size, fill_value=-7), x, syncs=0)
+
+
+MASKED_SELECT_SHAPES = [((3, 4), (3, 4)), ((3, 4), (4,)), ((4,), (3, 4)), ((), (2, 3)),
+                        ((2, 3), ()), ((2, 1, 4), (3, 1)), ((0, 4), (4,))]
+
+
+@pytest.mark.parametrize("dtype", DYN_DTYPES)
+@pytest.mark.parametrize("shapes", MASKED_SELECT_SHAPES)
+def test_masked_select(dtype, shapes):
+    x = make(shapes[0], dtype, seed=1)
+    m = make(shapes[1], torch.bool, seed=2)
+    check_synced(torch.masked_select, x, m)
+
+
+@pytest.mark.parametrize("dtype", DYN_DTYPES)
+@pytest.mark.parametrize("fill", [0, 1])
+def test_masked_select_all_or_none_noncontiguous(dtype, fill):
+    x = make((4, 5), dtype, seed=1, noncontiguous=True)
+    m = noncontig(torch.full((4, 5), bool(fill)))
+    check_synced(torch.masked_select, x, m)
+    check_synced(lambda x, m: torch.masked_select(x.t(), m.t()), x, m)
+
+    def out(x, m):
+        o = torch.empty(0, dtype=x.dtype, device=x.device)
+        torch.masked_select(x, m, out=o)
+        return o
+    check_synced(out, x, m)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("shapes", [((3, 4), (3, 4)), ((4,), (3, 4)), ((3, 4), (4,))])
+def test_masked_select_backward(dtype, shapes):
+    x = make(shapes[0], dtype, seed=1)
+    m = make(shapes[1], torch.bool, seed=2)
+    check(torch.masked_select, x, m, grad=True, dtype=dtype)
+    # forward reads the count once; backward (masked_scatter) not at all
+    xt, mt = to_tpu(x).requires_grad_(), to_tpu(m)
+    before = host_syncs()
+    torch.masked_select(xt, mt).sum().backward()
+    assert host_syncs() - before == 1 and xt.grad is not None
+
+
+UNIQUE_FLAGS = [(False, False), (True, False), (False, True), (True, True)]
+
+
+@pytest.mark.parametrize("dtype", DYN_DTYPES)
+@pytest.mark.parametrize("shape", DYN_SHAPES)
+@pytest.mark.parametrize("flags", UNIQUE_FLAGS)
+def test_unique(dtype, shape, flags):
+    inverse, counts = flags
+    x = dupes(shape, dtype, seed=3)
+    for sorted_ in (True, False):
+        check_synced(lambda x: torch.unique(x, sorted=sorted_, return_inverse=inverse,
+                                            return_counts=counts), x)
+    check_synced(lambda x: torch._unique2(x, True, inverse, counts), x)
+    check_synced(lambda x: torch.unique_consecutive(x, return_inverse=inverse,
+                                                    return_counts=counts), x)
+    check_synced(lambda x: torch.ops.aten.unique_consecutive(x, inverse, counts, None), x)
+
+
+@pytest.mark.parametrize("dtype", DYN_DTYPES)
+def test_unique_noncontiguous_and_nan(dtype):
+    x = dupes((5, 6), dtype, seed=4, nc=True)
+    assert not x.is_contiguous()
+    check_synced(lambda x: torch.unique(x, return_inverse=True, return_counts=True), x)
+    check_synced(lambda x: torch.unique_consecutive(x, return_inverse=True, return_counts=True), x)
+    check_synced(lambda x: torch.unique(x.t()[1:]), x)
+    if dtype.is_floating_point:
+        y = torch.tensor([2.0, float("nan"), 1.0, float("nan"), float("nan"), 2.0]).to(dtype)
+        check_synced(lambda x: torch.unique(x, return_inverse=True, return_counts=True), y)
+        check_synced(lambda x: torch.unique_consecutive(x, return_inverse=True,
+                                                        return_counts=True), y)
+
+
+@pytest.mark.parametrize("dtype", DYN_DTYPES)
+@pytest.mark.parametrize("dim", [0, 1, -1])
+@pytest.mark.parametrize("nc", [False, True])
+def test_unique_dim(dtype, dim, nc):
+    # rows repeat, so there are duplicates along every dim
+    x = dupes((3, 4, 2), dtype, seed=5)
+    x = torch.cat([x, x.flip(0)[:2]], 0).repeat(1, 2, 1)
+    x = noncontig(x) if nc else x
+    check_synced(lambda x: torch.unique(x, dim=dim, return_inverse=True, return_counts=True), x)
+    check_synced(lambda x: torch.unique(x, dim=dim), x)
+    check_synced(lambda x: torch.unique_consecutive(x, dim=dim, return_inverse=True,
+                                                    return_counts=True), x)
+    check_synced(lambda x: torch.unique_consecutive(x, dim=dim), x)
+
+
+def test_unique_1d_dim():
+    x = dupes((9,), torch.int64, seed=6)
+    check_synced(lambda x: torch.unique(x, dim=0, return_inverse=True, return_counts=True), x)
+    check_synced(lambda x: torch.unique_consecutive(x, dim=0, return_counts=True), x)
+    check_synced(lambda x: torch.unique_consecutive(x, dim=-1, return_inverse=True), x)
+
+
+MASK_INDEX_CASES = {
+    "full": lambda x, m, i: x[m],
+    "leading": lambda x, m, i: x[m[:, :, 0]],
+    "first_dim": lambda x, m, i: x[m[:, 0, 0]],
+    "inner": lambda x, m, i: x[:, m[0, :, 0]],
+    "last": lambda x, m, i: x[..., m[0, 0, :]],
+    "with_index": lambda x, m, i: x[m[:, 0, 0], i],
+}
+
+
+@pytest.mark.parametrize("dtype", DYN_DTYPES)
+@pytest.mark.parametrize("case", list(MASK_INDEX_CASES))
+@pytest.mark.parametrize("fill", [None, 0, 1])
+def test_index_bool_mask(dtype, case, fill):
+    x = make((3, 4, 5), dtype, seed=1, noncontiguous=case == "full")
+    m = make((3, 4, 5), torch.bool, seed=2) if fill is None else torch.full((3, 4, 5), bool(fill))
+    i = torch.tensor([2])  # broadcasts against any count (a 0-d one would be .item()'d)
+    fn = MASK_INDEX_CASES[case]
+    check_synced(lambda x, m: fn(x, m, i.to(x.device)), x, m, grad=dtype.is_floating_point,
+                 dtype=dtype)
+
+
+@pytest.mark.parametrize("dtype", DYN_DTYPES)
+def test_index_two_bool_masks(dtype):
+    # both masks select two positions, so their index tensors broadcast
+    x = make((3, 4, 5), dtype, seed=1)
+    a = torch.tensor([True, False, True])
+    b = torch.tensor([False, True, False, False, True])
+    # one host sync per mask
+    check_synced(lambda x, a, b: x[a, :, b], x, a, b, syncs=2, grad=dtype.is_floating_point,
+                 dtype=dtype)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_index_bool_mask_backward_syncs(dtype):
+    x = make((4, 5), dtype, seed=1)
+    m = make((4, 5), torch.bool, seed=2)
+    xt, mt = to_tpu(x).requires_grad_(), to_tpu(m)
+    before = host_syncs()
+    (xt[mt] * 2).sum().backward()
+    # forward reads its count; backward's index_put reads the mask's again
+    assert host_syncs() - before == 2
+    assert torch.equal(xt.grad.cpu(), (m * 2).to(dtype))
+
+
+@pytest.mark.parametrize("dtype", DYN_DTYPES)
+@pytest.mark.parametrize("fill", [None, 0, 1])
+def test_setitem_bool_mask(dtype, fill):
+    x = make((3, 4), dtype, seed=1)
+    m = make((3, 4), torch.bool, seed=2) if fill is None else torch.full((3, 4), bool(fill))
+    one = True if dtype == torch.bool else 3
+
+    def set_scalar(x, m):
+        y = x.clone()
+        y[m] = one
+        return y
+    # one value under a mask is a masked_fill_: no sync at all
+    check_synced(set_scalar, x, m, syncs=0, dtype=dtype)
+    check_synced(lambda x, m: x.clone().index_put_((m,), torch.tensor(one).to(x.device)), x, m,
+                 syncs=0, dtype=dtype)
+    check_synced(lambda x, m: x.index_put((m,), torch.tensor(one).to(x.device)), x, m,
+                 syncs=0, dtype=dtype)
+
+    def set_rows(x, m):
+        y = x.clone()
+        y[m[:, 0]] = x[0]  # a row broadcast over the selected rows
+        return y
+    check_synced(set_rows, x, m, dtype=dtype)
+
+    def set_values(x, m):
+        y = x.clone()
+        y[m] = x[m].flip(0)
+        return y
+    check_synced(set_values, x, m, syncs=2, dtype=dtype)
+
+    def set_inner(x, m):
+        y = x.clone()
+        y[:, m[0]] = one
+        return y
+    check_synced(set_inner, x, m, syncs=0, dtype=dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64])
+def test_index_put_bool_mask_accumulate(dtype):
+    x = make((3, 4), dtype, seed=1)
+    m = make((3, 4), torch.bool, seed=2)
+    v = make((int(m.sum()),), dtype, seed=3)
+    check_synced(lambda x, m, v: x.index_put((m,), v, accumulate=True), x, m, v, dtype=dtype)
+    check_synced(lambda x, m: x.clone().index_put_((m,), torch.tensor(2, dtype=dtype).to(x.device),
+                                                   accumulate=True), x, m, dtype=dtype)
+
+
+def test_index_cpu_mask_on_tpu_tensor():
+    x = make((4, 5), seed=1)
+    m = make((4, 5), torch.bool, seed=2)
+    xt = to_tpu(x)
+    before = host_syncs()
+    got = xt[m[:, 0]]  # the mask stays on the CPU: expanded there, no device read
+    assert host_syncs() == before
+    assert torch.equal(got.cpu(), x[m[:, 0]])

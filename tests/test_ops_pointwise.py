@@ -469,8 +469,7 @@ def test_masked_fill_cpu_tensor_value():
 
 def test_masked_fill_tensor_value_on_device():
     x, m = make((4, 5)), make((4, 5), torch.bool)
-    # no grad: the value's gradient needs masked_select (dynamic shape)
-    check(lambda x, m, v: x.masked_fill(m, v), x, m, torch.tensor(2.5))
+    check(lambda x, m, v: x.masked_fill(m, v), x, m, torch.tensor(2.5), grad=True)
     check(lambda x, m: x.masked_fill(m, NAN), x, m)
     check(lambda x, m: x.masked_fill(m, -INF), x, m)
 
