@@ -24,7 +24,7 @@ LDLIBS := -ldl -lpthread -lm
 # Keep test objects between runs (they are intermediates of the test rule).
 .SECONDARY:
 
-.PHONY: all deps core ctest ctest-asan install test pytest demo bench info clean
+.PHONY: all deps core ctest ctest-asan install test pytest pytest-debug test-debug demo bench info conformance clean
 
 all: install
 
@@ -74,7 +74,17 @@ install: $(DEPS_STAMP) core
 pytest: install
 	$(PY) -m pytest -q tests
 
-test: install ctest ctest-asan pytest
+# The strict suites again in debug mode (synchronous, host-checked indices).
+# `make test` runs a subset to stay inside CI's time; test-debug runs them all.
+DEBUG_SUITES := tests/test_views.py tests/test_ops.py tests/test_training.py
+pytest-debug: install
+	TORCHTPU_EAGER_MODE=debug $(PY) -m pytest -q -p no:cacheprovider $(DEBUG_SUITES)
+
+test-debug: install
+	TORCHTPU_EAGER_MODE=debug $(PY) -m pytest -q -p no:cacheprovider tests/test_ops*.py \
+	  tests/test_views.py tests/test_training.py tests/test_copy.py
+
+test: install ctest ctest-asan pytest pytest-debug
 
 demo: install
 	$(PY) examples/demo.py
@@ -90,6 +100,12 @@ bench: install $(BUILD)/bench/runtime_bench
 
 info: install
 	$(PY) -m torchtpu.info
+
+# OpInfo conformance sweep: every OpInfo op x dtype x sample on tpu vs CPU,
+# crash-isolated in worker subprocesses; writes conformance/results/opinfo.{json,md}.
+# `make test` runs only its fast subset (tests/test_opinfo.py).
+conformance: install
+	$(PY) -m conformance.run
 
 clean:
 	rm -rf $(BUILD) torchtpu/*.so *.egg-info
