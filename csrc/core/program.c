@@ -1,6 +1,7 @@
 #include "program.h"
 
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -105,30 +106,36 @@ int tpu_program_num_outputs(const tpu_program_t* program) {
   return tpu_executable_num_outputs(program->executable);
 }
 
-tpu_status_t tpu_program_execute(tpu_program_t* program, int device_index,
-                                 tpu_buffer_t* const* args, int nargs,
-                                 tpu_buffer_t** out_results) {
+/* Enqueues one execution; `wait` awaits it and returns its error, else its
+ * completion event is tracked for tpu_runtime_synchronize. */
+static tpu_status_t execute(tpu_program_t* program, int device_index,
+                            tpu_buffer_t* const* args, int nargs,
+                            tpu_buffer_t** out_results, bool wait) {
   tpu_event_t* done = NULL;
   TPU_RETURN_IF_ERROR(tpu_executable_execute(program->executable, device_index,
                                              args, nargs, NULL, out_results,
                                              &done));
   TPU_METRICS_BUMP("executions", 1);
-  tpu_runtime_track(device_index, done);
-  return NULL;
+  if (!wait) {
+    tpu_runtime_track(device_index, done);
+    return NULL;
+  }
+  if (!done) return NULL;
+  tpu_status_t status = tpu_event_await(done);
+  tpu_event_destroy(done);
+  return status;
+}
+
+tpu_status_t tpu_program_execute(tpu_program_t* program, int device_index,
+                                 tpu_buffer_t* const* args, int nargs,
+                                 tpu_buffer_t** out_results) {
+  return execute(program, device_index, args, nargs, out_results, false);
 }
 
 tpu_status_t tpu_program_execute_sync(tpu_program_t* program, int device_index,
                                       tpu_buffer_t* const* args, int nargs,
                                       tpu_buffer_t** out_results) {
-  tpu_event_t* done = NULL;
-  TPU_RETURN_IF_ERROR(tpu_executable_execute(program->executable, device_index,
-                                             args, nargs, NULL, out_results,
-                                             &done));
-  TPU_METRICS_BUMP("executions", 1);
-  if (!done) return NULL;
-  tpu_status_t status = tpu_event_await(done);
-  tpu_event_destroy(done);
-  return status;
+  return execute(program, device_index, args, nargs, out_results, true);
 }
 
 size_t tpu_program_cache_size(void) {
