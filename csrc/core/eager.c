@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "defer.h"
 #include "lower/ctx_internal.h"
 #include "lower/emit.h"
 #include "memory.h"
@@ -179,6 +180,16 @@ struct tpu_eager_entry_s {
   int* written_slot; /* which slot each of those replaces */
   int num_fresh;     /* then one result per fresh output, in output order */
   bool needs_rng;    /* then the new generator state */
+  /* The module, kept for DeferAndFuse (runs are fused from their ops'
+   * modules) and for compiling on first Strict use after a program cache
+   * clear. defer_op points into these. */
+  char* text;
+  size_t text_len;
+  unsigned program_generation;
+  tpu_hlo_type_t* param_types;
+  tpu_hlo_type_t* result_types;
+  tpu_defer_op_t defer_op;
+  char* name;
 };
 
 #define BUCKETS 4096
@@ -241,7 +252,25 @@ static void entry_free(tpu_eager_entry_t* e) {
   free(e->fallback_reason);
   free(e->outputs);
   free(e->written_slot);
+  free(e->text);
+  free(e->name);
+  free(e->param_types);
+  free(e->result_types);
   free(e);
+}
+
+/* The entry's program, compiled on first need (and again after a program
+ * cache clear). */
+static tpu_status_t entry_program(tpu_eager_entry_t* e, tpu_program_t** out) {
+  unsigned generation = tpu_program_cache_generation();
+  if (!e->program || e->program_generation != generation) {
+    tpu_program_t* p = NULL;
+    TPU_RETURN_IF_ERROR(tpu_program_get(e->text, e->text_len, &p));
+    e->program = p;
+    e->program_generation = generation;
+  }
+  *out = e->program;
+  return NULL;
 }
 
 /* Inserts e under the call's key (or returns the entry already there). */
@@ -319,6 +348,8 @@ size_t tpu_eager_cache_size(void) {
 }
 
 void tpu_eager_cache_clear(void) {
+  /* Pending runs and fused programs refer to entries: settle them first. */
+  tpu_defer_cache_clear();
   pthread_mutex_lock(&g_lock);
   for (size_t b = 0; b < BUCKETS; b++) {
     tpu_eager_entry_t* e = g_buckets[b];
@@ -334,6 +365,39 @@ void tpu_eager_cache_clear(void) {
 }
 
 /* ---- building the program ------------------------------------------------ */
+
+/* Fills e->defer_op: the module's parameter types (flat storages, scalars,
+ * generator state) and result types (written storages, fresh outputs,
+ * generator state), as the builder declared them. */
+static tpu_status_t describe_for_defer(tpu_eager_entry_t* e, const tpu_eager_call_t* call,
+                                       const slots_t* s, const tpu_hlo_builder_t* b,
+                                       const tpu_hlo_value_t* results, int nres) {
+  int np = s->count;
+  for (int i = 0; i < call->num_args; i++)
+    np += call->args[i].lower.kind == TPU_ARG_SCALAR || call->args[i].lower.kind == TPU_ARG_SCALARS;
+  np += e->needs_rng ? 1 : 0;
+  e->param_types = calloc((size_t)np + 1, sizeof *e->param_types);
+  e->result_types = calloc((size_t)nres + 1, sizeof *e->result_types);
+  if (!e->param_types || !e->result_types)
+    return tpu_status_make(TPU_STATUS_RESOURCE_EXHAUSTED, "out of host memory");
+  int k = 0;
+  for (int i = 0; i < s->count; i++)
+    e->param_types[k++] = tpu_hlo_type_make(s->dtypes[i], 1, &s->numels[i]);
+  for (int i = 0; i < call->num_args; i++)
+    if (call->args[i].lower.kind == TPU_ARG_SCALAR || call->args[i].lower.kind == TPU_ARG_SCALARS)
+      e->param_types[k++] = call->args[i].lower.type;
+  if (e->needs_rng) {
+    int64_t two = 2;
+    e->param_types[k++] = tpu_hlo_type_make(TPU_DTYPE_INT64, 1, &two);
+  }
+  for (int r = 0; r < nres; r++) e->result_types[r] = tpu_hlo_value_type(b, results[r]);
+  e->name = strdup(call->op_name);
+  if (!e->name) return tpu_status_make(TPU_STATUS_RESOURCE_EXHAUSTED, "out of host memory");
+  e->defer_op = (tpu_defer_op_t){.name = e->name, .text = e->text, .len = e->text_len,
+                                 .num_params = np, .params = e->param_types,
+                                 .num_results = nres, .results = e->result_types};
+  return NULL;
+}
 
 static const tpu_eager_tensor_t* output_target(const tpu_eager_call_t* call,
                                                const tpu_eager_output_t* o) {
@@ -500,7 +564,18 @@ tpu_status_t tpu_eager_compile(const tpu_eager_call_t* call, const tpu_eager_out
   tpu_hlo_return(b, results, nres);
   size_t len = 0;
   status = tpu_hlo_builder_finish(b, &text, &len);
-  if (!status) status = tpu_program_get(text, len, &e->program);
+  if (!status) {
+    e->text = text;
+    e->text_len = len;
+    text = NULL;
+    status = describe_for_defer(e, call, &s, b, results, nres);
+  }
+  /* Strict and Debug run it now: compile now, so errors come from here.
+   * A deferred op is only compiled if it ever runs alone. */
+  if (!status && !call->defer) {
+    tpu_program_t* p = NULL;
+    status = entry_program(e, &p);
+  }
   if (status) {
     status = tpu_status_annotate(status, "lowering %s: ", call->op_name);
     goto done;
@@ -550,6 +625,8 @@ static tpu_status_t zeros_buffer(int device, tpu_dtype_t dtype, int64_t n, tpu_b
 /* The storage's buffer as flat [n] of dtype. */
 static tpu_status_t flat_buffer(tpu_storage_t* storage, int device, tpu_dtype_t dtype, int64_t n,
                                 tpu_buffer_t** out) {
+  /* Contents a deferred run is still computing: run it first. */
+  TPU_RETURN_IF_ERROR(tpu_storage_settle(storage));
   if (!tpu_storage_buffer(storage) && (size_t)n * tpu_dtype_size(dtype) == tpu_storage_nbytes(storage)) {
     tpu_buffer_t* z = NULL;
     TPU_RETURN_IF_ERROR(zeros_buffer(device, dtype, n, &z));
@@ -607,22 +684,42 @@ static tpu_status_t scalar_buffer(int device, tpu_dtype_t dtype, const uint8_t* 
   return NULL;
 }
 
-/* Per-device generator state: 2 x int64 on the device. */
+/* Per-device generator state: 2 x int64 in a storage of its own, so a
+ * deferred run can read and advance it like any tensor's contents. */
 static pthread_mutex_t g_rng_lock = PTHREAD_MUTEX_INITIALIZER;
-static tpu_buffer_t* g_rng[TPU_MAX_DEVICES];
+static tpu_storage_t* g_rng[TPU_MAX_DEVICES];
+
+/* The device's generator storage, created (seed 0) on first use. */
+static tpu_status_t rng_storage(int device, tpu_storage_t** out) {
+  TPU_RETURN_IF_ERROR(tpu_runtime_check_device(device));
+  pthread_mutex_lock(&g_rng_lock);
+  tpu_status_t s = NULL;
+  if (!g_rng[device]) {
+    tpu_storage_t* st = NULL;
+    s = tpu_storage_create(device, 2 * sizeof(int64_t), &st);
+    if (!s) {
+      /* The generator's 16 bytes are not user memory: keep them out of
+       * memory_allocated. The storage lives as long as the process. */
+      tpu_memory_record_free(device, 2 * sizeof(int64_t));
+      int64_t zero[2] = {0, 0}, two = 2;
+      s = tpu_storage_write_host(st, zero, TPU_DTYPE_INT64, &two, 1, NULL);
+      if (s) tpu_storage_release(st);
+      else g_rng[device] = st;
+    }
+  }
+  *out = g_rng[device];
+  pthread_mutex_unlock(&g_rng_lock);
+  return s;
+}
 
 tpu_status_t tpu_eager_set_rng_state(int device, const int64_t state[2]) {
-  TPU_RETURN_IF_ERROR(tpu_runtime_check_device(device));
+  tpu_storage_t* st = NULL;
+  TPU_RETURN_IF_ERROR(rng_storage(device, &st));
   int64_t two = 2;
-  tpu_buffer_t* b = NULL;
-  TPU_RETURN_IF_ERROR(
-      tpu_buffer_from_host(tpu_runtime_client(), device, state, TPU_DTYPE_INT64, &two, 1, NULL, &b));
   pthread_mutex_lock(&g_rng_lock);
-  tpu_buffer_t* old = g_rng[device];
-  g_rng[device] = b;
+  tpu_status_t s = tpu_storage_write_host(st, state, TPU_DTYPE_INT64, &two, 1, NULL);
   pthread_mutex_unlock(&g_rng_lock);
-  tpu_buffer_destroy(old);
-  return NULL;
+  return s;
 }
 
 tpu_status_t tpu_eager_manual_seed(int device, uint64_t seed) {
@@ -631,30 +728,112 @@ tpu_status_t tpu_eager_manual_seed(int device, uint64_t seed) {
 }
 
 tpu_status_t tpu_eager_rng_state(int device, int64_t out_state[2]) {
-  TPU_RETURN_IF_ERROR(tpu_runtime_check_device(device));
-  pthread_mutex_lock(&g_rng_lock);
-  tpu_buffer_t* b = g_rng[device];
-  tpu_status_t s = NULL;
-  if (b) s = tpu_buffer_to_host(b, out_state, 2 * sizeof(int64_t));
-  else out_state[0] = out_state[1] = 0;
-  pthread_mutex_unlock(&g_rng_lock);
-  return s;
+  tpu_storage_t* st = NULL;
+  TPU_RETURN_IF_ERROR(rng_storage(device, &st));
+  return tpu_storage_read_bytes(st, out_state, 2 * sizeof(int64_t));
+}
+
+/* Count of run-time scalar parameters of a call. */
+static int count_scalars(const tpu_eager_call_t* call) {
+  int n = 0;
+  for (int i = 0; i < call->num_args; i++)
+    n += call->args[i].lower.kind == TPU_ARG_SCALAR || call->args[i].lower.kind == TPU_ARG_SCALARS;
+  return n;
+}
+
+/* The buffer of one run-time scalar argument: a cached upload (borrowed)
+ * or a new one the caller owns (*owned set). */
+static tpu_status_t scalar_arg(const tpu_eager_call_t* call, const tpu_eager_arg_t* a,
+                               tpu_buffer_t** out, tpu_buffer_t** owned) {
+  *owned = NULL;
+  if (a->lower.kind == TPU_ARG_SCALARS) {
+    int64_t n = a->lower.num_tensors;
+    TPU_RETURN_IF_ERROR(tpu_buffer_from_host(tpu_runtime_client(), call->device, a->scalars,
+                                             TPU_DTYPE_FLOAT64, &n, 1, NULL, owned));
+    *out = *owned;
+    return NULL;
+  }
+  return scalar_buffer(call->device, a->lower.type.dtype, a->scalar, owned, out);
+}
+
+/* DeferAndFuse: the call joins the device's run instead of executing. */
+static tpu_status_t record_deferred(tpu_eager_entry_t* e, const tpu_eager_call_t* call,
+                                    const slots_t* s, tpu_storage_t* const* fresh) {
+  const tpu_defer_op_t* op = &e->defer_op;
+  enum { INLINE = 32 };
+  tpu_defer_operand_t inline_params[INLINE];
+  tpu_storage_t* inline_results[INLINE];
+  bool small = op->num_params < INLINE && op->num_results < INLINE;
+  tpu_defer_operand_t* params =
+      small ? inline_params : calloc((size_t)op->num_params + 1, sizeof *params);
+  tpu_storage_t** results = small ? inline_results : calloc((size_t)op->num_results + 1, sizeof *results);
+  tpu_status_t status = NULL;
+  int k = 0;
+  if (!params || !results) {
+    status = tpu_status_make(TPU_STATUS_RESOURCE_EXHAUSTED, "out of host memory");
+    goto done;
+  }
+  tpu_storage_t* rng = NULL;
+  if (e->needs_rng) status = rng_storage(call->device, &rng);
+  /* Storages never written (PyTorch's empty) and not in the run: zeros made
+   * on the device, as Strict does. */
+  for (int i = 0; i < s->count && !status; i++) {
+    tpu_storage_t* st = s->storages[i];
+    if (tpu_storage_defer_value(st) < 0 && !tpu_storage_buffer(st)) {
+      tpu_buffer_t* ignored = NULL;
+      status = flat_buffer(st, call->device, s->dtypes[i], s->numels[i], &ignored);
+    }
+    params[k++] = (tpu_defer_operand_t){.storage = st};
+  }
+  for (int i = 0; i < call->num_args && !status; i++) {
+    const tpu_eager_arg_t* a = &call->args[i];
+    if (a->lower.kind != TPU_ARG_SCALAR && a->lower.kind != TPU_ARG_SCALARS) continue;
+    tpu_buffer_t *buffer = NULL, *owned = NULL;
+    status = scalar_arg(call, a, &buffer, &owned);
+    if (!status) params[k++] = (tpu_defer_operand_t){.buffer = buffer, .owned = owned != NULL};
+  }
+  if (!status && rng) params[k++] = (tpu_defer_operand_t){.storage = rng};
+  if (status) {
+    for (int i = 0; i < k; i++)
+      if (params[i].owned) tpu_buffer_destroy(params[i].buffer);
+    goto done;
+  }
+  int r = 0;
+  for (int w = 0; w < e->num_written; w++) results[r++] = s->storages[e->written_slot[w]];
+  for (int o = 0; o < e->num_outputs; o++)
+    if (e->outputs[o].alias_arg < 0) results[r++] = fresh[o];
+  if (rng) results[r++] = rng;
+  status = tpu_defer_record(call->device, op, params, results);
+done:
+  if (!small) {
+    free(params);
+    free(results);
+  }
+  return status;
 }
 
 tpu_status_t tpu_eager_execute(tpu_eager_entry_t* e, const tpu_eager_call_t* call,
-                               tpu_buffer_t** out_fresh) {
+                               tpu_storage_t* const* fresh) {
   if (e->fallback)
     return tpu_status_make(TPU_STATUS_FAILED_PRECONDITION, "%s runs on the CPU fallback",
                            call->op_name);
+  for (int o = 0; o < e->num_outputs; o++)
+    if (e->outputs[o].alias_arg < 0 && !fresh[o])
+      return tpu_status_make(TPU_STATUS_INVALID_ARGUMENT,
+                             "%s: fresh output %d has no storage", call->op_name, o);
   slots_t s;
   if (!slots_init(&s, call)) {
     slots_free(&s);
     return tpu_status_make(TPU_STATUS_RESOURCE_EXHAUSTED, "out of host memory");
   }
   collect_slots(call, &s);
-  int nscalars = 0;
-  for (int i = 0; i < call->num_args; i++)
-    nscalars += call->args[i].lower.kind == TPU_ARG_SCALAR || call->args[i].lower.kind == TPU_ARG_SCALARS;
+  if (call->defer) {
+    tpu_status_t st = record_deferred(e, call, &s, fresh);
+    slots_free(&s);
+    if (st) st = tpu_status_annotate(st, "deferring %s: ", call->op_name);
+    return st;
+  }
+  int nscalars = count_scalars(call);
   int nargs = s.count + nscalars + (e->needs_rng ? 1 : 0);
   int nres = e->num_written + e->num_fresh + (e->needs_rng ? 1 : 0);
   /* Small calls (nearly all) keep their lists on the stack. */
@@ -667,68 +846,54 @@ tpu_status_t tpu_eager_execute(tpu_eager_entry_t* e, const tpu_eager_call_t* cal
   tpu_buffer_t** owned = small ? inline_owned : calloc((size_t)nscalars + 1, sizeof *owned);
   tpu_buffer_t** results = small ? inline_results : calloc((size_t)nres + 1, sizeof *results);
   tpu_status_t status = NULL;
+  tpu_program_t* program = NULL;
+  tpu_storage_t* rng = NULL;
+  bool rng_locked = false;
   int k = 0, nowned = 0;
   if (!args || !owned || !results) {
     status = tpu_status_make(TPU_STATUS_RESOURCE_EXHAUSTED, "out of host memory");
     goto done;
   }
+  status = entry_program(e, &program);
+  if (status) status = tpu_status_annotate(status, "lowering %s: ", call->op_name);
   for (int i = 0; i < s.count && !status; i++)
     status = flat_buffer(s.storages[i], call->device, s.dtypes[i], s.numels[i], &args[k++]);
   for (int i = 0; i < call->num_args && !status; i++) {
     const tpu_eager_arg_t* a = &call->args[i];
-    if (a->lower.kind == TPU_ARG_SCALARS) {
-      int64_t n = a->lower.num_tensors;
-      status = tpu_buffer_from_host(tpu_runtime_client(), call->device, a->scalars,
-                                    TPU_DTYPE_FLOAT64, &n, 1, NULL, &owned[nowned]);
-    } else if (a->lower.kind == TPU_ARG_SCALAR) {
-      tpu_buffer_t* cached = NULL;
-      status = scalar_buffer(call->device, a->lower.type.dtype, a->scalar, &owned[nowned], &cached);
-      if (!status) {
-        if (owned[nowned]) nowned++;
-        args[k++] = cached;
-      }
-      continue;
-    } else {
-      continue;
-    }
-    if (!status) args[k++] = owned[nowned++];
+    if (a->lower.kind != TPU_ARG_SCALAR && a->lower.kind != TPU_ARG_SCALARS) continue;
+    status = scalar_arg(call, a, &args[k++], &owned[nowned]);
+    if (owned[nowned]) nowned++;
   }
   if (!status && e->needs_rng) {
-    pthread_mutex_lock(&g_rng_lock);
-    bool missing = g_rng[call->device] == NULL;
-    pthread_mutex_unlock(&g_rng_lock);
-    if (missing) status = tpu_eager_manual_seed(call->device, 0);
-    pthread_mutex_lock(&g_rng_lock);
-    args[k++] = g_rng[call->device];
-    /* Held locked through execution so concurrent RNG ops serialise. */
+    status = rng_storage(call->device, &rng);
+    if (!status) {
+      /* Held through execution so concurrent RNG ops serialise. */
+      pthread_mutex_lock(&g_rng_lock);
+      rng_locked = true;
+      int64_t two = 2;
+      status = tpu_storage_buffer_as(rng, TPU_DTYPE_INT64, &two, 1, &args[k++]);
+    }
   }
   if (!status) {
-    status = call->synchronous
-                 ? tpu_program_execute_sync(e->program, call->device, args, k, results)
-                 : tpu_program_execute(e->program, call->device, args, k, results);
+    status = call->synchronous ? tpu_program_execute_sync(program, call->device, args, k, results)
+                               : tpu_program_execute(program, call->device, args, k, results);
     if (status) status = tpu_status_annotate(status, "running %s: ", call->op_name);
   }
-  if (e->needs_rng) {
-    if (!status) {
-      tpu_buffer_t* old = g_rng[call->device];
-      g_rng[call->device] = results[nres - 1];
-      results[nres - 1] = NULL;
-      tpu_buffer_destroy(old);
-    }
-    pthread_mutex_unlock(&g_rng_lock);
+  if (!status && rng) {
+    status = tpu_storage_set_buffer(rng, results[nres - 1]);
+    results[nres - 1] = NULL;
   }
+  if (rng_locked) pthread_mutex_unlock(&g_rng_lock);
   if (status) goto done;
   for (int w = 0; w < e->num_written && !status; w++) {
     status = tpu_storage_set_buffer(s.storages[e->written_slot[w]], results[w]);
     results[w] = NULL;
   }
   int r = e->num_written;
-  for (int o = 0; o < e->num_outputs; o++) {
-    out_fresh[o] = NULL;
-    if (e->outputs[o].alias_arg < 0) {
-      out_fresh[o] = results[r];
-      results[r++] = NULL;
-    }
+  for (int o = 0; o < e->num_outputs && !status; o++) {
+    if (e->outputs[o].alias_arg >= 0) continue;
+    status = tpu_storage_set_buffer(fresh[o], results[r]);
+    results[r++] = NULL;
   }
 done:
   for (int i = 0; i < nres && results; i++) tpu_buffer_destroy(results[i]);

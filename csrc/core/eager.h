@@ -50,6 +50,9 @@ typedef struct tpu_eager_call_s {
   /* Wait for the execution and return its error (Debug mode) instead of
    * enqueueing it. Not part of the key: the program is the same. */
   bool synchronous;
+  /* DeferAndFuse: record the call in the device's run (defer.h) instead of
+   * executing it. Not part of the key either. */
+  bool defer;
 } tpu_eager_call_t;
 
 typedef struct tpu_eager_output_s {
@@ -91,11 +94,12 @@ const tpu_eager_output_t* tpu_eager_entry_output(const tpu_eager_entry_t* entry,
 void* tpu_eager_entry_user(const tpu_eager_entry_t* entry);
 void* tpu_eager_entry_set_user(tpu_eager_entry_t* entry, void* user, void (*user_free)(void*));
 
-/* Runs the entry on the call's operands. Writes to aliased outputs are
- * installed into their storages; out_fresh[i] receives the flat buffer of
- * fresh output i (NULL for aliased outputs), owned by the caller. */
+/* Runs the entry on the call's operands (or, with call->defer, records it
+ * in the device's deferred run). Writes to aliased outputs go to their
+ * storages; fresh output i goes to fresh[i], a new storage of its
+ * storage_numel elements made by the caller (ignored for aliased outputs). */
 tpu_status_t tpu_eager_execute(tpu_eager_entry_t* entry, const tpu_eager_call_t* call,
-                               tpu_buffer_t** out_fresh);
+                               tpu_storage_t* const* fresh);
 
 /* The device generator: seeds the state of `device`'s random bits. */
 tpu_status_t tpu_eager_manual_seed(int device, uint64_t seed);

@@ -19,8 +19,16 @@ static const tpu_env_var_t kEnvVars[] = {
      "stable"},
     {"TORCHTPU_EAGER_MODE", "strict",
      "Eager mode at start-up: 'strict' (asynchronous, one cached program per "
-     "op) or 'debug' (synchronous, errors at the op, indices checked on the "
-     "host). torchtpu.set_eager_mode / torchtpu.eager_mode change it.",
+     "op), 'debug' (synchronous, errors at the op, indices checked on the "
+     "host) or 'defer_and_fuse' (runs of ops recorded and run as one fused "
+     "program). torchtpu.set_eager_mode / torchtpu.eager_mode change it.",
+     "experimental"},
+    {"TORCHTPU_DEFER_MAX_OPS", "4096",
+     "defer_and_fuse: a run is flushed once it holds this many ops.",
+     "experimental"},
+    {"TORCHTPU_DEFER_MIN_REPEAT", "32",
+     "defer_and_fuse: a run that ends with the same stretch of at least this "
+     "many ops twice in a row is flushed there (a loop boundary).",
      "experimental"},
     {"TORCHTPU_DEBUG_SHADOW", "0",
      "1: in debug mode, also run every op on the CPU and raise at the first "

@@ -1,6 +1,7 @@
 #include "program.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -22,6 +23,9 @@ struct tpu_program_s {
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static tpu_program_t* g_buckets[BUCKETS];
 static size_t g_count;
+static _Atomic unsigned g_generation = 1;
+
+unsigned tpu_program_cache_generation(void) { return g_generation; }
 
 static uint64_t hash_text(const char* s, size_t n) {
   uint64_t h = 1469598103934665603ull; /* FNV-1a */
@@ -159,5 +163,6 @@ void tpu_program_cache_clear(void) {
     g_buckets[b] = NULL;
   }
   g_count = 0;
+  g_generation++;
   pthread_mutex_unlock(&g_lock);
 }

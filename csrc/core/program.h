@@ -42,6 +42,9 @@ tpu_status_t tpu_program_execute_sync(tpu_program_t* program, int device_index,
 size_t tpu_program_cache_size(void);
 /* Destroys every cached program (tests and shutdown only). */
 void tpu_program_cache_clear(void);
+/* Bumped by every clear: holders of program pointers (engine entries,
+ * fused runs) compare it to know theirs are gone. */
+unsigned tpu_program_cache_generation(void);
 
 #ifdef __cplusplus
 }

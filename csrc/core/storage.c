@@ -14,7 +14,43 @@ struct tpu_storage_s {
   size_t nbytes;
   tpu_buffer_t* buffer; /* owned; NULL = never written */
   uintptr_t address;
+  _Atomic int defer_value; /* -1: not in a deferred run */
+  char* lost;              /* why the contents are gone, or NULL */
 };
+
+static _Atomic(tpu_storage_settle_fn) g_settle;
+
+void tpu_storage_set_settle_hook(tpu_storage_settle_fn hook) { atomic_store(&g_settle, hook); }
+int tpu_storage_refcount(const tpu_storage_t* storage) { return atomic_load(&storage->refcount); }
+int tpu_storage_defer_value(const tpu_storage_t* storage) { return atomic_load(&storage->defer_value); }
+void tpu_storage_set_defer_value(tpu_storage_t* storage, int value) {
+  atomic_store(&storage->defer_value, value);
+}
+
+void tpu_storage_set_lost(tpu_storage_t* storage, const char* why) {
+  free(storage->lost);
+  storage->lost = strdup(why ? why : "unknown error");
+}
+
+/* Before any access to the contents: a deferred run that touches the
+ * storage runs first, so the buffer is current. */
+static tpu_status_t settle(tpu_storage_t* storage) {
+  if (atomic_load(&storage->defer_value) >= 0) {
+    tpu_storage_settle_fn hook = atomic_load(&g_settle);
+    if (hook) TPU_RETURN_IF_ERROR(hook(storage));
+  }
+  return NULL;
+}
+
+tpu_status_t tpu_storage_settle(tpu_storage_t* storage) { return settle(storage); }
+
+static tpu_status_t check_not_lost(const tpu_storage_t* storage) {
+  if (!storage->lost) return NULL;
+  return tpu_status_make(TPU_STATUS_FAILED_PRECONDITION,
+                         "this tpu tensor's contents were lost when the deferred run "
+                         "computing them failed: %s",
+                         storage->lost);
+}
 
 /* Fake device addresses: TPU_ADDRESS_BASE + device << 44 + a per-device bump
  * offset. 16 TiB per device before the offset wraps; a wrap can only make
@@ -45,6 +81,7 @@ tpu_status_t tpu_storage_create(int device_index, size_t nbytes,
     return tpu_status_make(TPU_STATUS_RESOURCE_EXHAUSTED,
                            "out of host memory for a storage descriptor");
   atomic_init(&s->refcount, 1);
+  atomic_init(&s->defer_value, -1);
   s->device = device_index;
   s->nbytes = nbytes;
   s->address = next_address(device_index, nbytes);
@@ -60,6 +97,7 @@ void tpu_storage_retain(tpu_storage_t* storage) {
 void tpu_storage_release(tpu_storage_t* storage) {
   if (!storage || atomic_fetch_sub(&storage->refcount, 1) != 1) return;
   tpu_buffer_destroy(storage->buffer);
+  free(storage->lost);
   tpu_memory_record_free(storage->device, storage->nbytes);
   free(storage);
 }
@@ -84,6 +122,11 @@ tpu_buffer_t* tpu_storage_buffer(const tpu_storage_t* storage) {
 
 tpu_status_t tpu_storage_set_buffer(tpu_storage_t* storage,
                                     tpu_buffer_t* buffer) {
+  tpu_status_t settled = settle(storage);
+  if (settled) {
+    tpu_buffer_destroy(buffer);
+    return settled;
+  }
   if (buffer && tpu_buffer_nbytes(buffer) != storage->nbytes) {
     size_t got = tpu_buffer_nbytes(buffer);
     tpu_buffer_destroy(buffer);
@@ -95,6 +138,8 @@ tpu_status_t tpu_storage_set_buffer(tpu_storage_t* storage,
   tpu_buffer_t* old = storage->buffer;
   storage->buffer = buffer;
   tpu_buffer_destroy(old);
+  free(storage->lost);
+  storage->lost = NULL;
   return NULL;
 }
 
@@ -135,6 +180,8 @@ tpu_status_t tpu_storage_read_bytes(tpu_storage_t* storage, void* dst,
     return tpu_status_make(TPU_STATUS_INVALID_ARGUMENT,
                            "reading %zu bytes from a storage of %zu bytes",
                            nbytes, storage->nbytes);
+  TPU_RETURN_IF_ERROR(settle(storage));
+  TPU_RETURN_IF_ERROR(check_not_lost(storage));
   if (!storage->buffer) {
     memset(dst, 0, nbytes);
     return NULL;
@@ -143,6 +190,8 @@ tpu_status_t tpu_storage_read_bytes(tpu_storage_t* storage, void* dst,
 }
 
 tpu_status_t tpu_storage_copy_prefix(tpu_storage_t* dst, tpu_storage_t* src) {
+  TPU_RETURN_IF_ERROR(settle(dst));
+  TPU_RETURN_IF_ERROR(settle(src));
   size_t n = src->nbytes < dst->nbytes ? src->nbytes : dst->nbytes;
   if (n == 0 || !src->buffer) return NULL;
   uint8_t* staging = calloc(1, dst->nbytes + src->nbytes);
@@ -166,6 +215,8 @@ tpu_status_t tpu_storage_copy_prefix(tpu_storage_t* dst, tpu_storage_t* src) {
 tpu_status_t tpu_storage_buffer_as(tpu_storage_t* storage, tpu_dtype_t dtype,
                                    const int64_t* dims, int rank,
                                    tpu_buffer_t** out_buffer) {
+  TPU_RETURN_IF_ERROR(settle(storage));
+  TPU_RETURN_IF_ERROR(check_not_lost(storage));
   tpu_buffer_t* current = storage->buffer;
   if (current && tpu_buffer_dtype(current) == dtype &&
       tpu_buffer_rank(current) == rank &&

@@ -72,6 +72,24 @@ tpu_status_t tpu_storage_buffer_as(tpu_storage_t* storage, tpu_dtype_t dtype,
  * never written). Used when PyTorch resizes a storage. */
 tpu_status_t tpu_storage_copy_prefix(tpu_storage_t* dst, tpu_storage_t* src);
 
+/* ---- deferred values (DeferAndFuse, see defer.h) ---------------------------
+ * A storage read or written by a deferred run carries that run's value id
+ * (-1: none). Its buffer is then not its contents: every access above
+ * (read, write, buffer_as, copy_prefix) first calls the settle hook, which
+ * flushes the run; tpu_storage_buffer alone stays raw (the engine's own). */
+int tpu_storage_defer_value(const tpu_storage_t* storage);
+/* References held (the tensor's DataPtr and pending work): a deferred run
+ * holding the only one knows the value is dead. */
+int tpu_storage_refcount(const tpu_storage_t* storage);
+void tpu_storage_set_defer_value(tpu_storage_t* storage, int value);
+typedef tpu_status_t (*tpu_storage_settle_fn)(tpu_storage_t* storage);
+void tpu_storage_set_settle_hook(tpu_storage_settle_fn hook);
+/* Runs the hook now if the storage is in a deferred run (else nothing). */
+tpu_status_t tpu_storage_settle(tpu_storage_t* storage);
+/* Marks the contents lost (a deferred run that produced them failed):
+ * later reads return `why` until the storage is written again. */
+void tpu_storage_set_lost(tpu_storage_t* storage, const char* why);
+
 #ifdef __cplusplus
 }
 #endif

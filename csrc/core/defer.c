@@ -1,0 +1,682 @@
+#include "defer.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "env.h"
+#include "hlo/strbuf.h"
+#include "memory.h"
+#include "metrics.h"
+#include "program.h"
+#include "repeat.h"
+#include "runtime.h"
+
+/* ---- the run ------------------------------------------------------------- */
+
+typedef struct {
+  tpu_hlo_type_t type;
+  int op;    /* producing op, or -1 for an input */
+  int index; /* result index of that op, or input index */
+} value_t;
+
+typedef struct {
+  tpu_storage_t* storage; /* retained, or NULL for a run-time value */
+  tpu_buffer_t* buffer;   /* the contents read (borrowed from the storage) */
+  bool owned;
+} input_t;
+
+typedef struct {
+  const tpu_defer_op_t* op;
+  int first_param; /* into params */
+  int first_value; /* its results are values first_value.. */
+} op_rec_t;
+
+typedef struct {
+  tpu_storage_t* storage; /* retained by the run */
+  bool written;
+} member_t;
+
+#define GROW(arr, n, cap)                                                \
+  ((n) < (cap) ? true                                                    \
+               : grow_array((void**)&(arr), &(cap), sizeof *(arr), (n) + 1))
+
+static bool grow_array(void** arr, int* cap, size_t elem, int need) {
+  int c = *cap ? *cap : 64;
+  while (c < need) c *= 2;
+  void* p = realloc(*arr, elem * (size_t)c);
+  if (!p) return false;
+  *arr = p;
+  *cap = c;
+  return true;
+}
+
+typedef struct {
+  pthread_mutex_t lock;
+  int device;
+  value_t* values;
+  int num_values, cap_values;
+  input_t* inputs;
+  int num_inputs, cap_inputs;
+  op_rec_t* ops;
+  int num_ops, cap_ops;
+  int* params;
+  int num_params, cap_params;
+  member_t* members;
+  int num_members, cap_members;
+  tpu_repeat_t* repeat;
+} trace_t;
+
+static trace_t g_traces[TPU_MAX_DEVICES];
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+static _Atomic int g_max_ops = 0;
+static _Atomic int g_min_repeat = 0;
+static _Thread_local tpu_defer_reason_t t_reason = TPU_DEFER_SYNC;
+
+static tpu_status_t settle_hook(tpu_storage_t* storage);
+
+static void init_once(void) {
+  for (int d = 0; d < TPU_MAX_DEVICES; d++) {
+    pthread_mutex_init(&g_traces[d].lock, NULL);
+    g_traces[d].device = d;
+  }
+  if (!g_max_ops) g_max_ops = (int)tpu_env_get_int("TORCHTPU_DEFER_MAX_OPS", 4096);
+  if (!g_min_repeat) g_min_repeat = (int)tpu_env_get_int("TORCHTPU_DEFER_MIN_REPEAT", 32);
+  if (g_max_ops < 1) g_max_ops = 4096;
+  if (g_min_repeat < 1) g_min_repeat = 32;
+  tpu_storage_set_settle_hook(settle_hook);
+}
+
+void tpu_defer_configure(int max_ops, int min_repeat) {
+  pthread_once(&g_once, init_once);
+  if (max_ops > 0) g_max_ops = max_ops;
+  if (min_repeat > 0) {
+    g_min_repeat = min_repeat;
+    /* Repeat trackers are made with the period: drop them (empty runs only
+     * are affected; a pending run keeps its tracker until its flush). */
+    for (int d = 0; d < TPU_MAX_DEVICES; d++) {
+      pthread_mutex_lock(&g_traces[d].lock);
+      if (g_traces[d].num_ops == 0) {
+        tpu_repeat_destroy(g_traces[d].repeat);
+        g_traces[d].repeat = NULL;
+      }
+      pthread_mutex_unlock(&g_traces[d].lock);
+    }
+  }
+}
+
+const char* tpu_defer_reason_name(tpu_defer_reason_t reason) {
+  switch (reason) {
+    case TPU_DEFER_SYNC: return "sync";
+    case TPU_DEFER_BARRIER: return "barrier";
+    case TPU_DEFER_LOOP: return "loop";
+    case TPU_DEFER_CAP: return "cap";
+    default: return "unknown";
+  }
+}
+
+tpu_defer_reason_t tpu_defer_set_thread_reason(tpu_defer_reason_t reason) {
+  tpu_defer_reason_t old = t_reason;
+  t_reason = reason;
+  return old;
+}
+
+/* ---- fused programs ------------------------------------------------------ */
+
+typedef struct fused_s {
+  int64_t* key;
+  size_t key_len;
+  uint64_t hash;
+  tpu_program_t* program;
+  unsigned generation;
+  int* result_of; /* program result index of each kept value */
+  int num_kept;
+  struct fused_s* next;
+} fused_t;
+
+#define FUSED_BUCKETS 512
+static pthread_mutex_t g_fused_lock = PTHREAD_MUTEX_INITIALIZER;
+static fused_t* g_fused[FUSED_BUCKETS];
+static size_t g_fused_count;
+
+static uint64_t hash_key(const int64_t* k, size_t n) {
+  uint64_t h = 1469598103934665603ull ^ n;
+  for (size_t i = 0; i < n; i++) {
+    h = (h ^ (uint64_t)k[i]) * 0x100000001b3ull;
+    h ^= h >> 29;
+  }
+  return h;
+}
+
+static fused_t* fused_lookup(const int64_t* key, size_t n, uint64_t hash) {
+  for (fused_t* f = g_fused[hash % FUSED_BUCKETS]; f; f = f->next)
+    if (f->hash == hash && f->key_len == n && memcmp(f->key, key, n * sizeof *key) == 0) return f;
+  return NULL;
+}
+
+static void fused_free(fused_t* f) {
+  if (!f) return;
+  free(f->key);
+  free(f->result_of);
+  free(f);
+}
+
+size_t tpu_defer_cache_size(void) {
+  pthread_mutex_lock(&g_fused_lock);
+  size_t n = g_fused_count;
+  pthread_mutex_unlock(&g_fused_lock);
+  return n;
+}
+
+void tpu_defer_cache_clear(void) {
+  tpu_status_free(tpu_defer_flush_all(TPU_DEFER_SYNC));
+  pthread_mutex_lock(&g_fused_lock);
+  for (int b = 0; b < FUSED_BUCKETS; b++) {
+    fused_t* f = g_fused[b];
+    while (f) {
+      fused_t* next = f->next;
+      fused_free(f);
+      f = next;
+    }
+    g_fused[b] = NULL;
+  }
+  g_fused_count = 0;
+  pthread_mutex_unlock(&g_fused_lock);
+}
+
+/* The op's @main as a private function named @f<index>. */
+static void append_function(tpu_strbuf_t* sb, const tpu_defer_op_t* op, int index) {
+  static const char kMain[] = "func.func public @main";
+  const char* start = strstr(op->text, kMain);
+  const char* end = op->text + op->len;
+  /* Drop the module's closing brace: the text ends "  }\n}\n". */
+  while (end > op->text && (end[-1] == '\n' || end[-1] == ' ')) end--;
+  if (end > op->text && end[-1] == '}') end--;
+  if (!start || start >= end) return; /* not ours: the compile will say */
+  tpu_strbuf_appendf(sb, "  func.func private @f%d", index);
+  start += sizeof kMain - 1;
+  tpu_strbuf_append_n(sb, start, (size_t)(end - start));
+  tpu_strbuf_append(sb, "\n");
+}
+
+static void append_type(tpu_strbuf_t* sb, const tpu_hlo_type_t* t) {
+  char text[256];
+  tpu_hlo_type_print(t, text, sizeof text);
+  tpu_strbuf_append(sb, text);
+}
+
+static void append_value(tpu_strbuf_t* sb, const trace_t* tr, int v) {
+  const value_t* val = &tr->values[v];
+  if (val->op < 0) {
+    tpu_strbuf_appendf(sb, "%%arg%d", val->index);
+    return;
+  }
+  const op_rec_t* o = &tr->ops[val->op];
+  if (o->op->num_results == 1) tpu_strbuf_appendf(sb, "%%c%d", val->op);
+  else tpu_strbuf_appendf(sb, "%%c%d#%d", val->op, val->index);
+}
+
+/* The fused module: each distinct op once as a function, @main calls them
+ * in recorded order and returns the kept values. */
+static char* fused_text(const trace_t* tr, const int* kept, int num_kept, size_t* out_len) {
+  tpu_strbuf_t sb = {0};
+  const tpu_defer_op_t** distinct = calloc((size_t)tr->num_ops, sizeof *distinct);
+  int* fn = calloc((size_t)tr->num_ops, sizeof *fn);
+  if (!distinct || !fn) {
+    free(distinct);
+    free(fn);
+    return NULL;
+  }
+  int nd = 0;
+  tpu_strbuf_append(&sb, "module @torchtpu_fused {\n");
+  for (int i = 0; i < tr->num_ops; i++) {
+    int j = 0;
+    while (j < nd && distinct[j] != tr->ops[i].op) j++;
+    if (j == nd) {
+      distinct[nd++] = tr->ops[i].op;
+      append_function(&sb, tr->ops[i].op, j);
+    }
+    fn[i] = j;
+  }
+  tpu_strbuf_append(&sb, "  func.func public @main(");
+  for (int i = 0; i < tr->num_values; i++) {
+    if (tr->values[i].op >= 0) continue;
+    if (tr->values[i].index) tpu_strbuf_append(&sb, ", ");
+    tpu_strbuf_appendf(&sb, "%%arg%d: ", tr->values[i].index);
+    append_type(&sb, &tr->values[i].type);
+  }
+  tpu_strbuf_append(&sb, ") -> (");
+  for (int k = 0; k < num_kept; k++) {
+    if (k) tpu_strbuf_append(&sb, ", ");
+    append_type(&sb, &tr->values[kept[k]].type);
+  }
+  tpu_strbuf_append(&sb, ") {\n");
+  for (int i = 0; i < tr->num_ops; i++) {
+    const op_rec_t* o = &tr->ops[i];
+    const tpu_defer_op_t* op = o->op;
+    tpu_strbuf_append(&sb, "    ");
+    if (op->num_results == 1) tpu_strbuf_appendf(&sb, "%%c%d = ", i);
+    else if (op->num_results > 1) tpu_strbuf_appendf(&sb, "%%c%d:%d = ", i, op->num_results);
+    tpu_strbuf_append(&sb, "\"func.call\"(");
+    for (int p = 0; p < op->num_params; p++) {
+      if (p) tpu_strbuf_append(&sb, ", ");
+      append_value(&sb, tr, tr->params[o->first_param + p]);
+    }
+    tpu_strbuf_appendf(&sb, ") {callee = @f%d} : (", fn[i]);
+    for (int p = 0; p < op->num_params; p++) {
+      if (p) tpu_strbuf_append(&sb, ", ");
+      append_type(&sb, &op->params[p]);
+    }
+    tpu_strbuf_append(&sb, ") -> (");
+    for (int r = 0; r < op->num_results; r++) {
+      if (r) tpu_strbuf_append(&sb, ", ");
+      append_type(&sb, &op->results[r]);
+    }
+    tpu_strbuf_append(&sb, ")\n");
+  }
+  tpu_strbuf_append(&sb, "    \"func.return\"(");
+  for (int k = 0; k < num_kept; k++) {
+    if (k) tpu_strbuf_append(&sb, ", ");
+    append_value(&sb, tr, kept[k]);
+  }
+  tpu_strbuf_append(&sb, ") : (");
+  for (int k = 0; k < num_kept; k++) {
+    if (k) tpu_strbuf_append(&sb, ", ");
+    append_type(&sb, &tr->values[kept[k]].type);
+  }
+  tpu_strbuf_append(&sb, ") -> ()\n  }\n}\n");
+  free(distinct);
+  free(fn);
+  char* text = tpu_strbuf_take(&sb, out_len);
+  tpu_strbuf_free(&sb);
+  return text;
+}
+
+/* A fused program that does not compile: find the op that does not, so the
+ * error names it (each op's module is compiled alone, the cache keeps the
+ * ones that work). */
+static tpu_status_t blame(const trace_t* tr, tpu_status_t fused_error) {
+  for (int i = 0; i < tr->num_ops; i++) {
+    const tpu_defer_op_t* op = tr->ops[i].op;
+    tpu_program_t* p = NULL;
+    tpu_status_t s = tpu_program_get(op->text, op->len, &p);
+    if (s) {
+      tpu_status_free(fused_error);
+      return tpu_status_annotate(s, "deferred op %s (op %d of a run of %d): ", op->name, i + 1,
+                                 tr->num_ops);
+    }
+  }
+  return tpu_status_annotate(fused_error, "fusing a deferred run of %d ops (first %s): ",
+                             tr->num_ops, tr->ops[0].op->name);
+}
+
+/* The program for this run with these kept values, compiled on a miss. */
+static tpu_status_t fused_get(const trace_t* tr, const int* kept, int num_kept, fused_t** out) {
+  /* Key: per op its identity and where each operand comes from; then the
+   * kept values. Value ids are assigned in recording order, so equal
+   * structures give equal keys whatever the storages were. */
+  size_t n = 2 + (size_t)tr->num_ops * 2 + (size_t)tr->num_params + (size_t)num_kept;
+  int64_t* key = malloc(n * sizeof *key);
+  if (!key) return tpu_status_make(TPU_STATUS_RESOURCE_EXHAUSTED, "out of host memory");
+  size_t k = 0;
+  key[k++] = tr->num_ops;
+  for (int i = 0; i < tr->num_ops; i++) {
+    const op_rec_t* o = &tr->ops[i];
+    key[k++] = (int64_t)(intptr_t)o->op;
+    key[k++] = o->op->num_params;
+    for (int p = 0; p < o->op->num_params; p++) key[k++] = tr->params[o->first_param + p];
+  }
+  key[k++] = num_kept;
+  for (int i = 0; i < num_kept; i++) key[k++] = kept[i];
+  uint64_t hash = hash_key(key, k);
+  unsigned generation = tpu_program_cache_generation();
+  pthread_mutex_lock(&g_fused_lock);
+  fused_t* f = fused_lookup(key, k, hash);
+  pthread_mutex_unlock(&g_fused_lock);
+  if (f && f->generation == generation) {
+    free(key);
+    TPU_METRICS_BUMP("defer_cache_hits", 1);
+    *out = f;
+    return NULL;
+  }
+  bool fresh = f == NULL;
+  if (fresh) {
+    f = calloc(1, sizeof *f);
+    if (f) f->result_of = calloc((size_t)num_kept + 1, sizeof *f->result_of);
+    if (!f || !f->result_of) {
+      fused_free(f);
+      free(key);
+      return tpu_status_make(TPU_STATUS_RESOURCE_EXHAUSTED, "out of host memory");
+    }
+    f->key = key;
+    f->key_len = k;
+    f->hash = hash;
+    f->num_kept = num_kept;
+  } else {
+    free(key);
+  }
+  tpu_status_t status = NULL;
+  tpu_program_t* program = NULL;
+  if (tr->num_ops == 1) {
+    /* One op: its own program (Strict mode's), results picked by index. */
+    const tpu_defer_op_t* op = tr->ops[0].op;
+    status = tpu_program_get(op->text, op->len, &program);
+    if (status)
+      status = tpu_status_annotate(status, "deferred op %s: ", op->name);
+    for (int i = 0; i < num_kept; i++) f->result_of[i] = tr->values[kept[i]].index;
+  } else {
+    size_t len = 0;
+    char* text = fused_text(tr, kept, num_kept, &len);
+    if (!text) status = tpu_status_make(TPU_STATUS_RESOURCE_EXHAUSTED, "out of host memory");
+    else status = tpu_program_get(text, len, &program);
+    free(text);
+    if (status) status = blame(tr, status);
+    for (int i = 0; i < num_kept; i++) f->result_of[i] = i;
+  }
+  if (status) {
+    if (fresh) fused_free(f);
+    return status;
+  }
+  pthread_mutex_lock(&g_fused_lock);
+  f->program = program;
+  f->generation = generation;
+  if (fresh) {
+    fused_t* raced = fused_lookup(f->key, f->key_len, f->hash);
+    if (raced) {
+      fused_free(f);
+      f = raced;
+      f->program = program;
+      f->generation = generation;
+    } else {
+      f->next = g_fused[hash % FUSED_BUCKETS];
+      g_fused[hash % FUSED_BUCKETS] = f;
+      g_fused_count++;
+    }
+  }
+  pthread_mutex_unlock(&g_fused_lock);
+  *out = f;
+  return NULL;
+}
+
+/* ---- flush --------------------------------------------------------------- */
+
+static void trace_reset(trace_t* tr) {
+  for (int i = 0; i < tr->num_members; i++) {
+    tpu_storage_set_defer_value(tr->members[i].storage, -1);
+    tpu_storage_release(tr->members[i].storage);
+  }
+  for (int i = 0; i < tr->num_inputs; i++)
+    if (tr->inputs[i].owned) tpu_buffer_destroy(tr->inputs[i].buffer);
+  tr->num_values = tr->num_inputs = tr->num_ops = tr->num_params = tr->num_members = 0;
+  if (tr->repeat) tpu_repeat_reset(tr->repeat);
+}
+
+static tpu_status_t flush_locked(trace_t* tr, tpu_defer_reason_t reason) {
+  if (tr->num_ops == 0) {
+    trace_reset(tr);
+    return NULL;
+  }
+  /* Kept: the last value of every written storage something else still
+   * holds. The run's own reference is one; a dead tensor leaves only it. */
+  int* kept = calloc((size_t)tr->num_members + 1, sizeof *kept);
+  tpu_storage_t** kept_storage = calloc((size_t)tr->num_members + 1, sizeof *kept_storage);
+  tpu_buffer_t** args = calloc((size_t)tr->num_inputs + 1, sizeof *args);
+  tpu_buffer_t** results = NULL;
+  tpu_status_t status = NULL;
+  int num_kept = 0;
+  if (!kept || !kept_storage || !args) {
+    status = tpu_status_make(TPU_STATUS_RESOURCE_EXHAUSTED, "out of host memory");
+    goto done;
+  }
+  for (int i = 0; i < tr->num_members; i++) {
+    const member_t* m = &tr->members[i];
+    if (!m->written || tpu_storage_refcount(m->storage) <= 1) continue;
+    kept_storage[num_kept] = m->storage;
+    kept[num_kept++] = tpu_storage_defer_value(m->storage);
+  }
+  tpu_metrics_add("defer_flushes", 1);
+  {
+    char name[64];
+    snprintf(name, sizeof name, "defer_flush::%s", tpu_defer_reason_name(reason));
+    tpu_metrics_add(name, 1);
+  }
+  tpu_metrics_add("defer_values_elided", (int64_t)(tr->num_values - tr->num_inputs) - num_kept);
+  if (num_kept == 0) goto done; /* nothing observable: nothing to run */
+  fused_t* f = NULL;
+  status = fused_get(tr, kept, num_kept, &f);
+  if (status) goto done;
+  int nargs = tr->num_inputs;
+  if (tr->num_ops == 1) {
+    /* The op's own program takes its parameters, which may name one input
+     * twice. */
+    const op_rec_t* o = &tr->ops[0];
+    nargs = o->op->num_params;
+    tpu_buffer_t** grown = realloc(args, sizeof *args * ((size_t)nargs + 1));
+    if (!grown) {
+      status = tpu_status_make(TPU_STATUS_RESOURCE_EXHAUSTED, "out of host memory");
+      goto done;
+    }
+    args = grown;
+    for (int p = 0; p < nargs; p++)
+      args[p] = tr->inputs[tr->values[tr->params[o->first_param + p]].index].buffer;
+  } else {
+    for (int i = 0; i < tr->num_inputs; i++) args[i] = tr->inputs[i].buffer;
+  }
+  int nres = tpu_program_num_outputs(f->program);
+  results = calloc((size_t)nres + 1, sizeof *results);
+  if (!results) {
+    status = tpu_status_make(TPU_STATUS_RESOURCE_EXHAUSTED, "out of host memory");
+    goto done;
+  }
+  status = tpu_program_execute(f->program, tr->device, args, nargs, results);
+  if (status) {
+    status = tpu_status_annotate(status, "running a deferred run of %d ops (first %s): ",
+                                 tr->num_ops, tr->ops[0].op->name);
+    goto done;
+  }
+  TPU_METRICS_BUMP("defer_programs", 1);
+  for (int i = 0; i < num_kept && !status; i++) {
+    tpu_storage_set_defer_value(kept_storage[i], -1);
+    status = tpu_storage_set_buffer(kept_storage[i], results[f->result_of[i]]);
+    results[f->result_of[i]] = NULL;
+  }
+  for (int i = 0; i < nres; i++) tpu_buffer_destroy(results[i]);
+done:
+  if (status) {
+    /* What the run would have written is gone: say so on every read. */
+    for (int i = 0; i < tr->num_members; i++) {
+      if (!tr->members[i].written) continue;
+      tpu_storage_set_defer_value(tr->members[i].storage, -1);
+      tpu_storage_set_lost(tr->members[i].storage, tpu_status_message(status));
+    }
+  }
+  free(kept);
+  free(kept_storage);
+  free(args);
+  free(results);
+  trace_reset(tr);
+  return status;
+}
+
+tpu_status_t tpu_defer_flush(int device, tpu_defer_reason_t reason) {
+  if (device < 0 || device >= TPU_MAX_DEVICES) return NULL;
+  pthread_once(&g_once, init_once);
+  trace_t* tr = &g_traces[device];
+  pthread_mutex_lock(&tr->lock);
+  tpu_status_t s = flush_locked(tr, reason);
+  pthread_mutex_unlock(&tr->lock);
+  return s;
+}
+
+tpu_status_t tpu_defer_flush_all(tpu_defer_reason_t reason) {
+  tpu_status_t first = NULL;
+  for (int d = 0; d < TPU_MAX_DEVICES; d++) {
+    tpu_status_t s = tpu_defer_flush(d, reason);
+    if (s && !first) first = s;
+    else tpu_status_free(s);
+  }
+  return first;
+}
+
+int tpu_defer_pending_ops(int device) {
+  if (device < 0 || device >= TPU_MAX_DEVICES) return 0;
+  pthread_once(&g_once, init_once);
+  pthread_mutex_lock(&g_traces[device].lock);
+  int n = g_traces[device].num_ops;
+  pthread_mutex_unlock(&g_traces[device].lock);
+  return n;
+}
+
+static tpu_status_t settle_hook(tpu_storage_t* storage) {
+  return tpu_defer_flush(tpu_storage_device(storage), t_reason);
+}
+
+/* ---- record -------------------------------------------------------------- */
+
+static bool same_type(const tpu_hlo_type_t* a, const tpu_hlo_type_t* b) {
+  return a->dtype == b->dtype && a->rank == b->rank &&
+         memcmp(a->dims, b->dims, sizeof(int64_t) * (size_t)a->rank) == 0;
+}
+
+static int new_value(trace_t* tr, const tpu_hlo_type_t* type, int op, int index) {
+  if (!GROW(tr->values, tr->num_values, tr->cap_values)) return -1;
+  tr->values[tr->num_values] = (value_t){.type = *type, .op = op, .index = index};
+  return tr->num_values++;
+}
+
+static int member_add(trace_t* tr, tpu_storage_t* storage) {
+  if (!GROW(tr->members, tr->num_members, tr->cap_members)) return -1;
+  tpu_storage_retain(storage);
+  tr->members[tr->num_members] = (member_t){.storage = storage, .written = false};
+  return tr->num_members++;
+}
+
+static tpu_status_t oom(void) {
+  return tpu_status_make(TPU_STATUS_RESOURCE_EXHAUSTED, "out of host memory recording an op");
+}
+
+/* The value operand p reads, adding an input for contents not in the run. */
+static tpu_status_t operand_value(trace_t* tr, const tpu_hlo_type_t* type,
+                                  const tpu_defer_operand_t* operand, bool* taken, int* out) {
+  if (!operand->storage) {
+    int v = new_value(tr, type, -1, tr->num_inputs);
+    if (v < 0 || !GROW(tr->inputs, tr->num_inputs, tr->cap_inputs)) return oom();
+    tr->inputs[tr->num_inputs++] =
+        (input_t){.storage = NULL, .buffer = operand->buffer, .owned = operand->owned};
+    *taken = true;
+    *out = v;
+    return NULL;
+  }
+  int v = tpu_storage_defer_value(operand->storage);
+  if (v >= 0) {
+    *out = v;
+    return NULL;
+  }
+  /* First use in this run: its current contents, as the parameter's type
+   * (not in a run, so this does not flush). */
+  tpu_buffer_t* buffer = NULL;
+  TPU_RETURN_IF_ERROR(tpu_storage_buffer_as(operand->storage, type->dtype, type->dims,
+                                            type->rank, &buffer));
+  v = new_value(tr, type, -1, tr->num_inputs);
+  if (v < 0 || !GROW(tr->inputs, tr->num_inputs, tr->cap_inputs) || member_add(tr, operand->storage) < 0)
+    return oom();
+  /* The member's reference keeps the storage, and so the buffer, alive. */
+  tr->inputs[tr->num_inputs++] = (input_t){.storage = operand->storage, .buffer = buffer};
+  tpu_storage_set_defer_value(operand->storage, v);
+  *out = v;
+  return NULL;
+}
+
+tpu_status_t tpu_defer_record(int device, const tpu_defer_op_t* op,
+                              const tpu_defer_operand_t* params,
+                              tpu_storage_t* const* results) {
+  pthread_once(&g_once, init_once);
+  tpu_status_t status = tpu_runtime_check_device(device);
+  bool* taken = calloc((size_t)op->num_params + 1, sizeof *taken);
+  if (!status && !taken) status = oom();
+  if (status) goto fail;
+  trace_t* tr = &g_traces[device];
+  pthread_mutex_lock(&tr->lock);
+  if (!tr->repeat) {
+    status = tpu_repeat_create(g_min_repeat, &tr->repeat);
+    if (status) {
+      pthread_mutex_unlock(&tr->lock);
+      goto fail;
+    }
+  }
+  /* An operand whose run value has another type (a storage read through a
+   * view of another dtype): run what is pending first, then read it afresh. */
+  for (int p = 0; p < op->num_params; p++) {
+    tpu_storage_t* s = params[p].storage;
+    int v = s ? tpu_storage_defer_value(s) : -1;
+    if (v >= 0 && !same_type(&tr->values[v].type, &op->params[p])) {
+      status = flush_locked(tr, TPU_DEFER_BARRIER);
+      break;
+    }
+  }
+  for (int r = 0; r < op->num_results && !status; r++) {
+    /* Results written into a storage the run holds with another type. */
+    int v = tpu_storage_defer_value(results[r]);
+    if (v >= 0 && !same_type(&tr->values[v].type, &op->results[r]))
+      status = flush_locked(tr, TPU_DEFER_BARRIER);
+  }
+  int first_param = tr->num_params;
+  for (int p = 0; p < op->num_params && !status; p++) {
+    int v = -1;
+    status = operand_value(tr, &op->params[p], &params[p], &taken[p], &v);
+    if (!status && !GROW(tr->params, tr->num_params, tr->cap_params)) status = oom();
+    if (!status) tr->params[tr->num_params++] = v;
+  }
+  if (!status && !GROW(tr->ops, tr->num_ops, tr->cap_ops)) status = oom();
+  if (status) {
+    /* Undo this op's partial record: its params only (inputs added for it
+     * stay harmlessly unused until the flush). */
+    tr->num_params = first_param;
+    pthread_mutex_unlock(&tr->lock);
+    goto fail;
+  }
+  int index = tr->num_ops++;
+  tr->ops[index] = (op_rec_t){.op = op, .first_param = first_param, .first_value = tr->num_values};
+  for (int r = 0; r < op->num_results; r++) {
+    int v = new_value(tr, &op->results[r], index, r);
+    tpu_storage_t* s = results[r];
+    int m = -1;
+    if (v >= 0) {
+      if (tpu_storage_defer_value(s) >= 0) {
+        for (int i = tr->num_members - 1; i >= 0; i--)
+          if (tr->members[i].storage == s) {
+            m = i;
+            break;
+          }
+      } else {
+        m = member_add(tr, s);
+      }
+    }
+    if (v < 0 || m < 0) {
+      status = oom();
+      break;
+    }
+    tr->members[m].written = true;
+    tpu_storage_set_defer_value(s, v);
+  }
+  TPU_METRICS_BUMP("defer_ops", 1);
+  if (!status) {
+    if (tpu_repeat_push(tr->repeat, (uint64_t)(uintptr_t)op) > 0)
+      status = flush_locked(tr, TPU_DEFER_LOOP);
+    else if (tr->num_ops >= g_max_ops)
+      status = flush_locked(tr, TPU_DEFER_CAP);
+  } else {
+    tpu_status_free(flush_locked(tr, TPU_DEFER_BARRIER));
+  }
+  pthread_mutex_unlock(&tr->lock);
+  free(taken);
+  return status;
+fail:
+  for (int p = 0; p < op->num_params; p++)
+    if (params[p].owned && !(taken && taken[p])) tpu_buffer_destroy(params[p].buffer);
+  free(taken);
+  return status;
+}
