@@ -53,7 +53,7 @@ void delete_storage(void* ctx);
 void resize_storage_bytes(const c10::Storage& storage, size_t nbytes);
 
 // Eager modes (debug.cpp): process-wide, with a per-thread override.
-enum class EagerMode { kStrict = 0, kDebug = 1 };
+enum class EagerMode { kStrict = 0, kDebug = 1, kDeferAndFuse = 2 };
 EagerMode eager_mode();  // the calling thread's
 // Throws ValueError for an unknown name.
 void set_eager_mode(const std::string& mode, bool this_thread_only);
@@ -61,6 +61,19 @@ void clear_thread_eager_mode();
 std::string eager_mode_name(EagerMode mode);
 // Debug mode's CPU shadow check (TORCHTPU_DEBUG_SHADOW).
 bool debug_shadow();
+
+// While alive, flushes of deferred runs this thread triggers are counted as
+// "barrier" (an op that cannot be deferred needs the contents), not "sync".
+class DeferBarrier {
+ public:
+  DeferBarrier();
+  ~DeferBarrier();
+  DeferBarrier(const DeferBarrier&) = delete;
+  DeferBarrier& operator=(const DeferBarrier&) = delete;
+
+ private:
+  int previous_;
+};
 void set_debug_shadow(bool on);
 
 }  // namespace torchtpu

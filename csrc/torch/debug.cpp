@@ -30,6 +30,7 @@
 #include "common.h"
 
 extern "C" {
+#include "core/defer.h"
 #include "core/env.h"
 #include "core/lower/lowering.h"
 #include "core/metrics.h"
@@ -46,6 +47,7 @@ EagerMode parse_mode(const std::string& text, bool* ok) {
   *ok = true;
   if (text == "strict") return EagerMode::kStrict;
   if (text == "debug") return EagerMode::kDebug;
+  if (text == "defer_and_fuse") return EagerMode::kDeferAndFuse;
   *ok = false;
   return EagerMode::kStrict;
 }
@@ -62,7 +64,7 @@ int process_mode() {
   EagerMode mode = parse_mode(text, &ok);
   if (!ok)
     TORCH_WARN("torchtpu: TORCHTPU_EAGER_MODE=", text,
-               " is not a mode (strict, debug); using strict");
+               " is not a mode (strict, debug, defer_and_fuse); using strict");
   int expected = -1;
   g_mode.compare_exchange_strong(expected, static_cast<int>(mode));
   return g_mode.load();
@@ -310,7 +312,7 @@ void set_eager_mode(const std::string& mode, bool this_thread_only) {
   bool ok = false;
   EagerMode m = parse_mode(mode, &ok);
   TORCH_CHECK_VALUE(ok, "torchtpu: unknown eager mode '", mode,
-                    "'; expected 'strict' or 'debug'");
+                    "'; expected 'strict', 'debug' or 'defer_and_fuse'");
   if (this_thread_only) t_mode_override = static_cast<int>(m);
   else g_mode.store(static_cast<int>(m));
 }
@@ -318,7 +320,16 @@ void set_eager_mode(const std::string& mode, bool this_thread_only) {
 void clear_thread_eager_mode() { t_mode_override = -1; }
 
 std::string eager_mode_name(EagerMode mode) {
-  return mode == EagerMode::kDebug ? "debug" : "strict";
+  switch (mode) {
+    case EagerMode::kDebug: return "debug";
+    case EagerMode::kDeferAndFuse: return "defer_and_fuse";
+    default: return "strict";
+  }
+}
+
+DeferBarrier::DeferBarrier() : previous_(tpu_defer_set_thread_reason(TPU_DEFER_BARRIER)) {}
+DeferBarrier::~DeferBarrier() {
+  tpu_defer_set_thread_reason(static_cast<tpu_defer_reason_t>(previous_));
 }
 
 std::string get_eager_mode_name() { return eager_mode_name(eager_mode()); }

@@ -360,7 +360,10 @@ struct CallBuilder {
     c.num_list = static_cast<int>(list.size());
     c.list = list.data();
     // Debug mode waits for each execution so its errors surface here.
-    c.synchronous = eager_mode() == EagerMode::kDebug;
+    const EagerMode mode = eager_mode();
+    c.synchronous = mode == EagerMode::kDebug;
+    // DeferAndFuse records the op in the device's run instead.
+    c.defer = mode == EagerMode::kDeferAndFuse;
     return c;
   }
 };
@@ -556,9 +559,10 @@ bool plan_outputs(const c10::OperatorHandle& op, const torch::jit::Stack& inputs
   return true;
 }
 
-// Fresh output tensors from the engine's buffers. Built directly (not
-// through the dispatcher's empty_strided): this runs for every result.
-at::Tensor make_fresh(const tpu_eager_output_t& o, tpu_buffer_t* buffer, int device) {
+// A fresh output tensor, its storage still without contents (the engine
+// fills it). Built directly (not through the dispatcher's empty_strided):
+// this runs for every result.
+at::Tensor make_fresh(const tpu_eager_output_t& o, int device) {
   const tpu_view_t& v = o.view;
   std::optional<c10::DeviceGuard> guard;
   if (device != current_device()) guard.emplace(c10::Device(c10::kPrivateUse1, device));
@@ -567,7 +571,6 @@ at::Tensor make_fresh(const tpu_eager_output_t& o, tpu_buffer_t* buffer, int dev
       c10::GetAllocator(c10::kPrivateUse1), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
       to_scalar_type(v.dtype));
   if (v.offset != 0) t = t.as_strided(t.sizes(), t.strides(), v.offset);
-  if (buffer) TPU_CHECK(tpu_storage_set_buffer(storage_of(t.storage()), buffer), "installing an output");
   return t;
 }
 
@@ -647,8 +650,17 @@ bool try_run_on_device(const c10::OperatorHandle& op, torch::jit::Stack* stack) 
     at::assert_no_internal_overlap(a.isTensor() ? a.toTensor()
                                                 : a.toTensorVector()[out->alias_list]);
   }
-  c10::SmallVector<tpu_buffer_t*, 8> fresh(static_cast<size_t>(n), nullptr);
-  TPU_CHECK(tpu_eager_execute(entry, &call, fresh.data()), facts.name.c_str());
+  // Fresh outputs get their tensors first; the engine fills their storages
+  // (or, deferred, marks them with the run's value).
+  c10::SmallVector<at::Tensor, 4> fresh(static_cast<size_t>(n));
+  c10::SmallVector<tpu_storage_t*, 4> fresh_storage(static_cast<size_t>(n), nullptr);
+  for (int o = 0; o < n; o++) {
+    const tpu_eager_output_t* out = tpu_eager_entry_output(entry, o);
+    if (out->alias_arg >= 0) continue;
+    fresh[o] = make_fresh(*out, call.device);
+    fresh_storage[o] = storage_of(fresh[o].storage());
+  }
+  TPU_CHECK(tpu_eager_execute(entry, &call, fresh_storage.data()), facts.name.c_str());
   // Results: aliased returns are the argument itself, fresh ones new tensors.
   // Built before the arguments leave the stack (aliases refer to them).
   c10::SmallVector<c10::IValue, 4> results;
@@ -661,9 +673,7 @@ bool try_run_on_device(const c10::OperatorHandle& op, torch::jit::Stack* stack) 
         const c10::IValue& a = inputs[out->alias_arg];
         return a.isTensor() ? a.toTensor() : a.toTensorVector()[out->alias_list];
       }
-      at::Tensor t = make_fresh(*out, fresh[o], call.device);
-      fresh[o] = nullptr;
-      return t;
+      return std::move(fresh[o]);
     };
     if (plan->is_list[r]) {
       std::vector<at::Tensor> tensors;
@@ -674,7 +684,6 @@ bool try_run_on_device(const c10::OperatorHandle& op, torch::jit::Stack* stack) 
       results.emplace_back(tensor_of(idx.at(0)));  // may be undefined (a masked output)
     }
   }
-  for (auto* b : fresh) tpu_buffer_destroy(b);
   torch::jit::drop(*stack, num_args);
   for (auto& v : results) stack->push_back(std::move(v));
   tpu_metrics_bump(device_ops_counter(), 1);

@@ -82,6 +82,8 @@ void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
                  " has no tpu lowering yet; running it on the CPU (this "
                  "copies its tensors to the host and back)");
   }
+  // The CPU needs the inputs' contents: a pending deferred run flushes here.
+  DeferBarrier barrier;
   at::native::cpu_fallback(op, stack);
 }
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 extern "C" {
+#include "core/defer.h"
 #include "core/eager.h"
 #include "core/env.h"
 #include "core/lower/lowering.h"
@@ -211,12 +212,27 @@ PYBIND11_MODULE(_C, m) {
     tpu_eager_cache_clear();
     return tpu_lowering_override_for_testing(op ? op->c_str() : nullptr, with.c_str());
   });
+  m.def("_defer_flush", [](int device) {
+    tpu_status_t s = NULL;
+    {
+      py::gil_scoped_release release;
+      s = tpu_defer_flush(device, TPU_DEFER_SYNC);
+    }
+    if (s) raise_status(s, "flushing deferred ops");
+  });
+  m.def("_defer_pending_ops", [](int device) { return tpu_defer_pending_ops(device); });
+  m.def("_defer_configure", [](int max_ops, int min_repeat) {
+    tpu_defer_configure(max_ops, min_repeat);
+  }, py::arg("max_ops") = 0, py::arg("min_repeat") = 0);
+  m.def("_defer_cache_size", [] { return tpu_defer_cache_size(); });
   m.def("_synchronize", [](int device) {
     init_runtime();
     tpu_status_t s = tpu_runtime_check_device(device);
     if (s) raise_status(s, "synchronize");
     py::gil_scoped_release release;
-    s = tpu_runtime_synchronize(device);
+    // Deferred ops first: synchronize means "everything issued is done".
+    s = tpu_defer_flush(device, TPU_DEFER_SYNC);
+    if (!s) s = tpu_runtime_synchronize(device);
     if (s) {
       py::gil_scoped_acquire acquire;
       raise_status(s, "synchronize");

@@ -54,7 +54,10 @@ std::vector<at::Tensor> run_padded(const c10::OperatorHandle& op, torch::jit::St
 }
 
 // The count the program left on the device: the op's one host sync.
-int64_t read_count(const at::Tensor& count) { return count.item<int64_t>(); }
+int64_t read_count(const at::Tensor& count) {
+  DeferBarrier barrier;  // a data-dependent shape ends a deferred run
+  return count.item<int64_t>();
+}
 
 // nonzero of a tpu tensor, or undefined when the device cannot run it.
 at::Tensor nonzero_on_device(const at::Tensor& self) {
