@@ -41,12 +41,15 @@ def get_eager_mode() -> str:
 def eager_mode(mode: str):
     """Runs the block's ops on this thread in `mode`; restores on exit."""
     _check(mode)
-    previous = _C._get_eager_mode()
+    previous = _C._thread_eager_mode_override()  # "" = follows the process
     _C._set_eager_mode(mode, True)
     try:
         yield
     finally:
-        _C._set_eager_mode(previous, True)
+        if previous:
+            _C._set_eager_mode(previous, True)
+        else:
+            _C._clear_thread_eager_mode()
 
 
 def _check(mode):

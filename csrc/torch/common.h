@@ -58,6 +58,8 @@ EagerMode eager_mode();  // the calling thread's
 // Throws ValueError for an unknown name.
 void set_eager_mode(const std::string& mode, bool this_thread_only);
 void clear_thread_eager_mode();
+// The calling thread's override, or "" when it follows the process mode.
+std::string thread_eager_mode_override();
 std::string eager_mode_name(EagerMode mode);
 // Debug mode's CPU shadow check (TORCHTPU_DEBUG_SHADOW).
 bool debug_shadow();

@@ -319,6 +319,10 @@ void set_eager_mode(const std::string& mode, bool this_thread_only) {
 
 void clear_thread_eager_mode() { t_mode_override = -1; }
 
+std::string thread_eager_mode_override() {
+  return t_mode_override >= 0 ? eager_mode_name(static_cast<EagerMode>(t_mode_override)) : "";
+}
+
 std::string eager_mode_name(EagerMode mode) {
   switch (mode) {
     case EagerMode::kDebug: return "debug";

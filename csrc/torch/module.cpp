@@ -30,6 +30,7 @@ int register_lowered_ops();
 std::string get_eager_mode_name();
 void set_eager_mode(const std::string& mode, bool this_thread_only);
 void clear_thread_eager_mode();
+std::string thread_eager_mode_override();
 bool debug_shadow();
 void set_debug_shadow(bool on);
 }  // namespace torchtpu
@@ -205,6 +206,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("_set_eager_mode", &torchtpu::set_eager_mode, py::arg("mode"),
         py::arg("this_thread_only") = false);
   m.def("_clear_thread_eager_mode", &torchtpu::clear_thread_eager_mode);
+  m.def("_thread_eager_mode_override", &torchtpu::thread_eager_mode_override);
   m.def("_debug_shadow", &torchtpu::debug_shadow);
   m.def("_set_debug_shadow", &torchtpu::set_debug_shadow);
   m.def("_override_lowering_for_testing", [](std::optional<std::string> op, std::string with) {

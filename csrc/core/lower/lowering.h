@@ -149,7 +149,9 @@ const tpu_lowering_t* tpu_lowering_find_row(const char* op_name);
 tpu_lower_fn_t tpu_lowering_find(const char* op_name);
 /* Testing only (Debug mode's shadow check must catch a wrong lowering):
  * makes `op`'s row lower with `with`'s function, e.g. mul as add. NULL op
- * clears every override. False when either name has no row. Not
+ * clears every override. `with` = "!invalid_program" lowers to a module the
+ * compiler rejects (how compile errors are reported). False when either
+ * name has no row. Not
  * thread-safe; callers clear the eager cache after changing it. */
 bool tpu_lowering_override_for_testing(const char* op, const char* with);
 

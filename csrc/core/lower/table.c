@@ -52,6 +52,28 @@ const tpu_lowering_t* tpu_lowering_find_row(const char* op_name) {
   return find_in_table(name, n);
 }
 
+/* "!invalid_program": a lowering whose module the builder accepts and the
+ * compiler rejects (an add whose declared result type is wrong), so tests
+ * can see how a compile error inside a run is reported. */
+static tpu_status_t lower_invalid_program(tpu_lower_ctx_t* ctx) {
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
+  tpu_hlo_type_t wrong = out;
+  wrong.rank = 1;
+  wrong.dims[0] = 7; /* never the operand's shape in the tests */
+  tpu_hlo_value_t x = tpu_lower_tensor(ctx, 0);
+  tpu_hlo_value_t xs[2] = {x, x};
+  tpu_hlo_value_t bad = tpu_hlo_op(b, "stablehlo.add", xs, 2, wrong, NULL);
+  int64_t n = 1;
+  for (int i = 0; i < out.rank; i++) n *= out.dims[i];
+  tpu_hlo_value_t fixed = tpu_hlo_op(b, "stablehlo.slice", &bad, 1,
+                                     tpu_hlo_type_make(out.dtype, 1, &n),
+                                     "start_indices = array<i64: 0>, limit_indices = "
+                                     "array<i64: 1>, strides = array<i64: 1>");
+  tpu_lower_set_output(ctx, 0, tpu_hlo_op(b, "stablehlo.reshape", &fixed, 1, out, NULL));
+  return NULL;
+}
+
 bool tpu_lowering_override_for_testing(const char* op, const char* with) {
   if (!op) {
     g_num_overrides = 0;
@@ -60,7 +82,9 @@ bool tpu_lowering_override_for_testing(const char* op, const char* with) {
   const char *name, *other;
   size_t n = base_name(op, &name), m = base_name(with, &other);
   const tpu_lowering_t* target = find_in_table(name, n);
-  const tpu_lowering_t* source = find_in_table(other, m);
+  static const tpu_lowering_t kInvalid = {.name = "!invalid_program", .fn = lower_invalid_program};
+  const tpu_lowering_t* source =
+      strcmp(with, "!invalid_program") == 0 ? &kInvalid : find_in_table(other, m);
   if (!target || !source || n >= sizeof g_override_names[0] || g_num_overrides == MAX_OVERRIDES)
     return false;
   memcpy(g_override_names[g_num_overrides], name, n);
