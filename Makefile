@@ -24,7 +24,7 @@ LDLIBS := -ldl -lpthread -lm
 # Keep test objects between runs (they are intermediates of the test rule).
 .SECONDARY:
 
-.PHONY: all deps core ctest ctest-asan install test pytest pytest-debug test-debug demo bench info conformance clean
+.PHONY: all deps core ctest ctest-asan install test pytest pytest-debug test-debug pytest-defer test-defer demo bench info conformance clean
 
 all: install
 
@@ -81,10 +81,21 @@ pytest-debug: install
 	TORCHTPU_EAGER_MODE=debug $(PY) -m pytest -q -p no:cacheprovider $(DEBUG_SUITES)
 
 test-debug: install
-	TORCHTPU_EAGER_MODE=debug $(PY) -m pytest -q -p no:cacheprovider tests/test_ops*.py \
-	  tests/test_views.py tests/test_training.py tests/test_copy.py
+	TORCHTPU_EAGER_MODE=debug $(PY) -m pytest -q -p no:cacheprovider $(MODE_SUITES)
 
-test: install ctest ctest-asan pytest pytest-debug
+# The same in defer_and_fuse (ops recorded and flushed as fused programs).
+DEFER_SUITES = $(MODE_SUITES)
+pytest-defer: install
+	TORCHTPU_EAGER_MODE=defer_and_fuse $(PY) -m pytest -q -p no:cacheprovider $(DEFER_SUITES)
+
+test-defer: install
+	TORCHTPU_EAGER_MODE=defer_and_fuse $(PY) -m pytest -q -p no:cacheprovider $(MODE_SUITES)
+
+# Every suite that is not about one mode (test_modes.py tests the modes
+# themselves; test_opinfo.py is the conformance subset, run once in strict).
+MODE_SUITES = $(filter-out tests/test_modes.py tests/test_opinfo.py,$(wildcard tests/test_*.py))
+
+test: install ctest ctest-asan pytest pytest-debug pytest-defer
 
 demo: install
 	$(PY) examples/demo.py
@@ -97,6 +108,7 @@ $(BUILD)/bench/runtime_bench: bench/runtime_bench.c $(BUILD)/release/libtorchtpu
 bench: install $(BUILD)/bench/runtime_bench
 	$(BUILD)/bench/runtime_bench
 	$(PY) bench/runtime_overhead.py
+	$(PY) bench/eager_modes.py
 
 info: install
 	$(PY) -m torchtpu.info

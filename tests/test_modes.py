@@ -304,7 +304,7 @@ def test_defer_training_compiles_nothing_after_warmup(defer, sync):
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2, foreach=True)
     data = [(torch.randn(8, 16).to("tpu"), torch.randint(0, 4, (8,)).to("tpu"))
             for _ in range(4)]
-    warmup, steps = 12, 50
+    warmup, steps = 16, 50
     losses, seen = [], []
     for i in range(warmup + steps):
         x, y = data[i % len(data)]

@@ -70,6 +70,12 @@ typedef struct {
   tpu_repeat_t* repeat;
 } trace_t;
 
+/* Loop cuts (repeat.h): a run shorter than this is cut only when it is
+ * entirely two copies of one stretch, so a model's repeated layers do not
+ * split a step; a longer one (a loop that began with a one-off warm-up) is
+ * cut at any square. */
+enum { kRepeatAnywhereAfter = 256 };
+
 static trace_t g_traces[TPU_MAX_DEVICES];
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static _Atomic int g_max_ops = 0;
@@ -601,7 +607,7 @@ tpu_status_t tpu_defer_record(int device, const tpu_defer_op_t* op,
   trace_t* tr = &g_traces[device];
   pthread_mutex_lock(&tr->lock);
   if (!tr->repeat) {
-    status = tpu_repeat_create(g_min_repeat, &tr->repeat);
+    status = tpu_repeat_create(g_min_repeat, kRepeatAnywhereAfter, &tr->repeat);
     if (status) {
       pthread_mutex_unlock(&tr->lock);
       goto fail;

@@ -13,6 +13,7 @@
 
 struct tpu_repeat_s {
   int min_period;
+  int any_after;
   int n, cap;
   uint64_t* symbols;
   uint64_t* prefix; /* prefix[i] = hash of symbols[0..i) */
@@ -24,10 +25,11 @@ struct tpu_repeat_s {
   int last_pos[LAST_BUCKETS];
 };
 
-tpu_status_t tpu_repeat_create(int min_period, tpu_repeat_t** out) {
+tpu_status_t tpu_repeat_create(int min_period, int any_after, tpu_repeat_t** out) {
   tpu_repeat_t* r = calloc(1, sizeof *r);
   if (!r) return tpu_status_make(TPU_STATUS_RESOURCE_EXHAUSTED, "out of host memory");
   r->min_period = min_period < 1 ? 1 : min_period;
+  r->any_after = any_after < 0 ? 0 : any_after;
   tpu_repeat_reset(r);
   *out = r;
   return NULL;
@@ -95,6 +97,12 @@ int tpu_repeat_push(tpu_repeat_t* r, uint64_t symbol) {
   /* The second stretch ends with symbol i; the first ends with an earlier
    * occurrence p of it, so the period is L = i - p. */
   int n = r->n;
+  if (n < r->any_after) {
+    /* Only the whole sequence: one candidate, L = n / 2. */
+    int L = n / 2;
+    if (n % 2 || L < r->min_period || stretch(r, 0, L) != stretch(r, L, n)) return 0;
+    return memcmp(r->symbols, r->symbols + L, sizeof(uint64_t) * (size_t)L) == 0 ? L : 0;
+  }
   int tries = 0;
   for (int p = prev; p >= 0 && tries < CANDIDATES; p = r->prev_same[p], tries++) {
     int L = i - p;
