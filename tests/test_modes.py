@@ -49,17 +49,18 @@ def test_context_manager_is_per_thread():
     done = threading.Event()
 
     def other():
-        entered.wait()
+        entered.wait(60)
         seen["other"] = torchtpu.get_eager_mode()
         done.set()
 
-    t = threading.Thread(target=other)
+    # A daemon with timeouts: a failing assertion must not hang the run.
+    t = threading.Thread(target=other, daemon=True)
     t.start()
     with torchtpu.eager_mode("debug"):
-        assert torchtpu.get_eager_mode() == "debug"
         entered.set()
-        done.wait()
-    t.join()
+        assert torchtpu.get_eager_mode() == "debug"
+        done.wait(60)
+    t.join(60)
     assert seen["other"] == "strict"
     assert torchtpu.get_eager_mode() == "strict"
     # Leaving the block returns the thread to the process-wide mode.

@@ -604,7 +604,29 @@ done:
 
 /* A device buffer of zeros: for storages never written (PyTorch's empty),
  * made on the device instead of uploading zeros. */
+#define ZEROS_CACHE 64
+typedef struct {
+  tpu_dtype_t dtype;
+  int64_t n;
+  unsigned generation;
+  tpu_program_t* program;
+} zeros_slot_t;
+static pthread_mutex_t g_zeros_lock = PTHREAD_MUTEX_INITIALIZER;
+static zeros_slot_t g_zeros[ZEROS_CACHE];
+
 static tpu_status_t zeros_buffer(int device, tpu_dtype_t dtype, int64_t n, tpu_buffer_t** out) {
+  /* Storages made by empty() and then filled (zeros_like = empty + zero_)
+   * come by the dozen per training step: remember the program per shape
+   * instead of building its text each time. */
+  unsigned generation = tpu_program_cache_generation();
+  zeros_slot_t* slot = &g_zeros[((uint64_t)n * 31 + (uint64_t)dtype) % ZEROS_CACHE];
+  pthread_mutex_lock(&g_zeros_lock);
+  tpu_program_t* cached = slot->program && slot->dtype == dtype && slot->n == n &&
+                                  slot->generation == generation
+                              ? slot->program
+                              : NULL;
+  pthread_mutex_unlock(&g_zeros_lock);
+  if (cached) return tpu_program_execute(cached, device, NULL, 0, out);
   tpu_hlo_builder_t* b = NULL;
   TPU_RETURN_IF_ERROR(tpu_hlo_builder_create(&b));
   tpu_hlo_type_t t = tpu_hlo_type_make(dtype, 1, &n);
@@ -619,6 +641,9 @@ static tpu_status_t zeros_buffer(int device, tpu_dtype_t dtype, int64_t n, tpu_b
   s = tpu_program_get(text, len, &p);
   free(text);
   TPU_RETURN_IF_ERROR(s);
+  pthread_mutex_lock(&g_zeros_lock);
+  *slot = (zeros_slot_t){.dtype = dtype, .n = n, .generation = generation, .program = p};
+  pthread_mutex_unlock(&g_zeros_lock);
   return tpu_program_execute(p, device, NULL, 0, out);
 }
 
