@@ -18,7 +18,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
                                 "examples"))
 from tiny_gpt import TinyGPT, batches, make_corpus  # noqa: E402
 
-ROUNDS = int(os.environ.get("BENCH_ROUNDS", "7"))
+ROUNDS = int(os.environ.get("BENCH_ROUNDS", "9"))
 STEPS = int(os.environ.get("BENCH_STEPS", "5"))
 WARMUP = 3
 

@@ -1,5 +1,7 @@
 """torchtpu demo: train a small decoder-only transformer language model on
-torch.device("tpu") in Strict eager mode with AdamW, unchanged PyTorch code.
+torch.device("tpu") with AdamW, unchanged PyTorch code, in the eager mode
+TORCHTPU_EAGER_MODE selects (strict by default; defer_and_fuse fuses each
+step into one program).
 Prints the device and plugin, loss and tokens/s as it trains, a greedy
 sample, and the runtime's counters."""
 import os
@@ -25,7 +27,7 @@ def main():
           f"PJRT API {info['api_version']})\n")
 
     print(f"Training TinyGPT (2 layers, dim 64) on tpu for {STEPS} steps, "
-          f"batch 16 x 64 tokens, AdamW:")
+          f"batch 16 x 64 tokens, AdamW, eager mode {torchtpu.get_eager_mode()}:")
     torchtpu.metrics.reset()
     t0 = time.perf_counter()
     losses, rate = train("tpu", STEPS, log_every=25)
