@@ -23,16 +23,16 @@ typedef struct {
   int index; /* result index of that op, or input index */
 } value_t;
 
+/* A program argument: a storage's contents (borrowed; the storage's member
+ * entry keeps it alive) or a run-time value (owned when `owned`). */
 typedef struct {
-  tpu_storage_t* storage; /* retained, or NULL for a run-time value */
-  tpu_buffer_t* buffer;   /* the contents read (borrowed from the storage) */
+  tpu_buffer_t* buffer;
   bool owned;
 } input_t;
 
 typedef struct {
   const tpu_defer_op_t* op;
   int first_param; /* into params */
-  int first_value; /* its results are values first_value.. */
 } op_rec_t;
 
 typedef struct {
@@ -571,7 +571,7 @@ static tpu_status_t operand_value(trace_t* tr, const tpu_hlo_type_t* type,
     int v = new_value(tr, type, -1, tr->num_inputs);
     if (v < 0 || !GROW(tr->inputs, tr->num_inputs, tr->cap_inputs)) return oom();
     tr->inputs[tr->num_inputs++] =
-        (input_t){.storage = NULL, .buffer = operand->buffer, .owned = operand->owned};
+        (input_t){.buffer = operand->buffer, .owned = operand->owned};
     *taken = true;
     *out = v;
     return NULL;
@@ -589,8 +589,7 @@ static tpu_status_t operand_value(trace_t* tr, const tpu_hlo_type_t* type,
   v = new_value(tr, type, -1, tr->num_inputs);
   if (v < 0 || !GROW(tr->inputs, tr->num_inputs, tr->cap_inputs) || member_add(tr, operand->storage) < 0)
     return oom();
-  /* The member's reference keeps the storage, and so the buffer, alive. */
-  tr->inputs[tr->num_inputs++] = (input_t){.storage = operand->storage, .buffer = buffer};
+  tr->inputs[tr->num_inputs++] = (input_t){.buffer = buffer};
   tpu_storage_set_defer_value(operand->storage, v);
   *out = v;
   return NULL;
@@ -601,7 +600,11 @@ tpu_status_t tpu_defer_record(int device, const tpu_defer_op_t* op,
                               tpu_storage_t* const* results) {
   pthread_once(&g_once, init_once);
   tpu_status_t status = tpu_runtime_check_device(device);
-  bool* taken = calloc((size_t)op->num_params + 1, sizeof *taken);
+  /* Which owned operand buffers the run took: on the stack for small ops
+   * (nearly all; this runs once per recorded op). */
+  bool inline_taken[32] = {false};
+  bool* taken = op->num_params < 32 ? inline_taken
+                                    : calloc((size_t)op->num_params + 1, sizeof *taken);
   if (!status && !taken) status = oom();
   if (status) goto fail;
   trace_t* tr = &g_traces[device];
@@ -645,7 +648,7 @@ tpu_status_t tpu_defer_record(int device, const tpu_defer_op_t* op,
     goto fail;
   }
   int index = tr->num_ops++;
-  tr->ops[index] = (op_rec_t){.op = op, .first_param = first_param, .first_value = tr->num_values};
+  tr->ops[index] = (op_rec_t){.op = op, .first_param = first_param};
   for (int r = 0; r < op->num_results; r++) {
     int v = new_value(tr, &op->results[r], index, r);
     tpu_storage_t* s = results[r];
@@ -678,11 +681,11 @@ tpu_status_t tpu_defer_record(int device, const tpu_defer_op_t* op,
     tpu_status_free(flush_locked(tr, TPU_DEFER_BARRIER));
   }
   pthread_mutex_unlock(&tr->lock);
-  free(taken);
+  if (taken != inline_taken) free(taken);
   return status;
 fail:
   for (int p = 0; p < op->num_params; p++)
     if (params[p].owned && !(taken && taken[p])) tpu_buffer_destroy(params[p].buffer);
-  free(taken);
+  if (taken != inline_taken) free(taken);
   return status;
 }

@@ -366,16 +366,25 @@ void tpu_eager_cache_clear(void) {
 
 /* ---- building the program ------------------------------------------------ */
 
+/* Scalars and scalar lists are program parameters (new values never
+ * recompile), after the storages. */
+static bool is_runtime_scalar(const tpu_eager_arg_t* a) {
+  return a->lower.kind == TPU_ARG_SCALAR || a->lower.kind == TPU_ARG_SCALARS;
+}
+
+static int count_scalars(const tpu_eager_call_t* call) {
+  int n = 0;
+  for (int i = 0; i < call->num_args; i++) n += is_runtime_scalar(&call->args[i]);
+  return n;
+}
+
 /* Fills e->defer_op: the module's parameter types (flat storages, scalars,
  * generator state) and result types (written storages, fresh outputs,
  * generator state), as the builder declared them. */
 static tpu_status_t describe_for_defer(tpu_eager_entry_t* e, const tpu_eager_call_t* call,
                                        const slots_t* s, const tpu_hlo_builder_t* b,
                                        const tpu_hlo_value_t* results, int nres) {
-  int np = s->count;
-  for (int i = 0; i < call->num_args; i++)
-    np += call->args[i].lower.kind == TPU_ARG_SCALAR || call->args[i].lower.kind == TPU_ARG_SCALARS;
-  np += e->needs_rng ? 1 : 0;
+  int np = s->count + count_scalars(call) + (e->needs_rng ? 1 : 0);
   e->param_types = calloc((size_t)np + 1, sizeof *e->param_types);
   e->result_types = calloc((size_t)nres + 1, sizeof *e->result_types);
   if (!e->param_types || !e->result_types)
@@ -384,8 +393,7 @@ static tpu_status_t describe_for_defer(tpu_eager_entry_t* e, const tpu_eager_cal
   for (int i = 0; i < s->count; i++)
     e->param_types[k++] = tpu_hlo_type_make(s->dtypes[i], 1, &s->numels[i]);
   for (int i = 0; i < call->num_args; i++)
-    if (call->args[i].lower.kind == TPU_ARG_SCALAR || call->args[i].lower.kind == TPU_ARG_SCALARS)
-      e->param_types[k++] = call->args[i].lower.type;
+    if (is_runtime_scalar(&call->args[i])) e->param_types[k++] = call->args[i].lower.type;
   if (e->needs_rng) {
     int64_t two = 2;
     e->param_types[k++] = tpu_hlo_type_make(TPU_DTYPE_INT64, 1, &two);
@@ -462,8 +470,7 @@ tpu_status_t tpu_eager_compile(const tpu_eager_call_t* call, const tpu_eager_out
   for (int i = 0; i < s.count; i++)
     slot_values[i] = tpu_hlo_arg(b, tpu_hlo_type_make(s.dtypes[i], 1, &s.numels[i]), NULL);
   for (int i = 0; i < n_args; i++)
-    if (call->args[i].lower.kind == TPU_ARG_SCALAR || call->args[i].lower.kind == TPU_ARG_SCALARS)
-      arg_values[i] = tpu_hlo_arg(b, call->args[i].lower.type, NULL);
+    if (is_runtime_scalar(&call->args[i])) arg_values[i] = tpu_hlo_arg(b, call->args[i].lower.type, NULL);
   tpu_hlo_value_t rng = {-1};
   if (row->flags & TPU_LOWER_NEEDS_RNG) {
     int64_t two = 2;
@@ -758,14 +765,6 @@ tpu_status_t tpu_eager_rng_state(int device, int64_t out_state[2]) {
   return tpu_storage_read_bytes(st, out_state, 2 * sizeof(int64_t));
 }
 
-/* Count of run-time scalar parameters of a call. */
-static int count_scalars(const tpu_eager_call_t* call) {
-  int n = 0;
-  for (int i = 0; i < call->num_args; i++)
-    n += call->args[i].lower.kind == TPU_ARG_SCALAR || call->args[i].lower.kind == TPU_ARG_SCALARS;
-  return n;
-}
-
 /* The buffer of one run-time scalar argument: a cached upload (borrowed)
  * or a new one the caller owns (*owned set). */
 static tpu_status_t scalar_arg(const tpu_eager_call_t* call, const tpu_eager_arg_t* a,
@@ -812,7 +811,7 @@ static tpu_status_t record_deferred(tpu_eager_entry_t* e, const tpu_eager_call_t
   }
   for (int i = 0; i < call->num_args && !status; i++) {
     const tpu_eager_arg_t* a = &call->args[i];
-    if (a->lower.kind != TPU_ARG_SCALAR && a->lower.kind != TPU_ARG_SCALARS) continue;
+    if (!is_runtime_scalar(a)) continue;
     tpu_buffer_t *buffer = NULL, *owned = NULL;
     status = scalar_arg(call, a, &buffer, &owned);
     if (!status) params[k++] = (tpu_defer_operand_t){.buffer = buffer, .owned = owned != NULL};
@@ -885,7 +884,7 @@ tpu_status_t tpu_eager_execute(tpu_eager_entry_t* e, const tpu_eager_call_t* cal
     status = flat_buffer(s.storages[i], call->device, s.dtypes[i], s.numels[i], &args[k++]);
   for (int i = 0; i < call->num_args && !status; i++) {
     const tpu_eager_arg_t* a = &call->args[i];
-    if (a->lower.kind != TPU_ARG_SCALAR && a->lower.kind != TPU_ARG_SCALARS) continue;
+    if (!is_runtime_scalar(a)) continue;
     status = scalar_arg(call, a, &args[k++], &owned[nowned]);
     if (owned[nowned]) nowned++;
   }
