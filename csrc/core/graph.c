@@ -1,0 +1,235 @@
+#include "graph.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "hlo/builder.h"
+#include "lower/ctx_internal.h"
+#include "lower/emit.h"
+
+struct tpu_graph_s {
+  tpu_hlo_builder_t* b;
+  tpu_hlo_value_t* values; /* id -> builder value */
+  int num_values, cap_values;
+  bool with_rng;
+  tpu_hlo_value_t rng_state; /* the generator state, threaded through nodes */
+  tpu_status_t broken;       /* first failure: later calls repeat it */
+};
+
+static tpu_hlo_value_t invalid(void) { return (tpu_hlo_value_t){-1}; }
+
+static tpu_status_t oom(void) {
+  return tpu_status_make(TPU_STATUS_RESOURCE_EXHAUSTED, "out of host memory building a graph");
+}
+
+static bool push_value(tpu_graph_t* g, tpu_hlo_value_t v) {
+  if (g->num_values == g->cap_values) {
+    int cap = g->cap_values ? 2 * g->cap_values : 64;
+    tpu_hlo_value_t* grown = realloc(g->values, sizeof *grown * (size_t)cap);
+    if (!grown) return false;
+    g->values = grown;
+    g->cap_values = cap;
+  }
+  g->values[g->num_values++] = v;
+  return true;
+}
+
+tpu_status_t tpu_graph_create(const tpu_hlo_type_t* input_types, int num_inputs, bool with_rng,
+                              tpu_graph_t** out_graph) {
+  *out_graph = NULL;
+  if (num_inputs < 0 || (num_inputs > 0 && !input_types))
+    return tpu_status_make(TPU_STATUS_INVALID_ARGUMENT, "graph inputs missing");
+  tpu_graph_t* g = calloc(1, sizeof *g);
+  if (!g) return oom();
+  tpu_status_t s = tpu_hlo_builder_create(&g->b);
+  if (s) {
+    free(g);
+    return s;
+  }
+  g->with_rng = with_rng;
+  g->rng_state = invalid();
+  for (int i = 0; i < num_inputs; i++) {
+    if (!push_value(g, tpu_hlo_arg(g->b, input_types[i], NULL))) {
+      tpu_graph_destroy(g);
+      return oom();
+    }
+  }
+  if (with_rng) {
+    int64_t two = 2;
+    g->rng_state = tpu_hlo_arg(g->b, tpu_hlo_type_make(TPU_DTYPE_INT64, 1, &two), NULL);
+  }
+  *out_graph = g;
+  return NULL;
+}
+
+void tpu_graph_destroy(tpu_graph_t* g) {
+  if (!g) return;
+  tpu_hlo_builder_destroy(g->b);
+  tpu_status_free(g->broken);
+  free(g->values);
+  free(g);
+}
+
+bool tpu_graph_op_supported(const char* op_name) { return tpu_lowering_find_row(op_name) != NULL; }
+
+bool tpu_graph_op_needs_rng(const char* op_name) {
+  const tpu_lowering_t* row = tpu_lowering_find_row(op_name);
+  return row && (row->flags & TPU_LOWER_NEEDS_RNG);
+}
+
+int tpu_graph_num_values(const tpu_graph_t* g) { return g->num_values; }
+
+tpu_hlo_type_t tpu_graph_value_type(const tpu_graph_t* g, int id) {
+  if (id < 0 || id >= g->num_values) return (tpu_hlo_type_t){.dtype = TPU_DTYPE_INVALID};
+  return tpu_hlo_value_type(g->b, g->values[id]);
+}
+
+/* Keeps the first failure; a graph that failed once stays failed (its
+ * builder may hold half a node). Returns a copy for the caller. */
+static tpu_status_t fail(tpu_graph_t* g, tpu_status_t s) {
+  if (!g->broken)
+    g->broken = tpu_status_make(tpu_status_code(s), "%s", tpu_status_message(s));
+  return s;
+}
+
+static tpu_hlo_value_t value_of(tpu_graph_t* g, int id) {
+  return id >= 0 && id < g->num_values ? g->values[id] : invalid();
+}
+
+/* A SCALAR argument's constant, in the scalar's own dtype: the lowering
+ * converts it (tpu_lower_scalar) exactly as it converts eager's run-time
+ * scalar parameter. */
+static tpu_hlo_value_t scalar_constant(tpu_hlo_builder_t* b, const tpu_graph_arg_t* a) {
+  tpu_hlo_type_t t = tpu_hlo_type_scalar(a->lower.type.dtype);
+  switch (a->lower.type.dtype) {
+    case TPU_DTYPE_BOOL: return tpu_hlo_constant_bool(b, t, a->i != 0);
+    case TPU_DTYPE_COMPLEX64: return tpu_hlo_constant_complex(b, t, (float)a->f, (float)a->f_imag);
+    default:
+      if (tpu_dtype_is_floating(t.dtype)) return tpu_hlo_constant_float(b, t, a->f);
+      return tpu_hlo_constant_int(b, t, a->i);
+  }
+}
+
+tpu_status_t tpu_graph_add_node(tpu_graph_t* g, const char* op_name, const tpu_graph_arg_t* args,
+                                int num_args, const int* values, int num_values,
+                                const tpu_hlo_type_t* output_types, int num_outputs,
+                                int* out_values) {
+  if (g->broken)
+    return tpu_status_make(tpu_status_code(g->broken), "%s", tpu_status_message(g->broken));
+  const tpu_lowering_t* row = tpu_lowering_find_row(op_name);
+  if (!row)
+    return fail(g, tpu_status_make(TPU_STATUS_UNIMPLEMENTED, "%s has no lowering", op_name));
+  if ((row->flags & TPU_LOWER_NEEDS_RNG) && !g->with_rng)
+    return fail(g, tpu_status_make(TPU_STATUS_FAILED_PRECONDITION,
+                                   "%s draws random bits but the graph has no generator state",
+                                   op_name));
+  tpu_hlo_builder_t* b = g->b;
+  tpu_lower_arg_t* largs = calloc((size_t)num_args + 1, sizeof *largs);
+  tpu_hlo_value_t* arg_values = calloc((size_t)num_args + 1, sizeof *arg_values);
+  int* list_offset = calloc((size_t)num_args + 1, sizeof *list_offset);
+  tpu_hlo_value_t* list_values = calloc((size_t)num_values + 1, sizeof *list_values);
+  tpu_hlo_type_t* list_types = calloc((size_t)num_values + 1, sizeof *list_types);
+  tpu_hlo_value_t* outputs = calloc((size_t)num_outputs + 1, sizeof *outputs);
+  tpu_status_t s = NULL;
+  if (!largs || !arg_values || !list_offset || !list_values || !list_types || !outputs) {
+    s = oom();
+    goto done;
+  }
+  for (int k = 0; k < num_values; k++) {
+    list_values[k] = value_of(g, values[k]);
+    if (list_values[k].id < 0) {
+      s = tpu_status_make(TPU_STATUS_INVALID_ARGUMENT, "%s: list value %d is unknown", op_name,
+                          values[k]);
+      goto done;
+    }
+    list_types[k] = tpu_hlo_value_type(b, list_values[k]);
+  }
+  for (int i = 0; i < num_args; i++) {
+    const tpu_graph_arg_t* a = &args[i];
+    largs[i] = a->lower;
+    arg_values[i] = invalid();
+    switch (a->lower.kind) {
+      case TPU_ARG_TENSOR:
+        arg_values[i] = value_of(g, a->value);
+        if (arg_values[i].id < 0) {
+          s = tpu_status_make(TPU_STATUS_INVALID_ARGUMENT, "%s: argument %d names unknown value %d",
+                              op_name, i, a->value);
+          goto done;
+        }
+        largs[i].type = tpu_hlo_value_type(b, arg_values[i]);
+        break;
+      case TPU_ARG_TENSORS:
+        if (a->list_start < 0 || a->list_start + a->lower.num_tensors > num_values) {
+          s = tpu_status_make(TPU_STATUS_INVALID_ARGUMENT, "%s: argument %d's list is out of range",
+                              op_name, i);
+          goto done;
+        }
+        list_offset[i] = a->list_start;
+        break;
+      case TPU_ARG_SCALAR:
+        largs[i].type = tpu_hlo_type_scalar(a->lower.type.dtype);
+        arg_values[i] = scalar_constant(b, a);
+        break;
+      case TPU_ARG_SCALARS: {
+        int64_t n = a->lower.num_tensors;
+        largs[i].type = tpu_hlo_type_make(TPU_DTYPE_FLOAT64, 1, &n);
+        arg_values[i] = tpu_hlo_constant_dense(b, largs[i].type, a->scalars);
+        break;
+      }
+      default:
+        break;
+    }
+  }
+  tpu_lower_ctx_t ctx = {.b = b,
+                         .op_name = op_name,
+                         .args = largs,
+                         .num_args = num_args,
+                         .arg_values = arg_values,
+                         .list_offset = list_offset,
+                         .list_values = list_values,
+                         .list_types = list_types,
+                         .num_outputs = num_outputs,
+                         .output_types = output_types,
+                         .outputs = outputs,
+                         .rng_state = (row->flags & TPU_LOWER_NEEDS_RNG) ? g->rng_state : invalid()};
+  s = tpu_lower_ctx_run(&ctx, row->fn);
+  if (s) goto done;
+  if (row->flags & TPU_LOWER_NEEDS_RNG) g->rng_state = ctx.rng_state;
+  for (int i = 0; i < num_outputs; i++) {
+    out_values[i] = g->num_values;
+    if (!push_value(g, outputs[i])) {
+      s = oom();
+      goto done;
+    }
+  }
+done:
+  free(largs);
+  free(arg_values);
+  free(list_offset);
+  free(list_values);
+  free(list_types);
+  free(outputs);
+  return s ? fail(g, s) : NULL;
+}
+
+tpu_status_t tpu_graph_finish(tpu_graph_t* g, const int* outputs, int num_outputs,
+                              char** out_text, size_t* out_len) {
+  *out_text = NULL;
+  if (g->broken)
+    return tpu_status_make(tpu_status_code(g->broken), "%s", tpu_status_message(g->broken));
+  int n = num_outputs + (g->with_rng ? 1 : 0);
+  tpu_hlo_value_t* results = calloc((size_t)n + 1, sizeof *results);
+  if (!results) return oom();
+  for (int i = 0; i < num_outputs; i++) {
+    results[i] = value_of(g, outputs[i]);
+    if (results[i].id < 0) {
+      free(results);
+      return tpu_status_make(TPU_STATUS_INVALID_ARGUMENT, "graph output %d names unknown value %d",
+                             i, outputs[i]);
+    }
+  }
+  if (g->with_rng) results[num_outputs] = g->rng_state;
+  tpu_hlo_return(g->b, results, n);
+  free(results);
+  return tpu_hlo_builder_finish(g->b, out_text, out_len);
+}

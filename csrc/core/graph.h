@@ -1,0 +1,81 @@
+/* The graph builder for torch.compile: a whole FX graph (AOTAutograd's
+ * functional ATen graph) becomes ONE StableHLO module, every node lowered
+ * by the same table the eager modes use.
+ *
+ *   tpu_graph_create(input types, with_rng)  -> @main parameters
+ *   tpu_graph_add_node(op, args, outputs)    -> the row's lowering, emitted
+ *                                               on the graph's values
+ *   tpu_graph_finish(outputs)                -> module text
+ *
+ * Values are small dense ids: inputs are 0..num_inputs-1, each node's
+ * outputs take the next ids. A node's tensor arguments name values;
+ * its scalars are constants of the graph (a graph is specialised on them,
+ * as Dynamo specialises Python numbers), structural arguments are as in
+ * eager. With with_rng, the device generator's state (2 x int64) is the
+ * last parameter and its final value the last result, so RNG nodes draw
+ * from and advance the same generator as eager ops. */
+#ifndef TORCHTPU_CORE_GRAPH_H_
+#define TORCHTPU_CORE_GRAPH_H_
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "lower/lowering.h"
+#include "status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct tpu_graph_s tpu_graph_t;
+
+/* One argument of a node. lower.kind says which fields count:
+ *   TENSOR   value (lower.type is taken from the value)
+ *   TENSORS  lower.num_tensors values from values[] starting at list_start
+ *            (and lower.ints/num_ints for an optional list, as in eager)
+ *   SCALAR   a constant: lower.type.dtype is FLOAT64 (f), INT64 / BOOL (i)
+ *            or COMPLEX64 (f, f_imag)
+ *   SCALARS  lower.num_tensors constants from scalars[]
+ *   others   lower's structural payload, as in eager */
+typedef struct tpu_graph_arg_s {
+  tpu_lower_arg_t lower;
+  int value;
+  int list_start;
+  double f, f_imag;
+  int64_t i;
+  const double* scalars;
+} tpu_graph_arg_t;
+
+tpu_status_t tpu_graph_create(const tpu_hlo_type_t* input_types, int num_inputs, bool with_rng,
+                              tpu_graph_t** out_graph);
+void tpu_graph_destroy(tpu_graph_t* graph); /* NULL is fine */
+
+/* Whether the table row for `op_name` ("aten::bernoulli.p") draws random
+ * bits (the graph then needs with_rng), and whether the table has it. */
+bool tpu_graph_op_supported(const char* op_name);
+bool tpu_graph_op_needs_rng(const char* op_name);
+
+/* Lowers one node. values[] holds the value ids TENSORS args point into.
+ * output_types are the node's results (PyTorch's fake tensors say them);
+ * out_values receives their ids. Fails (naming the op) when the table has
+ * no row, the row declines, or a value id is unknown; the graph is then
+ * unusable (its builder error is sticky). */
+tpu_status_t tpu_graph_add_node(tpu_graph_t* graph, const char* op_name,
+                                const tpu_graph_arg_t* args, int num_args, const int* values,
+                                int num_values, const tpu_hlo_type_t* output_types,
+                                int num_outputs, int* out_values);
+
+int tpu_graph_num_values(const tpu_graph_t* graph);
+/* The type of value `id` (dtype INVALID when unknown). */
+tpu_hlo_type_t tpu_graph_value_type(const tpu_graph_t* graph, int id);
+
+/* Ends the graph returning these values (then the generator state, with
+ * with_rng) and gives the module text (malloc'd; caller frees). */
+tpu_status_t tpu_graph_finish(tpu_graph_t* graph, const int* outputs, int num_outputs,
+                              char** out_text, size_t* out_len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
