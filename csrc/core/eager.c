@@ -744,6 +744,10 @@ static tpu_status_t rng_storage(int device, tpu_storage_t** out) {
   return s;
 }
 
+tpu_status_t tpu_eager_rng_storage(int device, tpu_storage_t** out_storage) {
+  return rng_storage(device, out_storage);
+}
+
 tpu_status_t tpu_eager_set_rng_state(int device, const int64_t state[2]) {
   tpu_storage_t* st = NULL;
   TPU_RETURN_IF_ERROR(rng_storage(device, &st));

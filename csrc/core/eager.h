@@ -107,6 +107,10 @@ tpu_status_t tpu_eager_manual_seed(int device, uint64_t seed);
 tpu_status_t tpu_eager_rng_state(int device, int64_t out_state[2]);
 tpu_status_t tpu_eager_set_rng_state(int device, const int64_t state[2]);
 
+/* The generator state's storage (2 x int64, borrowed, lives as long as the
+ * process): compiled graphs thread it like the engine does. */
+tpu_status_t tpu_eager_rng_storage(int device, tpu_storage_t** out_storage);
+
 size_t tpu_eager_cache_size(void);
 void tpu_eager_cache_clear(void);
 

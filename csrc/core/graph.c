@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "eager.h"
 #include "hlo/builder.h"
 #include "lower/ctx_internal.h"
 #include "lower/emit.h"
@@ -17,6 +18,17 @@ struct tpu_graph_s {
 };
 
 static tpu_hlo_value_t invalid(void) { return (tpu_hlo_value_t){-1}; }
+
+static int64_t numel(const tpu_hlo_type_t* t) {
+  int64_t n = 1;
+  for (int d = 0; d < t->rank; d++) n *= t->dims[d];
+  return n;
+}
+
+static tpu_hlo_type_t flat_type(const tpu_hlo_type_t* t) {
+  int64_t n = numel(t);
+  return tpu_hlo_type_make(t->dtype, 1, &n);
+}
 
 static tpu_status_t oom(void) {
   return tpu_status_make(TPU_STATUS_RESOURCE_EXHAUSTED, "out of host memory building a graph");
@@ -48,16 +60,26 @@ tpu_status_t tpu_graph_create(const tpu_hlo_type_t* input_types, int num_inputs,
   }
   g->with_rng = with_rng;
   g->rng_state = invalid();
-  for (int i = 0; i < num_inputs; i++) {
-    if (!push_value(g, tpu_hlo_arg(g->b, input_types[i], NULL))) {
-      tpu_graph_destroy(g);
-      return oom();
-    }
+  /* Every parameter first (the builder wants them before any op). */
+  tpu_hlo_value_t* params = calloc((size_t)num_inputs + 1, sizeof *params);
+  if (!params) {
+    tpu_graph_destroy(g);
+    return oom();
   }
+  for (int i = 0; i < num_inputs; i++) params[i] = tpu_hlo_arg(g->b, flat_type(&input_types[i]), NULL);
   if (with_rng) {
     int64_t two = 2;
     g->rng_state = tpu_hlo_arg(g->b, tpu_hlo_type_make(TPU_DTYPE_INT64, 1, &two), NULL);
   }
+  for (int i = 0; i < num_inputs; i++) {
+    tpu_hlo_value_t v = tpu_emit_reshape(g->b, params[i], input_types[i].dims, input_types[i].rank);
+    if (!push_value(g, v)) {
+      free(params);
+      tpu_graph_destroy(g);
+      return oom();
+    }
+  }
+  free(params);
   *out_graph = g;
   return NULL;
 }
@@ -70,10 +92,10 @@ void tpu_graph_destroy(tpu_graph_t* g) {
   free(g);
 }
 
-bool tpu_graph_op_supported(const char* op_name) { return tpu_lowering_find_row(op_name) != NULL; }
+bool tpu_graph_op_supported(const char* op_name) { return tpu_lowering_find_graph_row(op_name) != NULL; }
 
 bool tpu_graph_op_needs_rng(const char* op_name) {
-  const tpu_lowering_t* row = tpu_lowering_find_row(op_name);
+  const tpu_lowering_t* row = tpu_lowering_find_graph_row(op_name);
   return row && (row->flags & TPU_LOWER_NEEDS_RNG);
 }
 
@@ -116,7 +138,7 @@ tpu_status_t tpu_graph_add_node(tpu_graph_t* g, const char* op_name, const tpu_g
                                 int* out_values) {
   if (g->broken)
     return tpu_status_make(tpu_status_code(g->broken), "%s", tpu_status_message(g->broken));
-  const tpu_lowering_t* row = tpu_lowering_find_row(op_name);
+  const tpu_lowering_t* row = tpu_lowering_find_graph_row(op_name);
   if (!row)
     return fail(g, tpu_status_make(TPU_STATUS_UNIMPLEMENTED, "%s has no lowering", op_name));
   if ((row->flags & TPU_LOWER_NEEDS_RNG) && !g->with_rng)
@@ -221,15 +243,68 @@ tpu_status_t tpu_graph_finish(tpu_graph_t* g, const int* outputs, int num_output
   tpu_hlo_value_t* results = calloc((size_t)n + 1, sizeof *results);
   if (!results) return oom();
   for (int i = 0; i < num_outputs; i++) {
-    results[i] = value_of(g, outputs[i]);
-    if (results[i].id < 0) {
+    tpu_hlo_value_t v = value_of(g, outputs[i]);
+    if (v.id < 0) {
       free(results);
       return tpu_status_make(TPU_STATUS_INVALID_ARGUMENT, "graph output %d names unknown value %d",
                              i, outputs[i]);
     }
+    tpu_hlo_type_t t = tpu_hlo_value_type(g->b, v);
+    int64_t n = numel(&t);
+    results[i] = tpu_emit_reshape(g->b, v, &n, 1);
   }
   if (g->with_rng) results[num_outputs] = g->rng_state;
   tpu_hlo_return(g->b, results, n);
   free(results);
   return tpu_hlo_builder_finish(g->b, out_text, out_len);
+}
+
+tpu_status_t tpu_graph_run(tpu_program_t* program, int device, tpu_storage_t* const* inputs,
+                           const tpu_hlo_type_t* input_types, int num_inputs, bool with_rng,
+                           tpu_storage_t* const* outputs, int num_outputs) {
+  int nargs = num_inputs + (with_rng ? 1 : 0);
+  int nres = num_outputs + (with_rng ? 1 : 0);
+  if (tpu_program_num_outputs(program) != nres)
+    return tpu_status_make(TPU_STATUS_INVALID_ARGUMENT,
+                           "the compiled graph returns %d values, the call expects %d",
+                           tpu_program_num_outputs(program), nres);
+  tpu_buffer_t** args = calloc((size_t)nargs + 1, sizeof *args);
+  tpu_buffer_t** results = calloc((size_t)nres + 1, sizeof *results);
+  tpu_status_t s = NULL;
+  if (!args || !results) {
+    s = oom();
+    goto done;
+  }
+  /* buffer_as settles deferred contents and retypes a storage last written
+   * as another dtype; the usual case is a borrowed buffer as it is. */
+  for (int i = 0; i < num_inputs && !s; i++) {
+    int64_t n = numel(&input_types[i]);
+    s = tpu_storage_buffer_as(inputs[i], input_types[i].dtype, &n, 1, &args[i]);
+  }
+  tpu_storage_t* rng = NULL;
+  if (!s && with_rng) {
+    int64_t two = 2;
+    s = tpu_eager_rng_storage(device, &rng);
+    if (!s) s = tpu_storage_buffer_as(rng, TPU_DTYPE_INT64, &two, 1, &args[num_inputs]);
+  }
+  if (!s) s = tpu_program_execute(program, device, args, nargs, results);
+  if (s) goto done;
+  for (int i = 0; i < num_outputs; i++) {
+    tpu_status_t w = tpu_storage_set_buffer(outputs[i], results[i]);
+    results[i] = NULL; /* the storage owns it, even on failure */
+    if (w && !s) s = w;
+    else tpu_status_free(w);
+  }
+  if (with_rng) {
+    tpu_status_t w = tpu_storage_set_buffer(rng, results[num_outputs]);
+    results[num_outputs] = NULL;
+    if (w && !s) s = w;
+    else tpu_status_free(w);
+  }
+done:
+  if (results)
+    for (int i = 0; i < nres; i++) tpu_buffer_destroy(results[i]);
+  free(args);
+  free(results);
+  return s;
 }

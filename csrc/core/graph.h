@@ -7,6 +7,11 @@
  *                                               on the graph's values
  *   tpu_graph_finish(outputs)                -> module text
  *
+ * Parameters and results are flat (tensor<N x dtype>), like storages'
+ * buffers, so a run passes storages' buffers straight in and installs the
+ * results as fresh storages' contents; the reshapes to and from the
+ * logical types are free in XLA.
+ *
  * Values are small dense ids: inputs are 0..num_inputs-1, each node's
  * outputs take the next ids. A node's tensor arguments name values;
  * its scalars are constants of the graph (a graph is specialised on them,
@@ -22,7 +27,9 @@
 #include <stdint.h>
 
 #include "lower/lowering.h"
+#include "program.h"
 #include "status.h"
+#include "storage.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -74,6 +81,15 @@ tpu_hlo_type_t tpu_graph_value_type(const tpu_graph_t* graph, int id);
  * with_rng) and gives the module text (malloc'd; caller frees). */
 tpu_status_t tpu_graph_finish(tpu_graph_t* graph, const int* outputs, int num_outputs,
                               char** out_text, size_t* out_len);
+
+/* Runs a compiled graph (program.h) on `device`. inputs[i] holds input i's
+ * contents (a storage of exactly its elements, as input_types[i].dtype);
+ * outputs[i] are fresh storages of output i's bytes that receive the
+ * results. With with_rng the device generator's state goes in last and its
+ * new value replaces it. Asynchronous like eager execution. */
+tpu_status_t tpu_graph_run(tpu_program_t* program, int device, tpu_storage_t* const* inputs,
+                           const tpu_hlo_type_t* input_types, int num_inputs, bool with_rng,
+                           tpu_storage_t* const* outputs, int num_outputs);
 
 #ifdef __cplusplus
 }

@@ -254,7 +254,7 @@ tpu_status_t tpu_lower_program_plain(const char* op_name, const tpu_lower_arg_t*
                                      int num_args, const tpu_hlo_type_t* list_types,
                                      const tpu_hlo_type_t* output_types, int num_outputs,
                                      char** out_text, size_t* out_len) {
-  const tpu_lowering_t* row = tpu_lowering_find_row(op_name);
+  const tpu_lowering_t* row = tpu_lowering_find_graph_row(op_name);
   if (!row)
     return tpu_status_make(TPU_STATUS_UNIMPLEMENTED, "%s has no lowering", op_name);
   tpu_hlo_builder_t* b = NULL;

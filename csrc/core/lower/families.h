@@ -20,7 +20,8 @@
   TPU_FAMILY(dynamic) \
   TPU_FAMILY(shape) \
   TPU_FAMILY(factory) \
-  TPU_FAMILY(foreach)
+  TPU_FAMILY(foreach) \
+  TPU_FAMILY(view_values)
 
 #define TPU_FAMILY(name)                            \
   extern const tpu_lowering_t tpu_lowerings_##name[]; \

@@ -131,6 +131,12 @@ enum {
   /* The lowering calls tpu_lower_random_bits: the engine threads the
    * device generator's state through the program. */
   TPU_LOWER_NEEDS_RNG = 1u << 0,
+  /* Graphs only (torch.compile): ops that eager mode runs as views (view,
+   * permute, expand, slice, ...) or through its copy path (_to_copy). In a
+   * functional graph they are values like any other; in eager, PyTorch's
+   * own kernels must keep them aliasing, so eager lookups never see these
+   * rows. */
+  TPU_LOWER_GRAPH_ONLY = 1u << 1,
 };
 
 /* One table row: the ATen base name ("add": also serves "add_" and every
@@ -141,8 +147,11 @@ typedef struct tpu_lowering_s {
   unsigned flags;
 } tpu_lowering_t;
 
-/* The row for an op name, or NULL. */
+/* The row for an op name, or NULL. Eager lookups: GRAPH_ONLY rows are not
+ * found. */
 const tpu_lowering_t* tpu_lowering_find_row(const char* op_name);
+/* The same, GRAPH_ONLY rows included (the graph builder). */
+const tpu_lowering_t* tpu_lowering_find_graph_row(const char* op_name);
 
 /* Finds the lowering for an ATen op name such as "aten::add_" or "add_"
  * (overload not included); NULL when there is none. */

@@ -43,13 +43,18 @@ static const tpu_lowering_t* find_in_table(const char* name, size_t n) {
   return NULL;
 }
 
-const tpu_lowering_t* tpu_lowering_find_row(const char* op_name) {
+const tpu_lowering_t* tpu_lowering_find_graph_row(const char* op_name) {
   const char* name;
   size_t n = base_name(op_name, &name);
   for (size_t i = 0; i < g_num_overrides; i++)
     if (strlen(g_override_names[i]) == n && memcmp(g_override_names[i], name, n) == 0)
       return &g_overrides[i];
   return find_in_table(name, n);
+}
+
+const tpu_lowering_t* tpu_lowering_find_row(const char* op_name) {
+  const tpu_lowering_t* row = tpu_lowering_find_graph_row(op_name);
+  return row && !(row->flags & TPU_LOWER_GRAPH_ONLY) ? row : NULL;
 }
 
 /* "!invalid_program": a lowering whose module the builder accepts and the

@@ -1,0 +1,156 @@
+/* view_values family of the lowering table (see lowering.h): the values of
+ * view ops (view, reshape, squeeze, permute, expand, slice, select, split,
+ * unbind, alias) and of _to_copy, for graphs only (TPU_LOWER_GRAPH_ONLY).
+ * In eager these ops must alias their input, which PyTorch's own kernels
+ * do and the engine folds into later reads; in AOTAutograd's functional
+ * graphs they are plain values, so each lowers to the one StableHLO op that
+ * computes the view's elements. The output types come from the meta
+ * kernels, so shape arithmetic is mostly reading them. */
+#include <stdint.h>
+
+#include "emit.h"
+#include "lowering.h"
+
+static int wrap_dim(int64_t dim, int rank) {
+  if (rank == 0) rank = 1;
+  return (int)(dim < 0 ? dim + rank : dim);
+}
+
+/* Elements in row-major order do not move: view, reshape, _unsafe_view,
+ * (un)squeeze, flatten, alias, detach. */
+static tpu_status_t lower_reshape_to_output(tpu_lower_ctx_t* ctx) {
+  tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
+  tpu_lower_set_output(ctx, 0,
+                       tpu_emit_reshape(tpu_lower_builder(ctx), tpu_lower_tensor(ctx, 0), out.dims,
+                                        out.rank));
+  return NULL;
+}
+
+static tpu_status_t lower_permute(tpu_lower_ctx_t* ctx) {
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  tpu_hlo_value_t x = tpu_lower_tensor(ctx, 0);
+  int rank = tpu_lower_arg(ctx, 0)->type.rank;
+  int64_t perm[TPU_HLO_MAX_RANK];
+  for (int d = 0; d < rank; d++) perm[d] = d;
+  const char* name = tpu_lower_op_name(ctx);
+  const tpu_lower_arg_t* a1 = tpu_lower_arg(ctx, 1);
+  if (a1->kind == TPU_ARG_INTS) { /* permute(dims) */
+    if (a1->num_ints != rank) return tpu_lower_decline(ctx, "permutation of the wrong length");
+    for (int d = 0; d < rank; d++) perm[d] = wrap_dim(a1->ints[d], rank);
+  } else if (a1->kind == TPU_ARG_INT) { /* transpose(dim0, dim1) */
+    int d0 = wrap_dim(a1->i, rank), d1 = wrap_dim(tpu_lower_arg(ctx, 2)->i, rank);
+    if (rank > 0) perm[d0] = d1, perm[d1] = d0;
+  } else if (rank == 2) { /* t */
+    perm[0] = 1, perm[1] = 0;
+  }
+  (void)name;
+  tpu_lower_set_output(ctx, 0, rank < 2 ? x : tpu_emit_transpose(b, x, perm));
+  return NULL;
+}
+
+static tpu_status_t lower_expand(tpu_lower_ctx_t* ctx) {
+  tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
+  tpu_lower_set_output(ctx, 0,
+                       tpu_emit_broadcast_to(tpu_lower_builder(ctx), tpu_lower_tensor(ctx, 0), &out));
+  return NULL;
+}
+
+/* x[lo : lo + (n-1)*step + 1 : step] along `dim`, n = the output's size. */
+static tpu_hlo_value_t strided_dim(tpu_hlo_builder_t* b, tpu_hlo_value_t x, int dim, int64_t lo,
+                                   int64_t n, int64_t step) {
+  tpu_hlo_type_t t = tpu_hlo_value_type(b, x);
+  int64_t start[TPU_HLO_MAX_RANK] = {0}, limit[TPU_HLO_MAX_RANK], stride[TPU_HLO_MAX_RANK];
+  for (int d = 0; d < t.rank; d++) limit[d] = t.dims[d], stride[d] = 1;
+  start[dim] = lo;
+  limit[dim] = n > 0 ? lo + (n - 1) * step + 1 : lo;
+  stride[dim] = step;
+  return tpu_emit_slice(b, x, start, limit, stride);
+}
+
+/* slice.Tensor(self, dim, start?, end?, step): start normalised as PyTorch
+ * does (negative from the end, clamped); the length is the output's. */
+static tpu_status_t lower_slice(tpu_lower_ctx_t* ctx) {
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  tpu_hlo_type_t in = tpu_lower_arg(ctx, 0)->type, out = tpu_lower_output_type(ctx, 0);
+  if (in.rank == 0) return tpu_lower_decline(ctx, "slice of a 0-dim tensor");
+  int dim = wrap_dim(tpu_lower_arg(ctx, 1)->i, in.rank);
+  const tpu_lower_arg_t* a_start = tpu_lower_arg(ctx, 2);
+  const tpu_lower_arg_t* a_step = tpu_lower_arg(ctx, 4);
+  int64_t size = in.dims[dim];
+  int64_t start = a_start->kind == TPU_ARG_INT ? a_start->i : 0;
+  int64_t step = a_step->kind == TPU_ARG_INT ? a_step->i : 1;
+  if (step <= 0) return tpu_lower_decline(ctx, "slice step must be positive");
+  if (start < 0) start += size;
+  if (start < 0) start = 0;
+  if (start > size) start = size;
+  tpu_lower_set_output(ctx, 0, strided_dim(b, tpu_lower_tensor(ctx, 0), dim, start, out.dims[dim], step));
+  return NULL;
+}
+
+/* select.int(self, dim, index). */
+static tpu_status_t lower_select(tpu_lower_ctx_t* ctx) {
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  tpu_hlo_type_t in = tpu_lower_arg(ctx, 0)->type, out = tpu_lower_output_type(ctx, 0);
+  if (in.rank == 0) return tpu_lower_decline(ctx, "select of a 0-dim tensor");
+  int dim = wrap_dim(tpu_lower_arg(ctx, 1)->i, in.rank);
+  int64_t index = tpu_lower_arg(ctx, 2)->i;
+  if (index < 0) index += in.dims[dim];
+  if (index < 0 || index >= in.dims[dim])
+    return tpu_lower_decline(ctx, "index %lld out of range for size %lld", (long long)index,
+                             (long long)in.dims[dim]);
+  tpu_hlo_value_t one = strided_dim(b, tpu_lower_tensor(ctx, 0), dim, index, 1, 1);
+  tpu_lower_set_output(ctx, 0, tpu_emit_reshape(b, one, out.dims, out.rank));
+  return NULL;
+}
+
+/* split.Tensor / split_with_sizes / unbind: consecutive pieces along dim,
+ * each as long as its output (unbind's outputs drop the dim: length 1). */
+static tpu_status_t lower_split(tpu_lower_ctx_t* ctx) {
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  tpu_hlo_type_t in = tpu_lower_arg(ctx, 0)->type;
+  if (in.rank == 0) return tpu_lower_decline(ctx, "split of a 0-dim tensor");
+  /* unbind(self, dim); split(self, split_size, dim); split_with_sizes(self, sizes, dim). */
+  const tpu_lower_arg_t* a1 = tpu_lower_arg(ctx, 1);
+  bool unbind = tpu_lower_num_args(ctx) == 2 && a1->kind == TPU_ARG_INT;
+  int64_t dim_arg = unbind ? a1->i : tpu_lower_arg(ctx, 2)->i;
+  int dim = wrap_dim(dim_arg, in.rank);
+  tpu_hlo_value_t x = tpu_lower_tensor(ctx, 0);
+  int64_t offset = 0;
+  for (int k = 0; k < tpu_lower_num_outputs(ctx); k++) {
+    tpu_hlo_type_t out = tpu_lower_output_type(ctx, k);
+    int64_t n = out.rank == in.rank ? out.dims[dim] : 1;
+    tpu_hlo_value_t piece = strided_dim(b, x, dim, offset, n, 1);
+    tpu_lower_set_output(ctx, k, tpu_emit_reshape(b, piece, out.dims, out.rank));
+    offset += n;
+  }
+  if (offset != in.dims[dim]) return tpu_lower_decline(ctx, "split pieces do not cover the input");
+  return NULL;
+}
+
+/* _to_copy(self, dtype?, layout?, device?, ...): a dtype conversion on the
+ * device (a copy to another device never reaches a graph of ours: its
+ * output would not be a tpu tensor). */
+static tpu_status_t lower_to_copy(tpu_lower_ctx_t* ctx) {
+  tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
+  tpu_lower_set_output(ctx, 0,
+                       tpu_emit_convert(tpu_lower_builder(ctx), tpu_lower_tensor(ctx, 0), out.dtype));
+  return NULL;
+}
+
+#define G TPU_LOWER_GRAPH_ONLY
+const tpu_lowering_t tpu_lowerings_view_values[] = {
+    {"view", lower_reshape_to_output, G},
+    {"reshape", lower_reshape_to_output, G},   {"view_copy", lower_reshape_to_output, G},
+    {"_reshape_alias", lower_reshape_to_output, G},
+    {"unsqueeze", lower_reshape_to_output, G}, {"squeeze", lower_reshape_to_output, G},
+    {"flatten", lower_reshape_to_output, G},   {"alias", lower_reshape_to_output, G},
+    {"detach", lower_reshape_to_output, G},    {"lift_fresh_copy", lower_reshape_to_output, G},
+    {"permute", lower_permute, G},             {"transpose", lower_permute, G},
+    {"t", lower_permute, G},                   {"expand", lower_expand, G},
+    {"slice", lower_slice, G},                 {"select", lower_select, G},
+    {"split", lower_split, G},                 {"split_with_sizes", lower_split, G},
+    {"unbind", lower_split, G},                {"_to_copy", lower_to_copy, G},
+};
+#undef G
+const size_t tpu_lowerings_view_values_count =
+    sizeof tpu_lowerings_view_values / sizeof tpu_lowerings_view_values[0];
