@@ -77,14 +77,24 @@ class TinyGPT(nn.Module):
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
 
-def train(device, steps, batch_size=16, seq_len=64, log_every=0, seed=0, model_kwargs=None):
-    """Trains TinyGPT on `device` from a fixed seed; returns (losses, tokens/s)."""
+def train(device, steps, batch_size=16, seq_len=64, log_every=0, seed=0, model_kwargs=None,
+          backend=None):
+    """Trains TinyGPT on `device` from a fixed seed; returns (losses, tokens/s).
+    With `backend`, the model (forward and backward) and the optimizer step
+    run under torch.compile(backend=backend)."""
     import time
 
     data, vocab = make_corpus()
     torch.manual_seed(seed)
     model = TinyGPT(len(vocab), **(model_kwargs or {})).to(device)
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01, foreach=True)
+    # capturable: the step counts live on the device, so a compiled step is
+    # one device program (CPU step counts would keep it partly on the host).
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01, foreach=True,
+                            capturable=bool(backend))
+    run_model, opt_step = model, opt.step
+    if backend:
+        run_model = torch.compile(model, backend=backend)
+        opt_step = torch.compile(opt.step, backend=backend)
     losses = []
     stream = batches(data, batch_size, seq_len, seed)
     start = time.perf_counter()
@@ -92,10 +102,10 @@ def train(device, steps, batch_size=16, seq_len=64, log_every=0, seed=0, model_k
     for step in range(steps):
         x, y = next(stream)
         x, y = x.to(device), y.to(device)
-        loss = model(x, y)
+        loss = run_model(x, y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        opt.step()
+        opt_step()
         losses.append(loss.item())  # a host sync each step, like real logging
         if step == 1:  # skip the first steps' compiles in the throughput
             timed_from = time.perf_counter()

@@ -7,6 +7,7 @@
  * computes the view's elements. The output types come from the meta
  * kernels, so shape arithmetic is mostly reading them. */
 #include <stdint.h>
+#include <string.h>
 
 #include "emit.h"
 #include "lowering.h"
@@ -137,6 +138,27 @@ static tpu_status_t lower_to_copy(tpu_lower_ctx_t* ctx) {
   return NULL;
 }
 
+/* Factories in graphs: full(size, value), full_like(self, value),
+ * scalar_tensor(value): the value (a constant of the graph) splatted over
+ * the output. empty / empty_like / empty_strided / new_empty: zeros, so a
+ * graph's results never depend on stale memory. In eager these run as
+ * PyTorch's composites (allocate, then a fill op of the table). */
+static tpu_status_t lower_full(tpu_lower_ctx_t* ctx) {
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
+  const char* name = tpu_lower_op_name(ctx);
+  int value_arg = strstr(name, "scalar_tensor") ? 0 : 1;
+  tpu_hlo_value_t v = tpu_lower_scalar(ctx, value_arg, out.dtype);
+  tpu_lower_set_output(ctx, 0, tpu_emit_broadcast_to(b, v, &out));
+  return NULL;
+}
+
+static tpu_status_t lower_empty(tpu_lower_ctx_t* ctx) {
+  tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
+  tpu_lower_set_output(ctx, 0, tpu_emit_const_like(tpu_lower_builder(ctx), &out, 0.0));
+  return NULL;
+}
+
 #define G TPU_LOWER_GRAPH_ONLY
 const tpu_lowering_t tpu_lowerings_view_values[] = {
     {"view", lower_reshape_to_output, G},
@@ -150,6 +172,10 @@ const tpu_lowering_t tpu_lowerings_view_values[] = {
     {"slice", lower_slice, G},                 {"select", lower_select, G},
     {"split", lower_split, G},                 {"split_with_sizes", lower_split, G},
     {"unbind", lower_split, G},                {"_to_copy", lower_to_copy, G},
+    {"full", lower_full, G},                   {"full_like", lower_full, G},
+    {"scalar_tensor", lower_full, G},          {"empty", lower_empty, G},
+    {"empty_like", lower_empty, G},            {"empty_strided", lower_empty, G},
+    {"new_empty", lower_empty, G},             {"new_empty_strided", lower_empty, G},
 };
 #undef G
 const size_t tpu_lowerings_view_values_count =

@@ -1,0 +1,290 @@
+// Python bindings of the graph builder (core/graph.h) for the Dynamo
+// backend: marshal FX nodes' arguments into C descriptors, and run a
+// compiled graph on tpu tensors' storages. All the logic is in C; this file
+// only converts.
+#include <ATen/ATen.h>
+#include <torch/csrc/Dtype.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include <complex>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common.h"
+
+extern "C" {
+#include "core/graph.h"
+#include "core/metrics.h"
+#include "core/program.h"
+}
+
+namespace py = pybind11;
+
+namespace torchtpu {
+namespace {
+
+[[noreturn]] void raise(tpu_status_t status, const std::string& context) {
+  std::string message = "torchtpu: " + context + ": " + tpu_status_message(status);
+  tpu_status_code_t code = tpu_status_code(status);
+  tpu_status_free(status);
+  if (code == TPU_STATUS_UNIMPLEMENTED) throw py::type_error(message);  // caught: graph runs eagerly
+  throw std::runtime_error(message);
+}
+
+c10::ScalarType dtype_of(const py::handle& obj) {
+  if (!THPDtype_Check(obj.ptr())) throw py::type_error("torchtpu: expected a torch.dtype");
+  return reinterpret_cast<THPDtype*>(obj.ptr())->scalar_type;
+}
+
+// (dtype, shape) -> the C type; a TypeError names an unsupported dtype.
+tpu_hlo_type_t type_of(const py::handle& spec) {
+  auto t = spec.cast<py::tuple>();
+  auto shape = t[1].cast<std::vector<int64_t>>();
+  if (shape.size() > TPU_HLO_MAX_RANK) throw py::value_error("torchtpu: rank too high for a graph");
+  return tpu_hlo_type_make(to_tpu_dtype(dtype_of(t[0])), static_cast<int>(shape.size()),
+                           shape.data());
+}
+
+std::vector<tpu_hlo_type_t> types_of(const py::list& specs) {
+  std::vector<tpu_hlo_type_t> types;
+  for (const auto& s : specs) types.push_back(type_of(s));
+  return types;
+}
+
+void copy_ints(const py::handle& obj, tpu_lower_arg_t* a) {
+  auto ints = obj.cast<std::vector<int64_t>>();
+  if (ints.size() > TPU_LOWER_MAX_INTS) throw py::value_error("torchtpu: int list too long");
+  a->num_ints = static_cast<int>(ints.size());
+  for (size_t i = 0; i < ints.size(); i++) a->ints[i] = ints[i];
+}
+
+class Graph {
+ public:
+  Graph(const py::list& inputs, bool with_rng) {
+    auto types = types_of(inputs);
+    tpu_status_t s = tpu_graph_create(types.data(), static_cast<int>(types.size()), with_rng, &g_);
+    if (s) raise(s, "creating a graph");
+  }
+  ~Graph() { tpu_graph_destroy(g_); }
+
+  // args: one tuple per schema argument, tagged by kind (see
+  // torchtpu/_compile.py, which builds them from the op's schema).
+  std::vector<int> add_node(const std::string& op, const py::list& args, const py::list& values,
+                            const py::list& outputs) {
+    std::vector<tpu_graph_arg_t> cargs(args.size());
+    std::deque<std::vector<double>> scalar_lists;
+    std::deque<std::string> strings;
+    for (size_t i = 0; i < args.size(); i++) {
+      auto t = args[i].cast<py::tuple>();
+      const std::string kind = t[0].cast<std::string>();
+      tpu_graph_arg_t& a = cargs[i];
+      a = tpu_graph_arg_t{};
+      if (kind == "none") {
+        a.lower.kind = TPU_ARG_NONE;
+      } else if (kind == "tensor") {
+        a.lower.kind = TPU_ARG_TENSOR;
+        a.value = t[1].cast<int>();
+      } else if (kind == "tensors") {
+        a.lower.kind = TPU_ARG_TENSORS;
+        a.list_start = t[1].cast<int>();
+        a.lower.num_tensors = t[2].cast<int>();
+        if (!t[3].is_none()) {
+          copy_ints(t[3], &a.lower);  // positions of the present tensors
+          a.lower.num_ints = t[4].cast<int>();
+        }
+      } else if (kind == "scalar") {
+        a.lower.kind = TPU_ARG_SCALAR;
+        a.lower.wrapped_number = true;
+        py::handle v = t[1];
+        if (py::isinstance<py::bool_>(v)) {
+          a.lower.type = tpu_hlo_type_scalar(TPU_DTYPE_BOOL);
+          a.i = v.cast<bool>();
+        } else if (py::isinstance<py::int_>(v)) {
+          a.lower.type = tpu_hlo_type_scalar(TPU_DTYPE_INT64);
+          a.i = v.cast<int64_t>();
+        } else if (PyComplex_Check(v.ptr())) {
+          a.lower.type = tpu_hlo_type_scalar(TPU_DTYPE_COMPLEX64);
+          auto c = v.cast<std::complex<double>>();
+          a.f = c.real();
+          a.f_imag = c.imag();
+        } else {
+          a.lower.type = tpu_hlo_type_scalar(TPU_DTYPE_FLOAT64);
+          a.f = v.cast<double>();
+        }
+      } else if (kind == "scalars") {
+        a.lower.kind = TPU_ARG_SCALARS;
+        scalar_lists.push_back(t[1].cast<std::vector<double>>());
+        a.lower.num_tensors = static_cast<int>(scalar_lists.back().size());
+        a.scalars = scalar_lists.back().data();
+      } else if (kind == "int") {
+        a.lower.kind = TPU_ARG_INT;
+        a.lower.i = t[1].cast<int64_t>();
+      } else if (kind == "ints") {
+        a.lower.kind = TPU_ARG_INTS;
+        copy_ints(t[1], &a.lower);
+      } else if (kind == "float") {
+        a.lower.kind = TPU_ARG_FLOAT;
+        a.lower.f = t[1].cast<double>();
+      } else if (kind == "bool") {
+        a.lower.kind = TPU_ARG_BOOL;
+        a.lower.i = t[1].cast<bool>();
+      } else if (kind == "dtype") {
+        a.lower.kind = TPU_ARG_DTYPE;
+        c10::ScalarType st = dtype_of(t[1]);
+        a.lower.dtype = is_supported_dtype(st) ? to_tpu_dtype(st) : TPU_DTYPE_INVALID;
+      } else if (kind == "str") {
+        a.lower.kind = TPU_ARG_STRING;
+        strings.push_back(t[1].cast<std::string>());
+        a.lower.str = strings.back().c_str();
+      } else {
+        a.lower.kind = TPU_ARG_OTHER;
+      }
+    }
+    auto vals = values.cast<std::vector<int>>();
+    auto out_types = types_of(outputs);
+    std::vector<int> out_ids(out_types.size());
+    tpu_status_t s = tpu_graph_add_node(g_, op.c_str(), cargs.data(), static_cast<int>(cargs.size()),
+                                        vals.data(), static_cast<int>(vals.size()), out_types.data(),
+                                        static_cast<int>(out_types.size()), out_ids.data());
+    if (s) raise(s, "lowering " + op);
+    return out_ids;
+  }
+
+  py::bytes finish(const std::vector<int>& outputs) {
+    char* text = nullptr;
+    size_t len = 0;
+    tpu_status_t s =
+        tpu_graph_finish(g_, outputs.data(), static_cast<int>(outputs.size()), &text, &len);
+    if (s) raise(s, "finishing a graph");
+    py::bytes result(text, len);
+    free(text);
+    return result;
+  }
+
+ private:
+  tpu_graph_t* g_ = nullptr;
+};
+
+// A compiled graph: its program (re-fetched from the program cache if that
+// was cleared), its input/output types and whether it threads the RNG.
+class Compiled {
+ public:
+  Compiled(std::string text, const py::list& inputs, const py::list& outputs, bool with_rng)
+      : text_(std::move(text)), inputs_(types_of(inputs)), outputs_(types_of(outputs)),
+        with_rng_(with_rng) {
+    program();  // compile now: errors belong to compile time
+  }
+
+  tpu_program_t* program() {
+    unsigned gen = tpu_program_cache_generation();
+    if (!program_ || gen != generation_) {
+      ensure_runtime();
+      tpu_program_t* p = nullptr;
+      tpu_status_t s;
+      {
+        py::gil_scoped_release release;
+        s = tpu_program_get(text_.data(), text_.size(), &p);
+      }
+      if (s) raise(s, "compiling a graph");
+      program_ = p;
+      generation_ = gen;
+    }
+    return program_;
+  }
+
+  // writes[i] >= 0: output i is the new contents of input writes[i] (an
+  // input mutation): installed as that input's storage's next buffer, so
+  // every view of it sees the write, with no copy.
+  std::vector<at::Tensor> run(const std::vector<at::Tensor>& args, const std::vector<int>& writes) {
+    if (args.size() != inputs_.size())
+      throw py::value_error("torchtpu: compiled graph takes " + std::to_string(inputs_.size()) +
+                            " tensors, got " + std::to_string(args.size()));
+    if (!writes.empty() && writes.size() != outputs_.size())
+      throw py::value_error("torchtpu: compiled graph: one write target per output");
+    int device = -1;
+    std::vector<at::Tensor> keep;  // the tensors whose storages are read
+    keep.reserve(args.size());
+    std::vector<bool> whole(args.size());
+    std::vector<tpu_storage_t*> in(args.size());
+    for (size_t i = 0; i < args.size(); i++) {
+      const at::Tensor& t = args[i];
+      if (!t.defined() || !t.device().is_privateuseone())
+        throw py::value_error("torchtpu: compiled graph input " + std::to_string(i) +
+                              " is not a tpu tensor");
+      if (device < 0) device = t.device().index();
+      else if (device != t.device().index())
+        throw py::value_error("torchtpu: compiled graph inputs are on different tpu devices");
+      const tpu_hlo_type_t& want = inputs_[i];
+      if (to_tpu_dtype(t.scalar_type()) != want.dtype || t.dim() != want.rank)
+        throw py::value_error("torchtpu: compiled graph input " + std::to_string(i) +
+                              " has another dtype or rank than it was compiled for");
+      for (int d = 0; d < want.rank; d++)
+        if (t.size(d) != want.dims[d])
+          throw py::value_error("torchtpu: compiled graph input " + std::to_string(i) +
+                                " has another shape than it was compiled for");
+      // The program reads whole flat storages: a view that is not exactly
+      // its storage is first copied into one (an eager op).
+      whole[i] = t.is_contiguous() && t.storage_offset() == 0 &&
+                 t.storage().nbytes() == static_cast<size_t>(t.numel()) * t.itemsize();
+      keep.push_back(whole[i] ? t : t.clone(at::MemoryFormat::Contiguous));
+      in[i] = storage_of(keep.back().storage());
+    }
+    if (device < 0) device = current_device();
+    std::vector<at::Tensor> results;
+    std::vector<tpu_storage_t*> out;
+    auto options = at::TensorOptions().device(c10::Device(c10::kPrivateUse1, device));
+    for (size_t k = 0; k < outputs_.size(); k++) {
+      const auto& o = outputs_[k];
+      int w = writes.empty() ? -1 : writes[k];
+      if (w >= 0 && static_cast<size_t>(w) < args.size() && whole[w]) {
+        results.push_back(args[w]);
+      } else {
+        // A view input cannot take a whole buffer: the caller copies.
+        results.push_back(at::empty(c10::IntArrayRef(o.dims, o.rank),
+                                    options.dtype(to_scalar_type(o.dtype))));
+      }
+      out.push_back(storage_of(results.back().storage()));
+    }
+    tpu_program_t* p = program();
+    tpu_status_t s;
+    {
+      py::gil_scoped_release release;
+      s = tpu_graph_run(p, device, in.data(), inputs_.data(), static_cast<int>(in.size()), with_rng_,
+                        out.data(), static_cast<int>(out.size()));
+    }
+    if (s) raise(s, "running a compiled graph");
+    return results;
+  }
+
+  const std::string& text() const { return text_; }
+
+ private:
+  std::string text_;
+  std::vector<tpu_hlo_type_t> inputs_, outputs_;
+  bool with_rng_;
+  tpu_program_t* program_ = nullptr;
+  unsigned generation_ = 0;
+};
+
+}  // namespace
+
+void init_graph_bindings(py::module& m) {
+  py::class_<Graph>(m, "_Graph")
+      .def(py::init<const py::list&, bool>(), py::arg("inputs"), py::arg("with_rng"))
+      .def("add_node", &Graph::add_node)
+      .def("finish", &Graph::finish);
+  py::class_<Compiled>(m, "_CompiledGraph")
+      .def(py::init<std::string, const py::list&, const py::list&, bool>(), py::arg("text"),
+           py::arg("inputs"), py::arg("outputs"), py::arg("with_rng"))
+      .def("run", &Compiled::run)
+      .def_property_readonly("text", [](const Compiled& c) { return py::bytes(c.text()); });
+  m.def("_metrics_add", [](const std::string& name, int64_t delta) {
+    tpu_metrics_add(name.c_str(), delta);
+  });
+  m.def("_graph_op_supported", [](const std::string& op) { return tpu_graph_op_supported(op.c_str()); });
+  m.def("_graph_op_needs_rng", [](const std::string& op) { return tpu_graph_op_needs_rng(op.c_str()); });
+}
+
+}  // namespace torchtpu

@@ -1,0 +1,426 @@
+"""torch.compile(backend="tpu"): Dynamo -> AOTAutograd (functional ATen,
+core decompositions) -> one StableHLO module per FX graph, every node lowered
+by the C lowering table that the eager modes use (torchtpu._C._Graph) ->
+PJRT compile (the program caches) -> a callable on the input storages'
+buffers.
+
+This file only walks the FX graph and classifies each node's arguments by
+its schema, as the eager boxed kernel does in C++; the lowering, the module
+and its execution are C. A graph the table cannot lower whole (an op without
+a row, a row that declines) runs eagerly instead, op by op, with a warning
+naming the op: a graph break in effect, never an error.
+
+Modes: "default", "reduce-overhead" and "max-autotune" are accepted and
+mean the same thing here: XLA always compiles with its optimising pipeline,
+and one compiled graph is already one launch. Dynamic shapes
+(dynamic=True, mark_dynamic, or Dynamo's automatic dynamic after a shape
+change) are specialised: each new set of concrete shapes is retraced into a
+static graph and compiled once (metric compile_specializations)."""
+import operator
+import os
+import sys
+import warnings
+
+import torch
+import torch.fx
+
+from . import _C
+
+_SCALAR_KINDS = ("NumberType",)
+_warned = set()
+
+
+def _bump(name, delta=1):
+    _C._metrics_add(name, delta)
+
+
+def _log_enabled(what):
+    return what in os.environ.get("TORCHTPU_LOG", "").split(",")
+
+
+class _Unsupported(Exception):
+    """The graph cannot become one program; it runs eagerly instead."""
+
+
+def _spec(t, allow_cpu_scalar=False):
+    if not isinstance(t, torch.Tensor):
+        raise _Unsupported(f"a {type(t).__name__} value where a tensor was expected")
+    if t.device.type != "tpu" and not (allow_cpu_scalar and t.device.type == "cpu" and t.dim() == 0):
+        raise _Unsupported(f"a tensor on {t.device}")
+    for s in t.shape:
+        if not isinstance(s, int):
+            raise _Unsupported("a symbolic shape")
+    return (t.dtype, list(t.shape))
+
+
+def _is_fake(t):
+    from torch._subclasses.fake_tensor import FakeTensor
+    return isinstance(t, FakeTensor)
+
+
+def _elem_kind(typ):
+    k = typ.kind()
+    if k == "OptionalType":
+        return _elem_kind(typ.getElementType())
+    return k
+
+
+def _classify(arg_type):
+    """The schema type's class, like dispatch.cpp's classify()."""
+    k = arg_type.kind()
+    if k == "OptionalType":
+        inner = arg_type.getElementType()
+        return _classify(inner)
+    if k == "TensorType":
+        return "tensor"
+    if k == "NumberType":
+        return "scalar"
+    if k in ("IntType", "SymIntType"):
+        return "int"
+    if k == "FloatType":
+        return "float"
+    if k == "BoolType":
+        return "bool"
+    if k == "ScalarTypeType":
+        return "dtype"
+    if k == "StringType":
+        return "str"
+    if k == "ListType":
+        elem = arg_type.getElementType()
+        ek = elem.kind()
+        if ek == "BoolType":
+            return "bools"
+        if ek in ("IntType", "SymIntType"):
+            return "ints"
+        if _elem_kind(elem) == "TensorType":
+            return "opt_tensors" if ek == "OptionalType" else "tensors"
+        if ek in ("FloatType", "NumberType"):
+            return "scalars"
+    return "other"
+
+
+def _op_name(target):
+    schema = target._schema
+    overload = schema.overload_name
+    return schema.name + ("." + overload if overload else "")
+
+
+class _Builder:
+    """One FX graph -> a _C._Graph, node by node."""
+
+    def __init__(self, gm):
+        self.gm = gm
+        self.ids = {}        # fx node -> value id, or a list of ids (multi-output)
+        self.inputs = []     # ("arg", placeholder index) or ("const", tensor)
+        self.input_specs = []
+        self.with_rng = False
+
+    def _value(self, a):
+        if isinstance(a, torch.fx.Node):
+            v = self.ids.get(a)
+            if v is None or isinstance(v, list):
+                raise _Unsupported(f"argument {a.name} is not a single tensor value")
+            return v
+        raise _Unsupported(f"a constant {type(a).__name__} where a tensor was expected")
+
+    def _args(self, node, values):
+        schema = node.target._schema
+        out = []
+        for i, sa in enumerate(schema.arguments):
+            if i < len(node.args) and not sa.kwarg_only:
+                a = node.args[i]
+            elif sa.name in node.kwargs:
+                a = node.kwargs[sa.name]
+            elif sa.has_default_value():
+                a = sa.default_value
+            else:
+                a = None
+            cls = _classify(sa.type)
+            # Python's schema types show ScalarType / Layout / MemoryFormat
+            # as int: the value tells them apart.
+            if isinstance(a, torch.dtype):
+                cls = "dtype"
+            elif isinstance(a, (torch.layout, torch.memory_format, torch.device)):
+                cls = "other"
+            if a is None:
+                out.append(("none",))
+            elif isinstance(a, torch.fx.Node) and cls not in ("tensor",):
+                raise _Unsupported(f"a traced {cls} argument ({sa.name})")
+            elif cls == "tensor" and isinstance(a, (bool, int, float, complex)):
+                # A Python number where the schema says Tensor (x + 1):
+                # eager sees a wrapped 0-dim CPU tensor, a run-time scalar.
+                out.append(("scalar", a))
+            elif cls == "tensor":
+                out.append(("tensor", self._value(a)))
+            elif cls in ("tensors", "opt_tensors"):
+                start, present = len(values), []
+                for pos, e in enumerate(a):
+                    if e is None:
+                        continue
+                    values.append(self._value(e))
+                    present.append(pos)
+                if cls == "opt_tensors":
+                    out.append(("tensors", start, len(present), present, len(a)))
+                else:
+                    out.append(("tensors", start, len(present), None, 0))
+            elif cls == "scalar":
+                out.append(("scalar", a))
+            elif cls == "int":
+                out.append(("int", int(a)))
+            elif cls == "ints":
+                out.append(("ints", [int(x) for x in a]))
+            elif cls == "bools":
+                out.append(("ints", [1 if x else 0 for x in a]))
+            elif cls == "float":
+                out.append(("float", float(a)))
+            elif cls == "bool":
+                out.append(("bool", bool(a)))
+            elif cls == "dtype":
+                out.append(("dtype", a))
+            elif cls == "str":
+                out.append(("str", str(a)))
+            elif cls == "scalars":
+                out.append(("scalars", [float(x) for x in a]))
+            else:
+                out.append(("other",))
+        return out
+
+    def build(self):
+        nodes = list(self.gm.graph.nodes)
+        # Inputs first: placeholders, then tensor constants (get_attr).
+        placeholders = [n for n in nodes if n.op == "placeholder"]
+        for i, n in enumerate(placeholders):
+            val = n.meta.get("val")
+            if not isinstance(val, torch.Tensor):
+                raise _Unsupported(f"input {n.name} is not a tensor")
+            self.input_specs.append(_spec(val, allow_cpu_scalar=True))
+            # A 0-dim CPU tensor (an optimizer's step count, a scalar the
+            # user passes) is uploaded at each call, as eager passes it as a
+            # run-time scalar.
+            self.inputs.append(("cpu" if val.device.type == "cpu" else "arg", i))
+        for n in nodes:
+            if n.op == "get_attr":
+                t = getattr(self.gm, n.target)
+                if not isinstance(t, torch.Tensor):
+                    raise _Unsupported(f"attribute {n.target} is not a tensor")
+                self.input_specs.append((t.dtype, list(t.shape)))
+                self.inputs.append(("const", t.detach().to("tpu")))
+            elif n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload):
+                if _C._graph_op_needs_rng(_op_name(n.target)):
+                    self.with_rng = True
+        graph = _C._Graph(self.input_specs, self.with_rng)
+        placeholder_index = {n: i for i, n in enumerate(placeholders)}
+        self.writes = {}  # placeholder index -> value written into it
+        k = 0
+        for n in placeholders:
+            self.ids[n] = k
+            k += 1
+        for n in nodes:
+            if n.op == "get_attr":
+                self.ids[n] = k
+                k += 1
+        outputs = None
+        for n in nodes:
+            if n.op in ("placeholder", "get_attr"):
+                continue
+            if n.op == "output":
+                outputs = n.args[0]
+                continue
+            if n.op != "call_function":
+                raise _Unsupported(f"node {n.name} ({n.op})")
+            if n.target is operator.getitem:
+                src, idx = n.args
+                ids = self.ids.get(src)
+                if not isinstance(ids, list) or ids[idx] is None:
+                    raise _Unsupported(f"getitem of {src.name}")
+                self.ids[n] = ids[idx]
+                continue
+            if not isinstance(n.target, torch._ops.OpOverload):
+                raise _Unsupported(f"call to {n.target}")
+            if n.target is torch.ops.aten.copy_.default and n.args[0] in placeholder_index:
+                # An input mutation AOTAutograd kept in the graph: the
+                # value becomes that input's next contents (the runner
+                # installs it in the input's storage).
+                dst, src = n.args[0], n.args[1]
+                if _spec(dst.meta["val"], True) != _spec(src.meta["val"], True):
+                    raise _Unsupported("copy_ into an input with another dtype or shape")
+                self.writes[placeholder_index[dst]] = self._value(src)
+                self.ids[n] = self._value(src)
+                continue
+            name = _op_name(n.target)
+            if not _C._graph_op_supported(name):
+                raise _Unsupported(f"{name} has no lowering")
+            if any(a.alias_info is not None and a.alias_info.is_write
+                   for a in n.target._schema.arguments):
+                raise _Unsupported(f"{name} mutates its input")
+            val = n.meta.get("val")
+            multi = isinstance(val, (tuple, list))
+            vals = list(val) if multi else [val]
+            specs = [_spec(v) for v in vals if v is not None]
+            values = []
+            args = self._args(n, values)
+            try:
+                ids = graph.add_node(name, args, values, specs)
+            except (RuntimeError, TypeError, ValueError) as e:
+                raise _Unsupported(str(e)) from None
+            it = iter(ids)
+            full = [next(it) if v is not None else None for v in vals]
+            self.ids[n] = full if multi else full[0]
+        # Outputs: tensors from the graph; None stays None.
+        self.out_slots = []
+        out_ids = []
+        for o in outputs:
+            if o is None:
+                self.out_slots.append(None)
+            elif isinstance(o, torch.fx.Node):
+                v = self.ids.get(o)
+                if v is None or isinstance(v, list):
+                    raise _Unsupported(f"output {o.name} is not a tensor value")
+                self.out_slots.append(len(out_ids))
+                out_ids.append(v)
+            else:
+                raise _Unsupported(f"a non-tensor output ({type(o).__name__})")
+        out_specs = [_spec(o.meta["val"]) for o in outputs if isinstance(o, torch.fx.Node)]
+        # Then one output per mutated input, written back by the runner.
+        self.out_writes = [-1] * len(out_ids)
+        for i, v in sorted(self.writes.items()):
+            if self.inputs[i][0] != "arg":
+                raise _Unsupported("a mutated CPU input")
+            out_ids.append(v)
+            out_specs.append(self.input_specs[i])
+            self.out_writes.append(i)
+        text = graph.finish(out_ids)
+        return _C._CompiledGraph(text, self.input_specs, out_specs, self.with_rng)
+
+
+def _runner(compiled, inputs, out_slots, out_writes):
+    consts = [t for kind, t in inputs if kind == "const"]
+    arg_pos = [(i, kind == "cpu") for kind, i in inputs if kind in ("arg", "cpu")]
+    # Output k -> the position, among the graph's tensors, of the input it
+    # rewrites (-1: a plain output).
+    writes = list(out_writes)
+    mutated = [(k, w) for k, w in enumerate(writes) if w >= 0]
+
+    def run(args):
+        tensors = [args[i].to("tpu") if up else args[i] for i, up in arg_pos]
+        tensors.extend(consts)
+        results = compiled.run(tensors, writes)
+        for k, w in mutated:
+            if results[k] is not tensors[w]:  # a view input: copy into it
+                tensors[w].copy_(results[k])
+        out = [None if s is None else results[s] for s in out_slots]
+        args.clear()  # boxed convention: the caller's list is ours to drop
+        return out
+
+    run._boxed_call = True
+    return run
+
+
+def _eager_runner(gm, why):
+    key = why.split(":")[0][:120]
+    if key not in _warned:
+        _warned.add(key)
+        warnings.warn(f"torchtpu: a graph runs eagerly (op by op) instead of compiled: {why}",
+                      stacklevel=3)
+    _bump("compile_graphs_eager")
+
+    def run(args):
+        out = gm(*args)
+        args.clear()
+        return out
+
+    run._boxed_call = True
+    return run
+
+
+def _has_symbols(gm):
+    for n in gm.graph.nodes:
+        if n.op == "placeholder":
+            v = n.meta.get("val")
+            if isinstance(v, torch.SymInt):
+                return True
+            if isinstance(v, torch.Tensor) and any(not isinstance(s, int) for s in v.shape):
+                return True
+    return False
+
+
+def _compile_static(gm):
+    import time
+    t0 = time.perf_counter()
+    try:
+        b = _Builder(gm)
+        compiled = b.build()
+    except _Unsupported as e:
+        return _eager_runner(gm, str(e))
+    _bump("compiled_graphs")
+    _bump("compiled_graph_ns", int((time.perf_counter() - t0) * 1e9))
+    return _runner(compiled, b.inputs, b.out_slots, b.out_writes)
+
+
+def _specializing(gm):
+    """A graph with symbolic shapes: retraced to a static graph for each new
+    set of concrete input shapes, each compiled once."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+    cache = {}
+
+    def run(args):
+        key = tuple((tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else ("i", int(a))
+                    for a in args)
+        fn = cache.get(key)
+        if fn is None:
+            _bump("compile_specializations")
+            if _log_enabled("recompiles"):
+                print(f"torchtpu: recompile: specialising a dynamic graph to {key}",
+                      file=sys.stderr)
+            static = make_fx(gm, tracing_mode="fake")(*args)
+            static = _with_vals(static)
+            fn = _compile_static(static)
+            cache[key] = fn
+        return fn(list(args))
+
+    run._boxed_call = True
+    return run
+
+
+def _with_vals(gm):
+    """make_fx records node.meta["val"]; be sure every node has one."""
+    return gm
+
+
+def _compile_graph(gm, example_inputs):
+    if _has_symbols(gm):
+        return _specializing(gm)
+    return _compile_static(gm)
+
+
+_DECOMPS = None
+
+
+def _decompositions():
+    global _DECOMPS
+    if _DECOMPS is None:
+        from torch._decomp import core_aten_decompositions
+        _DECOMPS = core_aten_decompositions()
+    return _DECOMPS
+
+
+def tpu_backend(gm, example_inputs, **kwargs):
+    """The Dynamo backend registered as "tpu"."""
+    from torch._dynamo.backends.common import aot_autograd
+    options = kwargs.get("options") or {}
+    if options:
+        raise ValueError(f"torchtpu: backend 'tpu' takes no options, got {sorted(options)}")
+    backend = aot_autograd(fw_compiler=_compile_graph, bw_compiler=_compile_graph,
+                           inference_compiler=_compile_graph,
+                           decompositions=_decompositions(),
+                           # Inference graphs (an optimizer step) keep their
+                           # input mutations as copy_ nodes: written straight
+                           # into the inputs' storages, no epilogue copies.
+                           keep_inference_input_mutations=True)
+    return backend(gm, example_inputs)
+
+
+def _register():
+    from torch._dynamo.backends.registry import _BACKENDS, register_backend
+    if "tpu" not in _BACKENDS:
+        register_backend(name="tpu")(tpu_backend)
