@@ -28,9 +28,13 @@ static tpu_status_t run(const char* text, size_t len, const tpu_hlo_type_t* in_t
   tpu_buffer_t* in[8] = {0};
   tpu_buffer_t* res[8] = {0};
   tpu_status_t s = NULL;
-  for (int k = 0; k < nin && !s; k++)
-    s = tpu_buffer_from_host(tpu_runtime_client(), 0, in_data[k], in_types[k].dtype,
-                             in_types[k].dims, in_types[k].rank, NULL, &in[k]);
+  /* Parameters are flat, like storages' buffers. */
+  for (int k = 0; k < nin && !s; k++) {
+    int64_t n = 1;
+    for (int d = 0; d < in_types[k].rank; d++) n *= in_types[k].dims[d];
+    s = tpu_buffer_from_host(tpu_runtime_client(), 0, in_data[k], in_types[k].dtype, &n, 1, NULL,
+                             &in[k]);
+  }
   if (!s) s = tpu_program_execute(program, 0, in, nin, res);
   for (int i = 0; i < nout && !s; i++) s = tpu_buffer_to_host(res[i], out[i], out_bytes[i]);
   for (int k = 0; k < 8; k++) {
