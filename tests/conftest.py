@@ -1,11 +1,23 @@
+import atexit
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 
-import pytest
-import torch
+# The persistent executable cache is read once, when the runtime starts: point
+# it at a per-session directory before torchtpu is imported, so tests never
+# write the user's ~/.cache/torchtpu (subprocesses inherit it). An explicit
+# TORCHTPU_CACHE_DIR is respected.
+if not os.environ.get("TORCHTPU_CACHE_DIR"):
+    _cache_dir = tempfile.mkdtemp(prefix="torchtpu-pytest-cache-")
+    os.environ["TORCHTPU_CACHE_DIR"] = _cache_dir
+    atexit.register(shutil.rmtree, _cache_dir, ignore_errors=True)
 
-import torchtpu  # noqa: F401
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+import torchtpu  # noqa: E402,F401
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -17,6 +17,7 @@ def collect():
         "python": sys.version.split()[0],
         "plugin": plugin,
         "devices": _C._devices_info(),
+        "cache": dict(zip(("local", "shared", "max_bytes"), _C._cache_dirs())),
         "env": [
             {"name": name, "default": default, "value": os.environ.get(name),
              "meaning": meaning, "stability": stability}
@@ -46,7 +47,9 @@ def main():
         print(f"  tpu:{d['index']}  id={d['id']} kind={d['kind']}  {d['description']}"
               + (f"  [{extra}]" if extra else ""))
     print(f"lowered ops:   {len(_C._lowerings())} ATen base names in the lowering table")
-    print("cache directory: none yet (in-memory executable cache only)")
+    c = info["cache"]
+    print(f"cache:         local {c['local'] or 'off'}, shared {c['shared'] or 'off'}"
+          + (f", cap {c['max_bytes']} bytes each" if c["max_bytes"] > 0 else ""))
     print("environment:")
     for v in info["env"]:
         shown = v["value"] if v["value"] is not None else f"(default: {v['default'] or 'unset'})"

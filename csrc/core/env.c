@@ -34,6 +34,24 @@ static const tpu_env_var_t kEnvVars[] = {
      "1: in debug mode, also run every op on the CPU and raise at the first "
      "whose result differs beyond tolerance (op, shapes, dtypes, errors).",
      "experimental"},
+    {"TORCHTPU_CACHE", "1",
+     "0: turn off the persistent executable caches (local and shared "
+     "directories); the in-process cache stays on.",
+     "stable"},
+    {"TORCHTPU_CACHE_DIR", "",
+     "Directory of this host's persistent executable cache (serialized "
+     "compiled programs). Default: $XDG_CACHE_HOME/torchtpu, else "
+     "~/.cache/torchtpu.",
+     "stable"},
+    {"TORCHTPU_SHARED_CACHE_DIR", "",
+     "Directory of an executable cache shared by many hosts (e.g. an NFS or "
+     "gcsfuse mount), looked up after the local one; hits are copied to the "
+     "local cache and new compiles written to both. Unset: off.",
+     "stable"},
+    {"TORCHTPU_CACHE_MAX_BYTES", "10737418240",
+     "Size cap of each executable cache directory; least recently used "
+     "entries are evicted beyond it. 0: no cap.",
+     "stable"},
 };
 
 size_t tpu_env_count(void) { return sizeof kEnvVars / sizeof kEnvVars[0]; }

@@ -6,8 +6,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "diskcache.h"
 #include "metrics.h"
 #include "runtime.h"
 
@@ -33,12 +33,6 @@ static uint64_t hash_text(const char* s, size_t n) {
   return h;
 }
 
-static int64_t now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 static tpu_program_t* lookup(uint64_t hash, const char* mlir, size_t len) {
   for (tpu_program_t* p = g_buckets[hash % BUCKETS]; p; p = p->next)
     if (p->hash == hash && p->len == len && memcmp(p->text, mlir, len) == 0)
@@ -61,14 +55,12 @@ tpu_status_t tpu_program_get(const char* mlir, size_t mlir_len,
     *out_program = found;
     return NULL;
   }
-  /* Compile outside the lock: compiles take milliseconds to seconds. Two
-   * threads racing on one text both compile; the loser's copy is dropped. */
-  int64_t start = now_ns();
+  /* Load or compile outside the lock: compiles take milliseconds to
+   * seconds. Threads racing on one text meet at the disk cache's key lock
+   * (one compiles, the others load); the loser's copy is dropped below. */
   tpu_executable_t* executable = NULL;
   TPU_RETURN_IF_ERROR(
-      tpu_executable_compile(client, mlir, mlir_len, NULL, &executable));
-  tpu_metrics_add("compiles", 1);
-  tpu_metrics_add("compile_ns", now_ns() - start);
+      tpu_diskcache_load_or_compile(client, mlir, mlir_len, NULL, &executable));
   tpu_program_t* program = calloc(1, sizeof *program);
   char* text = malloc(mlir_len + 1);
   if (!program || !text) {

@@ -1,8 +1,9 @@
 /* Compiled programs and the in-process executable cache (tier 1): a
  * StableHLO text is compiled at most once per process; later requests for
  * the same text return the same program. Programs live until
- * tpu_program_cache_clear (they are few and small). Execution is
- * asynchronous; its completion is tracked for tpu_runtime_synchronize. */
+ * tpu_program_cache_clear (they are few and small). Behind this tier sit
+ * the persistent ones (diskcache.h). Execution is asynchronous; its
+ * completion is tracked for tpu_runtime_synchronize. */
 #ifndef TORCHTPU_CORE_PROGRAM_H_
 #define TORCHTPU_CORE_PROGRAM_H_
 
@@ -17,9 +18,11 @@ extern "C" {
 
 typedef struct tpu_program_s tpu_program_t;
 
-/* The program for `mlir` (borrowed result), compiling it on a miss. Counts
- * metrics "compiles", "compile_ns", "program_cache_hits". A program that
- * does not compile returns the compiler's message and is not cached. */
+/* The program for `mlir` (borrowed result). A miss here (tier 1) loads it
+ * from the disk caches or compiles it (tpu_diskcache_load_or_compile, which
+ * counts "compiles", "compile_ns" and the disk tiers' metrics); a hit counts
+ * "program_cache_hits". A program that does not compile returns the
+ * compiler's message and is not cached. */
 tpu_status_t tpu_program_get(const char* mlir, size_t mlir_len,
                              tpu_program_t** out_program);
 

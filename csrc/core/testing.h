@@ -3,6 +3,7 @@
 #ifndef TORCHTPU_CORE_TESTING_H_
 #define TORCHTPU_CORE_TESTING_H_
 
+#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,9 +41,41 @@ extern int tpu_test_failures_;
     }                                                                    \
   } while (0)
 
+/* Tests never write the user's executable cache: unless TORCHTPU_CACHE_DIR
+ * is set, each test binary gets a fresh temporary one, removed at exit.
+ * (Tests that fork must end their children with _exit, which skips it.) */
+static char tpu_test_cache_dir_[64];
+
+__attribute__((unused)) static int tpu_test_remove_entry_(
+    const char* path, const struct stat* st, int type, struct FTW* ftw) {
+  remove(path);
+  return 0;
+}
+
+__attribute__((unused)) static void tpu_test_remove_cache_dir_(void) {
+  if (tpu_test_cache_dir_[0])
+    nftw(tpu_test_cache_dir_, tpu_test_remove_entry_, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+__attribute__((unused)) static void tpu_test_use_temp_cache_dir_(void) {
+  const char* set = getenv("TORCHTPU_CACHE_DIR");
+  if (set && set[0]) return;
+  const char* tmp = getenv("TMPDIR");
+  snprintf(tpu_test_cache_dir_, sizeof tpu_test_cache_dir_, "%s/torchtpu-ctest-XXXXXX",
+           tmp && tmp[0] == '/' && strlen(tmp) < 32 ? tmp : "/tmp");
+  if (!mkdtemp(tpu_test_cache_dir_)) {
+    tpu_test_cache_dir_[0] = '\0';
+    setenv("TORCHTPU_CACHE", "0", 1); /* no temp dir: no disk cache at all */
+    return;
+  }
+  setenv("TORCHTPU_CACHE_DIR", tpu_test_cache_dir_, 1);
+  atexit(tpu_test_remove_cache_dir_);
+}
+
 #define TPU_TEST_MAIN(...)                                          \
   int tpu_test_failures_ = 0;                                       \
   int main(void) {                                                  \
+    tpu_test_use_temp_cache_dir_();                                 \
     static const struct {                                           \
       const char* name;                                             \
       tpu_test_fn_t fn;                                             \

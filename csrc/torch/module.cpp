@@ -11,6 +11,7 @@
 
 extern "C" {
 #include "core/defer.h"
+#include "core/diskcache.h"
 #include "core/eager.h"
 #include "core/env.h"
 #include "core/lower/lowering.h"
@@ -175,6 +176,10 @@ PYBIND11_MODULE(_C, m) {
   m.def("_metrics", &metrics);
   m.def("_reset_metrics", [] { tpu_metrics_reset(); });
   m.def("_env_vars", &env_vars);
+  m.def("_cache_dirs", [] {  // persistent executable caches; "" = off
+    return py::make_tuple(tpu_diskcache_local_dir(), tpu_diskcache_shared_dir(),
+                          tpu_diskcache_max_bytes());
+  });
   m.def("_set_fallback_quiet", &torchtpu::set_fallback_quiet);
   m.def("_manual_seed", [](int device, uint64_t seed) {
     init_runtime();

@@ -1,0 +1,193 @@
+"""The persistent executable caches (tiers 2 and 3): each test runs a small
+workload in fresh interpreters sharing a cache directory and reads their
+metrics and results (checked against CPU torch inside the workload)."""
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+import torchtpu
+from torchtpu import _C
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+COUNTERS = ["compiles", "cache_hits::local", "cache_hits::shared", "cache_misses::disk",
+            "compile_ns_saved", "cache_entries_rejected", "cache_evictions"]
+
+# A few ops on tpu, each compared with the same ops on CPU; prints one JSON line.
+WORKLOAD = r"""
+import json, torch, torchtpu
+torch.manual_seed(0)
+x, w, b = torch.randn(8, 16), torch.randn(16, 4), torch.randn(4)
+def f(x, w, b):
+    h = torch.nn.functional.gelu(x @ w + b)
+    return [h, h.softmax(dim=1), h.sum(dim=0), (x * 2.5).mean(), torch.cat([h, -h], dim=1).amax(1)]
+got = [t.cpu() for t in f(x.to("tpu"), w.to("tpu"), b.to("tpu"))]
+want = f(x, w, b)
+err = max((g - r).abs().max().item() for g, r in zip(got, want))
+ok = all(torch.allclose(g, r, rtol=1e-4, atol=1e-5) for g, r in zip(got, want))
+m = torchtpu.metrics.metrics()
+print(json.dumps({"ok": ok, "err": err, "metrics": {k: m.get(k, 0) for k in %r}}))
+""" % COUNTERS
+
+
+def _env(local, shared=None, **extra):
+    env = dict(os.environ)
+    env["TORCHTPU_CACHE_DIR"] = str(local)
+    env.pop("TORCHTPU_SHARED_CACHE_DIR", None)
+    env.pop("TORCHTPU_CACHE", None)
+    env.pop("TORCHTPU_CACHE_MAX_BYTES", None)
+    if shared is not None:
+        env["TORCHTPU_SHARED_CACHE_DIR"] = str(shared)
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+def _parse(proc):
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["ok"], out  # device results match CPU torch
+    return out["metrics"]
+
+
+def run_workload(local, shared=None, **extra):
+    """Runs WORKLOAD in a fresh interpreter; returns its metrics."""
+    proc = subprocess.run([sys.executable, "-c", WORKLOAD], capture_output=True, text=True,
+                          env=_env(local, shared, **extra), timeout=300, cwd=ROOT)
+    return _parse(proc)
+
+
+def entries(directory):
+    """{name: size} of the cache entries in `directory`."""
+    if not os.path.isdir(directory):
+        return {}
+    return {n: os.path.getsize(os.path.join(directory, n))
+            for n in os.listdir(directory) if n.endswith(".entry")}
+
+
+@pytest.fixture(scope="module")
+def cold(tmp_path_factory):
+    """One cold run: its cache directory and metrics (the reference count of
+    programs the workload compiles)."""
+    directory = tmp_path_factory.mktemp("cold")
+    metrics = run_workload(directory)
+    return directory, metrics
+
+
+def test_version_matches_c_header():
+    with open(os.path.join(ROOT, "csrc", "core", "version.h")) as f:
+        c_version = re.search(r'#define TPU_VERSION "([^"]+)"', f.read()).group(1)
+    assert c_version == torchtpu.__version__
+
+
+def test_cold_run_compiles_and_writes_one_entry_per_program(cold):
+    directory, m = cold
+    assert m["compiles"] >= 5
+    assert m["cache_misses::disk"] == m["compiles"]
+    assert m["cache_hits::local"] == 0
+    files = entries(directory)
+    assert len(files) == m["compiles"]
+    assert all(size > 80 for size in files.values())
+    assert not [n for n in os.listdir(directory) if n.endswith((".lock", ".tmp"))]
+
+
+def test_second_process_loads_everything_from_disk(cold):
+    directory, first = cold
+    m = run_workload(directory)
+    assert m["compiles"] == 0
+    assert m["cache_misses::disk"] == 0
+    assert m["cache_hits::local"] == first["compiles"]
+    assert m["compile_ns_saved"] > 0
+    assert len(entries(directory)) == first["compiles"]
+
+
+def test_damaged_entries_are_rejected_and_recompiled(tmp_path, cold):
+    _, first = cold
+    run_workload(tmp_path)
+    names = sorted(entries(tmp_path))
+    corrupted, truncated = (os.path.join(tmp_path, n) for n in names[:2])
+    with open(corrupted, "r+b") as f:  # flip one payload byte
+        f.seek(os.path.getsize(corrupted) // 2 + 40)
+        byte = f.read(1)
+        f.seek(-1, os.SEEK_CUR)
+        f.write(bytes([byte[0] ^ 0x5A]))
+    with open(truncated, "r+b") as f:
+        f.truncate(os.path.getsize(truncated) // 2)
+
+    m = run_workload(tmp_path)
+    assert m["cache_entries_rejected"] == 2
+    assert m["compiles"] == 2
+    assert m["cache_hits::local"] == first["compiles"] - 2
+    # Both were replaced by good entries: the next process compiles nothing.
+    m = run_workload(tmp_path)
+    assert m["compiles"] == 0 and m["cache_entries_rejected"] == 0
+    assert m["cache_hits::local"] == first["compiles"]
+
+
+def test_cold_processes_started_together_compile_each_program_once(tmp_path, cold):
+    _, first = cold
+    procs = [subprocess.Popen([sys.executable, "-c", WORKLOAD], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=_env(tmp_path), cwd=ROOT)
+             for _ in range(2)]
+    results = []
+    for p in procs:
+        out, err = p.communicate(timeout=300)
+        results.append(_parse(subprocess.CompletedProcess(p.args, p.returncode, out, err)))
+    n = first["compiles"]
+    assert sum(m["compiles"] for m in results) == n
+    assert sum(m["cache_hits::local"] for m in results) == n
+    assert len(entries(tmp_path)) == n
+
+
+def test_shared_tier_serves_a_new_host_and_fills_its_local_cache(tmp_path, cold):
+    _, first = cold
+    n = first["compiles"]
+    shared, host_a, host_b = tmp_path / "shared", tmp_path / "a", tmp_path / "b"
+    m = run_workload(host_a, shared)
+    assert m["compiles"] == n
+    assert len(entries(shared)) == n and len(entries(host_a)) == n
+    m = run_workload(host_b, shared)
+    assert m["compiles"] == 0 and m["cache_hits::shared"] == n
+    assert entries(host_b) == entries(shared)
+    m = run_workload(host_b, shared)
+    assert m["cache_hits::local"] == n and m["cache_hits::shared"] == 0
+
+
+def test_directory_stays_under_the_size_cap(tmp_path, cold):
+    directory, first = cold
+    sizes = sorted(entries(directory).values())
+    cap = sum(sizes) // 3
+    assert cap >= sizes[-1]  # every entry fits on its own
+    for _ in range(2):
+        m = run_workload(tmp_path, TORCHTPU_CACHE_MAX_BYTES=cap)
+        assert sum(entries(tmp_path).values()) <= cap
+    assert m["cache_evictions"] > 0
+    # What is left is still good: those programs load instead of compiling.
+    assert m["cache_hits::local"] + m["compiles"] == first["compiles"]
+
+
+def test_cache_off_writes_nothing(tmp_path, cold):
+    _, first = cold
+    m = run_workload(tmp_path / "off", TORCHTPU_CACHE=0)
+    assert m["compiles"] == first["compiles"]
+    assert m["cache_misses::disk"] == 0
+    assert not os.path.exists(tmp_path / "off")
+
+
+def test_info_reports_the_cache_directories(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "torchtpu.info"], capture_output=True,
+                          text=True, env=_env(tmp_path / "local", tmp_path / "shared"),
+                          timeout=300, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("cache:"))
+    assert f"local {tmp_path / 'local'}" in line and f"shared {tmp_path / 'shared'}" in line
+
+
+@pytest.mark.skipif(os.environ.get("TORCHTPU_CACHE") == "0", reason="caches off")
+def test_this_session_uses_the_directory_conftest_chose():
+    local, _, max_bytes = _C._cache_dirs()
+    assert local == os.environ["TORCHTPU_CACHE_DIR"]  # a temp dir unless set explicitly
+    assert max_bytes == 10 << 30 or "TORCHTPU_CACHE_MAX_BYTES" in os.environ
