@@ -204,7 +204,11 @@ class _Builder:
                 if not isinstance(t, torch.Tensor):
                     raise _Unsupported(f"attribute {n.target} is not a tensor")
                 self.input_specs.append((t.dtype, list(t.shape)))
-                self.inputs.append(("const", t.detach().to("tpu")))
+                # Compilers may run under AOTAutograd's fake mode: the
+                # constant is real data, uploaded once, outside it.
+                from torch._subclasses.fake_tensor import unset_fake_temporarily
+                with unset_fake_temporarily():
+                    self.inputs.append(("const", t.detach().to("tpu")))
             elif n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload):
                 if _C._graph_op_needs_rng(_op_name(n.target)):
                     self.with_rng = True
@@ -366,25 +370,32 @@ def _specializing(gm):
     def run(args):
         key = tuple((tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else ("i", int(a))
                     for a in args)
-        fn = cache.get(key)
-        if fn is None:
+        hit = cache.get(key)
+        if hit is None:
             _bump("compile_specializations")
             if _log_enabled("recompiles"):
                 print(f"torchtpu: recompile: specialising a dynamic graph to {key}",
                       file=sys.stderr)
-            static = make_fx(gm, tracing_mode="fake")(*args)
-            static = _with_vals(static)
-            fn = _compile_static(static)
-            cache[key] = fn
-        return fn(list(args))
+            # The integer inputs (symbolic sizes) become constants of the
+            # retraced graph; only tensors stay inputs.
+            template = list(args)
+            pos = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
+
+            def body(*tensors):
+                full = list(template)
+                for i, t in zip(pos, tensors):
+                    full[i] = t
+                return gm(*full)
+
+            static = make_fx(body, tracing_mode="fake")(*[args[i] for i in pos])
+            hit = cache[key] = (_compile_static(static), pos)
+        fn, pos = hit
+        out = fn([args[i] for i in pos])
+        args.clear()
+        return out
 
     run._boxed_call = True
     return run
-
-
-def _with_vals(gm):
-    """make_fx records node.meta["val"]; be sure every node has one."""
-    return gm
 
 
 def _compile_graph(gm, example_inputs):
@@ -424,3 +435,68 @@ def _register():
     from torch._dynamo.backends.registry import _BACKENDS, register_backend
     if "tpu" not in _BACKENDS:
         register_backend(name="tpu")(tpu_backend)
+
+
+def _register_device_interface():
+    """Dynamo's per-device runtime interface for "tpu" (device queries and
+    synchronize inside compiled code). Streams come with torch.tpu.Stream."""
+    from torch._dynamo import device_interface as di
+
+    from . import tpu
+
+    class TpuInterface(di.DeviceInterface):
+        class device:  # noqa: N801  (the interface's name)
+            def __new__(cls, device):
+                return torch.device("tpu", tpu._device_index(device))
+
+        class Worker:
+            @staticmethod
+            def set_device(device):
+                tpu.set_device(device)
+
+            @staticmethod
+            def current_device():
+                return tpu.current_device()
+
+            @staticmethod
+            def get_device_properties(device=None):
+                return tpu.get_device_properties(device)
+
+        current_device = staticmethod(tpu.current_device)
+        set_device = staticmethod(tpu.set_device)
+        device_count = staticmethod(tpu.device_count)
+        is_available = staticmethod(tpu.is_available)
+        synchronize = staticmethod(tpu.synchronize)
+        memory_allocated = staticmethod(tpu.memory_allocated)
+
+        @staticmethod
+        def maybe_exchange_device(device):
+            previous = tpu.current_device()
+            if device >= 0 and device != previous:
+                tpu.set_device(device)
+            return previous
+
+        exchange_device = maybe_exchange_device
+
+        @staticmethod
+        def get_compute_capability(device=None):
+            return tpu.get_device_capability(device)
+
+        @staticmethod
+        def is_bf16_supported(including_emulation=False):
+            return True
+
+        @staticmethod
+        def is_triton_capable(device=None):
+            return False
+
+    # PyTorch's own table names a "tpu" interface (for torch_xla) and fills
+    # the table lazily on first lookup: fill it first, then replace it.
+    di.get_registered_device_interfaces()
+    di.register_interface_for_device("tpu", TpuInterface)
+    for i in range(tpu.device_count()):
+        di.register_interface_for_device(f"tpu:{i}", TpuInterface)
+
+
+_register()
+_register_device_interface()

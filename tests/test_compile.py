@@ -1,0 +1,211 @@
+"""torch.compile(backend="tpu"): graphs lowered whole by the C lowering table,
+checked against PyTorch on CPU (and eager tpu) on real training."""
+import os
+import sys
+import warnings
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import torchtpu
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "examples"))
+
+
+def counters():
+    return torchtpu.metrics.metrics()
+
+
+def delta(before, name):
+    return counters().get(name, 0) - before.get(name, 0)
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def test_function_compiles_to_one_graph_and_matches_cpu():
+    def f(x, w, b):
+        h = torch.relu(x @ w + b) * 0.5 - 1
+        return h.softmax(-1).sum(0), h.transpose(0, 1)[1:, ::2].contiguous()
+
+    x, w, b = torch.randn(6, 5), torch.randn(5, 4), torch.randn(4)
+    before = counters()
+    got = torch.compile(f, backend="tpu", fullgraph=True)(x.to("tpu"), w.to("tpu"), b.to("tpu"))
+    want = f(x, w, b)
+    for g, r in zip(got, want):
+        assert g.device.type == "tpu"
+        torch.testing.assert_close(g.cpu(), r, rtol=1e-5, atol=1e-5)
+    assert delta(before, "compiled_graphs") == 1
+    assert delta(before, "compile_graphs_eager") == 0
+    assert delta(before, "device_ops") == 0  # no eager op ran
+
+
+def test_registered_backend_and_device_interface():
+    from torch._dynamo import list_backends
+    from torch._dynamo.device_interface import get_interface_for_device
+    assert "tpu" in list_backends(exclude_tags=())
+    assert get_interface_for_device("tpu").device_count() == torch.tpu.device_count()
+    for mode in ("default", "reduce-overhead", "max-autotune"):
+        f = torch.compile(lambda x: x * 3 + 1, backend="tpu", mode=mode)
+        assert f(torch.ones(3, device="tpu")).cpu().tolist() == [4.0, 4.0, 4.0]
+
+
+def test_demo_transformer_trains_20_steps_like_eager():
+    from tiny_gpt import train
+    before = counters()
+    kwargs = dict(batch_size=4, seq_len=32, model_kwargs=dict(dim=32, heads=2, layers=2))
+    eager, _ = train("tpu", 20, **kwargs)
+    compiled, _ = train("tpu", 20, backend="tpu", **kwargs)
+    # forward, backward and the optimizer step, each one graph
+    assert delta(before, "compiled_graphs") >= 3
+    assert delta(before, "compile_graphs_eager") == 0
+    torch.testing.assert_close(torch.tensor(compiled), torch.tensor(eager), rtol=1e-4, atol=1e-4)
+    assert compiled[-1] < compiled[0] - 0.3
+
+
+class ConvNet(nn.Module):
+    def __init__(self, p):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.bn = nn.BatchNorm2d(8)
+        self.drop = nn.Dropout(p)
+        self.fc = nn.Linear(8 * 4 * 4, 5)
+
+    def forward(self, x):
+        h = F.max_pool2d(torch.relu(self.bn(self.conv(x))), 2)
+        return self.fc(self.drop(h.flatten(1)))
+
+
+def _train_convnet(device, backend, p, steps=6):
+    torch.manual_seed(0)
+    model = ConvNet(p).to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    torch.manual_seed(1)
+    # one batch, learnt over the steps: the loss must fall
+    data = [(torch.randn(8, 3, 8, 8), torch.randint(0, 5, (8,)))] * steps
+    run = torch.compile(model, backend=backend) if backend else model
+    losses = []
+    for x, y in data:
+        loss = F.cross_entropy(run(x.to(device)), y.to(device))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses, model
+
+
+def test_batchnorm_model_compiles_and_matches_cpu():
+    before = counters()
+    got, m_tpu = _train_convnet("tpu", "tpu", p=0.0)
+    want, m_cpu = _train_convnet("cpu", None, p=0.0)
+    assert delta(before, "compile_graphs_eager") == 0
+    torch.testing.assert_close(torch.tensor(got), torch.tensor(want), rtol=1e-4, atol=1e-4)
+    # running statistics: AOTAutograd's input mutations reached the buffers
+    torch.testing.assert_close(m_tpu.bn.running_mean.cpu(), m_cpu.bn.running_mean, rtol=1e-4,
+                               atol=1e-5)
+    torch.testing.assert_close(m_tpu.bn.running_var.cpu(), m_cpu.bn.running_var, rtol=1e-4,
+                               atol=1e-5)
+    assert m_tpu.bn.num_batches_tracked.item() == 6
+
+
+def test_dropout_model_compiles_trains_and_is_seeded():
+    before = counters()
+    a, _ = _train_convnet("tpu", "tpu", p=0.5, steps=8)
+    assert delta(before, "compile_graphs_eager") == 0
+    b, _ = _train_convnet("tpu", "tpu", p=0.5, steps=8)
+    assert a == b  # the device generator drives the compiled dropout
+    no_drop, _ = _train_convnet("tpu", "tpu", p=0.0, steps=8)
+    assert a != no_drop
+    assert min(a[-3:]) < a[0]
+
+    drop = torch.compile(nn.Dropout(0.25).train(), backend="tpu")
+    out = drop(torch.ones(20000, device="tpu")).cpu()
+    kept = (out != 0).float().mean().item()
+    assert abs(kept - 0.75) < 0.02
+    assert torch.all((out == 0) | ((out - 1 / 0.75).abs() < 1e-5))
+
+
+def test_transformer_block_fullgraph_forward_and_backward():
+    from tiny_gpt import Block
+    torch.manual_seed(0)
+    block = Block(32, 4)
+    x = torch.randn(2, 16, 32, requires_grad=True)
+    ref = block(x)
+    ref.square().mean().backward()
+    tblock = Block(32, 4).to("tpu")
+    tblock.load_state_dict(block.state_dict())
+    tx = x.detach().to("tpu").requires_grad_()
+    out = torch.compile(tblock, backend="tpu", fullgraph=True)(tx)
+    out.square().mean().backward()
+    torch.testing.assert_close(out.detach().cpu(), ref.detach(), rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(tx.grad.cpu(), x.grad, rtol=1e-4, atol=1e-5)
+    for (name, p), q in zip(tblock.named_parameters(), block.parameters()):
+        torch.testing.assert_close(p.grad.cpu(), q.grad, rtol=1e-4, atol=1e-5, msg=name)
+
+
+def test_new_shapes_recompile_and_dynamic_is_specialised():
+    f = torch.compile(lambda x: (x * x).sum(-1), backend="tpu")
+    before = counters()
+    for n in (3, 5, 7):
+        x = torch.randn(4, n)
+        torch.testing.assert_close(f(x.to("tpu")).cpu(), (x * x).sum(-1))
+    # a static graph first; Dynamo then marks the dim dynamic and each new
+    # size is specialised (compiled once each)
+    assert delta(before, "compiled_graphs") == 3
+    again = counters()
+    f(torch.randn(4, 5).to("tpu"))
+    assert delta(again, "compiled_graphs") == 0
+
+    g = torch.compile(lambda x: x.cumsum(0) + 1, backend="tpu", dynamic=True)
+    before = counters()
+    for n in (2, 6, 2):
+        x = torch.randn(n)
+        torch.testing.assert_close(g(x.to("tpu")).cpu(), x.cumsum(0) + 1)
+    assert delta(before, "compile_specializations") == 2
+
+
+def test_graph_breaks_and_unlowered_ops_still_give_cpu_results():
+    def f(x):
+        y = x.sin() * 2
+        if y.sum() > 0:  # data-dependent: a graph break
+            y = y + 1
+        print("", end="")  # another break
+        return torch.special.zeta(y.abs() + 2, torch.tensor(2.0, device=x.device)) + y
+
+    x = torch.randn(5)
+    before = counters()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = torch.compile(f, backend="tpu")(x.to("tpu"))
+    torch.testing.assert_close(got.cpu(), f(x), rtol=1e-5, atol=1e-5)
+    assert delta(before, "compiled_graphs") >= 1
+    assert delta(before, "compile_graphs_eager") >= 1
+    assert any("special_zeta" in str(w.message) for w in caught)
+
+
+def test_optimizer_step_writes_state_in_place():
+    torch.manual_seed(0)
+    params = [torch.randn(4, 3, device="tpu", requires_grad=True) for _ in range(2)]
+    ref = [p.detach().cpu().clone().requires_grad_() for p in params]
+    opt = torch.optim.Adam(params, lr=0.1, foreach=True, capturable=True)
+    ropt = torch.optim.Adam(ref, lr=0.1, foreach=True)
+    step = torch.compile(opt.step, backend="tpu")
+    view = params[0].detach()[1]  # a view: must see the in-place update
+    for _ in range(3):
+        for p, r in zip(params, ref):
+            g = torch.randn(4, 3)
+            p.grad, r.grad = g.to("tpu"), g.clone()
+        step()
+        ropt.step()
+    for p, r in zip(params, ref):
+        torch.testing.assert_close(p.detach().cpu(), r.detach(), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(view.cpu(), ref[0].detach()[1], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(opt.state[params[1]]["exp_avg"].cpu(),
+                               ropt.state[ref[1]]["exp_avg"], rtol=1e-5, atol=1e-5)
