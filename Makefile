@@ -108,6 +108,7 @@ $(BUILD)/bench/runtime_bench: bench/runtime_bench.c $(BUILD)/release/libtorchtpu
 bench: install $(BUILD)/bench/runtime_bench
 	$(BUILD)/bench/runtime_bench
 	$(PY) bench/runtime_overhead.py
+	$(PY) bench/compile_bench.py
 	$(PY) bench/eager_modes.py
 
 info: install

@@ -209,3 +209,28 @@ def test_optimizer_step_writes_state_in_place():
     torch.testing.assert_close(view.cpu(), ref[0].detach()[1], rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(opt.state[params[1]]["exp_avg"].cpu(),
                                ropt.state[ref[1]]["exp_avg"], rtol=1e-5, atol=1e-5)
+
+
+RECOMPILES = r"""
+import torch, torchtpu
+a = torch.ones(4, 5, device="tpu")
+a + 1
+torch.ones(4, 7, device="tpu") + 1
+f = torch.compile(lambda x: x * 2, backend="tpu", dynamic=False)
+f(torch.ones(3, device="tpu"))
+f(torch.ones(6, device="tpu"))
+print("recompiles", torchtpu.metrics.metrics()["recompiles"])
+"""
+
+
+def test_recompile_log_names_what_changed():
+    import subprocess
+    env = dict(os.environ, TORCHTPU_LOG="recompiles")
+    out = subprocess.run([sys.executable, "-c", RECOMPILES], env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert ("recompile aten::add.Tensor: arg 0: float32[4,5] strides [5,1] offset 0 of 20 -> "
+            "float32[4,7] strides [7,1] offset 0 of 28") in out.stderr
+    # Dynamo's reason for the compiled function: the size guard
+    assert "Recompiling function" in out.stderr and "size mismatch" in out.stderr
+    assert int(out.stdout.split("recompiles")[1]) >= 2

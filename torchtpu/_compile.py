@@ -435,6 +435,10 @@ def _register():
     from torch._dynamo.backends.registry import _BACKENDS, register_backend
     if "tpu" not in _BACKENDS:
         register_backend(name="tpu")(tpu_backend)
+    if _log_enabled("recompiles"):
+        # Dynamo knows why it recompiles (the guard that failed: a new
+        # shape, dtype, ...); its "recompiles" log says so on stderr.
+        torch._logging.set_logs(recompiles=True)
 
 
 def _register_device_interface():

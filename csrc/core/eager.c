@@ -1,6 +1,8 @@
 #include "eager.h"
+#include "recompile.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -414,6 +416,78 @@ static const tpu_eager_tensor_t* output_target(const tpu_eager_call_t* call,
   return &a->tensor;
 }
 
+/* TORCHTPU_LOG=recompiles: one part per key component of the call. */
+static void shape_text(char* out, size_t cap, tpu_dtype_t dtype, const int64_t* dims, int rank) {
+  size_t n = (size_t)snprintf(out, cap, "%s[", tpu_dtype_name(dtype));
+  for (int d = 0; d < rank && n < cap; d++)
+    n += (size_t)snprintf(out + n, cap - n, d ? ",%lld" : "%lld", (long long)dims[d]);
+  if (n < cap) snprintf(out + n, cap - n, "]");
+}
+
+static void tensor_text(char* out, size_t cap, const tpu_eager_tensor_t* t) {
+  char shape[160], strides[160];
+  shape_text(shape, sizeof shape, t->view.dtype, t->view.sizes, t->view.rank);
+  size_t n = 0;
+  strides[0] = 0;
+  for (int d = 0; d < t->view.rank && n < sizeof strides; d++)
+    n += (size_t)snprintf(strides + n, sizeof strides - n, d ? ",%lld" : "%lld",
+                          (long long)t->view.strides[d]);
+  snprintf(out, cap, "%s strides [%s] offset %lld of %lld", shape, strides,
+           (long long)t->view.offset, (long long)t->storage_numel);
+}
+
+static void log_recompile(const tpu_eager_call_t* call) {
+  enum { kMaxParts = 64, kPart = 400 };
+  int n = call->num_args < kMaxParts ? call->num_args : kMaxParts;
+  char* texts = calloc((size_t)n + 1, kPart);
+  const char* parts[kMaxParts];
+  if (!texts) return;
+  for (int i = 0; i < n; i++) {
+    char* out = texts + (size_t)i * kPart;
+    const tpu_eager_arg_t* a = &call->args[i];
+    const tpu_lower_arg_t* l = &a->lower;
+    char body[kPart - 16];
+    body[0] = 0;
+    switch (l->kind) {
+      case TPU_ARG_TENSOR: tensor_text(body, sizeof body, &a->tensor); break;
+      case TPU_ARG_TENSORS: {
+        size_t m = (size_t)snprintf(body, sizeof body, "%d tensors", l->num_tensors);
+        for (int j = 0; j < l->num_tensors && m < sizeof body; j++) {
+          char one[200];
+          tensor_text(one, sizeof one, &call->list[a->list_start + j]);
+          m += (size_t)snprintf(body + m, sizeof body - m, "; %s", one);
+        }
+        break;
+      }
+      case TPU_ARG_SCALAR:
+        snprintf(body, sizeof body, "scalar %s", tpu_dtype_name(l->type.dtype));
+        break;
+      case TPU_ARG_SCALARS: snprintf(body, sizeof body, "%d scalars", l->num_tensors); break;
+      case TPU_ARG_INT:
+      case TPU_ARG_BOOL: snprintf(body, sizeof body, "%lld", (long long)l->i); break;
+      case TPU_ARG_FLOAT: snprintf(body, sizeof body, "%.17g", l->f); break;
+      case TPU_ARG_INTS: {
+        size_t m = (size_t)snprintf(body, sizeof body, "[");
+        for (int j = 0; j < l->num_ints && m < sizeof body; j++)
+          m += (size_t)snprintf(body + m, sizeof body - m, j ? ",%lld" : "%lld",
+                                (long long)l->ints[j]);
+        if (m < sizeof body) snprintf(body + m, sizeof body - m, "]");
+        break;
+      }
+      case TPU_ARG_DTYPE: snprintf(body, sizeof body, "dtype %s", tpu_dtype_name(l->dtype)); break;
+      case TPU_ARG_STRING: snprintf(body, sizeof body, "'%s'", l->str); break;
+      case TPU_ARG_NONE: snprintf(body, sizeof body, "None"); break;
+      default: snprintf(body, sizeof body, "-"); break;
+    }
+    snprintf(out, kPart, "arg %d: %s", i, body);
+    parts[i] = out;
+  }
+  char* change = tpu_recompile_note(call->op_name, parts, n);
+  if (change) fprintf(stderr, "torchtpu: recompile %s: %s\n", call->op_name, change);
+  free(change);
+  free(texts);
+}
+
 tpu_status_t tpu_eager_compile(const tpu_eager_call_t* call, const tpu_eager_output_t* outputs,
                                int num_outputs, tpu_eager_entry_t** out_entry) {
   const tpu_lowering_t* row = tpu_lowering_find_row(call->op_name);
@@ -421,6 +495,7 @@ tpu_status_t tpu_eager_compile(const tpu_eager_call_t* call, const tpu_eager_out
     *out_entry = tpu_eager_mark_fallback(call, "no lowering");
     return NULL;
   }
+  if (tpu_recompile_logging()) log_recompile(call);
   slots_t s;
   keybuf_t scratch = {0};
   tpu_status_t status = NULL;

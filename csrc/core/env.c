@@ -34,6 +34,12 @@ static const tpu_env_var_t kEnvVars[] = {
      "1: in debug mode, also run every op on the CPU and raise at the first "
      "whose result differs beyond tolerance (op, shapes, dtypes, errors).",
      "experimental"},
+    {"TORCHTPU_LOG", "",
+     "Comma-separated logs to stderr. 'recompiles': each eager op compiled "
+     "again with the part of its key that changed (shape, dtype, strides, "
+     "scalar kind, structural value), and each torch.compile recompile with "
+     "Dynamo's reason (a failed guard: new shape, new dtype, ...).",
+     "stable"},
     {"TORCHTPU_CACHE", "1",
      "0: turn off the persistent executable caches (local and shared "
      "directories); the in-process cache stays on.",
