@@ -245,3 +245,95 @@ def get_rng_state_all():
 def set_rng_state_all(new_states):
     for i, state in enumerate(new_states):
         set_rng_state(state, i)
+
+
+# ---- AMP ---------------------------------------------------------------------
+
+def get_amp_supported_dtype():
+    """dtypes torch.autocast("tpu", dtype=...) accepts."""
+    return [torch.bfloat16, torch.float16, torch.float32]
+
+
+def is_bf16_supported(including_emulation=True):
+    return True
+
+
+def is_autocast_enabled():
+    return torch.is_autocast_enabled("tpu")
+
+
+def get_autocast_dtype():
+    return torch.get_autocast_dtype("tpu")
+
+
+# ---- streams and events ------------------------------------------------------
+# The device runs work in order, so every stream names one queue: any stream
+# works with stream-using code, and waiting on a stream, an event or the
+# device waits for the same work.
+
+class _TpuMeta(type):
+    """isinstance(x, torch.tpu.Stream / Event) for PyTorch's own objects on
+    the tpu device: PyTorch's C methods (elapsed_time, wait_stream, ...)
+    accept only exact torch.Stream / torch.Event, so we hand out those."""
+
+    def __instancecheck__(cls, obj):
+        return isinstance(obj, cls._base) and obj.device.type == "tpu"
+
+
+class Stream(metaclass=_TpuMeta):
+    """A tpu stream: a torch.Stream on device "tpu" (wait_event,
+    wait_stream, record_event, query, synchronize)."""
+    _base = torch.Stream
+
+    def __new__(cls, device=None, priority=0):
+        return torch.Stream(torch.device("tpu", _device_index(device, optional=True)),
+                            priority=priority)
+
+
+class Event(metaclass=_TpuMeta):
+    """A tpu event: a torch.Event on device "tpu" (record, wait, query,
+    synchronize, elapsed_time: host time between the two records, in ms)."""
+    _base = torch.Event
+
+    def __new__(cls, enable_timing=False, blocking=False, interprocess=False):
+        return torch.Event("tpu", enable_timing=enable_timing, blocking=blocking,
+                           interprocess=interprocess)
+
+
+def current_stream(device=None):
+    return torch.accelerator.current_stream(_device_index(device, optional=True))
+
+
+def default_stream(device=None):
+    d = _device_index(device, optional=True)
+    return torch.Stream(stream_id=0, device_index=d,
+                        device_type=current_stream(d).device_type)
+
+
+def set_stream(stream):
+    if stream is not None:
+        torch.accelerator.set_stream(stream)
+
+
+class StreamContext:
+    """`with torch.tpu.stream(s):` makes `s` the current stream."""
+
+    def __init__(self, stream):
+        self.stream = stream
+        self.previous = None
+
+    def __enter__(self):
+        if self.stream is None:
+            return None
+        self.previous = current_stream(self.stream.device_index)
+        set_stream(self.stream)
+        return self.stream
+
+    def __exit__(self, *exc):
+        if self.previous is not None:
+            set_stream(self.previous)
+        return False
+
+
+def stream(stream):
+    return StreamContext(stream)

@@ -3,6 +3,11 @@
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <c10/core/CPUAllocator.h>
 
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <unordered_set>
+
 #include "common.h"
 
 extern "C" {
@@ -11,6 +16,40 @@ extern "C" {
 
 namespace torchtpu {
 namespace {
+
+// Pinned host memory: PJRT transfers need no page locking on the plugins
+// we serve, but PyTorch code checks is_pinned() (DataLoader(pin_memory=True),
+// non_blocking copies), so pinned allocations are ordinary aligned host
+// memory that we remember as pinned.
+std::mutex g_pinned_lock;
+std::unordered_set<const void*> g_pinned;
+
+void free_pinned(void* p) {
+  {
+    std::lock_guard<std::mutex> guard(g_pinned_lock);
+    g_pinned.erase(p);
+  }
+  free(p);
+}
+
+class PinnedAllocator final : public c10::Allocator {
+ public:
+  c10::DataPtr allocate(size_t n) override {
+    void* p = nullptr;
+    if (n && posix_memalign(&p, 64, n) != 0) TORCH_CHECK(false, "torchtpu: out of pinned host memory");
+    if (p) {
+      std::lock_guard<std::mutex> guard(g_pinned_lock);
+      g_pinned.insert(p);
+    }
+    return {p, p, &free_pinned, c10::Device(c10::DeviceType::CPU)};
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return &free_pinned; }
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    std::memcpy(dest, src, count);
+  }
+};
+
+PinnedAllocator g_pinned_allocator;
 
 class TpuHooks final : public at::PrivateUse1HooksInterface {
  public:
@@ -41,11 +80,11 @@ class TpuHooks final : public at::PrivateUse1HooksInterface {
     return at::Device(c10::DeviceType::PrivateUse1,
                       static_cast<c10::DeviceIndex>(device));
   }
-  bool isPinnedPtr(const void*) const override { return false; }
-  c10::Allocator* getPinnedMemoryAllocator() const override {
-    // Host memory needs no pinning for PJRT transfers.
-    return c10::GetCPUAllocator();
+  bool isPinnedPtr(const void* data) const override {
+    std::lock_guard<std::mutex> guard(g_pinned_lock);
+    return g_pinned.count(data) != 0;
   }
+  c10::Allocator* getPinnedMemoryAllocator() const override { return &g_pinned_allocator; }
   const at::Generator& getDefaultGenerator(c10::DeviceIndex) const override {
     TORCH_CHECK_NOT_IMPLEMENTED(
         false, "torchtpu: device random number generators are not available yet");

@@ -1,0 +1,60 @@
+"""Streams, events, pinned memory and non_blocking copies on "tpu": the API
+stream-using code expects, with results checked against CPU."""
+import torch
+
+import torchtpu  # noqa: F401
+
+
+def test_streams_switch_and_order_work():
+    s = torch.tpu.Stream()
+    assert isinstance(s, torch.tpu.Stream) and isinstance(s, torch.Stream)
+    assert s != torch.tpu.current_stream()
+    assert torch.tpu.current_stream() == torch.tpu.default_stream()
+    x = torch.arange(6.0).to("tpu")
+    with torch.tpu.stream(s):
+        assert torch.tpu.current_stream() == s
+        y = x * 2
+    assert torch.tpu.current_stream() == torch.tpu.default_stream()
+    torch.tpu.current_stream().wait_stream(s)
+    assert (y + 1).cpu().tolist() == [1.0, 3.0, 5.0, 7.0, 9.0, 11.0]
+    s.synchronize()
+    assert s.query()
+    torch.accelerator.synchronize()
+
+
+def test_events_record_wait_synchronize_and_time():
+    start = torch.tpu.Event(enable_timing=True)
+    end = torch.tpu.Event(enable_timing=True)
+    assert isinstance(start, torch.tpu.Event)
+    start.record()
+    a = torch.randn(256, 256, device="tpu")
+    b = a @ a
+    end.record()
+    end.synchronize()
+    assert end.query()
+    assert start.elapsed_time(end) >= 0
+    s = torch.tpu.Stream()
+    ev = torch.tpu.current_stream().record_event()
+    s.wait_event(ev)
+    with torch.tpu.stream(s):
+        c = b.sum()
+    torch.testing.assert_close(c.cpu(), (a.cpu() @ a.cpu()).sum(), rtol=1e-4, atol=1e-2)
+
+
+def test_pin_memory_non_blocking_and_dataloader():
+    x = torch.randn(1000)
+    p = x.pin_memory()
+    assert p.is_pinned() and not x.is_pinned()
+    assert torch.equal(p, x)
+    t = p.to("tpu", non_blocking=True)
+    back = torch.empty(1000).pin_memory()
+    back.copy_(t, non_blocking=True)
+    torch.tpu.synchronize()
+    assert torch.equal(back, x)
+    data = torch.utils.data.TensorDataset(torch.arange(20.0).reshape(10, 2))
+    loader = torch.utils.data.DataLoader(data, batch_size=4, pin_memory=True)
+    seen = []
+    for (batch,) in loader:
+        assert batch.is_pinned()
+        seen.append(batch.to("tpu", non_blocking=True).sum().item())
+    assert seen == [28.0, 92.0, 70.0]
