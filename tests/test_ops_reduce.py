@@ -272,3 +272,20 @@ def test_cdist(p):
     check(lambda x, y: torch.cdist(x, y, p), a, b, grad=True)
     # Over 25 rows p=2 takes PyTorch's matmul path (_euclidean_dist).
     check(lambda x, y: torch.cdist(x, y, p), make((30, 3)), make((27, 3), seed=2), grad=True)
+
+
+def test_histc_matches_cpu_including_integer_input():
+    import torchtpu
+    before = torchtpu.metrics.fallback_counts().get("aten::histc", 0)
+    cases = [torch.randn(200), torch.tensor([2.0, 2.0, 2.0]), torch.randn(3, 7) * 4]
+    for x in cases:
+        for bins, lo, hi in ((4, 0, 3), (5, 0, 0), (3, -1, 1), (10, -5, 5)):
+            torch.testing.assert_close(torch.histc(x.to("tpu"), bins, lo, hi).cpu(),
+                                       torch.histc(x, bins, lo, hi))
+    # integer input (MoE routers count tokens per expert): CPU has no int
+    # kernel, so compare with the float count cast back
+    experts = torch.tensor([[0, 3], [1, 3], [1, 2], [3, 0]], dtype=torch.int32)
+    got = torch.histc(experts.to("tpu"), bins=4, min=0, max=3).cpu()
+    assert got.dtype == torch.int32
+    assert got.tolist() == torch.histc(experts.float(), 4, 0, 3).int().tolist() == [2, 2, 1, 3]
+    assert torchtpu.metrics.fallback_counts().get("aten::histc", 0) == before

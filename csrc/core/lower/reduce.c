@@ -764,8 +764,67 @@ static tpu_status_t lower_all_any(tpu_lower_ctx_t* ctx, bool is_all) {
 static tpu_status_t lower_all(tpu_lower_ctx_t* ctx) { return lower_all_any(ctx, true); }
 static tpu_status_t lower_any(tpu_lower_ctx_t* ctx) { return lower_all_any(ctx, false); }
 
+/* histc(self, bins, min, max): counts per equal-width bin over [min, max]
+ * (both 0: the data's own min and max, as PyTorch does); values outside
+ * are not counted, max itself falls in the last bin. min and max are
+ * run-time scalars, so each bin index is computed in the program: a one-hot
+ * [n, bins] comparison summed over n (MoE routers count tokens per expert
+ * this way; n is small there). */
+static tpu_status_t lower_histc(tpu_lower_ctx_t* ctx) {
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  tpu_hlo_type_t xt = tpu_lower_arg(ctx, 0)->type, out = tpu_lower_output_type(ctx, 0);
+  int64_t bins = tpu_lower_arg(ctx, 1)->i;
+  if (bins <= 0 || out.rank != 1 || out.dims[0] != bins)
+    return tpu_lower_decline(ctx, "bins must be positive");
+  int64_t n = 1;
+  for (int d = 0; d < xt.rank; d++) n *= xt.dims[d];
+  const tpu_dtype_t f = TPU_DTYPE_FLOAT64;
+  tpu_hlo_value_t x = tpu_emit_convert(b, tpu_emit_reshape(b, tpu_lower_tensor(ctx, 0), &n, 1), f);
+  tpu_hlo_value_t lo = tpu_lower_scalar(ctx, 2, f), hi = tpu_lower_scalar(ctx, 3, f);
+  if (n > 0) {
+    int64_t all = 0;
+    tpu_hlo_value_t dmin = tpu_emit_reduce(b, x, tpu_emit_const(b, f, 1.0 / 0.0), &all, 1,
+                                           "stablehlo.minimum");
+    tpu_hlo_value_t dmax = tpu_emit_reduce(b, x, tpu_emit_const(b, f, -1.0 / 0.0), &all, 1,
+                                           "stablehlo.maximum");
+    tpu_hlo_value_t same = tpu_emit_compare(b, "EQ", lo, hi);
+    tpu_hlo_value_t lo2 = tpu_emit_select(b, same, dmin, lo);
+    hi = tpu_emit_select(b, same, dmax, hi);
+    lo = lo2;
+    /* all values equal: PyTorch widens the range by one on each side */
+    tpu_hlo_value_t flat = tpu_emit_compare(b, "EQ", lo, hi);
+    lo = tpu_emit_select(b, flat, tpu_emit_sub(b, lo, tpu_emit_const(b, f, 1)), lo);
+    hi = tpu_emit_select(b, flat, tpu_emit_add(b, hi, tpu_emit_const(b, f, 1)), hi);
+  }
+  tpu_hlo_type_t xt1 = tpu_hlo_type_make(f, 1, &n);
+  tpu_hlo_value_t lob = tpu_emit_broadcast_to(b, lo, &xt1), hib = tpu_emit_broadcast_to(b, hi, &xt1);
+  tpu_hlo_value_t scaled = tpu_emit_div(
+      b, tpu_emit_mul(b, tpu_emit_sub(b, x, lob), tpu_emit_const_like(b, &xt1, (double)bins)),
+      tpu_emit_sub(b, hib, lob));
+  tpu_hlo_value_t idx = tpu_emit_convert(b, tpu_emit_unary(b, "stablehlo.floor", scaled),
+                                         TPU_DTYPE_INT64);
+  tpu_hlo_type_t it1 = tpu_hlo_type_make(TPU_DTYPE_INT64, 1, &n);
+  idx = tpu_emit_select(b, tpu_emit_compare(b, "EQ", x, hib),
+                        tpu_emit_const_like(b, &it1, (double)(bins - 1)), idx);
+  tpu_hlo_value_t inside = tpu_emit_binary(b, "stablehlo.and", tpu_emit_compare(b, "GE", x, lob),
+                                           tpu_emit_compare(b, "LE", x, hib));
+  idx = tpu_emit_select(b, inside, idx, tpu_emit_const_like(b, &it1, -1.0));
+  int64_t nb[2] = {n, bins};
+  tpu_hlo_type_t grid = tpu_hlo_type_make(TPU_DTYPE_INT64, 2, nb);
+  tpu_hlo_value_t col = tpu_emit_iota(b, &grid, 1);
+  int64_t n1[2] = {n, 1};
+  tpu_hlo_value_t idx2 = tpu_emit_reshape(b, idx, n1, 2);
+  tpu_hlo_value_t hot = tpu_emit_compare(b, "EQ", col, tpu_emit_broadcast_to(b, idx2, &grid));
+  tpu_hlo_value_t ones = tpu_emit_convert(b, hot, out.dtype);
+  int64_t dim0 = 0;
+  tpu_lower_set_output(ctx, 0, tpu_emit_reduce(b, ones, tpu_emit_const(b, out.dtype, 0), &dim0, 1,
+                                               "stablehlo.add"));
+  return NULL;
+}
+
 const tpu_lowering_t tpu_lowerings_reduce[] = {
     {"sum", lower_sum, 0},
+    {"histc", lower_histc, 0},
     {"nansum", lower_nansum, 0},
     {"prod", lower_prod, 0},
     {"mean", lower_mean, 0},
