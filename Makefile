@@ -24,7 +24,7 @@ LDLIBS := -ldl -lpthread -lm
 # Keep test objects between runs (they are intermediates of the test rule).
 .SECONDARY:
 
-.PHONY: all deps core ctest ctest-asan install test pytest pytest-debug test-debug pytest-defer test-defer demo bench info conformance clean
+.PHONY: all deps core ctest ctest-asan install test pytest pytest-debug test-debug pytest-defer test-defer demo bench info conformance models clean
 
 all: install
 
@@ -96,6 +96,10 @@ test-defer: install
 MODE_SUITES = $(filter-out tests/test_modes.py tests/test_opinfo.py,$(wildcard tests/test_*.py))
 
 test: install ctest ctest-asan pytest pytest-debug pytest-defer
+
+# Every Hugging Face architecture of the suite (make test runs a handful).
+models: install
+	TORCHTPU_HF_ALL=1 $(PY) -m pytest -q -p no:cacheprovider tests/models
 
 demo: install
 	$(PY) examples/demo.py

@@ -40,6 +40,9 @@ def _env(local, shared=None, **extra):
     env.pop("TORCHTPU_SHARED_CACHE_DIR", None)
     env.pop("TORCHTPU_CACHE", None)
     env.pop("TORCHTPU_CACHE_MAX_BYTES", None)
+    # The counts below are per op program: strict mode, whatever mode the
+    # suite itself runs in (defer_and_fuse would fuse the workload).
+    env["TORCHTPU_EAGER_MODE"] = "strict"
     if shared is not None:
         env["TORCHTPU_SHARED_CACHE_DIR"] = str(shared)
     env.update({k: str(v) for k, v in extra.items()})
