@@ -78,7 +78,7 @@ class TinyGPT(nn.Module):
 
 
 def train(device, steps, batch_size=16, seq_len=64, log_every=0, seed=0, model_kwargs=None,
-          backend=None):
+          backend=None, return_model=False):
     """Trains TinyGPT on `device` from a fixed seed; returns (losses, tokens/s).
     With `backend`, the model (forward and backward) and the optimizer step
     run under torch.compile(backend=backend)."""
@@ -116,4 +116,23 @@ def train(device, steps, batch_size=16, seq_len=64, log_every=0, seed=0, model_k
             rate = timed_tokens / elapsed if timed_tokens else float("nan")
             print(f"  step {step:4d}  loss {losses[-1]:.4f}  tokens/s {rate:,.0f}", flush=True)
     elapsed = time.perf_counter() - (timed_from or start)
-    return losses, (timed_tokens / elapsed if timed_tokens else float("nan"))
+    rate = timed_tokens / elapsed if timed_tokens else float("nan")
+    return (losses, rate, model) if return_model else (losses, rate)
+
+
+@torch.no_grad()
+def generate(model, vocab, prompt, max_new=12, stop="."):
+    """Greedy decoding on the model's device, one token at a time."""
+    stoi = {c: i for i, c in enumerate(vocab)}
+    device = next(model.parameters()).device
+    idx = torch.tensor([[stoi[c] for c in prompt]], device=device)
+    out = prompt
+    model.eval()
+    for _ in range(max_new):
+        nxt = model(idx)[0, -1].argmax().item()
+        out += vocab[nxt]
+        if vocab[nxt] == stop:
+            break
+        idx = torch.cat([idx, torch.tensor([[nxt]], device=device)], dim=1)
+    model.train()
+    return out
