@@ -234,3 +234,20 @@ def test_recompile_log_names_what_changed():
     # Dynamo's reason for the compiled function: the size guard
     assert "Recompiling function" in out.stderr and "size mismatch" in out.stderr
     assert int(out.stdout.split("recompiles")[1]) >= 2
+
+
+def test_as_strided_and_cpu_constants_inside_graphs():
+    def f(x):
+        window = torch.as_strided(x * 1, (3, 2), (2, 3), 1)  # overlapping windows
+        bias = torch.tensor(-1.5)  # a 0-dim CPU constant lifted into the graph
+        return window + bias, torch.ones(2) * 3  # the second output stays on CPU
+
+    x = torch.arange(12.0)
+    before = counters()
+    got, cpu_out = torch.compile(f, backend="tpu", fullgraph=True)(x.to("tpu"))
+    want, want_cpu = f(x)
+    assert got.device.type == "tpu" and cpu_out.device.type == "cpu"
+    torch.testing.assert_close(got.cpu(), want)
+    torch.testing.assert_close(cpu_out, want_cpu)
+    assert delta(before, "compiled_graphs") == 1
+    assert delta(before, "compile_graphs_eager") == 0

@@ -42,10 +42,11 @@ class _Unsupported(Exception):
     """The graph cannot become one program; it runs eagerly instead."""
 
 
-def _spec(t, allow_cpu_scalar=False):
+def _spec(t, allow_cpu_scalar=False, allow_cpu=False):
     if not isinstance(t, torch.Tensor):
         raise _Unsupported(f"a {type(t).__name__} value where a tensor was expected")
-    if t.device.type != "tpu" and not (allow_cpu_scalar and t.device.type == "cpu" and t.dim() == 0):
+    cpu_ok = allow_cpu or (allow_cpu_scalar and t.dim() == 0)
+    if t.device.type != "tpu" and not (t.device.type == "cpu" and cpu_ok):
         raise _Unsupported(f"a tensor on {t.device}")
     for s in t.shape:
         if not isinstance(s, int):
@@ -260,7 +261,11 @@ class _Builder:
             val = n.meta.get("val")
             multi = isinstance(val, (tuple, list))
             vals = list(val) if multi else [val]
-            specs = [_spec(v) for v in vals if v is not None]
+            # A node whose value PyTorch keeps on the CPU (a lifted constant,
+            # a mask built from Python numbers) is computed on the device
+            # like the rest: eager would have used it as a run-time value.
+            # Only a graph output must come back on the CPU (below).
+            specs = [_spec(v, allow_cpu=True) for v in vals if v is not None]
             values = []
             args = self._args(n, values)
             try:
@@ -284,7 +289,11 @@ class _Builder:
                 out_ids.append(v)
             else:
                 raise _Unsupported(f"a non-tensor output ({type(o).__name__})")
-        out_specs = [_spec(o.meta["val"]) for o in outputs if isinstance(o, torch.fx.Node)]
+        out_specs = [_spec(o.meta["val"], allow_cpu=True) for o in outputs
+                     if isinstance(o, torch.fx.Node)]
+        # outputs PyTorch expects on the CPU (by output slot)
+        self.out_cpu = {k for k, o in enumerate(outputs) if isinstance(o, torch.fx.Node)
+                        and o.meta["val"].device.type == "cpu"}
         # Then one output per mutated input, written back by the runner.
         self.out_writes = [-1] * len(out_ids)
         for i, v in sorted(self.writes.items()):
@@ -297,7 +306,7 @@ class _Builder:
         return _C._CompiledGraph(text, self.input_specs, out_specs, self.with_rng)
 
 
-def _runner(compiled, inputs, out_slots, out_writes):
+def _runner(compiled, inputs, out_slots, out_writes, out_cpu=()):
     consts = [t for kind, t in inputs if kind == "const"]
     arg_pos = [(i, kind == "cpu") for kind, i in inputs if kind in ("arg", "cpu")]
     # Output k -> the position, among the graph's tensors, of the input it
@@ -313,6 +322,8 @@ def _runner(compiled, inputs, out_slots, out_writes):
             if results[k] is not tensors[w]:  # a view input: copy into it
                 tensors[w].copy_(results[k])
         out = [None if s is None else results[s] for s in out_slots]
+        for k in out_cpu:
+            out[k] = out[k].cpu()
         args.clear()  # boxed convention: the caller's list is ours to drop
         return out
 
@@ -358,7 +369,7 @@ def _compile_static(gm):
         return _eager_runner(gm, str(e))
     _bump("compiled_graphs")
     _bump("compiled_graph_ns", int((time.perf_counter() - t0) * 1e9))
-    return _runner(compiled, b.inputs, b.out_slots, b.out_writes)
+    return _runner(compiled, b.inputs, b.out_slots, b.out_writes, b.out_cpu)
 
 
 def _specializing(gm):

@@ -138,6 +138,43 @@ static tpu_status_t lower_to_copy(tpu_lower_ctx_t* ctx) {
   return NULL;
 }
 
+/* as_strided(self, size, stride, offset?): elements of self's flat
+ * row-major contents (a graph value is its own contiguous storage) at
+ * offset + sum(i_k * stride_k): one gather over the flat value. */
+static tpu_status_t lower_as_strided(tpu_lower_ctx_t* ctx) {
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  tpu_hlo_type_t in = tpu_lower_arg(ctx, 0)->type, out = tpu_lower_output_type(ctx, 0);
+  const tpu_lower_arg_t* size = tpu_lower_arg(ctx, 1);
+  const tpu_lower_arg_t* stride = tpu_lower_arg(ctx, 2);
+  const tpu_lower_arg_t* off = tpu_lower_arg(ctx, 3);
+  if (size->kind != TPU_ARG_INTS || stride->kind != TPU_ARG_INTS || size->num_ints != out.rank ||
+      stride->num_ints != out.rank)
+    return tpu_lower_decline(ctx, "as_strided sizes and strides");
+  int64_t n_in = 1, m = 1;
+  for (int d = 0; d < in.rank; d++) n_in *= in.dims[d];
+  for (int d = 0; d < out.rank; d++) m *= out.dims[d];
+  int64_t offset = off->kind == TPU_ARG_INT ? off->i : 0;
+  int64_t last = offset;
+  for (int d = 0; d < out.rank; d++)
+    if (out.dims[d] > 0) last += (out.dims[d] - 1) * stride->ints[d];
+  if (m > 0 && (offset < 0 || last >= n_in))
+    return tpu_lower_decline(ctx, "as_strided reaches outside its input");
+  tpu_hlo_type_t it = out;
+  it.dtype = TPU_DTYPE_INT64;
+  tpu_hlo_value_t idx = tpu_emit_const_like(b, &it, (double)offset);
+  for (int d = 0; d < out.rank; d++)
+    idx = tpu_emit_add(b, idx, tpu_emit_mul(b, tpu_emit_iota(b, &it, d),
+                                            tpu_emit_const_like(b, &it, (double)stride->ints[d])));
+  int64_t m1[2] = {m, 1};
+  tpu_hlo_value_t flat = tpu_emit_reshape(b, tpu_lower_tensor(ctx, 0), &n_in, 1);
+  tpu_hlo_value_t indices = tpu_emit_reshape(b, idx, m1, 2);
+  int64_t zero = 0, one = 1;
+  tpu_hlo_type_t gt = tpu_hlo_type_make(in.dtype, 1, &m);
+  tpu_hlo_value_t g = tpu_emit_gather(b, flat, indices, gt, NULL, 0, &zero, &zero, 1, &one);
+  tpu_lower_set_output(ctx, 0, tpu_emit_reshape(b, g, out.dims, out.rank));
+  return NULL;
+}
+
 /* Factories in graphs: full(size, value), full_like(self, value),
  * scalar_tensor(value): the value (a constant of the graph) splatted over
  * the output. empty / empty_like / empty_strided / new_empty: zeros, so a
@@ -172,6 +209,7 @@ const tpu_lowering_t tpu_lowerings_view_values[] = {
     {"slice", lower_slice, G},                 {"select", lower_select, G},
     {"split", lower_split, G},                 {"split_with_sizes", lower_split, G},
     {"unbind", lower_split, G},                {"_to_copy", lower_to_copy, G},
+    {"as_strided", lower_as_strided, G},       {"as_strided_copy", lower_as_strided, G},
     {"full", lower_full, G},                   {"full_like", lower_full, G},
     {"scalar_tensor", lower_full, G},          {"empty", lower_empty, G},
     {"empty_like", lower_empty, G},            {"empty_strided", lower_empty, G},
