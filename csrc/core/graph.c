@@ -1,9 +1,11 @@
 #include "graph.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "eager.h"
+#include "kernel.h"
 #include "hlo/builder.h"
 #include "lower/ctx_internal.h"
 #include "lower/emit.h"
@@ -15,6 +17,8 @@ struct tpu_graph_s {
   bool with_rng;
   tpu_hlo_value_t rng_state; /* the generator state, threaded through nodes */
   tpu_status_t broken;       /* first failure: later calls repeat it */
+  const tpu_kernel_t* kernels[64]; /* whose functions the module holds */
+  int num_kernels;
 };
 
 static tpu_hlo_value_t invalid(void) { return (tpu_hlo_value_t){-1}; }
@@ -307,4 +311,48 @@ done:
   free(args);
   free(results);
   return s;
+}
+
+tpu_status_t tpu_graph_add_kernel(tpu_graph_t* g, const tpu_kernel_t* kernel, const int* args,
+                                  int num_args, int* out_values) {
+  if (g->broken)
+    return tpu_status_make(tpu_status_code(g->broken), "%s", tpu_status_message(g->broken));
+  int np = tpu_kernel_num_params(kernel), nr = tpu_kernel_num_results(kernel);
+  if (num_args != np)
+    return fail(g, tpu_status_make(TPU_STATUS_INVALID_ARGUMENT,
+                                   "kernel %s takes %d tensors, got %d", tpu_kernel_entry(kernel),
+                                   np, num_args));
+  tpu_hlo_value_t in[64], out[64];
+  tpu_hlo_type_t types[64];
+  if (np > 64 || nr > 64)
+    return fail(g, tpu_status_make(TPU_STATUS_INVALID_ARGUMENT, "kernel has too many tensors"));
+  for (int i = 0; i < np; i++) {
+    in[i] = value_of(g, args[i]);
+    tpu_hlo_type_t have = tpu_hlo_value_type(g->b, in[i]), want = tpu_kernel_param(kernel, i);
+    if (in[i].id < 0 || have.dtype != want.dtype || have.rank != want.rank ||
+        memcmp(have.dims, want.dims, sizeof(int64_t) * (size_t)want.rank) != 0) {
+      char h[128], w[128];
+      tpu_hlo_type_print(&have, h, sizeof h);
+      tpu_hlo_type_print(&want, w, sizeof w);
+      return fail(g, tpu_status_make(TPU_STATUS_INVALID_ARGUMENT,
+                                     "kernel argument %d is %s, the kernel declares %s", i, h, w));
+    }
+  }
+  for (int i = 0; i < nr; i++) types[i] = tpu_kernel_result(kernel, i);
+  bool added = false;
+  for (int i = 0; i < g->num_kernels && !added; i++) added = g->kernels[i] == kernel;
+  if (!added) {
+    if (g->num_kernels == 64)
+      return fail(g, tpu_status_make(TPU_STATUS_RESOURCE_EXHAUSTED, "too many kernels in a graph"));
+    g->kernels[g->num_kernels++] = kernel;
+    tpu_hlo_add_functions(g->b, tpu_kernel_functions(kernel));
+  }
+  char attrs[80];
+  snprintf(attrs, sizeof attrs, "callee = @%s", tpu_kernel_entry(kernel));
+  tpu_hlo_op_multi(g->b, "func.call", in, np, types, nr, attrs, out);
+  for (int i = 0; i < nr; i++) {
+    out_values[i] = g->num_values;
+    if (!push_value(g, out[i])) return fail(g, oom());
+  }
+  return NULL;
 }

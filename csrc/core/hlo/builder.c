@@ -52,6 +52,7 @@ struct tpu_hlo_builder_s {
   int num_frames, cap_frames;
   tpu_strbuf_t signature;   /* "%arg0: tensor<f32>, ..." */
   tpu_strbuf_t result_sig;  /* set by tpu_hlo_return */
+  tpu_strbuf_t functions;   /* extra func.func text after @main */
   /* Result counts of every region_op_begin call not yet ended, kept even
    * after an error so region_op_end can always fill its out_results. */
   int* region_results;
@@ -347,6 +348,7 @@ void tpu_hlo_builder_destroy(tpu_hlo_builder_t* b) {
   free(b->region_results);
   tpu_strbuf_free(&b->signature);
   tpu_strbuf_free(&b->result_sig);
+  tpu_strbuf_free(&b->functions);
   tpu_status_free(b->error);
   free(b);
 }
@@ -661,6 +663,11 @@ void tpu_hlo_return(tpu_hlo_builder_t* b, const tpu_hlo_value_t* values,
   tpu_strbuf_free(&types);
 }
 
+void tpu_hlo_add_functions(tpu_hlo_builder_t* b, const char* text) {
+  if (!tpu_hlo_ok_(b)) return;
+  tpu_strbuf_append(&b->functions, text);
+}
+
 tpu_status_t tpu_hlo_builder_finish(tpu_hlo_builder_t* b, char** out_text,
                                     size_t* out_len) {
   if (out_text) *out_text = NULL;
@@ -687,7 +694,9 @@ tpu_status_t tpu_hlo_builder_finish(tpu_hlo_builder_t* b, char** out_text,
                      b->signature.data ? b->signature.data : "",
                      b->result_sig.data);
   tpu_strbuf_append(&sb, b->frames[0].text.data);
-  tpu_strbuf_append(&sb, "  }\n}\n");
+  tpu_strbuf_append(&sb, "  }\n");
+  if (b->functions.data) tpu_strbuf_append(&sb, b->functions.data);
+  tpu_strbuf_append(&sb, "}\n");
   char* text = tpu_strbuf_take(&sb, out_len);
   tpu_strbuf_free(&sb);
   if (!text) {

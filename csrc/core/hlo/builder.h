@@ -118,6 +118,10 @@ tpu_hlo_value_t tpu_hlo_constant_dense(tpu_hlo_builder_t* b,
 void tpu_hlo_return(tpu_hlo_builder_t* b, const tpu_hlo_value_t* values,
                     int num_values);
 
+/* Appends whole functions (func.func ... text) to the module after @main:
+ * private functions that @main calls with "func.call" (custom kernels). */
+void tpu_hlo_add_functions(tpu_hlo_builder_t* b, const char* text);
+
 /* The module text. *out_text is malloc'd (caller frees with free()),
  * NUL-terminated; out_len excludes the NUL. Returns the first recorded
  * error instead, if any. */
