@@ -100,6 +100,14 @@ def _classify(arg_type):
     return "other"
 
 
+def _kernel_definition(target):
+    schema_name = target._schema.name
+    if not schema_name.startswith("torchtpu_kernels::"):
+        return None
+    from . import kernels
+    return kernels._definition_for(schema_name)
+
+
 def _op_name(target):
     schema = target._schema
     overload = schema.overload_name
@@ -253,6 +261,19 @@ class _Builder:
                 self.ids[n] = self._value(src)
                 continue
             name = _op_name(n.target)
+            kernel = _kernel_definition(n.target)
+            if kernel is not None:
+                # A custom kernel (torchtpu.kernels): its module is inlined.
+                ins = list(n.args[0]) if n.args else list(n.kwargs.get("inputs", []))
+                specs = tuple((a.meta["val"].dtype, tuple(a.meta["val"].shape)) for a in ins)
+                # A kernel that is wrong (does not parse or compile, wrong
+                # declared shapes) raises KernelError naming it, as in eager.
+                k = kernel.compiled(specs)[0]
+                try:
+                    self.ids[n] = list(graph.add_kernel(k, [self._value(a) for a in ins]))
+                except (RuntimeError, ValueError) as e:
+                    raise _Unsupported(str(e)) from None
+                continue
             if not _C._graph_op_supported(name):
                 raise _Unsupported(f"{name} has no lowering")
             if any(a.alias_info is not None and a.alias_info.is_write

@@ -3,6 +3,7 @@
 // compiled graph on tpu tensors' storages. All the logic is in C; this file
 // only converts.
 #include <ATen/ATen.h>
+#include <torch/csrc/DynamicTypes.h>
 #include <torch/csrc/Dtype.h>
 #include <torch/csrc/utils/pybind.h>
 
@@ -16,6 +17,7 @@
 
 extern "C" {
 #include "core/graph.h"
+#include "core/kernel.h"
 #include "core/metrics.h"
 #include "core/program.h"
 }
@@ -59,6 +61,51 @@ void copy_ints(const py::handle& obj, tpu_lower_arg_t* a) {
   a->num_ints = static_cast<int>(ints.size());
   for (size_t i = 0; i < ints.size(); i++) a->ints[i] = ints[i];
 }
+
+py::object dtype_object(tpu_dtype_t d) {
+  return py::reinterpret_borrow<py::object>(
+      reinterpret_cast<PyObject*>(torch::getTHPDtype(to_scalar_type(d))));
+}
+
+py::list specs_of(const tpu_kernel_t* k, bool results) {
+  py::list out;
+  int n = results ? tpu_kernel_num_results(k) : tpu_kernel_num_params(k);
+  for (int i = 0; i < n; i++) {
+    tpu_hlo_type_t t = results ? tpu_kernel_result(k, i) : tpu_kernel_param(k, i);
+    out.append(py::make_tuple(dtype_object(t.dtype),
+                              std::vector<int64_t>(t.dims, t.dims + t.rank)));
+  }
+  return out;
+}
+
+// A parsed user kernel (core/kernel.h).
+class Kernel {
+ public:
+  Kernel(const std::string& name, const std::string& text) {
+    tpu_status_t s = tpu_kernel_create(name.c_str(), text.data(), text.size(), &k_);
+    if (s) {
+      std::string message = std::string("torchtpu: ") + tpu_status_message(s);
+      tpu_status_free(s);
+      throw py::value_error(message);
+    }
+  }
+  ~Kernel() { tpu_kernel_destroy(k_); }
+  py::list params() const { return specs_of(k_, false); }
+  py::list results() const { return specs_of(k_, true); }
+  py::bytes flat_module() const {
+    char* text = nullptr;
+    size_t len = 0;
+    tpu_status_t s = tpu_kernel_flat_module(k_, &text, &len);
+    if (s) raise(s, "building a kernel's wrapper");
+    py::bytes out(text, len);
+    free(text);
+    return out;
+  }
+  const tpu_kernel_t* get() const { return k_; }
+
+ private:
+  tpu_kernel_t* k_ = nullptr;
+};
 
 class Graph {
  public:
@@ -150,6 +197,14 @@ class Graph {
                                         static_cast<int>(out_types.size()), out_ids.data());
     if (s) raise(s, "lowering " + op);
     return out_ids;
+  }
+
+  std::vector<int> add_kernel(const Kernel& kernel, const std::vector<int>& args) {
+    std::vector<int> out(static_cast<size_t>(tpu_kernel_num_results(kernel.get())));
+    tpu_status_t s = tpu_graph_add_kernel(g_, kernel.get(), args.data(),
+                                          static_cast<int>(args.size()), out.data());
+    if (s) raise(s, "inlining a kernel");
+    return out;
   }
 
   py::bytes finish(const std::vector<int>& outputs) {
@@ -274,7 +329,13 @@ void init_graph_bindings(py::module& m) {
   py::class_<Graph>(m, "_Graph")
       .def(py::init<const py::list&, bool>(), py::arg("inputs"), py::arg("with_rng"))
       .def("add_node", &Graph::add_node)
+      .def("add_kernel", &Graph::add_kernel)
       .def("finish", &Graph::finish);
+  py::class_<Kernel>(m, "_Kernel")
+      .def(py::init<const std::string&, const std::string&>(), py::arg("name"), py::arg("text"))
+      .def_property_readonly("params", &Kernel::params)
+      .def_property_readonly("results", &Kernel::results)
+      .def("flat_module", &Kernel::flat_module);
   py::class_<Compiled>(m, "_CompiledGraph")
       .def(py::init<std::string, const py::list&, const py::list&, bool>(), py::arg("text"),
            py::arg("inputs"), py::arg("outputs"), py::arg("with_rng"))
