@@ -81,6 +81,23 @@ def test_no_graph_break_and_per_shape_lowering():
     assert len(kern.definition.by_spec) == 2  # one lowering per input shape, like jax.jit
 
 
+def test_jax_static_arguments_like_jit():
+    def scaled_sum(a, *, axis, scale):
+        return jnp.sum(a, axis=axis) * scale
+
+    kern = K.jax(scaled_sum, static_argnames=("axis", "scale"))
+    x = torch.randn(3, 4)
+    for axis, scale in ((0, 2.0), (1, 0.5), (0, 2.0)):
+        xt = x.to("tpu").requires_grad_()
+        y = kern(xt, axis=axis, scale=scale)
+        torch.testing.assert_close(y.detach().cpu(), x.sum(axis) * scale)
+        y.sum().backward()
+        torch.testing.assert_close(xt.grad.cpu(), torch.full_like(x, scale))
+    assert len(kern.by_static) == 2  # one kernel per set of static values
+    with pytest.raises(K.KernelError, match="are not static arguments"):
+        kern(x.to("tpu"), axis=0, scale=1.0, bogus=1)
+
+
 def test_examples_train():
     r = rmsnorm_stablehlo.train(steps=20)
     p = pallas_softmax.train(steps=20)

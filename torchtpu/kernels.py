@@ -158,12 +158,48 @@ _JAX_DTYPES = {
 }
 
 
-def jax(fn, *, name=None, backward=None):
+class _StaticKernels:
+    """A JAX kernel with static arguments: like jax.jit(fn,
+    static_argnames=...), each new set of static values is its own kernel
+    (lowered with those values baked in); tensors are the other arguments."""
+
+    def __init__(self, fn, name, backward, static_argnames):
+        self.fn, self.name, self.backward = fn, name, backward
+        self.static_argnames = tuple(static_argnames)
+        self.by_static = {}
+
+    def __call__(self, *tensors, **static):
+        unknown = set(static) - set(self.static_argnames)
+        if unknown:
+            raise KernelError(f"kernel '{self.name}': {sorted(unknown)} are not static arguments "
+                              f"(static_argnames={list(self.static_argnames)})")
+        key = tuple(sorted(static.items()))
+        try:
+            hash(key)
+        except TypeError:
+            raise KernelError(f"kernel '{self.name}': static arguments must be hashable, got "
+                              f"{static}") from None
+        k = self.by_static.get(key)
+        if k is None:
+            import functools
+            k = jax(functools.partial(self.fn, **static),
+                    name=f"{self.name}__static{len(self.by_static)}", backward=self.backward)
+            self.by_static[key] = k
+        return k(*tensors)
+
+
+def jax(fn, *, name=None, backward=None, static_argnames=()):
     """Defines a kernel from a JAX function of arrays (jnp code, or a
     pallas_call; on CPU use interpret=True): lowered with
-    jax.jit(fn).lower(...) for each new set of input shapes, like jax.jit.
-    Its backward is JAX's VJP, lowered the same way, unless `backward` is
-    given (as for stablehlo)."""
+    jax.jit(fn).lower(...) for each new set of input shapes, like jax.jit;
+    `static_argnames` are keyword arguments baked into the lowering, one
+    kernel per set of values (jax.jit's static arguments). Its backward is
+    JAX's VJP, lowered the same way, unless `backward` is given (as for
+    stablehlo)."""
+    if static_argnames:
+        kname = name or getattr(fn, "__name__", "jax_kernel")
+        return _StaticKernels(fn, kname if kname != "<lambda>" else "jax_lambda", backward,
+                              static_argnames)
     try:
         import jax as jax_module
     except ImportError as e:
@@ -184,7 +220,8 @@ def jax(fn, *, name=None, backward=None):
 
     def lower(f, specs, what):
         try:
-            return jax_module.jit(f).lower(*structs(specs)).as_text()
+            # keep_unused: every tensor stays a parameter, used or not
+            return jax_module.jit(f, keep_unused=True).lower(*structs(specs)).as_text()
         except KernelError:
             raise
         except Exception as e:  # JAX's own error: say which kernel
