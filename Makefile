@@ -92,8 +92,9 @@ test-defer: install
 	TORCHTPU_EAGER_MODE=defer_and_fuse $(PY) -m pytest -q -p no:cacheprovider $(MODE_SUITES)
 
 # Every suite that is not about one mode (test_modes.py tests the modes
-# themselves; test_opinfo.py is the conformance subset, run once in strict).
-MODE_SUITES = $(filter-out tests/test_modes.py tests/test_opinfo.py,$(wildcard tests/test_*.py))
+# themselves; test_opinfo.py is the conformance subset, run once in strict;
+# test_cache.py runs its workloads in strict subprocesses whatever the mode).
+MODE_SUITES = $(filter-out tests/test_modes.py tests/test_opinfo.py tests/test_cache.py,$(wildcard tests/test_*.py))
 
 test: install ctest ctest-asan pytest pytest-debug pytest-defer
 
