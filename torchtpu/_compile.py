@@ -26,7 +26,6 @@ import torch.fx
 
 from . import _C
 
-_SCALAR_KINDS = ("NumberType",)
 _warned = set()
 
 
@@ -52,11 +51,6 @@ def _spec(t, allow_cpu_scalar=False, allow_cpu=False):
         if not isinstance(s, int):
             raise _Unsupported("a symbolic shape")
     return (t.dtype, list(t.shape))
-
-
-def _is_fake(t):
-    from torch._subclasses.fake_tensor import FakeTensor
-    return isinstance(t, FakeTensor)
 
 
 def _elem_kind(typ):
