@@ -76,3 +76,58 @@ print("ok")
     r = run_python(code, {"TORCHTPU_NUM_DEVICES": "4"})
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "ok"
+
+
+def test_visible_devices_select_and_order():
+    code = """
+import torch, torchtpu
+assert torch.tpu.device_count() == 2, torch.tpu.device_count()
+assert [d["id"] for d in torchtpu.devices_info()] == [3, 1]
+assert torch.tpu.current_device() == 0  # LOCAL_RANK yields to the list
+a, b = torch.randn(3, 5), torch.randn(5, 2)
+got = (a.to("tpu:0") @ b.to("tpu:0")).relu()
+assert got.device == torch.device("tpu:0")
+torch.testing.assert_close(got.cpu(), (a @ b).relu())
+assert torch.ones(2, device="tpu:1").to("tpu:0").cpu().tolist() == [1.0, 1.0]
+print("ok")
+"""
+    r = run_python(code, {"TORCHTPU_NUM_DEVICES": "2", "TORCHTPU_VISIBLE_DEVICES": "3,1",
+                          "LOCAL_RANK": "1"})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "ok"
+
+
+def test_local_rank_sets_default_device():
+    code = """
+import torch
+assert torch.tpu.current_device() == 1
+x = torch.ones(2, device="tpu")
+assert x.device == torch.device("tpu:1"), x.device
+torch.tpu.set_device(0)
+assert torch.tpu.current_device() == 0
+print("ok")
+"""
+    r = run_python(code, {"TORCHTPU_NUM_DEVICES": "4", "LOCAL_RANK": "5"})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "ok"
+
+
+def test_bad_visible_devices_raise_naming_the_value():
+    # A failed start keeps nothing, so one process can try every value.
+    code = """
+import os, torch
+for value in ["1,x", "0,0", "-1", "2048"]:
+    os.environ["TORCHTPU_VISIBLE_DEVICES"] = value
+    try:
+        torch.ones(1, device="tpu")
+        print("no error for", value)
+    except RuntimeError as e:
+        msg = str(e)
+        assert "TORCHTPU_VISIBLE_DEVICES" in msg and value in msg, msg
+os.environ["TORCHTPU_VISIBLE_DEVICES"] = "1"
+assert torch.ones(1, device="tpu").cpu().item() == 1.0
+print("ok")
+"""
+    r = run_python(code)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "ok"

@@ -1,6 +1,8 @@
 #include "env.h"
 
+#include <ctype.h>
 #include <errno.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -10,8 +12,15 @@ static const tpu_env_var_t kEnvVars[] = {
      "xla_cuda_plugin.so, ...). Default: the installed xla-cpu-pjrt plugin.",
      "stable"},
     {"TORCHTPU_NUM_DEVICES", "1",
-     "Number of devices the CPU plugin creates (its cpu_device_count). "
-     "Ignored by other plugins.",
+     "Number of devices the CPU plugin creates (its cpu_device_count; at "
+     "least the largest TORCHTPU_VISIBLE_DEVICES index + 1). Ignored by "
+     "other plugins.",
+     "stable"},
+    {"TORCHTPU_VISIBLE_DEVICES", "",
+     "Comma-separated indices of the plugin's addressable devices this "
+     "process uses, in that order: tpu:i is the i-th listed (e.g. '2,3'). "
+     "Unset: all of them. When set, LOCAL_RANK does not pick the default "
+     "device.",
      "stable"},
     {"TORCHTPU_FALLBACK", "warn",
      "Ops without a device lowering run on CPU: 'warn' (once per op), "
@@ -87,4 +96,49 @@ int64_t tpu_env_get_int(const char* name, int64_t fallback) {
   long long value = strtoll(text, &end, 10);
   if (errno || !end || *end) return fallback;
   return value;
+}
+
+tpu_status_t tpu_env_get_index_list(const char* name, int limit, int capacity,
+                                    int* out_indices, int* out_count) {
+  *out_count = 0;
+  const char* text = tpu_env_get(name);
+  const char* p = text;
+  while (isspace((unsigned char)*p)) p++;
+  if (!*p) return NULL; /* unset or blank: no list */
+  int count = 0;
+  for (;;) {
+    char* end = NULL;
+    errno = 0;
+    long value = strtol(p, &end, 10);
+    bool is_number = end != p && isdigit((unsigned char)end[-1]);
+    while (end && isspace((unsigned char)*end)) end++;
+    if (!is_number || errno || (*end && *end != ',')) {
+      return tpu_status_make(TPU_STATUS_INVALID_ARGUMENT,
+                             "%s must be comma-separated device indices "
+                             "(e.g. '0,1'), got '%s'",
+                             name, text);
+    }
+    if (value < 0 || value >= limit) {
+      return tpu_status_make(TPU_STATUS_INVALID_ARGUMENT,
+                             "%s: index %ld is out of range [0, %d), in '%s'",
+                             name, value, limit, text);
+    }
+    for (int i = 0; i < count; i++) {
+      if (out_indices[i] == value) {
+        return tpu_status_make(TPU_STATUS_INVALID_ARGUMENT,
+                               "%s lists index %ld twice, in '%s'", name,
+                               value, text);
+      }
+    }
+    if (count == capacity) {
+      return tpu_status_make(TPU_STATUS_INVALID_ARGUMENT,
+                             "%s lists more than %d indices, in '%s'", name,
+                             capacity, text);
+    }
+    out_indices[count++] = (int)value;
+    if (!*end) break;
+    p = end + 1;
+  }
+  *out_count = count;
+  return NULL;
 }

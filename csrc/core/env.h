@@ -8,6 +8,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "status.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -31,6 +33,13 @@ const char* tpu_env_get(const char* name);
 /* Parses tpu_env_get(name) as a decimal integer; `fallback` when it is not
  * one. */
 int64_t tpu_env_get_int(const char* name, int64_t fallback);
+/* Parses tpu_env_get(name) as comma-separated distinct integers in
+ * [0, limit), at most `capacity` of them, into out_indices in the order
+ * given (spaces around items allowed). Unset or blank: *out_count = 0.
+ * Anything else is INVALID_ARGUMENT naming the variable and its value; then
+ * *out_count is 0. */
+tpu_status_t tpu_env_get_index_list(const char* name, int limit, int capacity,
+                                    int* out_indices, int* out_count);
 
 #ifdef __cplusplus
 }

@@ -21,6 +21,21 @@ typedef struct {
 static pthread_mutex_t g_pending_lock = PTHREAD_MUTEX_INITIALIZER;
 static pending_t g_pending[TPU_MAX_DEVICES];
 
+static int g_default_device;
+
+/* torchrun starts one process per device on a host and tells each its
+ * LOCAL_RANK; spreading them over the devices needs no code in the script.
+ * Not one of our variables (not in the registry); ignored unless it is a
+ * non-negative integer. */
+static int local_rank_device(int device_count) {
+  const char* text = getenv("LOCAL_RANK");
+  if (!text || !text[0] || device_count <= 0) return 0;
+  char* end = NULL;
+  long rank = strtol(text, &end, 10);
+  if (*end || rank < 0) return 0;
+  return (int)(rank % device_count);
+}
+
 tpu_status_t tpu_runtime_init(const char* fallback_plugin_path) {
   pthread_mutex_lock(&g_lock);
   tpu_status_t status = NULL;
@@ -43,13 +58,30 @@ tpu_status_t tpu_runtime_init(const char* fallback_plugin_path) {
     tpu_plugin_release(plugin);
     goto done;
   }
-  tpu_client_options_t options = {.cpu_device_count = num_devices};
-  tpu_client_t* client = NULL;
-  status = tpu_client_create(plugin, &options, &client);
+  int visible[TPU_MAX_DEVICES];
+  int visible_count = 0;
+  /* 1024: the CPU plugin creates max index + 1 devices; cap it as above. */
+  status = tpu_env_get_index_list("TORCHTPU_VISIBLE_DEVICES", 1024,
+                                  TPU_MAX_DEVICES, visible, &visible_count);
   if (status) {
     tpu_plugin_release(plugin);
     goto done;
   }
+  tpu_client_options_t options = {.cpu_device_count = num_devices,
+                                  .visible_devices = visible,
+                                  .visible_device_count = visible_count};
+  tpu_client_t* client = NULL;
+  status = tpu_client_create(plugin, &options, &client);
+  if (status) {
+    if (visible_count > 0) {
+      status = tpu_status_annotate(status, "with TORCHTPU_VISIBLE_DEVICES='%s': ",
+                                   tpu_env_get("TORCHTPU_VISIBLE_DEVICES"));
+    }
+    tpu_plugin_release(plugin);
+    goto done;
+  }
+  g_default_device =
+      visible_count > 0 ? 0 : local_rank_device(tpu_client_device_count(client));
   g_plugin = plugin;
   g_client = client;
 done:
@@ -70,6 +102,8 @@ tpu_plugin_t* tpu_runtime_plugin(void) { return g_plugin; }
 int tpu_runtime_device_count(void) {
   return g_client ? tpu_client_device_count(g_client) : 0;
 }
+
+int tpu_runtime_default_device(void) { return g_client ? g_default_device : 0; }
 
 tpu_status_t tpu_runtime_check_device(int device_index) {
   int count = tpu_runtime_device_count();
@@ -150,5 +184,6 @@ void tpu_runtime_shutdown(void) {
   tpu_plugin_release(g_plugin);
   g_client = NULL;
   g_plugin = NULL;
+  g_default_device = 0;
   pthread_mutex_unlock(&g_lock);
 }

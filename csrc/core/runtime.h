@@ -15,7 +15,9 @@ extern "C" {
 #endif
 
 /* Loads the plugin (tpu_plugin_resolve_path(fallback_plugin_path)) and
- * creates the client with TORCHTPU_NUM_DEVICES CPU devices. Idempotent and
+ * creates the client with TORCHTPU_NUM_DEVICES CPU devices, exposing those
+ * TORCHTPU_VISIBLE_DEVICES lists (a bad list is INVALID_ARGUMENT naming the
+ * variable and its value). Idempotent and
  * thread-safe. On failure nothing is kept, so a later call may retry (e.g.
  * after fixing TORCHTPU_PJRT_PLUGIN). */
 tpu_status_t tpu_runtime_init(const char* fallback_plugin_path);
@@ -25,6 +27,10 @@ bool tpu_runtime_is_initialized(void);
 tpu_client_t* tpu_runtime_client(void);
 tpu_plugin_t* tpu_runtime_plugin(void);
 int tpu_runtime_device_count(void); /* 0 before init */
+/* The device a thread starts on: LOCAL_RANK % device count when LOCAL_RANK
+ * (torchrun) is set and TORCHTPU_VISIBLE_DEVICES is not, else 0. 0 before
+ * init. */
+int tpu_runtime_default_device(void);
 
 /* Checks device_index against the device count (OUT_OF_RANGE naming both). */
 tpu_status_t tpu_runtime_check_device(int device_index);

@@ -3,7 +3,10 @@
  * all awaited by synchronize). */
 #include "runtime.h"
 
+#include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "metrics.h"
 #include "program.h"
@@ -15,6 +18,94 @@ static const char kAddOne[] =
     "  %y = stablehlo.add %x, %one : tensor<4xf32>\n"
     "  return %y : tensor<4xf32>\n"
     "}\n";
+
+/* Starts the runtime in a forked child (it is process-wide and read once)
+ * with the given environment, and runs `check` there; true when the child
+ * passed. Runs before this process starts a client: forking one with a live
+ * client's threads is not safe. */
+static bool in_child(const char* num_devices, const char* visible,
+                     const char* local_rank, int (*check)(tpu_status_t)) {
+  fflush(stderr);
+  pid_t pid = fork();
+  if (pid == 0) {
+    setenv("TORCHTPU_NUM_DEVICES", num_devices, 1);
+    if (visible) setenv("TORCHTPU_VISIBLE_DEVICES", visible, 1);
+    else unsetenv("TORCHTPU_VISIBLE_DEVICES");
+    if (local_rank) setenv("LOCAL_RANK", local_rank, 1);
+    else unsetenv("LOCAL_RANK");
+    _exit(check(tpu_runtime_init(NULL)));
+  }
+  int wstatus = 0;
+  return pid > 0 && waitpid(pid, &wstatus, 0) == pid && WIFEXITED(wstatus) &&
+         WEXITSTATUS(wstatus) == 0;
+}
+
+#define CHILD_CHECK(cond)                                                  \
+  do {                                                                     \
+    if (!(cond)) {                                                         \
+      fprintf(stderr, "%s:%d: child check failed: %s\n", __FILE__, __LINE__, \
+              #cond);                                                      \
+      return 1;                                                            \
+    }                                                                      \
+  } while (0)
+
+static int device_id(int index) {
+  tpu_device_t* device = NULL;
+  tpu_status_free(tpu_client_device(tpu_runtime_client(), index, &device));
+  return device ? tpu_device_id(device) : -1;
+}
+
+/* TORCHTPU_NUM_DEVICES=4 TORCHTPU_VISIBLE_DEVICES=2,3 LOCAL_RANK=1: two
+ * devices, the plugin's 2 and 3; programs run on tpu:0 (plugin device 2);
+ * the visible list wins over LOCAL_RANK. */
+static int check_visible_two_of_four(tpu_status_t init) {
+  CHILD_CHECK(init == NULL);
+  CHILD_CHECK(tpu_runtime_device_count() == 2);
+  CHILD_CHECK(device_id(0) == 2 && device_id(1) == 3);
+  CHILD_CHECK(tpu_runtime_default_device() == 0);
+  tpu_program_t* program = NULL;
+  CHILD_CHECK(!tpu_program_get(kAddOne, strlen(kAddOne), &program));
+  const float start[4] = {0, 1, 2, 3};
+  int64_t four = 4;
+  tpu_buffer_t *x = NULL, *y = NULL;
+  CHILD_CHECK(!tpu_buffer_from_host(tpu_runtime_client(), 1, start,
+                                    TPU_DTYPE_FLOAT32, &four, 1, NULL, &x));
+  CHILD_CHECK(!tpu_program_execute_sync(program, 1, &x, 1, &y));
+  float got[4];
+  CHILD_CHECK(!tpu_buffer_to_host(y, got, sizeof got));
+  CHILD_CHECK(got[0] == 1 && got[3] == 4);
+  tpu_buffer_destroy(x);
+  tpu_buffer_destroy(y);
+  return 0;
+}
+
+static int check_local_rank_picks_device(tpu_status_t init) {
+  CHILD_CHECK(init == NULL);
+  CHILD_CHECK(tpu_runtime_device_count() == 4);
+  CHILD_CHECK(tpu_runtime_default_device() == 1); /* 5 % 4 */
+  return 0;
+}
+
+/* A bad list fails init with a message naming the variable and value, and
+ * leaves nothing half-started. */
+static int check_bad_list_fails(tpu_status_t init) {
+  CHILD_CHECK(init != NULL);
+  CHILD_CHECK(tpu_status_code(init) == TPU_STATUS_INVALID_ARGUMENT);
+  const char* message = tpu_status_message(init);
+  CHILD_CHECK(strstr(message, "TORCHTPU_VISIBLE_DEVICES"));
+  CHILD_CHECK(strstr(message, getenv("TORCHTPU_VISIBLE_DEVICES")));
+  CHILD_CHECK(!tpu_runtime_is_initialized());
+  tpu_status_free(init);
+  return 0;
+}
+
+static void test_visible_devices_and_local_rank(void) {
+  CHECK(in_child("4", "2,3", "1", check_visible_two_of_four));
+  CHECK(in_child("4", NULL, "5", check_local_rank_picks_device));
+  CHECK(in_child("4", "1,1", NULL, check_bad_list_fails));
+  CHECK(in_child("4", "one", NULL, check_bad_list_fails));
+  CHECK(in_child("1", "1024", NULL, check_bad_list_fails));
+}
 
 static void test_init_and_device_checks(void) {
   CHECK_OK(tpu_runtime_init(NULL));
@@ -67,5 +158,6 @@ static void test_many_tracked_executions_then_synchronize(void) {
   CHECK_OK(tpu_runtime_synchronize(-1));
 }
 
-TPU_TEST_MAIN(TPU_TEST(test_init_and_device_checks),
+TPU_TEST_MAIN(TPU_TEST(test_visible_devices_and_local_rank),
+              TPU_TEST(test_init_and_device_checks),
               TPU_TEST(test_many_tracked_executions_then_synchronize))

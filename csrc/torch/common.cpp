@@ -16,7 +16,8 @@ namespace {
 std::mutex g_path_lock;
 std::string g_default_plugin_path;
 std::atomic<bool> g_runtime_ready{false};
-thread_local c10::DeviceIndex t_current_device = 0;
+// -1 until the thread sets one: then the runtime's default (LOCAL_RANK).
+thread_local c10::DeviceIndex t_current_device = -1;
 }  // namespace
 
 void throw_status(tpu_status_t status, const char* context) {
@@ -55,7 +56,14 @@ c10::DeviceIndex device_count_noexcept() {
   return static_cast<c10::DeviceIndex>(tpu_runtime_device_count());
 }
 
-c10::DeviceIndex current_device() { return t_current_device; }
+c10::DeviceIndex current_device() {
+  if (t_current_device >= 0) return t_current_device;
+  // The default depends on the device count, so it needs the runtime; until
+  // that starts, say 0 and remember nothing (a failed start may be retried).
+  if (device_count_noexcept() <= 0) return 0;
+  t_current_device = static_cast<c10::DeviceIndex>(tpu_runtime_default_device());
+  return t_current_device;
+}
 
 void set_current_device(c10::DeviceIndex index) {
   ensure_runtime();

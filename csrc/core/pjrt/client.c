@@ -55,7 +55,62 @@ static tpu_status_t read_platform_name(const PJRT_Api* api, PJRT_Client* client,
                                      "out of memory");
 }
 
-static tpu_status_t read_client_info(tpu_client_t* client) {
+/* Distinct non-negative indices; *out_max is the largest (-1 if none). */
+static tpu_status_t check_visible_devices(const tpu_client_options_t* options,
+                                          int* out_max) {
+  *out_max = -1;
+  if (!options || options->visible_device_count <= 0) return NULL;
+  if (!options->visible_devices) {
+    return tpu_status_make(TPU_STATUS_INVALID_ARGUMENT,
+                           "visible_devices is NULL but its count is %d",
+                           options->visible_device_count);
+  }
+  for (int i = 0; i < options->visible_device_count; i++) {
+    int index = options->visible_devices[i];
+    if (index < 0) {
+      return tpu_status_make(TPU_STATUS_INVALID_ARGUMENT,
+                             "visible device index %d is negative", index);
+    }
+    for (int j = 0; j < i; j++) {
+      if (options->visible_devices[j] == index) {
+        return tpu_status_make(TPU_STATUS_INVALID_ARGUMENT,
+                               "visible device index %d is listed twice",
+                               index);
+      }
+    }
+    if (index > *out_max) *out_max = index;
+  }
+  return NULL;
+}
+
+/* Fills client->devices with the visible devices (all when no list). */
+static tpu_status_t init_devices(tpu_client_t* client, PJRT_Device* const* all,
+                                 size_t n, const tpu_client_options_t* options) {
+  bool listed = options && options->visible_device_count > 0;
+  size_t count = listed ? (size_t)options->visible_device_count : n;
+  for (size_t i = 0; listed && i < count; i++) {
+    if ((size_t)options->visible_devices[i] >= n) {
+      return tpu_status_make(TPU_STATUS_INVALID_ARGUMENT,
+                             "visible device index %d is out of range: the "
+                             "plugin has %zu addressable device(s)",
+                             options->visible_devices[i], n);
+    }
+  }
+  client->devices = calloc(count, sizeof *client->devices);
+  if (!client->devices) {
+    return tpu_status_make(TPU_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  for (size_t i = 0; i < count; i++) {
+    size_t source = listed ? (size_t)options->visible_devices[i] : i;
+    client->device_count = (int)i + 1; /* so destroy frees a partial init */
+    TPU_RETURN_IF_ERROR(
+        tpu_device_init(client, (int)i, all[source], &client->devices[i]));
+  }
+  return NULL;
+}
+
+static tpu_status_t read_client_info(tpu_client_t* client,
+                                     const tpu_client_options_t* options) {
   const PJRT_Api* api = client->api;
   if (!client->platform_name) {
     TPU_RETURN_IF_ERROR(
@@ -100,17 +155,7 @@ static tpu_status_t read_client_info(tpu_client_t* client) {
     return tpu_status_make(TPU_STATUS_INTERNAL,
                            "PJRT client reports %zu devices", n);
   }
-  client->devices = calloc(n, sizeof *client->devices);
-  if (!client->devices) {
-    return tpu_status_make(TPU_STATUS_RESOURCE_EXHAUSTED, "out of memory");
-  }
-  for (size_t i = 0; i < n; i++) {
-    client->device_count = (int)i + 1; /* so destroy frees a partial init */
-    TPU_RETURN_IF_ERROR(tpu_device_init(client, (int)i,
-                                        devices.addressable_devices[i],
-                                        &client->devices[i]));
-  }
-  return NULL;
+  return init_devices(client, devices.addressable_devices, n, options);
 }
 
 /* Creates the PJRT client, passing cpu_device_count only to a CPU plugin. */
@@ -166,8 +211,13 @@ tpu_status_t tpu_client_create(tpu_plugin_t* plugin,
   if (!plugin) {
     return tpu_status_make(TPU_STATUS_INVALID_ARGUMENT, "plugin is NULL");
   }
+  int max_visible = -1;
+  TPU_RETURN_IF_ERROR(check_visible_devices(options, &max_visible));
   int64_t cpu_device_count =
       options && options->cpu_device_count > 0 ? options->cpu_device_count : 1;
+  /* So every listed index exists on the CPU plugin. */
+  if (cpu_device_count < (int64_t)max_visible + 1)
+    cpu_device_count = (int64_t)max_visible + 1;
 
   tpu_client_t* client = calloc(1, sizeof *client);
   if (!client) {
@@ -177,7 +227,7 @@ tpu_status_t tpu_client_create(tpu_plugin_t* plugin,
   client->api = plugin->api;
   tpu_status_t status = create_for_platform(client, cpu_device_count);
   if (client->client) tpu_pjrt_track(TPU_PJRT_HANDLE_CLIENT, 1);
-  if (!status) status = read_client_info(client);
+  if (!status) status = read_client_info(client, options);
   if (status) {
     tpu_client_destroy(client);
     return tpu_status_annotate(status, "creating a PJRT client on '%s': ",

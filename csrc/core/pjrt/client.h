@@ -18,6 +18,13 @@ typedef struct tpu_client_options_s {
   /* Devices the CPU plugin creates ("cpu_device_count"); <= 0 means 1.
    * Passed only to the CPU plugin: other plugins reject unknown options. */
   int64_t cpu_device_count;
+  /* The plugin's addressable devices the client exposes, by position in the
+   * plugin's list and in this order: client device i is plugin device
+   * visible_devices[i]. Distinct and in range, else INVALID_ARGUMENT. NULL
+   * or 0: all of them. With the CPU plugin, cpu_device_count is raised to
+   * the largest index + 1. Borrowed for the call. */
+  const int* visible_devices;
+  int visible_device_count;
 } tpu_client_options_t;
 
 /* Creates a client. The plugin is borrowed and must outlive the client. */
@@ -32,8 +39,9 @@ const char* tpu_client_platform_name(const tpu_client_t* client); /* "cpu" */
 const char* tpu_client_platform_version(const tpu_client_t* client);
 int tpu_client_process_index(const tpu_client_t* client);
 
-/* Addressable devices, in the plugin's order. Devices are owned by the
- * client and valid until it is destroyed. */
+/* The visible addressable devices (see tpu_client_options_t), in the
+ * plugin's order unless a visible list reorders them. Devices are owned by
+ * the client and valid until it is destroyed. */
 int tpu_client_device_count(const tpu_client_t* client);
 tpu_status_t tpu_client_device(const tpu_client_t* client, int index,
                                tpu_device_t** out_device);

@@ -123,6 +123,52 @@ static void test_cpu_plugin_under_other_name(void) {
   CHECK(test_no_live_handles());
 }
 
+/* A visible list picks plugin devices in its order; the CPU plugin gets
+ * enough devices for the largest index even when asked for fewer. */
+static void test_visible_devices(void) {
+  const int visible[] = {3, 1};
+  tpu_client_options_t options = {.cpu_device_count = 2,
+                                  .visible_devices = visible,
+                                  .visible_device_count = 2};
+  tpu_client_t* client = NULL;
+  CHECK_OK(tpu_client_create(test_plugin(), &options, &client));
+  int n = tpu_client_device_count(client);
+  int ids[2] = {-1, -1}, indices[2] = {-1, -1};
+  for (int i = 0; i < 2 && i < n; i++) {
+    tpu_device_t* device = NULL;
+    tpu_status_free(tpu_client_device(client, i, &device));
+    if (device) ids[i] = tpu_device_id(device);
+    if (device) indices[i] = tpu_device_index(device);
+  }
+  tpu_client_destroy(client);
+  CHECK_EQ(n, 2);
+  CHECK(ids[0] == 3 && ids[1] == 1);
+  CHECK(indices[0] == 0 && indices[1] == 1);
+  CHECK(test_no_live_handles());
+}
+
+static void test_bad_visible_devices(void) {
+  static const int duplicate[] = {0, 0}, negative[] = {1, -1};
+  const struct {
+    const int* list;
+    int count;
+    const char* message;
+  } cases[] = {{duplicate, 2, "listed twice"},
+               {negative, 2, "negative"},
+               {NULL, 1, "NULL"}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    tpu_client_options_t options = {.visible_devices = cases[i].list,
+                                    .visible_device_count = cases[i].count};
+    tpu_client_t* client = (tpu_client_t*)1;
+    tpu_status_t s = tpu_client_create(test_plugin(), &options, &client);
+    CHECK(client == NULL);
+    CHECK_EQ(tpu_status_code(s), TPU_STATUS_INVALID_ARGUMENT);
+    CHECK_STR_CONTAINS(tpu_status_message(s), cases[i].message);
+    tpu_status_free(s);
+  }
+  CHECK(test_no_live_handles());
+}
+
 static void test_bad_arguments(void) {
   tpu_client_t* client = (tpu_client_t*)1;
   CHECK_STATUS_CODE(tpu_client_create(NULL, NULL, &client),
@@ -136,4 +182,5 @@ static void test_bad_arguments(void) {
 TPU_TEST_MAIN(TPU_TEST(test_one_device), TPU_TEST(test_four_devices),
               TPU_TEST(test_default_options), TPU_TEST(test_two_clients),
               TPU_TEST(test_cpu_plugin_under_other_name),
-              TPU_TEST(test_bad_arguments))
+              TPU_TEST(test_visible_devices),
+              TPU_TEST(test_bad_visible_devices), TPU_TEST(test_bad_arguments))
