@@ -51,3 +51,4 @@ from . import metrics  # noqa: E402,F401
 from .runtime import plugin_info, devices_info  # noqa: E402,F401
 from . import debug  # noqa: E402,F401
 from .modes import eager_mode, flush, get_eager_mode, set_eager_mode  # noqa: E402,F401
+from . import distributed  # noqa: E402,F401  (registers the tpudist c10d backend)
