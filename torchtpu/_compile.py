@@ -374,7 +374,68 @@ def _has_symbols(gm):
     return False
 
 
+_COLLECTIVE_NAMESPACES = ("_c10d_functional", "_c10d_functional_autograd", "c10d")
+
+
+def _is_collective(n):
+    return (n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)
+            and n.target.namespace in _COLLECTIVE_NAMESPACES)
+
+
+class _Boxed(torch.nn.Module):
+    """A boxed runner where split_module's graph calls a submodule."""
+
+    def __init__(self, run, single):
+        super().__init__()
+        self.run, self.single = run, single
+
+    def forward(self, *args):
+        out = self.run(list(args))
+        return out[0] if self.single else tuple(out)
+
+
+def _split_at_collectives(gm):
+    """A graph with collectives (functional collectives from DTensor, FSDP or
+    user code): the stretches between them are compiled as graphs, the
+    collectives and their waits run as eager ops on the tpudist backend."""
+    from torch.fx.passes.split_module import split_module
+    part, eager_parts = {}, set()
+    pid, kind = -1, None
+    for n in gm.graph.nodes:
+        if n.op != "call_function":
+            continue
+        if n.target is operator.getitem and n.args[0] in part:
+            part[n] = part[n.args[0]]
+            continue
+        k = _is_collective(n)
+        if k != kind:
+            pid, kind = pid + 1, k
+            if k:
+                eager_parts.add(pid)
+        part[n] = pid
+    split = split_module(gm, None, lambda n: part[n], keep_original_order=True)
+    for name, sub in list(split.named_children()):
+        if int(name.rsplit("_", 1)[1]) not in eager_parts:
+            out_node = sub.graph.find_nodes(op="output")[0]
+            single = not isinstance(out_node.args[0], (tuple, list))
+            if single:  # the builder takes a tuple of outputs
+                out_node.args = ((out_node.args[0],),)
+                sub.recompile()
+            setattr(split, name, _Boxed(_compile_static(sub), single))
+    _bump("compile_split_graphs")
+
+    def run(args):
+        out = split(*args)
+        args.clear()
+        return out
+
+    run._boxed_call = True
+    return run
+
+
 def _compile_static(gm):
+    if any(_is_collective(n) for n in gm.graph.nodes):
+        return _split_at_collectives(gm)
     import time
     t0 = time.perf_counter()
     try:

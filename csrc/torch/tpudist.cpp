@@ -49,6 +49,7 @@ struct Staging {
   }
   // Host copy of an input (tpu) or the tensor itself (CPU).
   at::Tensor in(const at::Tensor& t) {
+    at::NoGradGuard no_grad;
     note_device(t);
     return on_tpu(t) ? t.to(at::kCPU).contiguous() : t;
   }
@@ -138,6 +139,9 @@ class TpuWork : public c10d::Work {
   void finish() {
     std::lock_guard<std::mutex> lock(mutex_);
     if (finished_) return;
+    // Results land in buffers that may require grad (a pipeline stage's
+    // input): the copy is not part of any autograd graph.
+    at::NoGradGuard no_grad;
     if (staging_.after) staging_.after();
     for (auto& [dst, host] : staging_.copy_back) dst.copy_(host);
     staging_.copy_back.clear();

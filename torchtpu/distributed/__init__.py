@@ -32,9 +32,32 @@ def _register():
     dist.Backend.register_backend(BACKEND, _create_backend, devices=["cpu", "tpu"])
 
 
-_register()
+def _patch_default_backend():
+    """init_process_group() with no backend on a tpu machine maps tpu to
+    tpudist, but PyTorch (2.13) then marks Gloo as the group's default
+    backend, which the group does not have: DDP's logger and anything else
+    asking for the backend's name fail. Mark the custom backend instead."""
+    c10d = dist.distributed_c10d
+    original = c10d._new_process_group_helper
+    if getattr(original, "_torchtpu", False):
+        return
 
-try:
-    from .mesh import init_device_mesh, mesh_layout  # noqa: F401
-except ImportError:  # pragma: no cover - mesh.py arrives separately
-    pass
+    def helper(*args, **kwargs):
+        result = original(*args, **kwargs)
+        pg = result[0] if isinstance(result, tuple) else result
+        if isinstance(pg, dist.ProcessGroup):
+            config = str(dist.get_backend_config(pg))
+            if (BACKEND in config and "gloo" not in config
+                    and pg._get_backend_name() == "gloo"):
+                pg._set_default_backend(dist.ProcessGroup.BackendType.CUSTOM)
+        return result
+
+    helper._torchtpu = True
+    c10d._new_process_group_helper = helper
+
+
+_register()
+if dist.is_available():
+    _patch_default_backend()
+
+from .mesh import init_device_mesh, mesh_layout  # noqa: E402,F401
