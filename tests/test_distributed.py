@@ -484,30 +484,59 @@ def _parallel_checks(c):
 
     def pipeline():
         from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
-        if W != 2:
-            return
+        # One Linear per stage; stage r runs on rank r.
+        torch.manual_seed(2)
+        widths = [8] + [12] * (W - 1) + [4]
+        blocks = [torch.nn.Sequential(torch.nn.Linear(widths[i], widths[i + 1]),
+                                      *([torch.nn.Tanh()] if i < W - 1 else []))
+                  for i in range(W)]
         batches = _batches(torch, 1, per_rank=8)
-        full = _mlp(torch, seed=2)
-        ref = _train_reference(torch, copy.deepcopy(full), batches, 0.1, 3)
-        part = (full[:2] if rank == 0 else full[2:]).to(dev)
-        stage = PipelineStage(part, stage_index=rank, num_stages=2, device=dev)
+        ref = _train_reference(torch, copy.deepcopy(torch.nn.Sequential(*blocks)), batches,
+                               0.1, 3)
+        part = blocks[rank].to(dev)
+        stage = PipelineStage(part, stage_index=rank, num_stages=W, device=dev)
         schedule = ScheduleGPipe(stage, n_microbatches=2, loss_fn=F.mse_loss)
         opt = torch.optim.SGD(part.parameters(), lr=0.1)
         for x, y in batches:
             opt.zero_grad()
-            if rank == 0:  # the ranks run different programs
+            # The ranks run different programs: input, middle, loss.
+            if rank == 0:
                 schedule.step(x.to(dev))
-            else:
+            elif rank == W - 1:
                 losses = []
                 schedule.step(target=y.to(dev), losses=losses)
                 assert len(losses) == 2
+            else:
+                schedule.step()
             opt.step()
-        mine = ref[:2] if rank == 0 else ref[2:]
-        for (name, p), q in zip(part.named_parameters(), mine.parameters()):
+        for (name, p), q in zip(part.named_parameters(), ref[rank].parameters()):
             torch.testing.assert_close(p.detach().cpu(), q.detach(), rtol=1e-4, atol=1e-5,
                                        msg=lambda m: f"{name}: {m}")
 
-    yield "pipeline_two_stages", pipeline
+    yield "pipeline_stages", pipeline
+
+    def topology_mesh():
+        import torchtpu.distributed as td
+        from torch.distributed.tensor import Shard, distribute_tensor
+        shape = (2, W // 2)
+        mesh = td.init_device_mesh(shape, mesh_dim_names=("dp", "tp"))
+        # The CPU plugin reports no coordinates: rank order.
+        assert mesh.mesh.tolist() == torch.arange(W).reshape(shape).tolist(), mesh.mesh
+        assert mesh.device_type == "tpu"
+        g = torch.Generator().manual_seed(9)
+        a, b = torch.randn(4, 2 * W, generator=g), torch.randn(2 * W, 3, generator=g)
+        A = distribute_tensor(a.to(dev), mesh, [Shard(0), Shard(1)])
+        assert A.to_local().shape == (2, 4), A.to_local().shape
+        torch.testing.assert_close(A.full_tensor().cpu(), a)
+        B = distribute_tensor(b.to(dev), mesh, [Shard(0), Shard(0)])
+        torch.testing.assert_close(B.full_tensor().cpu(), b)
+        # Collectives along one mesh dimension reach only that sub-group.
+        t = torch.full((2,), float(rank), device=dev)
+        dist.all_reduce(t, group=mesh.get_group("tp"))
+        row = mesh.mesh[rank // (W // 2)].tolist()
+        torch.testing.assert_close(t.cpu(), torch.full((2,), float(sum(row))))
+
+    yield "topology_mesh", topology_mesh
 
 
 def _dead_rank_checks(c):
@@ -571,11 +600,12 @@ def test_collective(world, name, tmp_path_factory):
     _check(_world(world, "collectives", tmp_path_factory), name)
 
 
+@pytest.mark.parametrize("world", [2, 4])
 @pytest.mark.parametrize("name", ["init_default_backend", "ddp_equals_single_process",
                                   "fsdp2_equals_unsharded", "dtensor_matmul_redistribute",
-                                  "pipeline_two_stages"])
-def test_parallel(name, tmp_path_factory):
-    _check(_world(2, "parallel", tmp_path_factory), name)
+                                  "pipeline_stages", "topology_mesh"])
+def test_parallel(world, name, tmp_path_factory):
+    _check(_world(world, "parallel", tmp_path_factory), name)
 
 
 def test_dead_rank_raises(tmp_path_factory):
