@@ -115,6 +115,7 @@ bench: install $(BUILD)/bench/runtime_bench
 	$(PY) bench/runtime_overhead.py
 	$(PY) bench/compile_bench.py
 	$(PY) bench/eager_modes.py
+	$(PY) bench/dist_bench.py
 
 info: install
 	$(PY) -m torchtpu.info

@@ -1,0 +1,293 @@
+"""torch.distributed on tpu ("tpudist") beside Gloo on CPU, in one run:
+
+  1. DDP weak scaling: an MLP (512-1024-1024-512, ReLU, MSE, SGD) with a
+     fixed per-rank batch of 64, under DistributedDataParallel, in worlds of
+     1 and 2 processes. Efficiency = step time at 1 process / step time at 2
+     (1.0 is perfect weak scaling). The peer is the same model and batch as
+     plain CPU DDP over a Gloo group, in the same processes.
+  2. all_reduce bus bandwidth by message size (float32, 4 KiB .. 64 MiB) in a
+     world of 2: tpu tensors over tpudist vs CPU tensors over Gloo. tpudist's
+     transport is Gloo plus the device<->host copies, so the ratio is the
+     staging cost. busbw = algbw * 2(n-1)/n, the nccl-tests convention.
+
+The script launches its own worlds as torchrun would (RANK, WORLD_SIZE,
+LOCAL_RANK, MASTER_ADDR/PORT; one process per device, each running this file
+with --worker); rank 0 writes the world's results to a JSON file that the
+launcher reads. Each worker calls init_process_group("tpudist") and makes a
+Gloo group for the CPU peer; the two contenders alternate step by step (or
+iteration by iteration), so machine noise hits both alike. Every rank times
+each step or all_reduce from a barrier to a synchronize; a step's time is the
+slowest rank's, and figures are medians; ratios are medians of per-pair
+ratios. torch's CPU threads are 1 per process in every world (OMP_NUM_THREADS
+unless already set), so a world of 2 uses twice the cores of a world of 1.
+
+Usage: python bench/dist_bench.py [--quick] [--json PATH]
+"""
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.abspath(__file__)
+MLP_DIMS = (512, 1024, 1024, 512)
+BATCH = 64
+KIB, MIB = 1024, 1024 * 1024
+
+
+# --------------------------------------------------------------------------
+# Worker side: one process of a world (python dist_bench.py --worker CFG OUT).
+
+def _mlp(torch):
+    torch.manual_seed(0)
+    layers = []
+    for a, b in zip(MLP_DIMS, MLP_DIMS[1:]):
+        layers += [torch.nn.Linear(a, b), torch.nn.ReLU()]
+    return torch.nn.Sequential(*layers[:-1])
+
+
+def _slowest(dist, group, times):
+    """Per-iteration max over ranks of this rank's `times`."""
+    every = [None] * dist.get_world_size()
+    dist.all_gather_object(every, times, group=group)
+    return [max(ts) for ts in zip(*every)]
+
+
+def _ddp(torch, dist, gloo, cfg):
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    F = torch.nn.functional
+    rank = dist.get_rank()
+    g = torch.Generator().manual_seed(100 + rank)
+    x = torch.randn(BATCH, MLP_DIMS[0], generator=g)
+    y = torch.randn(BATCH, MLP_DIMS[-1], generator=g)
+    sync_tpu = torch.tpu.synchronize
+    contenders = {
+        # Default group: tpudist.
+        "tpu": (DDP(_mlp(torch).to("tpu")), x.to("tpu"), y.to("tpu"), sync_tpu),
+        "cpu": (DDP(_mlp(torch), process_group=gloo), x, y, lambda: None),
+    }
+    opts = {k: torch.optim.SGD(m.parameters(), lr=1e-3) for k, (m, *_) in contenders.items()}
+
+    def step(name):
+        model, xx, yy, _ = contenders[name]
+        opts[name].zero_grad(set_to_none=True)
+        F.mse_loss(model(xx), yy).backward()
+        opts[name].step()
+
+    for _ in range(cfg["warmup"]):
+        for name in contenders:
+            step(name)
+            contenders[name][3]()
+    times = {name: [] for name in contenders}
+    for _ in range(cfg["steps"]):
+        for name, (*_, sync) in contenders.items():
+            dist.barrier(group=gloo)
+            sync()
+            t0 = time.perf_counter()
+            step(name)
+            sync()
+            times[name].append(time.perf_counter() - t0)
+    # Both models saw the same data: their weights must agree.
+    w_tpu = contenders["tpu"][0].module[0].weight.detach().cpu()
+    w_cpu = contenders["cpu"][0].module[0].weight.detach()
+    return {"step_s": {k: _slowest(dist, gloo, v) for k, v in times.items()},
+            "max_weight_diff": float((w_tpu - w_cpu).abs().max())}
+
+
+def _allreduce(torch, dist, gloo, cfg):
+    out = []
+    for nbytes in cfg["sizes"]:
+        n = nbytes // 4
+        iters = cfg["iters"] if nbytes <= 4 * MIB else max(5, cfg["iters"] // 4)
+        # Zeros: sums stay finite however many iterations run.
+        bufs = {"tpudist": (torch.zeros(n, device="tpu"), None, torch.tpu.synchronize),
+                "gloo": (torch.zeros(n), gloo, lambda: None)}
+        times = {k: [] for k in bufs}
+        for i in range(2 + iters):
+            for name, (t, group, sync) in bufs.items():
+                dist.barrier(group=gloo)
+                sync()
+                t0 = time.perf_counter()
+                dist.all_reduce(t, group=group)
+                sync()
+                if i >= 2:
+                    times[name].append(time.perf_counter() - t0)
+        out.append({"bytes": nbytes, "iters": iters,
+                    **{k: _slowest(dist, gloo, v) for k, v in times.items()}})
+    return out
+
+
+def worker(cfg_json, out_path):
+    import torch
+    import torch.distributed as dist
+
+    import torchtpu  # noqa: F401  (registers tpudist)
+
+    dist.init_process_group("tpudist")
+    gloo = dist.new_group(backend="gloo")
+    res = {"world": dist.get_world_size(), "torch_threads": torch.get_num_threads()}
+    cfg = json.loads(cfg_json)
+    if cfg.get("ddp"):
+        res["ddp"] = _ddp(torch, dist, gloo, cfg["ddp"])
+    if cfg.get("allreduce"):
+        res["allreduce"] = _allreduce(torch, dist, gloo, cfg["allreduce"])
+    dist.barrier(group=gloo)
+    if dist.get_rank() == 0:
+        with open(out_path + ".tmp", "w") as f:
+            json.dump(res, f)
+        os.replace(out_path + ".tmp", out_path)
+    dist.destroy_process_group()
+
+
+# --------------------------------------------------------------------------
+# Launcher side.
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch(world, cfg, tmp, timeout=600):
+    """Runs one world of `world` processes on `cfg`; returns rank 0's results."""
+    out = os.path.join(tmp, f"world{world}-{time.monotonic_ns()}.json")
+    base = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()),
+                WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(world))
+    base.setdefault("OMP_NUM_THREADS", "1")
+    procs = []
+    for rank in range(world):
+        env = dict(base, RANK=str(rank), LOCAL_RANK=str(rank))
+        log = tempfile.TemporaryFile(mode="w+", dir=tmp)
+        procs.append((subprocess.Popen([sys.executable, HERE, "--worker", json.dumps(cfg), out],
+                                       env=env, stdout=log, stderr=subprocess.STDOUT), log))
+    deadline = time.monotonic() + timeout
+    failed = []
+    for rank, (p, log) in enumerate(procs):
+        try:
+            p.wait(timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+        if p.returncode != 0:
+            log.seek(0)
+            failed.append(f"rank {rank} exited with {p.returncode}; its log ends:\n"
+                          + log.read()[-3000:])
+        log.close()
+    if failed or not os.path.exists(out):
+        sys.exit(f"world of {world} failed:\n" + "\n".join(failed))
+    with open(out) as f:
+        return json.load(f)
+
+
+def _median_ms(ts):
+    return statistics.median(ts) * 1e3
+
+
+def _ratio(a, b):
+    return statistics.median(x / y for x, y in zip(a, b))
+
+
+def _size(nbytes):
+    return f"{nbytes // MIB} MiB" if nbytes >= MIB else f"{nbytes // KIB} KiB"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="fewer sizes and steps (< 1 min)")
+    ap.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    ap.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.worker:
+        return worker(*args.worker)
+
+    if args.quick:
+        ddp = {"warmup": 3, "steps": 10}
+        sizes = [4 * KIB * 16 ** i for i in range(4)]          # 4 KiB .. 16 MiB
+        ar = {"sizes": sizes, "iters": 8}
+    else:
+        ddp = {"warmup": 5, "steps": 60}
+        sizes = [4 * KIB * 4 ** i for i in range(8)]           # 4 KiB .. 64 MiB
+        ar = {"sizes": sizes, "iters": 40}
+
+    import torch
+
+    import torchtpu
+    cores = os.cpu_count()
+    n_params = sum(p.numel() for p in _mlp(torch).parameters())
+    print(f"torchtpu {torchtpu.__version__}, torch {torch.__version__}, {cores} CPU cores; "
+          f"worlds launched like torchrun on 127.0.0.1; torch CPU threads per process: "
+          f"{os.environ.get('OMP_NUM_THREADS', '1')} (OMP_NUM_THREADS)")
+    if cores is not None and cores <= 2:
+        print(f"note: this machine has {cores} cores, so the 2 processes of a world of 2 "
+              f"share them (with the tpu device's own threads): the efficiency below "
+              f"measures the backend's overhead more than scaling.")
+    t_start = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        w1 = launch(1, {"ddp": ddp}, tmp)
+        w2 = launch(2, {"ddp": ddp, "allreduce": ar}, tmp)
+    wall = time.perf_counter() - t_start
+
+    # --- DDP weak scaling
+    dims = "-".join(map(str, MLP_DIMS))
+    print()
+    print(f"DDP weak scaling: MLP {dims} ({n_params / 1e6:.2f} M params, "
+          f"{n_params * 4 / MIB:.1f} MiB of gradients), batch {BATCH} per rank, SGD; "
+          f"{ddp['steps']} steps after {ddp['warmup']} warm-up, tpu and cpu alternating; "
+          f"median step time (slowest rank)")
+    print(f"{'contender':<22}{'1 proc ms/step':>15}{'samples/s':>11}"
+          f"{'2 proc ms/step':>16}{'samples/s':>11}{'efficiency':>12}")
+    report = {"quick": args.quick, "cores": cores, "torch": torch.__version__,
+              "torchtpu": torchtpu.__version__, "mlp": list(MLP_DIMS), "params": n_params,
+              "batch_per_rank": BATCH, "ddp": {}, "allreduce": []}
+    for name, label in (("tpu", "tpu DDP (tpudist)"), ("cpu", "cpu DDP (gloo, peer)")):
+        t1 = _median_ms(w1["ddp"]["step_s"][name])
+        t2 = _median_ms(w2["ddp"]["step_s"][name])
+        eff = t1 / t2
+        report["ddp"][name] = {"ms_per_step": {"1": t1, "2": t2},
+                               "samples_per_s": {"1": BATCH / t1 * 1e3, "2": 2 * BATCH / t2 * 1e3},
+                               "efficiency": eff,
+                               "step_s": {"1": w1["ddp"]["step_s"][name],
+                                          "2": w2["ddp"]["step_s"][name]}}
+        print(f"{label:<22}{t1:>15.2f}{BATCH / t1 * 1e3:>11,.0f}"
+              f"{t2:>16.2f}{2 * BATCH / t2 * 1e3:>11,.0f}{eff:>12.2f}")
+    r1 = _ratio(w1["ddp"]["step_s"]["tpu"], w1["ddp"]["step_s"]["cpu"])
+    r2 = _ratio(w2["ddp"]["step_s"]["tpu"], w2["ddp"]["step_s"]["cpu"])
+    diff = max(w1["ddp"]["max_weight_diff"], w2["ddp"]["max_weight_diff"])
+    report["ddp"].update({"tpu_over_cpu_time": {"1": r1, "2": r2}, "max_weight_diff": diff})
+    print(f"tpu / cpu step time (median of step pairs): {r1:.2f}x at 1 process, {r2:.2f}x at 2; "
+          f"max |w_tpu - w_cpu| after training: {diff:.1e}")
+
+    # --- all_reduce bus bandwidth
+    print()
+    print("all_reduce (sum, float32), world of 2: tpudist on tpu tensors vs gloo on CPU tensors, "
+          "alternating;")
+    print("median time from a barrier to synchronize (slowest rank); "
+          "busbw = bytes/time * 2(n-1)/n; ratio = median of per-pair tpudist/gloo time ratios")
+    print(f"{'size':>8}{'iters':>7}{'tpudist us':>13}{'busbw GB/s':>12}"
+          f"{'gloo us':>11}{'busbw GB/s':>12}{'ratio':>8}")
+    n = 2
+    for row in w2["allreduce"]:
+        nb = row["bytes"]
+        tt, tg = statistics.median(row["tpudist"]), statistics.median(row["gloo"])
+        bt, bg = nb / tt * 2 * (n - 1) / n / 1e9, nb / tg * 2 * (n - 1) / n / 1e9
+        ratio = _ratio(row["tpudist"], row["gloo"])
+        report["allreduce"].append({"bytes": nb, "iters": row["iters"],
+                                    "tpudist_us": tt * 1e6, "tpudist_busbw_gbps": bt,
+                                    "gloo_us": tg * 1e6, "gloo_busbw_gbps": bg, "ratio": ratio,
+                                    "tpudist_s": row["tpudist"], "gloo_s": row["gloo"]})
+        print(f"{_size(nb):>8}{row['iters']:>7}{tt * 1e6:>13,.0f}{bt:>12.3f}"
+              f"{tg * 1e6:>11,.0f}{bg:>12.3f}{ratio:>8.2f}")
+    print(f"(wall time {wall:.0f} s, including process start-up)")
+    report["wall_s"] = wall
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=1)
+        print(f"results written to {args.json}")
+
+
+if __name__ == "__main__":
+    main()
