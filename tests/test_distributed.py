@@ -613,5 +613,17 @@ def test_dead_rank_raises(tmp_path_factory):
     assert results[0].get("peer_dies") == "ok", (results[0], logs[0])
 
 
+@pytest.mark.parametrize("script", ["ddp_train.py", "fsdp2_train.py"])
+def test_example_under_torchrun(script):
+    """The examples, launched the way the README says (torchrun)."""
+    env = dict(os.environ, PYTHONPATH=ROOT, TORCHTPU_FALLBACK="error")
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+         "--master-port", str(_free_port()), os.path.join(ROOT, "examples", script),
+         "--steps", "6"], env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "step   5" in proc.stdout, proc.stdout
+
+
 if __name__ == "__main__":
     _worker_main(sys.argv[1], sys.argv[2])
