@@ -113,13 +113,27 @@ $(BUILD)/bench/runtime_bench: bench/runtime_bench.c $(BUILD)/release/libtorchtpu
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_COMMON) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
-# Runtime overheads: the C layer alone, then through PyTorch beside CPU.
-bench: install $(BUILD)/bench/runtime_bench
-	$(BUILD)/bench/runtime_bench
-	$(PY) bench/runtime_overhead.py
-	$(PY) bench/compile_bench.py
-	$(PY) bench/eager_modes.py
-	$(PY) bench/dist_bench.py
+# Every benchmark of bench/ beside its peers (PyTorch CPU eager and Inductor,
+# PyTorch/XLA in its own venv); writes bench/RESULTS.md, bench/results.json
+# and bench/*.png. The PyTorch/XLA venv is best effort: if it cannot be
+# made, RESULTS.md says why and the rest still runs.
+XLA_VENV := .venv-xla
+XLA_PY := $(XLA_VENV)/bin/python
+XLA_STAMP := $(XLA_VENV)/.deps-stamp
+BENCH_STAMP := $(VENV)/.bench-deps-stamp
+
+$(BENCH_STAMP): bench/requirements.txt | $(DEPS_STAMP)
+	$(PY) -m pip install -q --disable-pip-version-check -r bench/requirements.txt
+	touch $@
+
+$(XLA_STAMP):
+	@mkdir -p $(BUILD)/bench
+	-( test -x $(XLA_PY) || $(PYTHON) -m venv $(XLA_VENV) ) > $(BUILD)/bench/xla-install.log 2>&1 && \
+	  $(XLA_PY) -m pip install -q --disable-pip-version-check torch==2.9.0 torch_xla==2.9.0 \
+	    >> $(BUILD)/bench/xla-install.log 2>&1 && touch $@
+
+bench: install $(BUILD)/bench/runtime_bench $(BENCH_STAMP) $(XLA_STAMP)
+	$(PY) bench/run_all.py
 
 info: install
 	$(PY) -m torchtpu.info

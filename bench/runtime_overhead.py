@@ -1,6 +1,11 @@
 """Runtime overheads as a PyTorch user sees them, beside PyTorch on CPU in
-the same run: a cache-hit tiny add, a 64x64 and 512x512 matmul, and copy
-bandwidth through .to("tpu") / .cpu(). Medians over repeated runs."""
+the same run: a cache-hit tiny add, a 64x64 and 512x512 matmul, softmax and
+layer_norm, in strict and defer_and_fuse eager modes, and copy bandwidth
+through .to("tpu") / .cpu(). Medians over repeated runs.
+
+Usage: python bench/runtime_overhead.py [--json PATH] [--no-demo]"""
+import argparse
+import json
 import statistics
 import time
 
@@ -18,40 +23,108 @@ def median_us(fn, n):
     return statistics.median(times) * 1e6
 
 
-def per_op_us(fn, sync, ops, rounds):
-    """Median over rounds of (time for `ops` calls, then sync) / ops."""
+def per_op_us(fn, sync, ops, rounds, keep=False):
+    """Median over rounds of (time for `ops` calls, then sync) / ops. With
+    `keep`, every result stays alive until the sync (so a deferred op cannot
+    be dropped as dead before it runs)."""
     times = []
     for _ in range(rounds):
+        kept = []
         t0 = time.perf_counter()
-        for _ in range(ops):
-            fn()
+        if keep:
+            for _ in range(ops):
+                kept.append(fn())
+        else:
+            for _ in range(ops):
+                fn()
         sync()
         times.append((time.perf_counter() - t0) / ops)
+        del kept
     return statistics.median(times) * 1e6
 
 
+def _ln(x, w, b):
+    return torch.nn.functional.layer_norm(x, (x.shape[-1],), w, b)
+
+
+# name, input shape, op(x, y) with y the second input (or layer_norm's weight),
+# ops per round, rounds.
+CASES = (("tiny add [1]", (1,), torch.add, 200, 40),
+         ("matmul 64x64", (64, 64), torch.mm, 100, 30),
+         ("matmul 512x512", (512, 512), torch.mm, 5, 15),
+         ("softmax 128x512", (128, 512), lambda x, y: torch.softmax(x, -1), 50, 30),
+         ("layer_norm 128x512", (128, 512), lambda x, y: _ln(x, y[0], y[1]), 50, 30))
+
+
+def per_op_table(json_out):
+    """Per-op times of tpu strict, tpu defer_and_fuse and PyTorch CPU eager,
+    alternating round by round; returns {case: {contender: us}}."""
+    import torchtpu
+
+    nothing = lambda: None  # noqa: E731
+    results = {}
+    print(f"{'case':<20}{'strict':>9}{'defer':>9}{'cpu':>9}{'strict/cpu':>11}"
+          f"{'defer/cpu':>10}{'strict op+sync':>15}   (us per op)")
+    for name, shape, op, ops, rounds in CASES:
+        a = torch.randn(*shape)
+        b = torch.randn(shape[-1]) if "layer_norm" in name else a
+        args_cpu = (a, (b, b)) if "layer_norm" in name else (a, a)
+        ta = a.to("tpu")
+        args_tpu = (ta, (b.to("tpu"),) * 2) if "layer_norm" in name else (ta, ta)
+
+        def tpu_fn():
+            return op(*args_tpu)
+
+        def cpu_fn():
+            return op(*args_cpu)
+
+        def tpu_sync():
+            return op(*args_tpu), torch.tpu.synchronize()
+
+        def in_mode(mode, fn):
+            def run():
+                with torchtpu.eager_mode(mode):
+                    return per_op_us(fn, torch.tpu.synchronize, ops, 1, keep=True)
+            return run
+
+        contenders = {
+            "tpu_strict": in_mode("strict", tpu_fn),
+            "tpu_defer_and_fuse": in_mode("defer_and_fuse", tpu_fn),
+            "cpu_eager": lambda: per_op_us(cpu_fn, nothing, ops, 1, keep=True),
+            "tpu_strict_op_sync": lambda: per_op_us(tpu_sync, nothing, ops, 1, keep=True),
+        }
+        for run in contenders.values():  # warm-up round: compiles, fused programs
+            run()
+        times = {k: [] for k in contenders}
+        for _ in range(rounds):
+            for k, run in contenders.items():
+                times[k].append(run())
+        med = {k: statistics.median(v) for k, v in times.items()}
+        ratio = {k: statistics.median(x / c for x, c in zip(times[k], times["cpu_eager"]))
+                 for k in contenders if k != "cpu_eager"}
+        results[name] = {"us": med, "ratio_to_cpu": ratio, "ops_per_round": ops,
+                         "rounds": rounds}
+        print(f"{name:<20}{med['tpu_strict']:>9.1f}{med['tpu_defer_and_fuse']:>9.1f}"
+              f"{med['cpu_eager']:>9.1f}{ratio['tpu_strict']:>11.2f}"
+              f"{ratio['tpu_defer_and_fuse']:>10.2f}{med['tpu_strict_op_sync']:>15.1f}",
+              flush=True)
+    return results
+
+
 def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--json", help="also write the figures to this JSON file")
+    ap.add_argument("--no-demo", action="store_true", help="skip the demo tokens/s")
+    args = ap.parse_args()
     # PyTorch CPU gets the machine's threads, as a user would run it.
     print(f"torchtpu {torchtpu.__version__} on {torchtpu.plugin_info()['path']}")
     print("per op: a stream of cache-hit ops then one synchronize, divided by the count;")
-    print("op+sync: one op and a synchronize (the full round trip). tpu and CPU alternate")
-    print("round by round so machine noise hits both alike; medians over rounds.")
-    print(f"{'case':<18}{'tpu per op':>12}{'cpu per op':>12}{'ratio':>8}"
-          f"{'tpu op+sync':>13}{'ratio':>8}   (us)")
-    nothing = lambda: None  # noqa: E731
-    for name, shape, op, ops, rounds in (("tiny add [1]", (1,), torch.add, 200, 40),
-                                         ("matmul 64x64", (64, 64), torch.mm, 100, 30),
-                                         ("matmul 512x512", (512, 512), torch.mm, 5, 15)):
-        a = torch.randn(*shape)
-        ta = a.to("tpu")
-        op(ta, ta).cpu()  # compile once
-        tpu, cpu, lat = [], [], []
-        for _ in range(rounds):
-            tpu.append(per_op_us(lambda: op(ta, ta), torch.tpu.synchronize, ops, 1))
-            cpu.append(per_op_us(lambda: op(a, a), nothing, ops, 1))
-            lat.append(per_op_us(lambda: (op(ta, ta), torch.tpu.synchronize()), nothing, ops, 1))
-        t, c, l = (statistics.median(v) for v in (tpu, cpu, lat))
-        print(f"{name:<18}{t:>12.1f}{c:>12.1f}{t / c:>8.2f}{l:>13.1f}{l / c:>8.2f}")
+    print("op+sync: one op and a synchronize (the full round trip). Results are kept")
+    print("alive to the sync. Contenders alternate round by round so machine noise")
+    print("hits all alike; medians over rounds, ratios are medians of round ratios.")
+    out = {"torch": torch.__version__, "torchtpu": torchtpu.__version__,
+           "threads": torch.get_num_threads()}
+    out["per_op"] = per_op_table(args.json)
     x = torch.randn(16 * 1024 * 1024)
     x.to("tpu")
     up = statistics.median([_timed(lambda: x.to("tpu")) for _ in range(5)])
@@ -59,7 +132,13 @@ def main():
     down = statistics.median([_timed(lambda: t.cpu()) for _ in range(5)])
     print(f"x.to('tpu') 64 MiB: {x.numel() * 4 / up / 1e9:.2f} GB/s   "
           f"t.cpu() 64 MiB: {x.numel() * 4 / down / 1e9:.2f} GB/s")
-    demo_tokens_per_second()
+    out["copy_GBps"] = {"to_tpu_64MiB": x.numel() * 4 / up / 1e9,
+                        "to_cpu_64MiB": x.numel() * 4 / down / 1e9}
+    if not args.no_demo:
+        out["demo_tokens_per_s"] = demo_tokens_per_second()
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(out, f, indent=1)
 
 
 def demo_tokens_per_second(steps=25):
@@ -74,6 +153,7 @@ def demo_tokens_per_second(steps=25):
         _, rates[device] = train(device, steps)
     print(f"demo training step: tpu {rates['tpu']:,.0f} tokens/s, cpu eager "
           f"{rates['cpu']:,.0f} tokens/s, tpu/cpu {rates['tpu'] / rates['cpu']:.2f}x")
+    return rates
 
 
 def _timed(fn):

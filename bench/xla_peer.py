@@ -1,0 +1,207 @@
+"""The PyTorch/XLA peer, run by bench/run_all.py in its own venv (.venv-xla:
+torch 2.9 + torch_xla 2.9 from PyPI) with PJRT_DEVICE=CPU, so XLA runs on
+the same CPU plugin family as torchtpu here. Two parts, each beside PyTorch
+CPU eager of that venv in the same process (alternating round by round):
+
+  --ops    per-op time in torch_xla's eager mode
+           (torch_xla.experimental.eager_mode(True)): the cases of
+           bench/runtime_overhead.py, a stream of cache-hit ops then one
+           xm.wait_device_ops(), divided by the count; results kept alive.
+  --train  the bench transformer's training step of bench/train_bench.py
+           (same model, seed, batches, AdamW foreach, loss.item() every
+           step) under torch_xla.compile. AdamW is not capturable here:
+           torch 2.9 refuses capturable on xla tensors.
+
+Usage: .venv-xla/bin/python bench/xla_peer.py --ops|--train [--json PATH]
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "examples"))
+
+import torch  # noqa: E402
+import torch_xla  # noqa: E402
+import torch_xla.core.xla_model as xm  # noqa: E402
+import torch_xla.debug.metrics as met  # noqa: E402
+
+
+def _ln(x, w, b):
+    return torch.nn.functional.layer_norm(x, (x.shape[-1],), w, b)
+
+
+# The same cases as bench/runtime_overhead.py (not imported: that file
+# imports torchtpu).
+CASES = (("tiny add [1]", (1,), torch.add, 200, 40),
+         ("matmul 64x64", (64, 64), torch.mm, 100, 30),
+         ("matmul 512x512", (512, 512), torch.mm, 5, 15),
+         ("softmax 128x512", (128, 512), lambda x, y: torch.softmax(x, -1), 50, 30),
+         ("layer_norm 128x512", (128, 512), lambda x, y: _ln(x, y[0], y[1]), 50, 30))
+
+
+def per_op_us(fn, sync, ops):
+    kept = []
+    t0 = time.perf_counter()
+    for _ in range(ops):
+        kept.append(fn())
+    sync()
+    return (time.perf_counter() - t0) / ops * 1e6
+
+
+def compile_count():
+    data = met.metric_data("CompileTime")
+    return data[0] if data else 0
+
+
+def ops_part():
+    from torch_xla.experimental import eager_mode
+    eager_mode(True)
+    dev = torch_xla.device()
+    nothing = lambda: None  # noqa: E731
+    wait = xm.wait_device_ops
+    results = {}
+    print(f"{'case':<20}{'xla eager':>10}{'cpu':>9}{'xla/cpu':>9}{'xla op+sync':>13}   (us per op)")
+    for name, shape, op, ops, rounds in CASES:
+        a = torch.randn(*shape)
+        b = torch.randn(shape[-1]) if "layer_norm" in name else a
+        args_cpu = (a, (b, b)) if "layer_norm" in name else (a, a)
+        xa = a.to(dev)
+        args_xla = (xa, (b.to(dev),) * 2) if "layer_norm" in name else (xa, xa)
+        contenders = {
+            "xla_eager": lambda: per_op_us(lambda: op(*args_xla), wait, ops),
+            "cpu_eager": lambda: per_op_us(lambda: op(*args_cpu), nothing, ops),
+            "xla_eager_op_sync": lambda: per_op_us(lambda: (op(*args_xla), wait()), nothing, ops),
+        }
+        for run in contenders.values():
+            run()
+        times = {k: [] for k in contenders}
+        for _ in range(rounds):
+            for k, run in contenders.items():
+                times[k].append(run())
+        med = {k: statistics.median(v) for k, v in times.items()}
+        ratio = {k: statistics.median(x / c for x, c in zip(times[k], times["cpu_eager"]))
+                 for k in contenders if k != "cpu_eager"}
+        results[name] = {"us": med, "ratio_to_cpu": ratio, "ops_per_round": ops,
+                         "rounds": rounds}
+        print(f"{name:<20}{med['xla_eager']:>10.1f}{med['cpu_eager']:>9.1f}"
+              f"{ratio['xla_eager']:>9.2f}{med['xla_eager_op_sync']:>13.1f}", flush=True)
+    return {"per_op": results}
+
+
+class XlaTrainer:
+    def __init__(self, data, vocab, cfg):
+        from tiny_gpt import TinyGPT, batches
+        self.dev = torch_xla.device()
+        torch.manual_seed(0)
+        self.model = TinyGPT(len(vocab), dim=cfg["dim"], heads=cfg["heads"],
+                             layers=cfg["layers"], max_len=cfg["seq"]).to(self.dev)
+        self.opt = torch.optim.AdamW(self.model.parameters(), lr=3e-3, weight_decay=0.01,
+                                     foreach=True)  # capturable: not on xla in 2.9
+
+        def step(x, y):
+            loss = self.model(x, y)
+            self.opt.zero_grad(set_to_none=True)
+            loss.backward()
+            self.opt.step()
+            return loss
+
+        self.compiled = torch_xla.compile(step)
+        self.stream = batches(data, cfg["batch"], cfg["seq"], seed=0)
+        self.losses = []
+
+    def steps(self, n):
+        t0 = time.perf_counter()
+        for _ in range(n):
+            x, y = next(self.stream)
+            loss = self.compiled(x.to(self.dev), y.to(self.dev))
+            self.losses.append(loss.item())
+        xm.wait_device_ops()
+        return (time.perf_counter() - t0) / n
+
+
+class CpuTrainer:
+    def __init__(self, data, vocab, cfg):
+        from tiny_gpt import TinyGPT, batches
+        torch.manual_seed(0)
+        self.model = TinyGPT(len(vocab), dim=cfg["dim"], heads=cfg["heads"],
+                             layers=cfg["layers"], max_len=cfg["seq"])
+        self.opt = torch.optim.AdamW(self.model.parameters(), lr=3e-3, weight_decay=0.01,
+                                     foreach=True)
+        self.stream = batches(data, cfg["batch"], cfg["seq"], seed=0)
+        self.losses = []
+
+    def steps(self, n):
+        t0 = time.perf_counter()
+        for _ in range(n):
+            x, y = next(self.stream)
+            loss = self.model(x, y)
+            self.opt.zero_grad(set_to_none=True)
+            loss.backward()
+            self.opt.step()
+            self.losses.append(loss.item())
+        return (time.perf_counter() - t0) / n
+
+
+def train_part(rounds, steps):
+    from train_bench import BATCH, DIM, HEADS, LAYERS, SEQ, WARMUP
+    from tiny_gpt import make_corpus
+    cfg = dict(dim=DIM, heads=HEADS, layers=LAYERS, seq=SEQ, batch=BATCH)
+    data, vocab = make_corpus()
+    trainers = {}
+    warm_s = {}
+    for name, cls in (("xla_compile", XlaTrainer), ("cpu_eager", CpuTrainer)):
+        t0 = time.perf_counter()
+        trainers[name] = cls(data, vocab, cfg)
+        trainers[name].steps(WARMUP)
+        warm_s[name] = time.perf_counter() - t0
+        print(f"  warm-up {name}: {warm_s[name]:.1f} s", flush=True)
+    c0 = compile_count()
+    times = {k: [] for k in trainers}
+    for r in range(rounds):
+        for name, tr in trainers.items():
+            times[name].append(tr.steps(steps))
+        print(f"  round {r + 1}: " + ", ".join(f"{k} {v[-1] * 1e3:.0f}" for k, v in times.items())
+              + " ms/step", flush=True)
+    compiles = compile_count() - c0
+    tokens = BATCH * SEQ
+    med = {k: statistics.median(v) for k, v in times.items()}
+    ratio = statistics.median(c / x for x, c in zip(times["xla_compile"], times["cpu_eager"]))
+    for k in trainers:
+        print(f"{k:<22}{med[k] * 1e3:>10.1f} ms/step{tokens / med[k]:>11,.0f} tokens/s")
+    print(f"tokens/s ratio xla_compile/cpu_eager: {ratio:.2f}x; "
+          f"XLA compiles during the timed rounds: {compiles}")
+    return {"config": cfg, "ms_per_step": {k: v * 1e3 for k, v in med.items()},
+            "tokens_per_s": {k: tokens / v for k, v in med.items()}, "round_times_s": times,
+            "ratios": {"xla_compile/cpu_eager": ratio}, "warmup_s": warm_s,
+            "compiles_timed": compiles,
+            "first_losses": {k: tr.losses[:3] for k, tr in trainers.items()}}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ops", action="store_true")
+    ap.add_argument("--train", action="store_true")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    print(f"torch {torch.__version__}, torch_xla {torch_xla.__version__}, "
+          f"PJRT_DEVICE={os.environ.get('PJRT_DEVICE')}, device {torch_xla.device()}, "
+          f"{torch.get_num_threads()} CPU threads", flush=True)
+    out = {"torch": torch.__version__, "torch_xla": torch_xla.__version__}
+    if args.train:  # before --ops: eager mode is process-wide
+        out["train"] = train_part(args.rounds, args.steps)
+    if args.ops:
+        out.update(ops_part())
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(out, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
