@@ -8,7 +8,7 @@ transformer's training step (TinyGPT, batch 16 x 64, AdamW):
 
 Throughputs are tokens/s after two warm-up steps (so compiles are excluded);
 rounds alternate the contenders, and each ratio is the median of its
-per-round ratios. Usage: python bench/compile_bench.py [--steps N] [--rounds R]
+per-round ratios. Usage: python bench/compile_bench.py [--steps N] [--rounds R] [--json PATH]
 """
 import argparse
 import json
@@ -49,6 +49,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--json", help="also write the figures to this JSON file")
     args = ap.parse_args()
 
     import torch
@@ -92,6 +93,11 @@ def main():
           f"({cold['compiles']} XLA compiles), warm {warm['first_step_s']:.2f} s "
           f"({warm['compiles']} compiles, {warm['disk_hits']} disk hits): {r3:.2f}x   "
           f"(target 10x; import {warm['import_s']:.2f} s not included)")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"tokens_per_s": {k: statistics.median(v) for k, v in rates.items()},
+                       "rates": rates, "compiled/strict": r1, "compiled/inductor": r2,
+                       "first_step": {"cold": cold, "warm": warm, "cold/warm": r3}}, f, indent=1)
 
 
 if __name__ == "__main__":

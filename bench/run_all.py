@@ -195,8 +195,14 @@ def plots(res):
         made["train"] = "train_tokens.png"
 
         fig, ax = plt.subplots(figsize=(8, 4))
-        names = list(tr["mfu"])
-        ax.bar(range(len(names)), [tr["mfu"][n]["achieved_gflops"] for n in names], color="C0")
+        gf = {n: v["achieved_gflops"] for n, v in tr["mfu"].items()}
+        if "xla_compile" in xt:
+            gf["xla_compile"] = (tr["flops"]["analytic_per_step"] * xt["xla_compile"]
+                                 / (tr["config"]["batch"] * tr["config"]["seq"]) / 1e9)
+        names = list(gf)
+        ax.bar(range(len(names)), [gf[n] for n in names],
+               color=["C0" if n.startswith("tpu") else "C1" if n.startswith("cpu") else "C2"
+                      for n in names])
         ax.axhline(tr["matmul_peak"]["tpu_gflops"], color="C3", ls="--",
                    label=f"measured peak, {tr['matmul_peak']['n']}² matmul on tpu")
         ax.axhline(tr["theoretical"]["peak_gflops"], color="k", ls=":",
@@ -606,11 +612,15 @@ def main():
     if "first_step" not in skip:
         res["first_step"] = first_steps(runner, py, 1 if args.quick else 2)
     if "eager_modes" not in skip:
-        runner.run("eager_modes", [py, os.path.join(HERE, "eager_modes.py")],
-                   env={"BENCH_ROUNDS": "3", "BENCH_STEPS": "2"} if args.quick else None)
+        res["eager_modes"] = runner.run(
+            "eager_modes", [py, os.path.join(HERE, "eager_modes.py"), "--json", js("eager_modes")],
+            env={"BENCH_ROUNDS": "3", "BENCH_STEPS": "2"} if args.quick else None,
+            json_path=js("eager_modes"))
     if "compile_bench" not in skip:
-        runner.run("compile_bench", [py, os.path.join(HERE, "compile_bench.py"),
-                                     *(["--rounds", "1", "--steps", "5"] if args.quick else [])])
+        res["compile_bench"] = runner.run(
+            "compile_bench", [py, os.path.join(HERE, "compile_bench.py"),
+                              *(["--rounds", "1", "--steps", "5"] if args.quick else []),
+                              "--json", js("compile_bench")], json_path=js("compile_bench"))
     if "dist_bench" not in skip:
         res["dist"] = runner.run("dist_bench", [py, os.path.join(HERE, "dist_bench.py"),
                                                 *(["--quick"] if args.quick else []),

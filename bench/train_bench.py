@@ -210,7 +210,6 @@ def resident_bytes(tr):
 def cpu_step_peak_bytes(tr):
     """CPU: live bytes at the step's start + peak of the step's own live
     allocations (torch.profiler's CPU allocator events)."""
-    import torch
     from torch.profiler import ProfilerActivity, profile
 
     base = resident_bytes(tr)
