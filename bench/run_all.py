@@ -175,9 +175,6 @@ def plots(res):
     tr = res.get("train")
     if tr:
         tps = dict(tr["tokens_per_s"])
-        xt = ((res.get("xla") or {}).get("train") or {}).get("tokens_per_s", {})
-        if "xla_compile" in xt:
-            tps["xla_compile"] = xt["xla_compile"]
         fig, ax = plt.subplots(figsize=(8, 4))
         names = list(tps)
         ax.bar(range(len(names)), [tps[n] for n in names],
@@ -196,9 +193,6 @@ def plots(res):
 
         fig, ax = plt.subplots(figsize=(8, 4))
         gf = {n: v["achieved_gflops"] for n, v in tr["mfu"].items()}
-        if "xla_compile" in xt:
-            gf["xla_compile"] = (tr["flops"]["analytic_per_step"] * xt["xla_compile"]
-                                 / (tr["config"]["batch"] * tr["config"]["seq"]) / 1e9)
         names = list(gf)
         ax.bar(range(len(names)), [gf[n] for n in names],
                color=["C0" if n.startswith("tpu") else "C1" if n.startswith("cpu") else "C2"
@@ -263,7 +257,6 @@ def write_report(res, runner, made, total_s):
     add = L.append
     tr = res.get("train") or {}
     xla = res.get("xla") or {}
-    xtr = xla.get("train") or {}
     ops = res.get("per_op") or {}
     xops = xla.get("per_op") or {}
     fs = res.get("first_step") or {}
@@ -342,29 +335,28 @@ def write_report(res, runner, made, total_s):
         for k in tr["ms_per_step"]:
             add(f"| {LABELS.get(k, k)} | {tr['ms_per_step'][k]:.1f} | "
                 f"{tr['tokens_per_s'][k]:,.0f} | {tr['warmup_s'][k]:.1f} |")
-        if xtr:
-            add(f"| torch_xla.compile (own process) | {xtr['ms_per_step']['xla_compile']:.1f} | "
-                f"{xtr['tokens_per_s']['xla_compile']:,.0f} | "
-                f"{xtr['warmup_s']['xla_compile']:.1f} |")
-            add(f"| CPU eager in the torch_xla process (torch {xla.get('torch')}) | "
-                f"{xtr['ms_per_step']['cpu_eager']:.1f} | "
-                f"{xtr['tokens_per_s']['cpu_eager']:,.0f} | {xtr['warmup_s']['cpu_eager']:.1f} |")
         add("")
         add("| ratio (tokens/s) | value |")
         add("|---|---:|")
         for k, v in tr["ratios"].items():
             a, b = k.split("/")
             add(f"| {LABELS.get(a, a)} / {LABELS.get(b, b)} | {v:.2f}x |")
-        for k, v in res.get("cross_ratios", {}).items():
-            add(f"| {k} | {v:.2f}x |")
         add("")
-        if xtr:
-            add("torch_xla runs in its own process (its torch is 2.9, ours 2.13), so its ratio "
-                "is of medians across the two processes, run one after the other in this "
-                "`make bench`; the CPU-normalised line divides tpu compile/CPU eager (our "
-                "process) by torch_xla compile/CPU eager (its process), cancelling machine "
-                f"drift between the two. torch_xla compiles during its timed rounds: "
-                f"{xtr['compiles_timed']}.")
+        xi = tr.get("xla") or {}
+        if "xla_compile" in tr["ms_per_step"]:
+            add(f"torch_xla.compile (torch {xi.get('torch')}, torch_xla {xi.get('torch_xla')}, "
+                "PJRT_DEVICE=CPU) runs in a process of its own venv (`bench/xla_peer.py "
+                "--serve`, started by `train_bench.py --xla-python`) and takes its turn in the "
+                "same round-by-round alternation over a pipe, so its ratios are side by side "
+                "like the others. The whole step (forward, backward, AdamW) is one "
+                "`torch_xla.compile`d function; AdamW is not capturable there (torch 2.9 refuses "
+                f"capturable on xla tensors). torch_xla compiles during the timed rounds: "
+                f"{xi.get('compiles_timed')}. First losses, torch_xla vs tpu compile: "
+                f"{[round(x, 4) for x in xi.get('first_losses', [])]} vs "
+                f"{[round(x, 4) for x in tr['first_losses'].get('tpu_compile', [])]}.")
+            add("")
+        elif xi.get("error"):
+            add(f"torch_xla.compile not measured: {xi['error']}")
             add("")
         if "train" in made:
             add(f"![training tokens/s]({made['train']})")
@@ -396,10 +388,6 @@ def write_report(res, runner, made, total_s):
         for k, v in tr["mfu"].items():
             add(f"| {LABELS.get(k, k)} | {v['achieved_gflops']:.1f} | "
                 f"{v['mfu_measured_peak']:.1%} | {v['mfu_theoretical_peak']:.1%} |")
-        if xtr:
-            g = fl["analytic_per_step"] / (xtr["ms_per_step"]["xla_compile"] / 1e3) / 1e9
-            add(f"| torch_xla.compile (own process) | {g:.1f} | {g / pk['tpu_gflops']:.1%} | "
-                f"{g / th['peak_gflops']:.1%} |")
         add("")
         if "mfu" in made:
             add(f"![MFU]({made['mfu']})")
@@ -503,7 +491,6 @@ def summary_rows(res):
     ops = res.get("per_op") or {}
     xops = (res.get("xla") or {}).get("per_op") or {}
     tr = res.get("train") or {}
-    xtr = (res.get("xla") or {}).get("train") or {}
     for c in ("tiny add [1]", "matmul 64x64", "matmul 512x512", "softmax 128x512",
               "layer_norm 128x512"):
         if c in ops:
@@ -518,19 +505,14 @@ def summary_rows(res):
     if tr:
         t = tr["tokens_per_s"]
         v = ", ".join(f"{LABELS[k]} {t[k]:,.0f}" for k in t)
-        if xtr:
-            v += f", torch_xla.compile {xtr['tokens_per_s']['xla_compile']:,.0f}"
         rows.append(("training step tokens/s", v))
         r = tr["ratios"]
         if "tpu_compile/cpu_inductor" in r:
             rows.append(("tpu compile / CPU Inductor (tokens/s)",
                          f"**{r['tpu_compile/cpu_inductor']:.2f}x**"))
-        cr = res.get("cross_ratios", {})
-        if cr:
-            k = "tpu compile / torch_xla.compile (ratio of medians, two processes)"
-            kn = "tpu compile / torch_xla.compile, CPU-eager-normalised"
+        if "tpu_compile/xla_compile" in r:
             rows.append(("tpu compile / torch_xla.compile (tokens/s)",
-                         f"**{cr[k]:.2f}x** ({cr[kn]:.2f}x CPU-eager-normalised)"))
+                         f"**{r['tpu_compile/xla_compile']:.2f}x**"))
         for a, b in (("tpu_compile", "tpu_strict"), ("tpu_defer_and_fuse", "tpu_strict"),
                      ("tpu_compile", "cpu_eager")):
             k = f"{a}/{b}"
@@ -583,32 +565,25 @@ def main():
         if d:
             res["per_op"] = d.pop("per_op")
             res["per_op_extra"] = d
-    if "train" not in skip:
-        res["train"] = runner.run("train", [py, os.path.join(HERE, "train_bench.py"),
-                                            *rounds, "--json", js("train")],
-                                  json_path=js("train"))
     ok, why = xla_status(args.xla_python)
     res["xla_ok"], res["xla_reason"] = ok, why
     if "xla" in skip:
-        res["xla_ok"], res["xla_reason"] = False, "left out of this run (--skip xla)"
-    elif ok:
+        ok, res["xla_ok"], res["xla_reason"] = False, False, "left out of this run (--skip xla)"
+    if "train" not in skip:
+        res["train"] = runner.run("train", [py, os.path.join(HERE, "train_bench.py"), *rounds,
+                                            *(["--xla-python", args.xla_python] if ok else []),
+                                            "--json", js("train")],
+                                  json_path=js("train"))
+    if ok:
         res["xla"] = runner.run("xla_peer", [args.xla_python, os.path.join(HERE, "xla_peer.py"),
-                                             "--train", "--ops", *rounds,
-                                             "--json", js("xla_peer")],
+                                             "--ops", "--json", js("xla_peer")],
                                 env={"PJRT_DEVICE": "CPU"}, json_path=js("xla_peer"))
         if not res["xla"]:
             res["xla_ok"] = False
             res["xla_reason"] = ("bench/xla_peer.py failed: "
                                  + runner.pieces["xla_peer"]["log"][-600:].replace("\n", " | "))
     else:
-        print(f"\n=== PyTorch/XLA peer not run: {why}", flush=True)
-    tr, xtr = res.get("train"), (res.get("xla") or {}).get("train")
-    if tr and xtr:
-        a = tr["tokens_per_s"]["tpu_compile"] / xtr["tokens_per_s"]["xla_compile"]
-        n = (tr["ratios"]["tpu_compile/cpu_eager"] / xtr["ratios"]["xla_compile/cpu_eager"])
-        res["cross_ratios"] = {
-            "tpu compile / torch_xla.compile (ratio of medians, two processes)": a,
-            "tpu compile / torch_xla.compile, CPU-eager-normalised": n}
+        print(f"\n=== PyTorch/XLA peer not run: {res['xla_reason']}", flush=True)
     if "first_step" not in skip:
         res["first_step"] = first_steps(runner, py, 1 if args.quick else 2)
     if "eager_modes" not in skip:

@@ -3,7 +3,10 @@ TinyGPT at hidden 256, 4 heads, 2 layers, sequence 128, batch 8, AdamW) in
 one process, beside its CPU peers:
 
   tpu strict eager, tpu defer_and_fuse eager, tpu torch.compile(backend="tpu"),
-  PyTorch CPU eager, PyTorch CPU torch.compile(backend="inductor").
+  PyTorch CPU eager, PyTorch CPU torch.compile(backend="inductor"), and with
+  --xla-python PY, PyTorch/XLA's torch_xla.compile (PJRT_DEVICE=CPU) in a
+  process of its own venv (bench/xla_peer.py --serve) that takes its turn
+  in the same alternation over a pipe.
 
 Every contender has its own model from the same seed and the same batches;
 each step is forward, zero_grad, backward, optimizer step and loss.item()
@@ -29,7 +32,7 @@ the first training step of a fresh process (model build, first step,
 loss.item()); run_all.py runs it with an empty and then a warm
 TORCHTPU_CACHE_DIR.
 
-Usage: python bench/train_bench.py [--rounds R] [--steps S] [--json PATH]
+Usage: python bench/train_bench.py [--rounds R] [--steps S] [--xla-python PY] [--json PATH]
 """
 import argparse
 import json
@@ -102,6 +105,40 @@ class Trainer:
             self.step()
         self.sync()
         return (time.perf_counter() - t0) / n
+
+
+class XlaRemote:
+    """The torch_xla.compile contender, in its own venv and process
+    (bench/xla_peer.py --serve), stepped over a pipe in turn with the
+    others."""
+    device = "xla"
+
+    def __init__(self, xla_python):
+        t0 = time.perf_counter()
+        self.p = subprocess.Popen([xla_python, os.path.join(HERE, "xla_peer.py"), "--serve"],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                  env=dict(os.environ, PJRT_DEVICE="CPU"))
+        self.hello = self._read()
+        self.warmup_s = time.perf_counter() - t0
+
+    def _read(self):
+        line = self.p.stdout.readline()
+        if not line:
+            raise RuntimeError(f"xla_peer.py --serve exited (rc {self.p.wait()})")
+        return json.loads(line)
+
+    def steps(self, n):
+        self.p.stdin.write(f"steps {n}\n")
+        self.p.stdin.flush()
+        return self._read()["s_per_step"]
+
+    def close(self):
+        self.p.stdin.write("quit\n")
+        self.p.stdin.flush()
+        out = self._read()
+        self.p.stdin.close()
+        self.p.wait()
+        return out
 
 
 def model_flops(vocab_size):
@@ -263,6 +300,8 @@ def main():
     ap.add_argument("--steps", type=int, default=3, help="steps per contender per round")
     ap.add_argument("--only", help="comma-separated contenders (default: all)")
     ap.add_argument("--first-step", choices=("strict", "defer_and_fuse", "compile"))
+    ap.add_argument("--xla-python", help="also torch_xla.compile, run by this interpreter "
+                    "(a venv with torch_xla) as bench/xla_peer.py --serve")
     ap.add_argument("--json")
     args = ap.parse_args()
     if args.first_step:
@@ -286,6 +325,18 @@ def main():
         trainers[name].steps(WARMUP)
         warm_s[name] = time.perf_counter() - t0
         print(f"  warm-up {name}: {warm_s[name]:.1f} s", flush=True)
+    xla_info = None
+    if args.xla_python:
+        try:
+            trainers["xla_compile"] = XlaRemote(args.xla_python)
+            names.append("xla_compile")
+            warm_s["xla_compile"] = trainers["xla_compile"].warmup_s
+            xla_info = dict(trainers["xla_compile"].hello)
+            print(f"  warm-up xla_compile (torch_xla {xla_info['torch_xla']}, own process): "
+                  f"{warm_s['xla_compile']:.1f} s", flush=True)
+        except (OSError, RuntimeError, ValueError) as e:
+            xla_info = {"error": f"{type(e).__name__}: {e}"}
+            print(f"  xla_compile not run: {xla_info['error']}", flush=True)
     c0 = torchtpu.metrics.metrics().get("compiles", 0)
     times = {k: [] for k in names}
     for r in range(args.rounds):
@@ -294,6 +345,9 @@ def main():
         print(f"  round {r + 1}: " + ", ".join(f"{k} {v[-1] * 1e3:.0f}" for k, v in times.items())
               + " ms/step", flush=True)
     compiles_timed = torchtpu.metrics.metrics().get("compiles", 0) - c0
+    if "xla_compile" in trainers:
+        xla_info.update(trainers.pop("xla_compile").close())
+        print(f"  torch_xla compiles during the timed rounds: {xla_info['compiles_timed']}")
     torchtpu.set_eager_mode("strict")
     tokens = BATCH * SEQ
     med = {k: statistics.median(v) for k, v in times.items()}
@@ -302,7 +356,8 @@ def main():
         return statistics.median(tb / ta for ta, tb in zip(times[a], times[b]))
 
     ratios = {}
-    for a, b in (("tpu_compile", "cpu_inductor"), ("tpu_compile", "cpu_eager"),
+    for a, b in (("tpu_compile", "cpu_inductor"), ("tpu_compile", "xla_compile"),
+                 ("xla_compile", "cpu_eager"), ("tpu_compile", "cpu_eager"),
                  ("tpu_compile", "tpu_strict"), ("tpu_defer_and_fuse", "tpu_strict"),
                  ("tpu_strict", "cpu_eager"), ("cpu_inductor", "cpu_eager")):
         if a in times and b in times:
@@ -363,7 +418,7 @@ def main():
                        "flops": {"analytic_per_step": analytic, "flop_counter_per_step": counted,
                                  "n_params_nonembedding": n_params},
                        "matmul_peak": peak, "theoretical": theo, "mfu": mfu,
-                       "memory": memory}, f, indent=1)
+                       "memory": memory, "xla": xla_info}, f, indent=1)
 
 
 if __name__ == "__main__":

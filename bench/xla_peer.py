@@ -7,7 +7,9 @@ CPU eager of that venv in the same process (alternating round by round):
            (torch_xla.experimental.eager_mode(True)): the cases of
            bench/runtime_overhead.py, a stream of cache-hit ops then one
            xm.wait_device_ops(), divided by the count; results kept alive.
-  --train  the bench transformer's training step of bench/train_bench.py
+  --serve  (what bench/train_bench.py --xla-python runs) the training step
+           below as one more contender of train_bench.py's alternation.
+  --train  standalone: the bench transformer's training step of bench/train_bench.py
            (same model, seed, batches, AdamW foreach, loss.item() every
            step) under torch_xla.compile. AdamW is not capturable here:
            torch 2.9 refuses capturable on xla tensors.
@@ -182,14 +184,48 @@ def train_part(rounds, steps):
             "first_losses": {k: tr.losses[:3] for k, tr in trainers.items()}}
 
 
+def serve():
+    """A torch_xla.compile contender driven by bench/train_bench.py over
+    stdin/stdout, so it alternates round by round with the contenders there:
+    reads "steps N", runs N steps, answers {"s_per_step": ...}; "quit"
+    answers a summary. Everything else it prints goes to stderr."""
+    from train_bench import BATCH, DIM, HEADS, LAYERS, SEQ, WARMUP
+    from tiny_gpt import make_corpus
+    proto, sys.stdout = sys.stdout, sys.stderr
+    cfg = dict(dim=DIM, heads=HEADS, layers=LAYERS, seq=SEQ, batch=BATCH)
+    data, vocab = make_corpus()
+    t0 = time.perf_counter()
+    tr = XlaTrainer(data, vocab, cfg)
+    tr.steps(WARMUP)
+    warm = time.perf_counter() - t0
+    c0 = compile_count()
+
+    def answer(obj):
+        proto.write(json.dumps(obj) + "\n")
+        proto.flush()
+
+    answer({"ready": True, "warmup_s": warm, "torch": torch.__version__,
+            "torch_xla": torch_xla.__version__})
+    for line in sys.stdin:
+        cmd = line.split()
+        if cmd and cmd[0] == "steps":
+            answer({"s_per_step": tr.steps(int(cmd[1]))})
+        else:
+            answer({"compiles_timed": compile_count() - c0, "first_losses": tr.losses[:3]})
+            return
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ops", action="store_true")
     ap.add_argument("--train", action="store_true")
+    ap.add_argument("--serve", action="store_true", help="(used by bench/train_bench.py)")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--json")
     args = ap.parse_args()
+    if args.serve:
+        return serve()
     print(f"torch {torch.__version__}, torch_xla {torch_xla.__version__}, "
           f"PJRT_DEVICE={os.environ.get('PJRT_DEVICE')}, device {torch_xla.device()}, "
           f"{torch.get_num_threads()} CPU threads", flush=True)
