@@ -373,9 +373,11 @@ def write_report(res, runner, made, total_s):
             f"T = {c['seq']}: **{fl['analytic_per_step'] / 1e9:.2f} GFLOP**. "
             f"FlopCounterMode on one CPU forward+backward counts "
             f"{fl['flop_counter_per_step'] / 1e9:.2f} GFLOP "
-            f"({fl['flop_counter_per_step'] / fl['analytic_per_step']:.3f}x; it counts matmuls "
-            "and attention only, as the formula does; the optimizer's elementwise work is in "
-            "neither).")
+            f"({fl['flop_counter_per_step'] / fl['analytic_per_step']:.3f}x). It runs with the "
+            "math SDPA backend, as FlopCounterMode has no formula for CPU's fused flash "
+            "attention kernel and would leave attention out; like the formula it counts the "
+            "matmuls only (causal attention counted in full, as in the formula), not the "
+            "elementwise work or the optimizer.")
         add("")
         add(f"- (a) measured peak: a {pk['n']}x{pk['n']} float32 matmul on the tpu device in "
             f"this run: **{pk['tpu_gflops']:.1f} GFLOP/s** (PyTorch CPU, same matmul: "

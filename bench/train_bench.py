@@ -17,7 +17,7 @@ ratios medians of per-round ratios. Also, in the same run:
   - MFU: model FLOPs per step (6N + 12*L*d*T per token; N = the parameters
     that multiply, i.e. without the token and position embeddings),
     cross-checked with torch.utils.flop_counter.FlopCounterMode on one CPU
-    forward+backward, over the median step time, against (a) the measured
+    forward+backward (math SDPA backend, so attention's matmuls count), over the median step time, against (a) the measured
     peak of a large matmul on the tpu device (and on PyTorch CPU) and (b) the
     theoretical peak cores x GHz x FLOP/cycle from /proc/cpuinfo and lscpu.
   - Memory: peak bytes of one training step. tpu: torch.tpu's byte
@@ -154,7 +154,10 @@ def model_flops(vocab_size):
     tokens = BATCH * SEQ
     analytic = tokens * (6 * n + 12 * LAYERS * DIM * SEQ)
     x = torch.randint(0, vocab_size, (BATCH, SEQ))
-    with FlopCounterMode(display=False) as fc:
+    # The math SDPA backend: FlopCounterMode has no formula for CPU's fused
+    # flash attention kernel, and would leave attention out.
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as fc:
         model(x, x).backward()
     return analytic, fc.get_total_flops(), n
 
