@@ -412,20 +412,27 @@ def _parallel_checks(c):
 
     yield "init_default_backend", init
 
+    def train_shard(model, opt, batches):
+        """SGD on this rank's 4 rows of each batch."""
+        for x, y in batches:
+            lo, hi = rank * 4, rank * 4 + 4
+            opt.zero_grad()
+            F.mse_loss(model(x[lo:hi].to(dev)), y[lo:hi].to(dev)).backward()
+            opt.step()
+
+    def assert_params(named, ref, full):
+        for (name, p), q in zip(named, ref.parameters()):
+            torch.testing.assert_close(full(p).detach().cpu(), q.detach(), rtol=1e-4,
+                                       atol=1e-5, msg=lambda m: f"{name}: {m}")
+
     def ddp():
         from torch.nn.parallel import DistributedDataParallel as DDP
         batches = _batches(torch, W)
         ref = _train_reference(torch, _mlp(torch), batches, 0.1, 3)
         model = DDP(_mlp(torch).to(dev))
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
-        for x, y in batches:
-            lo, hi = rank * 4, rank * 4 + 4
-            opt.zero_grad()
-            F.mse_loss(model(x[lo:hi].to(dev)), y[lo:hi].to(dev)).backward()
-            opt.step()
-        for (name, p), q in zip(model.module.named_parameters(), ref.parameters()):
-            torch.testing.assert_close(p.detach().cpu(), q.detach(), rtol=1e-4, atol=1e-5,
-                                       msg=lambda m: f"{name}: {m}")
+        train_shard(model, opt, batches)
+        assert_params(model.module.named_parameters(), ref, lambda p: p)
 
     yield "ddp_equals_single_process", ddp
 
@@ -442,14 +449,8 @@ def _parallel_checks(c):
         # Each rank holds 1/W of every parameter's rows.
         assert model[2].weight.to_local().shape[0] == 16 // W
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
-        for x, y in batches:
-            lo, hi = rank * 4, rank * 4 + 4
-            opt.zero_grad()
-            F.mse_loss(model(x[lo:hi].to(dev)), y[lo:hi].to(dev)).backward()
-            opt.step()
-        for (name, p), q in zip(model.named_parameters(), ref.parameters()):
-            torch.testing.assert_close(p.full_tensor().detach().cpu(), q.detach(), rtol=1e-4,
-                                       atol=1e-5, msg=lambda m: f"{name}: {m}")
+        train_shard(model, opt, batches)
+        assert_params(model.named_parameters(), ref, lambda p: p.full_tensor())
 
     yield "fsdp2_equals_unsharded", fsdp2
 
@@ -509,9 +510,7 @@ def _parallel_checks(c):
             else:
                 schedule.step()
             opt.step()
-        for (name, p), q in zip(part.named_parameters(), ref[rank].parameters()):
-            torch.testing.assert_close(p.detach().cpu(), q.detach(), rtol=1e-4, atol=1e-5,
-                                       msg=lambda m: f"{name}: {m}")
+        assert_params(part.named_parameters(), ref[rank], lambda p: p)
 
     yield "pipeline_stages", pipeline
 

@@ -353,10 +353,14 @@ def _eager_runner(gm, why):
         warnings.warn(f"torchtpu: a graph runs eagerly (op by op) instead of compiled: {why}",
                       stacklevel=3)
     _bump("compile_graphs_eager")
+    return _boxed_module(gm)
 
+
+def _boxed_module(module):
+    """Runs a GraphModule in the boxed calling convention."""
     def run(args):
-        out = gm(*args)
-        args.clear()
+        out = module(*args)
+        args.clear()  # the caller's list is ours to drop
         return out
 
     run._boxed_call = True
@@ -423,14 +427,7 @@ def _split_at_collectives(gm):
                 sub.recompile()
             setattr(split, name, _Boxed(_compile_static(sub), single))
     _bump("compile_split_graphs")
-
-    def run(args):
-        out = split(*args)
-        args.clear()
-        return out
-
-    run._boxed_call = True
-    return run
+    return _boxed_module(split)
 
 
 def _compile_static(gm):

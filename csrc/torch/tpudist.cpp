@@ -68,30 +68,27 @@ struct Staging {
     copy_back.emplace_back(t, host);
     return host;
   }
-  TensorList in(const TensorList& ts) {
-    TensorList r;
-    for (const auto& t : ts) r.push_back(in(t));
+  // The same over lists (and lists of lists) of tensors.
+  template <class List, class Fn>
+  static List each(const List& ts, Fn fn) {
+    List r;
+    for (const auto& t : ts) r.push_back(fn(t));
     return r;
+  }
+  TensorList in(const TensorList& ts) {
+    return each(ts, [this](const at::Tensor& t) { return in(t); });
   }
   TensorList out(const TensorList& ts) {
-    TensorList r;
-    for (const auto& t : ts) r.push_back(out(t));
-    return r;
+    return each(ts, [this](const at::Tensor& t) { return out(t); });
   }
   TensorList inout(const TensorList& ts) {
-    TensorList r;
-    for (const auto& t : ts) r.push_back(inout(t));
-    return r;
+    return each(ts, [this](const at::Tensor& t) { return inout(t); });
   }
   TensorLists in(const TensorLists& ts) {
-    TensorLists r;
-    for (const auto& t : ts) r.push_back(in(t));
-    return r;
+    return each(ts, [this](const TensorList& l) { return in(l); });
   }
   TensorLists out(const TensorLists& ts) {
-    TensorLists r;
-    for (const auto& t : ts) r.push_back(out(t));
-    return r;
+    return each(ts, [this](const TensorList& l) { return out(l); });
   }
 };
 
