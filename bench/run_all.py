@@ -61,7 +61,9 @@ class Runner:
             with open(json_path) as f:
                 data = json.load(f)
         # Profiler and Dynamo chatter is not part of a benchmark's output.
-        log = "".join(line for line in lines if not line.startswith(("USDT:", "[W1", "[W0")))
+        log = "".join(line for line in lines
+                      if not line.startswith(("USDT:", "[W1", "[W0"))
+                      and "Profiler record function" not in line)
         self.pieces[name] = {"cmd": cmd, "wall_s": wall, "rc": rc, "log": log}
         print(f"=== {name}: rc {rc}, {wall:.0f} s", flush=True)
         return data
@@ -280,6 +282,15 @@ def write_report(res, runner, made, total_s):
         add(f"| {k} | {v} |")
     add("")
 
+    add("How to read these: on this machine the \"tpu\" device is the OpenXLA CPU PJRT "
+        "plugin on the same cores as PyTorch CPU, so tpu vs CPU compares torchtpu's dispatch "
+        "plus XLA's CPU code generation with PyTorch's own CPU kernels, not an accelerator "
+        "with a CPU; PyTorch/XLA (PJRT_DEVICE=CPU) runs XLA's CPU backend too, so tpu vs "
+        "torch_xla compares the two front ends on like compilers. A ratio above 1 means "
+        "the first named is faster. The background load during the run is not controlled: "
+        "alternating rounds spread it over the contenders of one process, but pieces run "
+        "one after another.")
+    add("")
     add("## 1. Per-op eager overhead")
     add("")
     add("A stream of cache-hit ops (results kept alive), then one synchronize, divided by "
@@ -587,7 +598,7 @@ def main():
     else:
         print(f"\n=== PyTorch/XLA peer not run: {res['xla_reason']}", flush=True)
     if "first_step" not in skip:
-        res["first_step"] = first_steps(runner, py, 1 if args.quick else 2)
+        res["first_step"] = first_steps(runner, py, 1 if args.quick else 3)
     if "eager_modes" not in skip:
         res["eager_modes"] = runner.run(
             "eager_modes", [py, os.path.join(HERE, "eager_modes.py"), "--json", js("eager_modes")],

@@ -299,7 +299,7 @@ def first_step(mode):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--steps", type=int, default=3, help="steps per contender per round")
     ap.add_argument("--only", help="comma-separated contenders (default: all)")
     ap.add_argument("--first-step", choices=("strict", "defer_and_fuse", "compile"))
