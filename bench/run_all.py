@@ -168,7 +168,7 @@ def plots(res):
         ax.set_xticks([j + 0.4 - w / 2 for j in range(len(cases))], cases, fontsize=8)
         ax.set_yscale("log")
         ax.set_ylabel("µs per op (median, log scale)")
-        ax.set_title("Per-op eager time (stream of cache-hit ops, then one sync)")
+        ax.set_title("Per-op eager time (chain of cache-hit ops, then one sync)")
         ax.legend(fontsize=8)
         fig.tight_layout()
         fig.savefig(os.path.join(HERE, "per_op.png"), dpi=110)
@@ -293,8 +293,10 @@ def write_report(res, runner, made, total_s):
     add("")
     add("## 1. Per-op eager overhead")
     add("")
-    add("A stream of cache-hit ops (results kept alive), then one synchronize, divided by "
-        "the count; tpu strict, tpu defer_and_fuse and PyTorch CPU eager alternate round by "
+    add("A chain of cache-hit ops (`x = op(x, y)`: every result is used, so a deferred "
+        "backend cannot merge identical ops; matmuls multiply by an orthogonal matrix; "
+        "`bench/op_cases.py`), then one synchronize, divided by "
+        "the count; \"op+sync\" synchronizes after every op. tpu strict, tpu defer_and_fuse and PyTorch CPU eager alternate round by "
         "round in one process (`bench/runtime_overhead.py`). PyTorch/XLA eager mode "
         "(`torch_xla.experimental.eager_mode(True)`, sync `xm.wait_device_ops()`) runs in "
         "its own venv and process beside its own PyTorch CPU eager (`bench/xla_peer.py --ops`); "

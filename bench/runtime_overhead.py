@@ -1,7 +1,8 @@
 """Runtime overheads as a PyTorch user sees them, beside PyTorch on CPU in
 the same run: a cache-hit tiny add, a 64x64 and 512x512 matmul, softmax and
-layer_norm, in strict and defer_and_fuse eager modes, and copy bandwidth
-through .to("tpu") / .cpu(). Medians over repeated runs.
+layer_norm (bench/op_cases.py: chains of ops), in strict and defer_and_fuse
+eager modes, and copy bandwidth through .to("tpu") / .cpu(). Medians over
+repeated runs.
 
 Usage: python bench/runtime_overhead.py [--json PATH] [--no-demo]"""
 import argparse
@@ -23,75 +24,31 @@ def median_us(fn, n):
     return statistics.median(times) * 1e6
 
 
-def per_op_us(fn, sync, ops, rounds, keep=False):
-    """Median over rounds of (time for `ops` calls, then sync) / ops. With
-    `keep`, every result stays alive until the sync (so a deferred op cannot
-    be dropped as dead before it runs)."""
-    times = []
-    for _ in range(rounds):
-        kept = []
-        t0 = time.perf_counter()
-        if keep:
-            for _ in range(ops):
-                kept.append(fn())
-        else:
-            for _ in range(ops):
-                fn()
-        sync()
-        times.append((time.perf_counter() - t0) / ops)
-        del kept
-    return statistics.median(times) * 1e6
-
-
-def _ln(x, w, b):
-    return torch.nn.functional.layer_norm(x, (x.shape[-1],), w, b)
-
-
-# name, input shape, op(x, y) with y the second input (or layer_norm's weight),
-# ops per round, rounds.
-CASES = (("tiny add [1]", (1,), torch.add, 200, 40),
-         ("matmul 64x64", (64, 64), torch.mm, 100, 30),
-         ("matmul 512x512", (512, 512), torch.mm, 5, 15),
-         ("softmax 128x512", (128, 512), lambda x, y: torch.softmax(x, -1), 50, 30),
-         ("layer_norm 128x512", (128, 512), lambda x, y: _ln(x, y[0], y[1]), 50, 30))
-
-
-def per_op_table(json_out):
+def per_op_table():
     """Per-op times of tpu strict, tpu defer_and_fuse and PyTorch CPU eager,
     alternating round by round; returns {case: {contender: us}}."""
-    import torchtpu
+    from op_cases import CASES, chain_us, inputs, to
 
     nothing = lambda: None  # noqa: E731
+    sync = torch.tpu.synchronize
     results = {}
     print(f"{'case':<20}{'strict':>9}{'defer':>9}{'cpu':>9}{'strict/cpu':>11}"
           f"{'defer/cpu':>10}{'strict op+sync':>15}   (us per op)")
     for name, shape, op, ops, rounds in CASES:
-        a = torch.randn(*shape)
-        b = torch.randn(shape[-1]) if "layer_norm" in name else a
-        args_cpu = (a, (b, b)) if "layer_norm" in name else (a, a)
-        ta = a.to("tpu")
-        args_tpu = (ta, (b.to("tpu"),) * 2) if "layer_norm" in name else (ta, ta)
+        x, y = inputs(name, shape)
+        tx, ty = x.to("tpu"), to(y, "tpu")
 
-        def tpu_fn():
-            return op(*args_tpu)
-
-        def cpu_fn():
-            return op(*args_cpu)
-
-        def tpu_sync():
-            return op(*args_tpu), torch.tpu.synchronize()
-
-        def in_mode(mode, fn):
+        def in_mode(mode, sync_each=False):
             def run():
                 with torchtpu.eager_mode(mode):
-                    return per_op_us(fn, torch.tpu.synchronize, ops, 1, keep=True)
+                    return chain_us(op, tx, ty, sync, ops, sync_each)
             return run
 
         contenders = {
-            "tpu_strict": in_mode("strict", tpu_fn),
-            "tpu_defer_and_fuse": in_mode("defer_and_fuse", tpu_fn),
-            "cpu_eager": lambda: per_op_us(cpu_fn, nothing, ops, 1, keep=True),
-            "tpu_strict_op_sync": lambda: per_op_us(tpu_sync, nothing, ops, 1, keep=True),
+            "tpu_strict": in_mode("strict"),
+            "tpu_defer_and_fuse": in_mode("defer_and_fuse"),
+            "cpu_eager": lambda: chain_us(op, x, y, nothing, ops),
+            "tpu_strict_op_sync": in_mode("strict", sync_each=True),
         }
         for run in contenders.values():  # warm-up round: compiles, fused programs
             run()
@@ -119,12 +76,12 @@ def main():
     # PyTorch CPU gets the machine's threads, as a user would run it.
     print(f"torchtpu {torchtpu.__version__} on {torchtpu.plugin_info()['path']}")
     print("per op: a stream of cache-hit ops then one synchronize, divided by the count;")
-    print("op+sync: one op and a synchronize (the full round trip). Results are kept")
-    print("alive to the sync. Contenders alternate round by round so machine noise")
+    print("op+sync: one op and a synchronize (the full round trip). Each op takes the")
+    print("previous result. Contenders alternate round by round so machine noise")
     print("hits all alike; medians over rounds, ratios are medians of round ratios.")
     out = {"torch": torch.__version__, "torchtpu": torchtpu.__version__,
            "threads": torch.get_num_threads()}
-    out["per_op"] = per_op_table(args.json)
+    out["per_op"] = per_op_table()
     x = torch.randn(16 * 1024 * 1024)
     x.to("tpu")
     up = statistics.median([_timed(lambda: x.to("tpu")) for _ in range(5)])

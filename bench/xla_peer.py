@@ -33,28 +33,6 @@ import torch_xla.core.xla_model as xm  # noqa: E402
 import torch_xla.debug.metrics as met  # noqa: E402
 
 
-def _ln(x, w, b):
-    return torch.nn.functional.layer_norm(x, (x.shape[-1],), w, b)
-
-
-# The same cases as bench/runtime_overhead.py (not imported: that file
-# imports torchtpu).
-CASES = (("tiny add [1]", (1,), torch.add, 200, 40),
-         ("matmul 64x64", (64, 64), torch.mm, 100, 30),
-         ("matmul 512x512", (512, 512), torch.mm, 5, 15),
-         ("softmax 128x512", (128, 512), lambda x, y: torch.softmax(x, -1), 50, 30),
-         ("layer_norm 128x512", (128, 512), lambda x, y: _ln(x, y[0], y[1]), 50, 30))
-
-
-def per_op_us(fn, sync, ops):
-    kept = []
-    t0 = time.perf_counter()
-    for _ in range(ops):
-        kept.append(fn())
-    sync()
-    return (time.perf_counter() - t0) / ops * 1e6
-
-
 def compile_count():
     data = met.metric_data("CompileTime")
     return data[0] if data else 0
@@ -64,20 +42,19 @@ def ops_part():
     from torch_xla.experimental import eager_mode
     eager_mode(True)
     dev = torch_xla.device()
+    from op_cases import CASES, chain_us, inputs, to
+
     nothing = lambda: None  # noqa: E731
     wait = xm.wait_device_ops
     results = {}
     print(f"{'case':<20}{'xla eager':>10}{'cpu':>9}{'xla/cpu':>9}{'xla op+sync':>13}   (us per op)")
     for name, shape, op, ops, rounds in CASES:
-        a = torch.randn(*shape)
-        b = torch.randn(shape[-1]) if "layer_norm" in name else a
-        args_cpu = (a, (b, b)) if "layer_norm" in name else (a, a)
-        xa = a.to(dev)
-        args_xla = (xa, (b.to(dev),) * 2) if "layer_norm" in name else (xa, xa)
+        x, y = inputs(name, shape)
+        xx, xy = x.to(dev), to(y, dev)
         contenders = {
-            "xla_eager": lambda: per_op_us(lambda: op(*args_xla), wait, ops),
-            "cpu_eager": lambda: per_op_us(lambda: op(*args_cpu), nothing, ops),
-            "xla_eager_op_sync": lambda: per_op_us(lambda: (op(*args_xla), wait()), nothing, ops),
+            "xla_eager": lambda: chain_us(op, xx, xy, wait, ops),
+            "cpu_eager": lambda: chain_us(op, x, y, nothing, ops),
+            "xla_eager_op_sync": lambda: chain_us(op, xx, xy, wait, ops, sync_each=True),
         }
         for run in contenders.values():
             run()
