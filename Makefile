@@ -84,9 +84,11 @@ test-debug: install
 	TORCHTPU_EAGER_MODE=debug $(PY) -m pytest -q -p no:cacheprovider $(MODE_SUITES)
 
 # The same in defer_and_fuse (ops recorded and flushed as fused programs).
-# test_distributed.py's worlds of 4 and its torchrun examples run once (strict):
-# the backend stages tensors the same way in every mode.
-DEFER_SUITES = $(filter-out tests/test_distributed.py,$(MODE_SUITES))
+# Run once (strict), to keep CI inside its time: test_compile.py (compiled
+# graphs do not go through the eager modes), test_device.py (device
+# selection in subprocesses), and test_distributed.py's worlds of 4 and its
+# torchrun examples (the backend stages tensors the same way in every mode).
+DEFER_SUITES = $(filter-out tests/test_distributed.py tests/test_compile.py tests/test_device.py,$(MODE_SUITES))
 pytest-defer: install
 	TORCHTPU_EAGER_MODE=defer_and_fuse $(PY) -m pytest -q -p no:cacheprovider $(DEFER_SUITES)
 	TORCHTPU_EAGER_MODE=defer_and_fuse $(PY) -m pytest -q -p no:cacheprovider \
