@@ -342,6 +342,19 @@ def _collective_checks(c):
 
     yield "cpu_tensors_and_objects", cpu_tensors_and_objects
 
+    def bad_input_raises():
+        # Refused on every rank before anything is sent: the world stays in step.
+        t = torch.ones(3, dtype=torch.int64, device=dev)
+        try:
+            dist.all_reduce(t, op=R.AVG)
+        except RuntimeError as e:
+            assert "AVG needs a floating-point tensor" in str(e), str(e)
+        else:
+            raise AssertionError("AVG on int64 did not raise")
+        _close(torch, t, torch.ones(3, dtype=torch.int64))  # untouched
+
+    yield "bad_input_raises", bad_input_raises
+
     def functional_eager():
         import torch.distributed._functional_collectives as fc
         x = ins((2, 3), torch.float32)
