@@ -287,7 +287,8 @@ def write_report(res, runner, made, total_s):
         "plus XLA's CPU code generation with PyTorch's own CPU kernels, not an accelerator "
         "with a CPU; PyTorch/XLA (PJRT_DEVICE=CPU) runs XLA's CPU backend too, so tpu vs "
         "torch_xla compares the two front ends on like compilers. A ratio above 1 means "
-        "the first named is faster. The background load during the run is not controlled: "
+        "the first named is faster for throughput ratios (tokens/s); per-op ratios are of time "
+        "(above 1: slower than PyTorch CPU eager). The background load during the run is not controlled: "
         "alternating rounds spread it over the contenders of one process, but pieces run "
         "one after another.")
     add("")
@@ -516,7 +517,7 @@ def summary_rows(res):
             if c in xops:
                 v += (f"; XLA eager {fmt_us(xops[c]['us']['xla_eager'])} "
                       f"({xops[c]['ratio_to_cpu']['xla_eager']:.2f}x its CPU)")
-            rows.append((f"{c}, µs per op (x CPU eager)", v))
+            rows.append((f"{c}, µs per op (time / CPU eager's)", v))
     if tr:
         t = tr["tokens_per_s"]
         v = ", ".join(f"{LABELS[k]} {t[k]:,.0f}" for k in t)
@@ -557,7 +558,17 @@ def main():
     ap.add_argument("--quick", action="store_true", help="fewer rounds (a smoke run)")
     ap.add_argument("--xla-python", default=os.path.join(ROOT, ".venv-xla", "bin", "python"))
     ap.add_argument("--skip", default="", help="comma-separated pieces to leave out")
+    ap.add_argument("--report-only", action="store_true",
+                    help="rewrite RESULTS.md and the plots from the last run's saved results")
     args = ap.parse_args()
+    if args.report_only:
+        with open(os.path.join(HERE, "results.json")) as f:
+            res = json.load(f)
+        runner = Runner()
+        with open(os.path.join(OUT_DIR, "pieces.json")) as f:
+            runner.pieces = json.load(f)
+        write_report(res, runner, plots(res), res["total_s"])
+        return
     skip = set(filter(None, args.skip.split(",")))
     os.makedirs(OUT_DIR, exist_ok=True)
     py = sys.executable
@@ -623,6 +634,8 @@ def main():
     res["total_s"] = total
     with open(os.path.join(HERE, "results.json"), "w") as f:
         json.dump(res, f, indent=1)
+    with open(os.path.join(OUT_DIR, "pieces.json"), "w") as f:
+        json.dump(runner.pieces, f)
     write_report(res, runner, made, total)
     print(f"\nwrote bench/RESULTS.md, bench/results.json and {len(made)} plots in {total:.0f} s")
 
