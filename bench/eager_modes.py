@@ -91,9 +91,13 @@ def main():
     # pair cancels slow drifts of the machine; its median is the figure.
     ratio = statistics.median(s / d for s, d in zip(times["strict"], times["defer_and_fuse"]))
     same = trainers[0].losses == trainers[1].losses
+    # Fused programs may round differently from one program per op (XLA
+    # fuses across op boundaries); tests/test_modes.py pins the short run.
+    rel = max(abs(a - b) / max(abs(a), 1e-12)
+              for a, b in zip(trainers[0].losses, trainers[1].losses))
     print(f"defer_and_fuse speed-up over strict (median of round ratios): {ratio:.2f}x "
           f"(target >= 1.5x); "
-          f"losses identical: {same}")
+          f"losses identical: {same} (largest relative difference {rel:.1e})")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"ms_per_step": {m: statistics.median(v) * 1e3 for m, v in times.items()},
