@@ -54,3 +54,20 @@ def chain_us(op, x, y, sync, ops, sync_each=False):
             sync()
     sync()
     return (time.perf_counter() - t0) / ops * 1e6
+
+
+def alternate(contenders, rounds, base="cpu_eager"):
+    """Runs each contender once to warm up (compiles, fused programs), then
+    `rounds` rounds of all of them in turn, so machine noise hits them alike.
+    Returns (median time per contender, median per-round ratio to `base`)."""
+    import statistics
+    for run in contenders.values():
+        run()
+    times = {k: [] for k in contenders}
+    for _ in range(rounds):
+        for k, run in contenders.items():
+            times[k].append(run())
+    med = {k: statistics.median(v) for k, v in times.items()}
+    ratio = {k: statistics.median(x / c for x, c in zip(times[k], times[base]))
+             for k in contenders if k != base}
+    return med, ratio

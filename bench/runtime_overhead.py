@@ -27,7 +27,7 @@ def median_us(fn, n):
 def per_op_table():
     """Per-op times of tpu strict, tpu defer_and_fuse and PyTorch CPU eager,
     alternating round by round; returns {case: {contender: us}}."""
-    from op_cases import CASES, chain_us, inputs, to
+    from op_cases import CASES, alternate, chain_us, inputs, to
 
     nothing = lambda: None  # noqa: E731
     sync = torch.tpu.synchronize
@@ -50,15 +50,7 @@ def per_op_table():
             "cpu_eager": lambda: chain_us(op, x, y, nothing, ops),
             "tpu_strict_op_sync": in_mode("strict", sync_each=True),
         }
-        for run in contenders.values():  # warm-up round: compiles, fused programs
-            run()
-        times = {k: [] for k in contenders}
-        for _ in range(rounds):
-            for k, run in contenders.items():
-                times[k].append(run())
-        med = {k: statistics.median(v) for k, v in times.items()}
-        ratio = {k: statistics.median(x / c for x, c in zip(times[k], times["cpu_eager"]))
-                 for k in contenders if k != "cpu_eager"}
+        med, ratio = alternate(contenders, rounds)
         results[name] = {"us": med, "ratio_to_cpu": ratio, "ops_per_round": ops,
                          "rounds": rounds}
         print(f"{name:<20}{med['tpu_strict']:>9.1f}{med['tpu_defer_and_fuse']:>9.1f}"

@@ -42,7 +42,7 @@ def ops_part():
     from torch_xla.experimental import eager_mode
     eager_mode(True)
     dev = torch_xla.device()
-    from op_cases import CASES, chain_us, inputs, to
+    from op_cases import CASES, alternate, chain_us, inputs, to
 
     nothing = lambda: None  # noqa: E731
     wait = xm.wait_device_ops
@@ -56,15 +56,7 @@ def ops_part():
             "cpu_eager": lambda: chain_us(op, x, y, nothing, ops),
             "xla_eager_op_sync": lambda: chain_us(op, xx, xy, wait, ops, sync_each=True),
         }
-        for run in contenders.values():
-            run()
-        times = {k: [] for k in contenders}
-        for _ in range(rounds):
-            for k, run in contenders.items():
-                times[k].append(run())
-        med = {k: statistics.median(v) for k, v in times.items()}
-        ratio = {k: statistics.median(x / c for x, c in zip(times[k], times["cpu_eager"]))
-                 for k in contenders if k != "cpu_eager"}
+        med, ratio = alternate(contenders, rounds)
         results[name] = {"us": med, "ratio_to_cpu": ratio, "ops_per_round": ops,
                          "rounds": rounds}
         print(f"{name:<20}{med['xla_eager']:>10.1f}{med['cpu_eager']:>9.1f}"
