@@ -207,8 +207,14 @@ def _collective_checks(c):
         def reduce_scatter(dtype=dtype):
             x = [ins((2, 4), dtype) for _ in range(W)]  # x[chunk][rank]
             out = torch.empty(2, 4, dtype=dtype, device=dev)
-            dist.reduce_scatter(out, [x[j][rank].to(dev) for j in range(W)])
-            _close(torch, out, torch.stack([v.double() if floating else v for v in x[rank]]).sum(0).to(dtype))
+            ins_ = [x[j][rank].to(dev) for j in range(W)]
+            # Floats: PREMUL_SUM, which must leave the inputs as they were.
+            op = dist._make_nccl_premul_sum(0.5) if floating else R.SUM
+            dist.reduce_scatter(out, ins_, op=op)
+            s = torch.stack([v.double() if floating else v for v in x[rank]]).sum(0)
+            _close(torch, out, (0.5 * s if floating else s).to(dtype))
+            for j in range(W):
+                _close(torch, ins_[j], x[j][rank])
 
         yield f"reduce_scatter/{dn}", reduce_scatter
 

@@ -152,38 +152,38 @@ class TpuWork : public c10d::Work {
   bool finished_ = false;
 };
 
-// Gloo reduces SUM/PRODUCT/MIN/MAX/bitwise ops; AVG and PREMUL_SUM become a
-// SUM with a division after / a multiplication before, on the host copies.
-ReduceOp staged_reduce_op(const ReduceOp& op, const TensorList& host_inputs,
-                          const TensorList& host_results, int size,
-                          Staging& staging) {
-  if (op == ReduceOp::AVG) {
-    for (const auto& t : host_results) {
-      TORCH_CHECK(at::isFloatingType(t.scalar_type()) ||
-                      at::isComplexType(t.scalar_type()),
-                  "tpudist: ReduceOp.AVG needs a floating-point tensor, got ",
-                  t.scalar_type());
-    }
-    staging.after = [host_results, size] {
-      for (const auto& t : host_results) t.div_(size);
-    };
-    return ReduceOp(ReduceOp::SUM);
+// Gloo reduces SUM/PRODUCT/MIN/MAX/bitwise ops. PREMUL_SUM becomes a SUM of
+// scaled inputs: an in-place op (all_reduce, reduce) scales its own buffers,
+// the others scale copies so the caller's inputs stay intact.
+void premultiply(const ReduceOp& op, TensorList& inputs, bool in_place) {
+  if (op != ReduceOp::PREMUL_SUM) return;
+  auto supplement =
+      c10::static_intrusive_pointer_cast<c10d::PreMulSumSupplement>(op.supplement_);
+  TORCH_CHECK(supplement, "tpudist: PREMUL_SUM without a factor");
+  at::Scalar factor = supplement->tensor_factor.defined()
+                          ? supplement->tensor_factor.item()
+                          : at::Scalar(supplement->double_factor);
+  for (auto& t : inputs) {
+    if (in_place) t.mul_(factor);
+    else t = t.mul(factor);
   }
-  if (op == ReduceOp::PREMUL_SUM) {
-    auto supplement =
-        c10::static_intrusive_pointer_cast<c10d::PreMulSumSupplement>(
-            op.supplement_);
-    TORCH_CHECK(supplement, "tpudist: PREMUL_SUM without a factor");
-    for (const auto& t : host_inputs) {
-      if (supplement->tensor_factor.defined()) {
-        t.mul_(supplement->tensor_factor.to(at::kCPU));
-      } else {
-        t.mul_(supplement->double_factor);
-      }
-    }
-    return ReduceOp(ReduceOp::SUM);
+}
+
+// The op Gloo runs for `op`; AVG is a SUM whose host results are divided by
+// the group size before they go back.
+ReduceOp gloo_op(const ReduceOp& op, const TensorList& host_results, int size,
+                 Staging& staging) {
+  if (op == ReduceOp::PREMUL_SUM) return ReduceOp(ReduceOp::SUM);
+  if (op != ReduceOp::AVG) return op;
+  for (const auto& t : host_results) {
+    TORCH_CHECK(at::isFloatingType(t.scalar_type()) || at::isComplexType(t.scalar_type()),
+                "tpudist: ReduceOp.AVG needs a floating-point tensor, got ",
+                t.scalar_type());
   }
-  return op;
+  staging.after = [host_results, size] {
+    for (const auto& t : host_results) t.div_(size);
+  };
+  return ReduceOp(ReduceOp::SUM);
 }
 
 class TpuDistBackend : public c10d::Backend {
@@ -210,7 +210,8 @@ class TpuDistBackend : public c10d::Backend {
     Staging s;
     auto host = s.inout(tensors);
     c10d::AllreduceOptions o = opts;
-    o.reduceOp = staged_reduce_op(opts.reduceOp, host, host, getSize(), s);
+    premultiply(opts.reduceOp, host, /*in_place=*/true);
+    o.reduceOp = gloo_op(opts.reduceOp, host, getSize(), s);
     return done(host_->allreduce(host, o), std::move(s), tensors,
                 OpType::ALLREDUCE);
   }
@@ -221,7 +222,8 @@ class TpuDistBackend : public c10d::Backend {
     Staging s;
     auto host = s.inout(tensors);
     c10d::AllreduceCoalescedOptions o = opts;
-    o.reduceOp = staged_reduce_op(opts.reduceOp, host, host, getSize(), s);
+    premultiply(opts.reduceOp, host, /*in_place=*/true);
+    o.reduceOp = gloo_op(opts.reduceOp, host, getSize(), s);
     return done(host_->allreduce_coalesced(host, o), std::move(s), tensors,
                 OpType::ALLREDUCE_COALESCED);
   }
@@ -232,7 +234,8 @@ class TpuDistBackend : public c10d::Backend {
     auto host = s.inout(tensors);
     c10d::ReduceOptions o = opts;
     // Only the root's result is defined; the others may hold anything.
-    o.reduceOp = staged_reduce_op(opts.reduceOp, host, host, getSize(), s);
+    premultiply(opts.reduceOp, host, /*in_place=*/true);
+    o.reduceOp = gloo_op(opts.reduceOp, host, getSize(), s);
     return done(host_->reduce(host, o), std::move(s), tensors,
                 OpType::REDUCE);
   }
@@ -304,7 +307,8 @@ class TpuDistBackend : public c10d::Backend {
     auto in = s.in(inputs);
     auto out = s.out(outputs);
     c10d::ReduceScatterOptions o = opts;
-    o.reduceOp = staged_reduce_op(opts.reduceOp, flat(in), out, getSize(), s);
+    for (auto& list : in) premultiply(opts.reduceOp, list, /*in_place=*/false);
+    o.reduceOp = gloo_op(opts.reduceOp, out, getSize(), s);
     return done(host_->reduce_scatter(out, in, o), std::move(s), outputs,
                 OpType::REDUCE_SCATTER);
   }
@@ -313,12 +317,12 @@ class TpuDistBackend : public c10d::Backend {
       at::Tensor& output, at::Tensor& input,
       const c10d::ReduceScatterOptions& opts) override {
     Staging s;
-    // A private copy even for CPU: PREMUL_SUM scales it in place.
-    auto in = on_tpu(input) ? s.in(input) : input.clone();
+    TensorList in{s.in(input)};
+    premultiply(opts.reduceOp, in, /*in_place=*/false);
     auto out = s.out(output);
     c10d::ReduceScatterOptions o = opts;
-    o.reduceOp = staged_reduce_op(opts.reduceOp, {in}, {out}, getSize(), s);
-    return done(host_->_reduce_scatter_base(out, in, o), std::move(s),
+    o.reduceOp = gloo_op(opts.reduceOp, {out}, getSize(), s);
+    return done(host_->_reduce_scatter_base(out, in[0], o), std::move(s),
                 {output}, OpType::_REDUCE_SCATTER_BASE);
   }
 
@@ -326,11 +330,11 @@ class TpuDistBackend : public c10d::Backend {
       TensorList& outputs, TensorList& inputs,
       const c10d::ReduceScatterOptions& opts) override {
     Staging s;
-    TensorList in;
-    for (const auto& t : inputs) in.push_back(on_tpu(t) ? s.in(t) : t.clone());
+    auto in = s.in(inputs);
+    premultiply(opts.reduceOp, in, /*in_place=*/false);
     auto out = s.out(outputs);
     c10d::ReduceScatterOptions o = opts;
-    o.reduceOp = staged_reduce_op(opts.reduceOp, in, out, getSize(), s);
+    o.reduceOp = gloo_op(opts.reduceOp, out, getSize(), s);
     return done(host_->reduce_scatter_tensor_coalesced(out, in, o),
                 std::move(s), outputs, OpType::COALESCED);
   }
@@ -397,8 +401,6 @@ class TpuDistBackend : public c10d::Backend {
   }
   void abort() override { host_->abort(); }
   void shutdown() override { host_->shutdown(); }
-
-  c10::intrusive_ptr<c10d::Backend> host() const { return host_; }
 
  private:
   static TensorList flat(const TensorLists& lists) {

@@ -5,8 +5,6 @@ device, so `init_process_group()` (or `backend="tpudist"`),
 `init_device_mesh("tpu", ...)`, DDP, FSDP2, DTensor and pipelining pick it
 with no change to user code. One process per device, launched by torchrun.
 """
-import datetime
-
 import torch
 import torch.distributed as dist
 
@@ -18,8 +16,6 @@ BACKEND = "tpudist"
 def _create_backend(store, rank, size, timeout):
     """c10d's creator: a Gloo backend on the same (prefixed) store, wrapped
     so tpu tensors are staged through host memory."""
-    if not isinstance(timeout, datetime.timedelta):
-        timeout = datetime.timedelta(seconds=float(timeout))
     host = dist.ProcessGroupGloo(dist.PrefixStore("tpudist/", store), rank, size, timeout)
     return _C._tpudist_backend(host, rank, size)
 
