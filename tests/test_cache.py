@@ -107,6 +107,22 @@ def test_second_process_loads_everything_from_disk(cold):
     assert len(entries(directory)) == first["compiles"]
 
 
+def test_other_xla_flags_do_not_reuse_entries(tmp_path, cold):
+    """XLA_FLAGS change what the plugin's compiler emits: entries written
+    under other flags are another program, compiled anew (and then reused
+    under those flags)."""
+    import shutil
+    directory, first = tmp_path / "cache", cold[1]
+    shutil.copytree(cold[0], directory)
+    flags = "--xla_cpu_enable_fast_min_max=false"
+    m = run_workload(directory, XLA_FLAGS=flags)
+    assert m["compiles"] == first["compiles"]
+    assert m["cache_hits::local"] == 0
+    assert len(entries(directory)) == 2 * first["compiles"]
+    m = run_workload(directory, XLA_FLAGS=flags)
+    assert m["compiles"] == 0 and m["cache_hits::local"] == first["compiles"]
+
+
 def test_damaged_entries_are_rejected_and_recompiled(tmp_path, cold):
     _, first = cold
     run_workload(tmp_path)

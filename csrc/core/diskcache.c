@@ -128,14 +128,22 @@ size_t tpu_diskcache_identity(const tpu_client_t* client, char* out_text,
   tpu_device_t* device = NULL;
   tpu_status_t status = tpu_client_device(client, 0, &device);
   tpu_status_free(status);
+  /* The plugins read their compiler flags from these (XLA's DebugOptions,
+   * libtpu's arguments): an executable compiled under other flags is
+   * another program, so the flags are part of the key. They are the
+   * plugin's variables, not ours, hence getenv rather than the registry. */
+  const char* xla_flags = getenv("XLA_FLAGS");
+  const char* libtpu_args = getenv("LIBTPU_INIT_ARGS");
   int n = snprintf(out_text, capacity,
                    "platform=%s\nplatform_version=%s\nxla_version=%s\n"
-                   "pjrt_api=%d.%d\ndevice_kind=%s\n",
+                   "pjrt_api=%d.%d\ndevice_kind=%s\nxla_flags=%s\n"
+                   "libtpu_init_args=%s\n",
                    tpu_client_platform_name(client),
                    tpu_client_platform_version(client),
                    tpu_plugin_attribute(plugin, "xla_version"),
                    tpu_plugin_api_major(plugin), tpu_plugin_api_minor(plugin),
-                   device ? tpu_device_kind(device) : "");
+                   device ? tpu_device_kind(device) : "", xla_flags ? xla_flags : "",
+                   libtpu_args ? libtpu_args : "");
   return n < 0 ? 0 : (size_t)n;
 }
 

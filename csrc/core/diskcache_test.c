@@ -210,6 +210,22 @@ static void test_keys(void) {
   CHECK(strcmp(k[0].hex, k[1].hex) == 0);
   for (int i = 2; i < 6; i++)
     for (int j = 0; j < i; j++) CHECK(strcmp(k[i].hex, k[j].hex) != 0);
+
+  /* The plugin's compiler flags are part of the identity, so an entry
+   * compiled under other XLA_FLAGS is not reused. (The plugin read its
+   * flags at start-up; changing the variable now only changes the key.) */
+  const char* saved = getenv("XLA_FLAGS");
+  char* saved_copy = saved ? strdup(saved) : NULL;
+  setenv("XLA_FLAGS", "--xla_cpu_enable_fast_math=true", 1);
+  char flagged[2048];
+  tpu_diskcache_identity(tpu_runtime_client(), flagged, sizeof flagged);
+  if (saved_copy) setenv("XLA_FLAGS", saved_copy, 1);
+  else unsetenv("XLA_FLAGS");
+  free(saved_copy);
+  CHECK_STR_CONTAINS(flagged, "xla_flags=--xla_cpu_enable_fast_math=true\n");
+  tpu_diskcache_key_t with_flags;
+  tpu_diskcache_key_make("abc", 3, opt_a, 2, flagged, &with_flags);
+  CHECK(strcmp(with_flags.hex, k[0].hex) != 0);
 }
 
 static void test_round_trip(void) {
