@@ -465,6 +465,9 @@ def write_report(res, runner, made, total_s):
                          "(`bench/eager_modes.py`)"),
                         ("compile_bench", "Demo step, compiled vs peers "
                          "(`bench/compile_bench.py`)"),
+                        ("xla_cpu_floor", "What XLA:CPU itself costs: the demo's graphs "
+                         "run by JAX, a + a by size, the warm first step split "
+                         "(`bench/xla_cpu_floor.py`)"),
                         ("dist_bench", "Distributed (`bench/dist_bench.py`)")):
         p = runner.pieces.get(name)
         if not p:
@@ -622,6 +625,10 @@ def main():
             "compile_bench", [py, os.path.join(HERE, "compile_bench.py"),
                               *(["--rounds", "1", "--steps", "5"] if args.quick else []),
                               "--json", js("compile_bench")], json_path=js("compile_bench"))
+    if "xla_cpu_floor" not in skip:
+        res["xla_cpu_floor"] = runner.run(
+            "xla_cpu_floor", [py, os.path.join(HERE, "xla_cpu_floor.py"),
+                              "--json", js("xla_cpu_floor")], json_path=js("xla_cpu_floor"))
     if "dist_bench" not in skip:
         res["dist"] = runner.run("dist_bench", [py, os.path.join(HERE, "dist_bench.py"),
                                                 *(["--quick"] if args.quick else []),
