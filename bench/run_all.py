@@ -152,6 +152,27 @@ def plots(res):
         print(f"no plots: {e}")
         return {}
     made = {}
+
+    def finish(fig, ax, ylabel, title, key, file_name, legend=True):
+        """The common tail of every plot: labels, legend, saved PNG."""
+        ax.set_ylabel(ylabel)
+        ax.set_title(title)
+        if legend:
+            ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(os.path.join(HERE, file_name), dpi=110)
+        plt.close(fig)
+        made[key] = file_name
+
+    def contender_axis(ax, names):
+        """x ticks naming the contenders of the training step."""
+        ax.set_xticks(range(len(names)), [LABELS.get(n, n) for n in names], fontsize=8,
+                      rotation=15)
+
+    def contender_colors(names):
+        return ["C0" if n.startswith("tpu") else "C1" if n.startswith("cpu") else "C2"
+                for n in names]
+
     ops = res.get("per_op") or {}
     xla_ops = (res.get("xla") or {}).get("per_op") or {}
     if ops:
@@ -167,51 +188,32 @@ def plots(res):
             ax.bar([j + i * w for j in range(len(cases))], vals, w, label=label)
         ax.set_xticks([j + 0.4 - w / 2 for j in range(len(cases))], cases, fontsize=8)
         ax.set_yscale("log")
-        ax.set_ylabel("µs per op (median, log scale)")
-        ax.set_title("Per-op eager time (chain of cache-hit ops, then one sync)")
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(os.path.join(HERE, "per_op.png"), dpi=110)
-        plt.close(fig)
-        made["per_op"] = "per_op.png"
+        finish(fig, ax, "µs per op (median, log scale)",
+               "Per-op eager time (chain of cache-hit ops, then one sync)", "per_op", "per_op.png")
     tr = res.get("train")
     if tr:
         tps = dict(tr["tokens_per_s"])
         fig, ax = plt.subplots(figsize=(8, 4))
         names = list(tps)
-        ax.bar(range(len(names)), [tps[n] for n in names],
-               color=["C0" if n.startswith("tpu") else "C1" if n.startswith("cpu") else "C2"
-                      for n in names])
-        ax.set_xticks(range(len(names)), [LABELS.get(n, n) for n in names], fontsize=8,
-                      rotation=15)
-        ax.set_ylabel("tokens/s (median)")
+        ax.bar(range(len(names)), [tps[n] for n in names], color=contender_colors(names))
+        contender_axis(ax, names)
         c = tr["config"]
-        ax.set_title(f"Training step, TinyGPT d{c['dim']} L{c['layers']} "
-                     f"batch {c['batch']}x{c['seq']}, AdamW")
-        fig.tight_layout()
-        fig.savefig(os.path.join(HERE, "train_tokens.png"), dpi=110)
-        plt.close(fig)
-        made["train"] = "train_tokens.png"
+        finish(fig, ax, "tokens/s (median)",
+               f"Training step, TinyGPT d{c['dim']} L{c['layers']} "
+               f"batch {c['batch']}x{c['seq']}, AdamW", "train", "train_tokens.png",
+               legend=False)
 
         fig, ax = plt.subplots(figsize=(8, 4))
         gf = {n: v["achieved_gflops"] for n, v in tr["mfu"].items()}
         names = list(gf)
-        ax.bar(range(len(names)), [gf[n] for n in names],
-               color=["C0" if n.startswith("tpu") else "C1" if n.startswith("cpu") else "C2"
-                      for n in names])
+        ax.bar(range(len(names)), [gf[n] for n in names], color=contender_colors(names))
         ax.axhline(tr["matmul_peak"]["tpu_gflops"], color="C3", ls="--",
                    label=f"measured peak, {tr['matmul_peak']['n']}² matmul on tpu")
         ax.axhline(tr["theoretical"]["peak_gflops"], color="k", ls=":",
                    label="theoretical cores x GHz x FLOP/cycle")
-        ax.set_xticks(range(len(names)), [LABELS.get(n, n) for n in names], fontsize=8,
-                      rotation=15)
-        ax.set_ylabel("model GFLOP/s")
-        ax.set_title("Achieved model FLOP/s of the training step vs peaks")
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(os.path.join(HERE, "mfu.png"), dpi=110)
-        plt.close(fig)
-        made["mfu"] = "mfu.png"
+        contender_axis(ax, names)
+        finish(fig, ax, "model GFLOP/s", "Achieved model FLOP/s of the training step vs peaks",
+               "mfu", "mfu.png")
 
         fig, ax = plt.subplots(figsize=(8, 4))
         names = list(tr["memory"])
@@ -221,15 +223,8 @@ def plots(res):
         ax.bar(range(len(names)), [mem[n]["step_peak_extra_bytes"] / 2**20 for n in names],
                bottom=[mem[n]["resident_bytes"] / 2**20 for n in names],
                label="peak extra during the step")
-        ax.set_xticks(range(len(names)), [LABELS.get(n, n) for n in names], fontsize=8,
-                      rotation=15)
-        ax.set_ylabel("MiB")
-        ax.set_title("Peak memory of one training step")
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(os.path.join(HERE, "memory.png"), dpi=110)
-        plt.close(fig)
-        made["memory"] = "memory.png"
+        contender_axis(ax, names)
+        finish(fig, ax, "MiB", "Peak memory of one training step", "memory", "memory.png")
     fs = res.get("first_step")
     if fs:
         modes = list(fs)
@@ -239,13 +234,8 @@ def plots(res):
         ax.bar([i + 0.2 for i in range(len(modes))], [fs[m]["warm_s"] for m in modes], 0.4,
                label="warm cache")
         ax.set_xticks(range(len(modes)), modes)
-        ax.set_ylabel("s to the first step (import excluded)")
-        ax.set_title("First training step in a fresh process")
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(os.path.join(HERE, "first_step.png"), dpi=110)
-        plt.close(fig)
-        made["first_step"] = "first_step.png"
+        finish(fig, ax, "s to the first step (import excluded)",
+               "First training step in a fresh process", "first_step", "first_step.png")
     return made
 
 

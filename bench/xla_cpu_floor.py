@@ -20,7 +20,6 @@ Usage: python bench/xla_cpu_floor.py [--json PATH]
 import argparse
 import json
 import os
-import re
 import statistics
 import subprocess
 import sys
@@ -83,7 +82,6 @@ def random_inputs(specs, device):
 
 def graphs_section():
     import jax
-    import numpy as np
     import torch
     from jax.extend import backend
     from torchtpu import _C

@@ -64,57 +64,37 @@ def ops_part():
     return {"per_op": results}
 
 
-class XlaTrainer:
-    def __init__(self, data, vocab, cfg):
+class Trainer:
+    """TinyGPT + AdamW, one step = forward, backward, optimizer step and a
+    loss.item(); on the XLA device the whole step is one torch_xla.compile
+    graph, on the CPU it runs eagerly."""
+
+    def __init__(self, data, vocab, cfg, xla):
         from tiny_gpt import TinyGPT, batches
-        self.dev = torch_xla.device()
+        self.dev = torch_xla.device() if xla else torch.device("cpu")
         torch.manual_seed(0)
         self.model = TinyGPT(len(vocab), dim=cfg["dim"], heads=cfg["heads"],
                              layers=cfg["layers"], max_len=cfg["seq"]).to(self.dev)
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=3e-3, weight_decay=0.01,
                                      foreach=True)  # capturable: not on xla in 2.9
-
-        def step(x, y):
-            loss = self.model(x, y)
-            self.opt.zero_grad(set_to_none=True)
-            loss.backward()
-            self.opt.step()
-            return loss
-
-        self.compiled = torch_xla.compile(step)
+        self.step = torch_xla.compile(self._step) if xla else self._step
+        self.wait = xm.wait_device_ops if xla else (lambda: None)
         self.stream = batches(data, cfg["batch"], cfg["seq"], seed=0)
         self.losses = []
+
+    def _step(self, x, y):
+        loss = self.model(x, y)
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        self.opt.step()
+        return loss
 
     def steps(self, n):
         t0 = time.perf_counter()
         for _ in range(n):
             x, y = next(self.stream)
-            loss = self.compiled(x.to(self.dev), y.to(self.dev))
-            self.losses.append(loss.item())
-        xm.wait_device_ops()
-        return (time.perf_counter() - t0) / n
-
-
-class CpuTrainer:
-    def __init__(self, data, vocab, cfg):
-        from tiny_gpt import TinyGPT, batches
-        torch.manual_seed(0)
-        self.model = TinyGPT(len(vocab), dim=cfg["dim"], heads=cfg["heads"],
-                             layers=cfg["layers"], max_len=cfg["seq"])
-        self.opt = torch.optim.AdamW(self.model.parameters(), lr=3e-3, weight_decay=0.01,
-                                     foreach=True)
-        self.stream = batches(data, cfg["batch"], cfg["seq"], seed=0)
-        self.losses = []
-
-    def steps(self, n):
-        t0 = time.perf_counter()
-        for _ in range(n):
-            x, y = next(self.stream)
-            loss = self.model(x, y)
-            self.opt.zero_grad(set_to_none=True)
-            loss.backward()
-            self.opt.step()
-            self.losses.append(loss.item())
+            self.losses.append(self.step(x.to(self.dev), y.to(self.dev)).item())
+        self.wait()
         return (time.perf_counter() - t0) / n
 
 
@@ -125,9 +105,9 @@ def train_part(rounds, steps):
     data, vocab = make_corpus()
     trainers = {}
     warm_s = {}
-    for name, cls in (("xla_compile", XlaTrainer), ("cpu_eager", CpuTrainer)):
+    for name, xla in (("xla_compile", True), ("cpu_eager", False)):
         t0 = time.perf_counter()
-        trainers[name] = cls(data, vocab, cfg)
+        trainers[name] = Trainer(data, vocab, cfg, xla)
         trainers[name].steps(WARMUP)
         warm_s[name] = time.perf_counter() - t0
         print(f"  warm-up {name}: {warm_s[name]:.1f} s", flush=True)
@@ -164,7 +144,7 @@ def serve():
     cfg = dict(dim=DIM, heads=HEADS, layers=LAYERS, seq=SEQ, batch=BATCH)
     data, vocab = make_corpus()
     t0 = time.perf_counter()
-    tr = XlaTrainer(data, vocab, cfg)
+    tr = Trainer(data, vocab, cfg, xla=True)
     tr.steps(WARMUP)
     warm = time.perf_counter() - t0
     c0 = compile_count()
