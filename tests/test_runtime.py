@@ -99,3 +99,19 @@ except NotImplementedError as e:
     r = run_python(code, {"TORCHTPU_FALLBACK": "error"})
     assert r.returncode == 0, r.stderr
     assert "ERR" in r.stdout and "bessel_j0" in r.stdout and "TORCHTPU_FALLBACK" in r.stdout
+
+
+def test_inline_executions_skip_completion_events_and_stay_exact():
+    """A chain of cache-hit tiny ops: the CPU plugin finishes each inside
+    Execute, so once the program is trusted its executions skip their
+    completion events; results and synchronize are unchanged."""
+    x, one = torch.zeros(3), torch.ones(3)
+    tx, tone = x.to("tpu"), one.to("tpu")
+    before = torchtpu.metrics.metrics().get("executions_without_event", 0)
+    with torchtpu.eager_mode("strict"):  # the suite also runs in other modes
+        for _ in range(100):
+            x = x + one
+            tx = tx + tone
+        torch.tpu.synchronize()
+    assert tx.cpu().tolist() == x.tolist() == [100.0] * 3
+    assert torchtpu.metrics.metrics().get("executions_without_event", 0) - before > 50

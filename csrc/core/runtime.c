@@ -156,6 +156,19 @@ void tpu_runtime_track(int device_index, tpu_event_t* event) {
   pthread_mutex_unlock(&g_pending_lock);
 }
 
+void tpu_runtime_record_error(int device_index, tpu_status_t status) {
+  if (!status) return;
+  if (device_index < 0 || device_index >= TPU_MAX_DEVICES) {
+    tpu_status_free(status);
+    return;
+  }
+  pthread_mutex_lock(&g_pending_lock);
+  pending_t* p = &g_pending[device_index];
+  if (!p->error) p->error = status;
+  else tpu_status_free(status);
+  pthread_mutex_unlock(&g_pending_lock);
+}
+
 tpu_status_t tpu_runtime_synchronize(int device_index) {
   if (device_index < 0 || device_index >= TPU_MAX_DEVICES) return NULL;
   pthread_mutex_lock(&g_pending_lock);

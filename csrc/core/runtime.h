@@ -39,8 +39,11 @@ tpu_status_t tpu_runtime_check_device(int device_index);
  * device_index) so tpu_runtime_synchronize can wait for it. Events already
  * fired are dropped as new ones arrive. */
 void tpu_runtime_track(int device_index, tpu_event_t* event);
+/* Keeps the error of an execution that failed asynchronously for the
+ * device's next synchronize (takes ownership; NULL is fine). */
+void tpu_runtime_record_error(int device_index, tpu_status_t status);
 /* Waits for every tracked event of the device; returns the first error any
- * of them carried (the rest are still waited for). */
+ * of them carried or that was recorded (the rest are still waited for). */
 tpu_status_t tpu_runtime_synchronize(int device_index);
 
 /* Destroys the client. Only for programs that know every buffer is gone

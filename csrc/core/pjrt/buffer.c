@@ -338,8 +338,10 @@ tpu_status_t tpu_buffer_to_host(tpu_buffer_t* buffer, void* dst,
                                 size_t dst_bytes) {
   PJRT_Event* event;
   TPU_RETURN_IF_ERROR(start_to_host(buffer, dst, dst_bytes, &event));
-  return tpu_pjrt_event_await_destroy(buffer->client->api, event,
-                                      "device-to-host transfer");
+  TPU_RETURN_IF_ERROR(tpu_pjrt_event_await_destroy(buffer->client->api, event,
+                                                   "device-to-host transfer"));
+  tpu_buffer_set_known_ready(buffer); /* the copy read computed contents */
+  return NULL;
 }
 
 tpu_status_t tpu_buffer_to_host_async(tpu_buffer_t* buffer, void* dst,
@@ -362,7 +364,48 @@ tpu_status_t tpu_buffer_await_ready(tpu_buffer_t* buffer) {
   TPU_PJRT_ARGS(PJRT_Buffer_ReadyEvent_Args, args);
   args.buffer = buffer->buffer;
   TPU_RETURN_IF_ERROR(TPU_PJRT_CALL(api, PJRT_Buffer_ReadyEvent, &args));
-  return tpu_pjrt_event_await_destroy(api, args.event, "buffer");
+  TPU_RETURN_IF_ERROR(tpu_pjrt_event_await_destroy(api, args.event, "buffer"));
+  atomic_store_explicit(&buffer->known_ready, true, memory_order_relaxed);
+  return NULL;
+}
+
+bool tpu_buffer_known_ready(const tpu_buffer_t* buffer) {
+  return atomic_load_explicit(&buffer->known_ready, memory_order_relaxed);
+}
+
+void tpu_buffer_set_known_ready(tpu_buffer_t* buffer) {
+  atomic_store_explicit(&buffer->known_ready, true, memory_order_relaxed);
+}
+
+bool tpu_buffer_poll_ready(tpu_buffer_t* buffer) {
+  if (tpu_buffer_known_ready(buffer)) return true;
+  const PJRT_Api* api = buffer->client->api;
+  TPU_PJRT_ARGS(PJRT_Buffer_ReadyEvent_Args, args);
+  args.buffer = buffer->buffer;
+  tpu_status_t status = TPU_PJRT_CALL(api, PJRT_Buffer_ReadyEvent, &args);
+  if (status) {
+    tpu_status_free(status);
+    return false;
+  }
+  TPU_PJRT_ARGS(PJRT_Event_IsReady_Args, ready);
+  ready.event = args.event;
+  status = TPU_PJRT_CALL(api, PJRT_Event_IsReady, &ready);
+  bool known = !status && ready.is_ready;
+  tpu_status_free(status);
+  /* Ready: awaiting returns at once, with the error a failed producer left
+   * (such contents are not "known ready": readers keep their events so the
+   * error reaches synchronize). Not ready: just drop the event. */
+  if (known) {
+    status = tpu_pjrt_event_await_destroy(api, args.event, "buffer");
+    known = status == NULL;
+    tpu_status_free(status);
+  } else {
+    TPU_PJRT_ARGS(PJRT_Event_Destroy_Args, d);
+    d.event = args.event;
+    tpu_status_free(TPU_PJRT_CALL(api, PJRT_Event_Destroy, &d));
+  }
+  if (known) tpu_buffer_set_known_ready(buffer);
+  return known;
 }
 
 /* ---- accessors ------------------------------------------------------------- */
@@ -384,6 +427,9 @@ int tpu_buffer_device_index(const tpu_buffer_t* buffer) {
 }
 
 bool tpu_buffer_is_deleted(const tpu_buffer_t* buffer) {
+  /* Every execution checks its arguments: skip the plugin call for
+   * buffers never offered for donation (we never delete otherwise). */
+  if (!atomic_load_explicit(&buffer->offered, memory_order_relaxed)) return false;
   const PJRT_Api* api = buffer->client->api;
   TPU_PJRT_ARGS(PJRT_Buffer_IsDeleted_Args, args);
   args.buffer = buffer->buffer;

@@ -43,6 +43,14 @@ tpu_status_t tpu_buffer_to_host_async(tpu_buffer_t* buffer, void* dst,
 
 /* Waits until the buffer's contents are computed (surfaces async errors). */
 tpu_status_t tpu_buffer_await_ready(tpu_buffer_t* buffer);
+/* Whether the contents are known to be computed without error. Known:
+ * after a successful await or to_host, a poll that found them ready, or
+ * tpu_buffer_set_known_ready. Polling asks the plugin once (an event)
+ * unless already known; it never waits. */
+bool tpu_buffer_known_ready(const tpu_buffer_t* buffer);
+bool tpu_buffer_poll_ready(tpu_buffer_t* buffer);
+/* For the outputs of an execution known to have finished. */
+void tpu_buffer_set_known_ready(tpu_buffer_t* buffer);
 
 tpu_dtype_t tpu_buffer_dtype(const tpu_buffer_t* buffer);
 int tpu_buffer_rank(const tpu_buffer_t* buffer);

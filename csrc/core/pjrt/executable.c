@@ -400,6 +400,7 @@ tpu_status_t tpu_executable_execute(tpu_executable_t* executable,
   for (int i = 0; i < nargs; i++) {
     arg_list[i] = args[i]->buffer;
     if (!donatable || !donatable[i]) keep[num_keep++] = i;
+    else atomic_store_explicit(&args[i]->offered, true, memory_order_relaxed);
   }
 
   TPU_PJRT_ARGS(PJRT_ExecuteOptions, options);

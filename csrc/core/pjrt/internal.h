@@ -70,6 +70,13 @@ struct tpu_buffer_s {
   int rank;
   int64_t dims[TPU_MAX_RANK];
   int device_index;
+  /* Its contents are known to be computed (an await, a poll, or an
+   * execution that finished inside Execute): executions reading it may
+   * skip their completion event (see program.c). Only ever set. */
+  _Atomic bool known_ready;
+  /* It was passed to an execution as donatable: only then can PJRT have
+   * deleted it, so only then is asking worth a call (see is_deleted). */
+  _Atomic bool offered;
 };
 
 /* ---- function slots ------------------------------------------------------ */
