@@ -19,7 +19,7 @@ struct tpu_program_s {
   struct tpu_program_s* next; /* bucket chain */
   /* Whether executions finish inside Execute (see execute()). Relaxed
    * atomics: racing threads can only make a check happen once more. */
-  _Atomic int finished_inline; /* consecutive executions seen to */
+  _Atomic int finished_inline; /* executions seen to (never reset) */
   _Atomic bool runs_async;     /* one did not, with every input ready */
   _Atomic unsigned runs;
 };

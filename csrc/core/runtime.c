@@ -21,6 +21,13 @@ typedef struct {
 static pthread_mutex_t g_pending_lock = PTHREAD_MUTEX_INITIALIZER;
 static pending_t g_pending[TPU_MAX_DEVICES];
 
+/* Keeps `failed` as the device's error for synchronize unless it already
+ * has one (caller holds g_pending_lock; takes ownership). */
+static void keep_first_error(pending_t* p, tpu_status_t failed) {
+  if (failed && !p->error) p->error = failed;
+  else tpu_status_free(failed);
+}
+
 static int g_default_device;
 
 /* torchrun starts one process per device on a host and tells each its
@@ -131,9 +138,7 @@ void tpu_runtime_track(int device_index, tpu_event_t* event) {
   for (size_t i = 0; p->count >= 64 && i < p->count; i++) {
     if (tpu_event_is_ready(p->events[i])) {
       /* A failed execution's error waits for the next synchronize. */
-      tpu_status_t failed = tpu_event_await(p->events[i]);
-      if (failed && !p->error) p->error = failed;
-      else tpu_status_free(failed);
+      keep_first_error(p, tpu_event_await(p->events[i]));
       tpu_event_destroy(p->events[i]);
     } else {
       p->events[kept++] = p->events[i];
@@ -163,9 +168,7 @@ void tpu_runtime_record_error(int device_index, tpu_status_t status) {
     return;
   }
   pthread_mutex_lock(&g_pending_lock);
-  pending_t* p = &g_pending[device_index];
-  if (!p->error) p->error = status;
-  else tpu_status_free(status);
+  keep_first_error(&g_pending[device_index], status);
   pthread_mutex_unlock(&g_pending_lock);
 }
 

@@ -356,16 +356,23 @@ tpu_status_t tpu_buffer_to_host_async(tpu_buffer_t* buffer, void* dst,
   return tpu_event_wrap(buffer->client->api, event, out_event);
 }
 
+/* The event that fires once the buffer's contents are computed. */
+static tpu_status_t ready_event(const tpu_buffer_t* buffer, PJRT_Event** out_event) {
+  TPU_PJRT_ARGS(PJRT_Buffer_ReadyEvent_Args, args);
+  args.buffer = buffer->buffer;
+  TPU_RETURN_IF_ERROR(TPU_PJRT_CALL(buffer->client->api, PJRT_Buffer_ReadyEvent, &args));
+  *out_event = args.event;
+  return NULL;
+}
+
 tpu_status_t tpu_buffer_await_ready(tpu_buffer_t* buffer) {
   if (!buffer) {
     return tpu_status_make(TPU_STATUS_INVALID_ARGUMENT, "buffer is NULL");
   }
-  const PJRT_Api* api = buffer->client->api;
-  TPU_PJRT_ARGS(PJRT_Buffer_ReadyEvent_Args, args);
-  args.buffer = buffer->buffer;
-  TPU_RETURN_IF_ERROR(TPU_PJRT_CALL(api, PJRT_Buffer_ReadyEvent, &args));
-  TPU_RETURN_IF_ERROR(tpu_pjrt_event_await_destroy(api, args.event, "buffer"));
-  atomic_store_explicit(&buffer->known_ready, true, memory_order_relaxed);
+  PJRT_Event* event = NULL;
+  TPU_RETURN_IF_ERROR(ready_event(buffer, &event));
+  TPU_RETURN_IF_ERROR(tpu_pjrt_event_await_destroy(buffer->client->api, event, "buffer"));
+  tpu_buffer_set_known_ready(buffer);
   return NULL;
 }
 
@@ -379,31 +386,21 @@ void tpu_buffer_set_known_ready(tpu_buffer_t* buffer) {
 
 bool tpu_buffer_poll_ready(tpu_buffer_t* buffer) {
   if (tpu_buffer_known_ready(buffer)) return true;
-  const PJRT_Api* api = buffer->client->api;
-  TPU_PJRT_ARGS(PJRT_Buffer_ReadyEvent_Args, args);
-  args.buffer = buffer->buffer;
-  tpu_status_t status = TPU_PJRT_CALL(api, PJRT_Buffer_ReadyEvent, &args);
-  if (status) {
-    tpu_status_free(status);
-    return false;
-  }
-  TPU_PJRT_ARGS(PJRT_Event_IsReady_Args, ready);
-  ready.event = args.event;
-  status = TPU_PJRT_CALL(api, PJRT_Event_IsReady, &ready);
-  bool known = !status && ready.is_ready;
+  PJRT_Event* raw = NULL;
+  tpu_event_t* event = NULL;
+  tpu_status_t status = ready_event(buffer, &raw);
+  if (!status) status = tpu_event_wrap(buffer->client->api, raw, &event);
+  bool known = !status && tpu_event_is_ready(event);
   tpu_status_free(status);
   /* Ready: awaiting returns at once, with the error a failed producer left
    * (such contents are not "known ready": readers keep their events so the
    * error reaches synchronize). Not ready: just drop the event. */
   if (known) {
-    status = tpu_pjrt_event_await_destroy(api, args.event, "buffer");
+    status = tpu_event_await(event);
     known = status == NULL;
     tpu_status_free(status);
-  } else {
-    TPU_PJRT_ARGS(PJRT_Event_Destroy_Args, d);
-    d.event = args.event;
-    tpu_status_free(TPU_PJRT_CALL(api, PJRT_Event_Destroy, &d));
   }
+  tpu_event_destroy(event);
   if (known) tpu_buffer_set_known_ready(buffer);
   return known;
 }
