@@ -753,7 +753,11 @@ tpu_status_t tpu_diskcache_load_or_compile(tpu_client_t* client,
   tpu_diskcache_key_make(mlir, mlir_len, option_bytes, option_len, identity, &key);
   free(identity);
 
-  if (load_tiers(local, shared, client, &key, out_executable)) return NULL;
+  /* The key hashes this very text, so it describes a loaded entry too. */
+  if (load_tiers(local, shared, client, &key, out_executable)) {
+    tpu_executable_note_text(*out_executable, mlir, mlir_len);
+    return NULL;
+  }
 
   /* Miss: one process per host compiles the key while the others wait on
    * its lock, then load what it wrote. Without a lock (e.g. a file system
@@ -762,6 +766,7 @@ tpu_status_t tpu_diskcache_load_or_compile(tpu_client_t* client,
   int lock_fd = -1;
   tpu_status_free(tpu_diskcache_lock(lock_dir, &key, &lock_fd));
   if (lock_fd >= 0 && load_tiers(local, shared, client, &key, out_executable)) {
+    tpu_executable_note_text(*out_executable, mlir, mlir_len);
     tpu_diskcache_unlock(lock_dir, &key, lock_fd);
     return NULL;
   }

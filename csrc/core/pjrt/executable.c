@@ -12,6 +12,10 @@ struct tpu_executable_s {
    * the device they were compiled for. */
   bool portable;
   int bound_device_index; /* -1 when portable */
+  /* Whether the program may alias a parameter to a result (donation). When
+   * it cannot, executions pass no non-donatable indices: the plugin builds
+   * a set of them on every call, a few percent of a small execution. */
+  bool may_alias;
   int num_outputs;
   tpu_dtype_t* output_dtypes;
   int* output_ranks;
@@ -169,6 +173,7 @@ static tpu_status_t wrap_loaded(tpu_client_t* client,
   }
   exe->client = client;
   exe->executable = loaded;
+  exe->may_alias = true; /* until the program text says otherwise */
   tpu_pjrt_track(TPU_PJRT_HANDLE_EXECUTABLE, 1);
 
   PJRT_Executable* unloaded = NULL;
@@ -232,7 +237,28 @@ tpu_status_t tpu_executable_compile(tpu_client_t* client, const char* mlir,
     return tpu_status_annotate(classify_compile_error(status),
                                "compiling StableHLO: ");
   }
-  return wrap_loaded(client, args.executable, out_executable);
+  TPU_RETURN_IF_ERROR(wrap_loaded(client, args.executable, out_executable));
+  tpu_executable_note_text(*out_executable, mlir, mlir_len);
+  return NULL;
+}
+
+/* The argument attributes through which StableHLO asks XLA to alias or
+ * donate a parameter ("tf.aliasing_output", "jax.buffer_donor", and the
+ * module-level "mhlo.input_output_alias"). Any mention keeps the
+ * conservative path. */
+static bool text_may_alias(const char* mlir, size_t len) {
+  static const char* const kMarks[] = {"aliasing_output", "buffer_donor", "input_output_alias"};
+  for (size_t m = 0; m < sizeof kMarks / sizeof kMarks[0]; m++)
+    if (memmem(mlir, len, kMarks[m], strlen(kMarks[m]))) return true;
+  return false;
+}
+
+void tpu_executable_note_text(tpu_executable_t* executable, const char* mlir, size_t len) {
+  if (executable && mlir) executable->may_alias = text_may_alias(mlir, len);
+}
+
+bool tpu_executable_may_alias(const tpu_executable_t* executable) {
+  return executable->may_alias;
 }
 
 tpu_status_t tpu_executable_deserialize(tpu_client_t* client,
@@ -399,6 +425,7 @@ tpu_status_t tpu_executable_execute(tpu_executable_t* executable,
   size_t num_keep = 0;
   for (int i = 0; i < nargs; i++) {
     arg_list[i] = args[i]->buffer;
+    if (!executable->may_alias) continue; /* nothing can be donated */
     if (!donatable || !donatable[i]) keep[num_keep++] = i;
     else atomic_store_explicit(&args[i]->offered, true, memory_order_relaxed);
   }

@@ -69,6 +69,14 @@ tpu_status_t tpu_executable_deserialize(tpu_client_t* client,
                                         const void* bytes, size_t len,
                                         tpu_executable_t** out_executable);
 
+/* Tells a deserialized executable its StableHLO text (compiled ones read
+ * it themselves): a program that aliases no parameter to a result runs
+ * without the per-call list of arguments not to donate. Until told, an
+ * executable assumes it may alias. */
+void tpu_executable_note_text(tpu_executable_t* executable, const char* mlir, size_t len);
+/* Whether executions still pass the arguments not to donate (see above). */
+bool tpu_executable_may_alias(const tpu_executable_t* executable);
+
 void tpu_executable_destroy(tpu_executable_t* executable); /* NULL is fine */
 
 #ifdef __cplusplus

@@ -71,6 +71,16 @@ static const char kDonate[] =
     "  }\n"
     "}\n";
 
+/* The same sum without aliasing: nothing may be donated. */
+static const char kAdd4[] =
+    "module @add4 {\n"
+    "  func.func public @main(%arg0: tensor<4xf32>, %arg1: tensor<4xf32>) -> tensor<4xf32> {\n"
+    "    %0 = \"stablehlo.add\"(%arg0, %arg1) : (tensor<4xf32>, tensor<4xf32>) "
+    "-> tensor<4xf32>\n"
+    "    \"func.return\"(%0) : (tensor<4xf32>) -> ()\n"
+    "  }\n"
+    "}\n";
+
 /* ---- helpers --------------------------------------------------------------------- */
 
 static tpu_status_t compile(tpu_client_t* client, const char* text, bool portable,
@@ -421,6 +431,49 @@ static tpu_status_t donation_body(fixture_t* f) {
 }
 static void test_donation(void) { RUN_WITH_FIXTURE(1, donation_body); }
 
+/* Programs that alias no parameter skip the plugin's non-donatable list;
+ * a deserialized one keeps it until told its text, and still never
+ * donates what the caller keeps. */
+static tpu_status_t aliasing_body(fixture_t* f) {
+  TPU_RETURN_IF_ERROR(compile(f->client, kAdd4, true, &f->exe[0]));
+  TPU_RETURN_IF_ERROR(compile(f->client, kDonate, true, &f->exe[1]));
+  EXPECT(!tpu_executable_may_alias(f->exe[0]), "plain add thought to alias");
+  EXPECT(tpu_executable_may_alias(f->exe[1]), "tf.aliasing_output not seen");
+  void* bytes = NULL;
+  size_t len = 0;
+  TPU_RETURN_IF_ERROR(tpu_executable_serialize(f->exe[1], &bytes, &len));
+  tpu_status_t s = tpu_executable_deserialize(f->client, bytes, len, &f->exe[2]);
+  free(bytes);
+  TPU_RETURN_IF_ERROR(s);
+  EXPECT(tpu_executable_may_alias(f->exe[2]), "deserialized executable assumed not to alias");
+  tpu_executable_note_text(f->exe[2], kDonate, strlen(kDonate));
+  EXPECT(tpu_executable_may_alias(f->exe[2]), "noted aliasing text dropped");
+
+  const float a[4] = {1, 2, 3, 4}, b[4] = {10, 20, 30, 40};
+  const float want[4] = {11, 22, 33, 44};
+  float got[4];
+  TPU_RETURN_IF_ERROR(upload(f->client, 0, a, TPU_DTYPE_FLOAT32, 4, 0, 1, &f->buf[0]));
+  TPU_RETURN_IF_ERROR(upload(f->client, 0, b, TPU_DTYPE_FLOAT32, 4, 0, 1, &f->buf[1]));
+  /* The deserialized aliasing program keeps what is not offered... */
+  TPU_RETURN_IF_ERROR(
+      tpu_executable_execute(f->exe[2], 0, f->buf, 2, NULL, &f->buf[2], NULL));
+  EXPECT(!tpu_buffer_is_deleted(f->buf[0]), "kept input donated after deserialize");
+  TPU_RETURN_IF_ERROR(tpu_buffer_to_host(f->buf[2], got, sizeof got));
+  EXPECT(memcmp(got, want, sizeof want) == 0, "result (deserialized, kept)");
+  /* ...and a plain program never consumes an input, offered or not. */
+  const bool donate[2] = {true, true};
+  TPU_RETURN_IF_ERROR(
+      tpu_executable_execute(f->exe[0], 0, f->buf, 2, donate, &f->buf[3], NULL));
+  EXPECT(!tpu_buffer_is_deleted(f->buf[0]) && !tpu_buffer_is_deleted(f->buf[1]),
+         "a program without aliasing consumed an input");
+  TPU_RETURN_IF_ERROR(tpu_buffer_to_host(f->buf[3], got, sizeof got));
+  EXPECT(memcmp(got, want, sizeof want) == 0, "result (no aliasing)");
+  TPU_RETURN_IF_ERROR(tpu_buffer_to_host(f->buf[0], got, sizeof got));
+  EXPECT(memcmp(got, a, sizeof a) == 0, "input changed");
+  return NULL;
+}
+static void test_programs_without_aliasing(void) { RUN_WITH_FIXTURE(1, aliasing_body); }
+
 static tpu_status_t second_device_body(fixture_t* f) {
   TPU_RETURN_IF_ERROR(compile(f->client, kAdd, true, &f->exe[0]));
   const float a[6] = {1, 2, 3, 4, 5, 6}, b[6] = {6, 5, 4, 3, 2, 1};
@@ -586,6 +639,7 @@ TPU_TEST_MAIN(TPU_TEST(test_compile_options_encoding), TPU_TEST(test_add),
               TPU_TEST(test_dot_general), TPU_TEST(test_reduce),
               TPU_TEST(test_compare_select), TPU_TEST(test_malformed_program),
               TPU_TEST(test_serialize_roundtrip), TPU_TEST(test_donation),
+              TPU_TEST(test_programs_without_aliasing),
               TPU_TEST(test_execute_on_second_device),
               TPU_TEST(test_every_dtype_through_a_program),
               TPU_TEST(test_bad_arguments))
