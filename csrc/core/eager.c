@@ -941,13 +941,16 @@ tpu_status_t tpu_eager_execute(tpu_eager_entry_t* e, const tpu_eager_call_t* cal
   int nres = e->num_written + e->num_fresh + (e->needs_rng ? 1 : 0);
   /* Small calls (nearly all) keep their lists on the stack. */
   enum { INLINE = 32 };
-  tpu_buffer_t* inline_args[INLINE] = {0};
-  tpu_buffer_t* inline_owned[INLINE] = {0};
-  tpu_buffer_t* inline_results[INLINE] = {0};
+  tpu_buffer_t* inline_args[INLINE];
+  tpu_buffer_t* inline_owned[INLINE];
+  tpu_buffer_t* inline_results[INLINE];
   bool small = nargs < INLINE && nres < INLINE;
   tpu_buffer_t** args = small ? inline_args : calloc((size_t)nargs + 1, sizeof *args);
   tpu_buffer_t** owned = small ? inline_owned : calloc((size_t)nscalars + 1, sizeof *owned);
   tpu_buffer_t** results = small ? inline_results : calloc((size_t)nres + 1, sizeof *results);
+  /* Only the results are read before written (the cleanup below); args and
+   * owned are filled in order up to k and nowned. */
+  if (small) memset(inline_results, 0, sizeof *inline_results * (size_t)nres);
   tpu_status_t status = NULL;
   tpu_program_t* program = NULL;
   tpu_storage_t* rng = NULL;

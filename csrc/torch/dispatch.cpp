@@ -94,9 +94,21 @@ struct OpFacts {
 const OpFacts& facts_of(const c10::OperatorHandle& op) {
   // The schema lives in the dispatcher's operator entry: a stable address.
   const void* key = &op.schema();
+  // Every op asks: a direct-mapped memo per thread answers without hashing
+  // into the map (a collision just asks the map).
+  struct Memo {
+    const void* key;
+    const OpFacts* facts;
+  };
+  thread_local Memo t_memo[64];
+  Memo& memo = t_memo[(reinterpret_cast<uintptr_t>(key) >> 4) % 64];
+  if (memo.key == key) return *memo.facts;
   thread_local std::unordered_map<const void*, const OpFacts*> t_facts;
   auto hit = t_facts.find(key);
-  if (hit != t_facts.end()) return *hit->second;
+  if (hit != t_facts.end()) {
+    memo = {key, hit->second};
+    return *hit->second;
+  }
   static std::mutex lock;
   static std::unordered_map<const void*, std::unique_ptr<OpFacts>> all;
   std::lock_guard<std::mutex> guard(lock);
@@ -111,6 +123,7 @@ const OpFacts& facts_of(const c10::OperatorHandle& op) {
     slot = std::move(f);
   }
   t_facts.emplace(key, slot.get());
+  memo = {key, slot.get()};
   return *slot;
 }
 
@@ -119,7 +132,10 @@ const OpFacts& facts_of(const c10::OperatorHandle& op) {
 // here: vectors keep their capacity between calls.
 struct CallBuilder {
   const OpFacts* facts = nullptr;
+  // Slots 0..num_args-1 are this call's; later ones are kept from earlier
+  // calls so next_arg need not value-initialise (zero) a whole slot.
   std::vector<tpu_eager_arg_t> args;
+  size_t num_args = 0;
   std::vector<tpu_eager_tensor_t> list;
   std::deque<std::vector<double>> scalar_lists;
   std::deque<std::string> strings;
@@ -129,7 +145,7 @@ struct CallBuilder {
 
   void reset(const OpFacts& f) {
     facts = &f;
-    args.clear();
+    num_args = 0;
     list.clear();
     scalar_lists.clear();
     strings.clear();
@@ -145,10 +161,35 @@ struct CallBuilder {
     ok = false;
   }
 
-  // A zeroed argument slot at the end of args.
+  // The next argument slot, its fields zeroed. The dimension arrays (most
+  // of a slot's ~650 bytes) keep old values: every reader stops at the
+  // rank or count written with them.
   tpu_eager_arg_t& next_arg() {
-    args.emplace_back();
-    return args.back();
+    if (num_args == args.size()) {
+      args.emplace_back();
+      return args[num_args++];
+    }
+    tpu_eager_arg_t& a = args[num_args++];
+    tpu_lower_arg_t& l = a.lower;
+    l.kind = TPU_ARG_NONE;
+    l.type.dtype = tpu_dtype_t{};
+    l.type.rank = 0;
+    l.wrapped_number = false;
+    l.num_tensors = 0;
+    l.i = 0;
+    l.f = 0;
+    l.num_ints = 0;
+    l.dtype = tpu_dtype_t{};
+    l.str = nullptr;
+    a.tensor.storage = nullptr;
+    a.tensor.view.dtype = tpu_dtype_t{};
+    a.tensor.view.rank = 0;
+    a.tensor.view.offset = 0;
+    a.tensor.storage_numel = 0;
+    a.list_start = 0;
+    std::memset(a.scalar, 0, sizeof a.scalar);
+    a.scalars = nullptr;
+    return a;
   }
 
   void describe(const at::Tensor& t, tpu_eager_tensor_t* d) {
@@ -214,20 +255,21 @@ struct CallBuilder {
   void add_scalar(const at::Scalar& s) {
     tpu_eager_arg_t& a = next_arg();
     a.lower.kind = TPU_ARG_SCALAR;
+    // A rank-0 type: next_arg zeroed the rank, so the dtype is all to set.
     if (s.isBoolean()) {
-      a.lower.type = tpu_hlo_type_scalar(TPU_DTYPE_BOOL);
+      a.lower.type.dtype = TPU_DTYPE_BOOL;
       bool v = s.toBool();
       std::memcpy(a.scalar, &v, 1);
     } else if (s.isIntegral(false)) {
-      a.lower.type = tpu_hlo_type_scalar(TPU_DTYPE_INT64);
+      a.lower.type.dtype = TPU_DTYPE_INT64;
       int64_t v = s.toLong();
       std::memcpy(a.scalar, &v, 8);
     } else if (s.isComplex()) {
-      a.lower.type = tpu_hlo_type_scalar(TPU_DTYPE_COMPLEX64);
+      a.lower.type.dtype = TPU_DTYPE_COMPLEX64;
       c10::complex<float> v = s.toComplexFloat();
       std::memcpy(a.scalar, &v, 8);
     } else {
-      a.lower.type = tpu_hlo_type_scalar(TPU_DTYPE_FLOAT64);
+      a.lower.type.dtype = TPU_DTYPE_FLOAT64;
       double v = s.toDouble();
       std::memcpy(a.scalar, &v, 8);
     }
@@ -355,7 +397,7 @@ struct CallBuilder {
     tpu_eager_call_t c{};
     c.op_name = facts->name.c_str();
     c.device = device < 0 ? current_device() : device;
-    c.num_args = static_cast<int>(args.size());
+    c.num_args = static_cast<int>(num_args);
     c.args = args.data();
     c.num_list = static_cast<int>(list.size());
     c.list = list.data();
