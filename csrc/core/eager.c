@@ -2,6 +2,7 @@
 #include "recompile.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -194,9 +195,14 @@ struct tpu_eager_entry_s {
   char* name;
 };
 
+/* Lookups (every op) read the chains without the lock: an entry is
+ * complete before insert publishes it (release), its key and next never
+ * change, and entries are freed only by tpu_eager_cache_clear, which no
+ * op may race (the entry a lookup returns is used after it anyway).
+ * Inserts and clears take the lock. */
 #define BUCKETS 4096
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
-static tpu_eager_entry_t* g_buckets[BUCKETS];
+static tpu_eager_entry_t* _Atomic g_buckets[BUCKETS];
 static size_t g_count;
 
 /* Keys are a few hundred bytes hashed on every op: mix 8 bytes a step
@@ -218,7 +224,8 @@ static uint64_t hash_bytes(const uint8_t* p, size_t n) {
 }
 
 static tpu_eager_entry_t* find(const keybuf_t* k, uint64_t h) {
-  for (tpu_eager_entry_t* e = g_buckets[h % BUCKETS]; e; e = e->next)
+  for (tpu_eager_entry_t* e = atomic_load_explicit(&g_buckets[h % BUCKETS], memory_order_acquire);
+       e; e = e->next)
     if (e->hash == h && e->key_len == k->len && memcmp(e->key, k->data, k->len) == 0) return e;
   return NULL;
 }
@@ -238,9 +245,7 @@ tpu_eager_entry_t* tpu_eager_lookup(const tpu_eager_call_t* call) {
     return NULL;
   }
   uint64_t h = hash_bytes(k.data, k.len);
-  pthread_mutex_lock(&g_lock);
   tpu_eager_entry_t* e = find(&k, h);
-  pthread_mutex_unlock(&g_lock);
   if (!k.on_stack) free(k.data);
   if (e) TPU_METRICS_BUMP("eager_cache_hits", 1);
   else TPU_METRICS_BUMP("eager_cache_misses", 1);
@@ -295,8 +300,9 @@ static tpu_eager_entry_t* insert(const tpu_eager_call_t* call, tpu_eager_entry_t
   pthread_mutex_lock(&g_lock);
   tpu_eager_entry_t* existing = find(&k, e->hash);
   if (!existing) {
-    e->next = g_buckets[e->hash % BUCKETS];
-    g_buckets[e->hash % BUCKETS] = e;
+    _Atomic(tpu_eager_entry_t*)* bucket = &g_buckets[e->hash % BUCKETS];
+    e->next = atomic_load_explicit(bucket, memory_order_relaxed);
+    atomic_store_explicit(bucket, e, memory_order_release);
     g_count++;
   }
   pthread_mutex_unlock(&g_lock);
@@ -354,13 +360,12 @@ void tpu_eager_cache_clear(void) {
   tpu_defer_cache_clear();
   pthread_mutex_lock(&g_lock);
   for (size_t b = 0; b < BUCKETS; b++) {
-    tpu_eager_entry_t* e = g_buckets[b];
+    tpu_eager_entry_t* e = atomic_exchange_explicit(&g_buckets[b], NULL, memory_order_relaxed);
     while (e) {
       tpu_eager_entry_t* next = e->next;
       entry_free(e);
       e = next;
     }
-    g_buckets[b] = NULL;
   }
   g_count = 0;
   pthread_mutex_unlock(&g_lock);
@@ -747,42 +752,39 @@ static tpu_status_t flat_buffer(tpu_storage_t* storage, int device, tpu_dtype_t 
  * Direct-mapped; a collision just uploads again. */
 #define SCALAR_CACHE 256
 typedef struct {
-  bool used;
+  _Atomic bool used; /* set (release) once the fields below are final */
   int device;
   tpu_dtype_t dtype;
   uint8_t bytes[16];
   tpu_buffer_t* buffer;
 } scalar_slot_t;
-static pthread_mutex_t g_scalar_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t g_scalar_lock = PTHREAD_MUTEX_INITIALIZER; /* fills */
 static scalar_slot_t g_scalars[SCALAR_CACHE];
 
-/* A borrowed buffer holding the scalar (valid until evicted: callers use it
- * for one enqueue under g_scalar_lock's protection of eviction order). */
+/* A borrowed buffer holding the scalar. A filled slot never changes and
+ * lives as long as the process, so hits read it without the lock. */
 static tpu_status_t scalar_buffer(int device, tpu_dtype_t dtype, const uint8_t* bytes,
                                   tpu_buffer_t** out_owned_or_null, tpu_buffer_t** out) {
   size_t n = tpu_dtype_size(dtype);
   uint64_t h = hash_bytes(bytes, n) ^ ((uint64_t)dtype * 0x9E3779B97F4A7C15ull) ^ (uint64_t)device;
   scalar_slot_t* slot = &g_scalars[h % SCALAR_CACHE];
   *out_owned_or_null = NULL;
-  pthread_mutex_lock(&g_scalar_lock);
-  if (slot->used && slot->device == device && slot->dtype == dtype &&
-      memcmp(slot->bytes, bytes, n) == 0) {
+  if (atomic_load_explicit(&slot->used, memory_order_acquire) && slot->device == device &&
+      slot->dtype == dtype && memcmp(slot->bytes, bytes, n) == 0) {
     *out = slot->buffer;
-    pthread_mutex_unlock(&g_scalar_lock);
     return NULL;
   }
-  pthread_mutex_unlock(&g_scalar_lock);
   tpu_buffer_t* b = NULL;
   TPU_RETURN_IF_ERROR(
       tpu_buffer_from_host(tpu_runtime_client(), device, bytes, dtype, NULL, 0, NULL, &b));
   /* Not cached when the slot is taken: the caller owns and frees it. */
   pthread_mutex_lock(&g_scalar_lock);
-  if (!slot->used) {
-    slot->used = true;
+  if (!atomic_load_explicit(&slot->used, memory_order_relaxed)) {
     slot->device = device;
     slot->dtype = dtype;
     memcpy(slot->bytes, bytes, n);
     slot->buffer = b;
+    atomic_store_explicit(&slot->used, true, memory_order_release);
   } else {
     *out_owned_or_null = b;
   }
