@@ -45,6 +45,14 @@ static tpu_program_t* lookup(uint64_t hash, const char* mlir, size_t len) {
   return NULL;
 }
 
+tpu_compile_options_t tpu_program_compile_options(const tpu_client_t* client) {
+  /* With a single device, programs are bound to it: the plugin's execute
+   * for portable programs copies the compile options and builds a device
+   * assignment on every call. Otherwise one portable program serves every
+   * device. */
+  return (tpu_compile_options_t){.portable = !tpu_client_is_single_device(client)};
+}
+
 tpu_status_t tpu_program_get(const char* mlir, size_t mlir_len,
                              tpu_program_t** out_program) {
   tpu_client_t* client = tpu_runtime_client();
@@ -63,9 +71,10 @@ tpu_status_t tpu_program_get(const char* mlir, size_t mlir_len,
   /* Load or compile outside the lock: compiles take milliseconds to
    * seconds. Threads racing on one text meet at the disk cache's key lock
    * (one compiles, the others load); the loser's copy is dropped below. */
+  tpu_compile_options_t options = tpu_program_compile_options(client);
   tpu_executable_t* executable = NULL;
   TPU_RETURN_IF_ERROR(
-      tpu_diskcache_load_or_compile(client, mlir, mlir_len, NULL, &executable));
+      tpu_diskcache_load_or_compile(client, mlir, mlir_len, &options, &executable));
   tpu_program_t* program = calloc(1, sizeof *program);
   char* text = malloc(mlir_len + 1);
   if (!program || !text) {

@@ -23,6 +23,10 @@ typedef struct tpu_program_s tpu_program_t;
  * counts "compiles", "compile_ns" and the disk tiers' metrics); a hit counts
  * "program_cache_hits". A program that does not compile returns the
  * compiler's message and is not cached. */
+/* The options every program compiles with on this client (part of each
+ * disk cache key): bound to the device when there is only one. */
+tpu_compile_options_t tpu_program_compile_options(const tpu_client_t* client);
+
 tpu_status_t tpu_program_get(const char* mlir, size_t mlir_len,
                              tpu_program_t** out_program);
 

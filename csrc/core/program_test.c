@@ -101,6 +101,31 @@ static void test_inline_programs_skip_completion_events(void) {
   tpu_buffer_destroy(inc);
 }
 
+/* One device: programs are bound to it (the plugin's cheaper execute). */
+static void test_single_device_programs_are_bound(void) {
+  CHECK_OK(tpu_runtime_init(NULL));
+  CHECK(tpu_client_is_single_device(tpu_runtime_client()) == (tpu_runtime_device_count() == 1));
+  int64_t d[1] = {3};
+  tpu_lower_arg_t args[2] = {tpu_test_tensor_arg(TPU_DTYPE_FLOAT32, 1, d),
+                             tpu_test_tensor_arg(TPU_DTYPE_FLOAT32, 1, d)};
+  tpu_hlo_type_t out = tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 1, d);
+  char* text = NULL;
+  size_t len = 0;
+  CHECK_OK(tpu_lower_program_plain("aten::sub.Tensor", args, 2, NULL, &out, 1, &text, &len));
+  tpu_program_t* p = NULL;
+  CHECK_OK(tpu_program_get(text, len, &p));
+  free(text);
+  CHECK(tpu_executable_portable(tpu_program_executable(p)) ==
+        !tpu_client_is_single_device(tpu_runtime_client()));
+  float a[3] = {5, 7, 9}, b[3] = {1, 2, 3}, r[3];
+  const void* data[2] = {a, b};
+  void* result[1];
+  CHECK_OK(tpu_test_run_op("aten::sub.Tensor", args, 2, NULL, data, &out, 1, result));
+  memcpy(r, result[0], sizeof r);
+  free(result[0]);
+  for (int i = 0; i < 3; i++) CHECK(r[i] == a[i] - b[i]);
+}
+
 static void test_cleanup(void) {
   tpu_program_cache_clear();
   tpu_runtime_shutdown();
@@ -108,4 +133,5 @@ static void test_cleanup(void) {
 
 TPU_TEST_MAIN(TPU_TEST(test_same_text_compiles_once), TPU_TEST(test_scalar_is_a_runtime_argument),
               TPU_TEST(test_bad_program_is_not_cached),
-              TPU_TEST(test_inline_programs_skip_completion_events), TPU_TEST(test_cleanup))
+              TPU_TEST(test_inline_programs_skip_completion_events),
+              TPU_TEST(test_single_device_programs_are_bound), TPU_TEST(test_cleanup))

@@ -88,6 +88,7 @@ static tpu_status_t init_devices(tpu_client_t* client, PJRT_Device* const* all,
                                  size_t n, const tpu_client_options_t* options) {
   bool listed = options && options->visible_device_count > 0;
   size_t count = listed ? (size_t)options->visible_device_count : n;
+  client->plugin_device_count = (int)n;
   for (size_t i = 0; listed && i < count; i++) {
     if ((size_t)options->visible_devices[i] >= n) {
       return tpu_status_make(TPU_STATUS_INVALID_ARGUMENT,
@@ -265,6 +266,11 @@ int tpu_client_process_index(const tpu_client_t* client) {
 }
 int tpu_client_device_count(const tpu_client_t* client) {
   return client->device_count;
+}
+
+bool tpu_client_is_single_device(const tpu_client_t* client) {
+  return client->plugin_device_count == 1 && client->device_count == 1 &&
+         client->process_index == 0;
 }
 
 tpu_status_t tpu_client_device(const tpu_client_t* client, int index,

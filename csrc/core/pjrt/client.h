@@ -2,6 +2,7 @@
 #ifndef TORCHTPU_CORE_PJRT_CLIENT_H_
 #define TORCHTPU_CORE_PJRT_CLIENT_H_
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "../status.h"
@@ -43,6 +44,11 @@ int tpu_client_process_index(const tpu_client_t* client);
  * plugin's order unless a visible list reorders them. Devices are owned by
  * the client and valid until it is destroyed. */
 int tpu_client_device_count(const tpu_client_t* client);
+/* True when the plugin has one addressable device, this client shows it,
+ * and this is process 0: a program compiled for the default device
+ * assignment (not portable) runs there, through the plugin's cheaper
+ * execute path. */
+bool tpu_client_is_single_device(const tpu_client_t* client);
 tpu_status_t tpu_client_device(const tpu_client_t* client, int index,
                                tpu_device_t** out_device);
 

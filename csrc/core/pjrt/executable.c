@@ -257,6 +257,10 @@ void tpu_executable_note_text(tpu_executable_t* executable, const char* mlir, si
   if (executable && mlir) executable->may_alias = text_may_alias(mlir, len);
 }
 
+bool tpu_executable_portable(const tpu_executable_t* executable) {
+  return executable->portable;
+}
+
 bool tpu_executable_may_alias(const tpu_executable_t* executable) {
   return executable->may_alias;
 }

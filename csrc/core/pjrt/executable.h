@@ -74,6 +74,8 @@ tpu_status_t tpu_executable_deserialize(tpu_client_t* client,
  * without the per-call list of arguments not to donate. Until told, an
  * executable assumes it may alias. */
 void tpu_executable_note_text(tpu_executable_t* executable, const char* mlir, size_t len);
+/* Whether it runs on any device (else only the one it was compiled for). */
+bool tpu_executable_portable(const tpu_executable_t* executable);
 /* Whether executions still pass the arguments not to donate (see above). */
 bool tpu_executable_may_alias(const tpu_executable_t* executable);
 

@@ -54,6 +54,7 @@ struct tpu_client_s {
   char* platform_version;
   int process_index;
   int device_count;
+  int plugin_device_count; /* the plugin's addressable devices, visible or not */
   struct tpu_device_s* devices;
 };
 
