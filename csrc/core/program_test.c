@@ -63,18 +63,24 @@ static void test_bad_program_is_not_cached(void) {
 /* A chain of one-op executions: the CPU plugin finishes them inside
  * Execute, so after a few seen to (their events ready on return) the rest
  * skip their completion events, and the result is still right. */
-static void test_inline_programs_skip_completion_events(void) {
-  CHECK_OK(tpu_runtime_init(NULL));
-  int64_t one = 1;
-  tpu_hlo_type_t t = tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 1, &one);
+/* The cached program of a two-operand float32 [n] op. */
+static tpu_status_t binary_f32_program(const char* op, int64_t n, tpu_program_t** out) {
+  tpu_hlo_type_t t = tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 1, &n);
   tpu_lower_arg_t args[2] = {{.kind = TPU_ARG_TENSOR, .type = t},
                              {.kind = TPU_ARG_TENSOR, .type = t}};
   char* text = NULL;
   size_t len = 0;
-  CHECK_OK(tpu_lower_program_plain("aten::add.Tensor", args, 2, NULL, &t, 1, &text, &len));
-  tpu_program_t* p = NULL;
-  CHECK_OK(tpu_program_get(text, len, &p));
+  TPU_RETURN_IF_ERROR(tpu_lower_program_plain(op, args, 2, NULL, &t, 1, &text, &len));
+  tpu_status_t s = tpu_program_get(text, len, out);
   free(text);
+  return s;
+}
+
+static void test_inline_programs_skip_completion_events(void) {
+  CHECK_OK(tpu_runtime_init(NULL));
+  int64_t one = 1;
+  tpu_program_t* p = NULL;
+  CHECK_OK(binary_f32_program("aten::add.Tensor", one, &p));
   float zero = 0, step = 1;
   tpu_buffer_t *x = NULL, *inc = NULL;
   CHECK_OK(tpu_buffer_from_host(tpu_runtime_client(), 0, &zero, TPU_DTYPE_FLOAT32, &one, 1,
@@ -109,12 +115,8 @@ static void test_single_device_programs_are_bound(void) {
   tpu_lower_arg_t args[2] = {tpu_test_tensor_arg(TPU_DTYPE_FLOAT32, 1, d),
                              tpu_test_tensor_arg(TPU_DTYPE_FLOAT32, 1, d)};
   tpu_hlo_type_t out = tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 1, d);
-  char* text = NULL;
-  size_t len = 0;
-  CHECK_OK(tpu_lower_program_plain("aten::sub.Tensor", args, 2, NULL, &out, 1, &text, &len));
   tpu_program_t* p = NULL;
-  CHECK_OK(tpu_program_get(text, len, &p));
-  free(text);
+  CHECK_OK(binary_f32_program("aten::sub.Tensor", d[0], &p));
   CHECK(tpu_executable_portable(tpu_program_executable(p)) ==
         !tpu_client_is_single_device(tpu_runtime_client()));
   float a[3] = {5, 7, 9}, b[3] = {1, 2, 3}, r[3];
