@@ -115,3 +115,24 @@ def test_inline_executions_skip_completion_events_and_stay_exact():
         torch.tpu.synchronize()
     assert tx.cpu().tolist() == x.tolist() == [100.0] * 3
     assert torchtpu.metrics.metrics().get("executions_without_event", 0) - before > 50
+
+
+def test_cache_key_ignores_what_earlier_calls_left_behind():
+    """Argument slots are reused between calls: an optional tensor list
+    (x[:, idx]) must key the same whatever int list an earlier op passed in
+    the same slot, so a cache hit stays a hit and exact. (Engine misses, not
+    compiles: the disk cache would serve a spurious miss without one.)"""
+    x = torch.randn(3, 4)
+    idx = torch.tensor([0, 2])
+    tx, tidx = x.to("tpu"), idx.to("tpu")
+    with torchtpu.eager_mode("strict"):  # the suite also runs in other modes
+        torch.sum(tx, dim=[1, 0])  # compiled before counting
+        torch.sum(tx, dim=[0, 1])  # leaves 1 in the second int slot
+        tx[:, tidx]  # compiled once here
+        before = torchtpu.metrics.metrics().get("eager_cache_misses", 0)
+        total = torch.sum(tx, dim=[1, 0])  # leaves 0 there instead
+        picked = tx[:, tidx]
+        torch.tpu.synchronize()
+        assert torchtpu.metrics.metrics().get("eager_cache_misses", 0) == before
+    torch.testing.assert_close(picked.cpu(), x[:, idx], rtol=0, atol=0)
+    torch.testing.assert_close(total.cpu(), x.sum(dim=[1, 0]))

@@ -12,6 +12,7 @@
 #include <c10/core/DeviceGuard.h>
 #include <c10/util/SmallVector.h>
 
+#include <algorithm>
 #include <cstring>
 #include <deque>
 #include <memory>
@@ -355,6 +356,9 @@ struct CallBuilder {
           refuse("optional tensor list too long");
           break;
         }
+        // The key reads num_ints positions though only the present ones
+        // are written below: the rest must not keep an earlier call's.
+        if (optional) std::fill(a.lower.ints, a.lower.ints + elems.size(), 0);
         int present = 0;
         for (size_t i = 0; i < elems.size(); i++) {
           if (elems[i].isNone() || !elems[i].toTensor().defined()) continue;
