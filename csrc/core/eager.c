@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "defer.h"
+#include "launcher.h"
 #include "lower/ctx_internal.h"
 #include "lower/emit.h"
 #include "memory.h"
@@ -983,8 +984,9 @@ tpu_status_t tpu_eager_execute(tpu_eager_entry_t* e, const tpu_eager_call_t* cal
     }
   }
   if (!status) {
-    status = call->synchronous ? tpu_program_execute_sync(program, call->device, args, k, results)
-                               : tpu_program_execute(program, call->device, args, k, results);
+    status = call->synchronous
+                 ? tpu_program_execute_sync(program, call->device, args, k, results)
+                 : tpu_launcher_execute(program, call->device, args, k, results, call->op_name);
     if (status) status = tpu_status_annotate(status, "running %s: ", call->op_name);
   }
   if (!status && rng) {

@@ -49,6 +49,11 @@ static const tpu_env_var_t kEnvVars[] = {
      "scalar kind, structural value), and each torch.compile recompile with "
      "Dynamo's reason (a failed guard: new shape, new dtype, ...).",
      "stable"},
+    {"TORCHTPU_LAUNCHER", "1",
+     "0: Strict eager ops call PJRT on the thread that runs them. 1 (and "
+     "more than one CPU): while ops arrive back to back, a host thread "
+     "calls PJRT for them in order, so the next op is prepared meanwhile.",
+     "stable"},
     {"TORCHTPU_CACHE", "1",
      "0: turn off the persistent executable caches (local and shared "
      "directories); the in-process cache stays on.",

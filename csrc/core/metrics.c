@@ -56,7 +56,10 @@ tpu_metrics_counter_t* tpu_metrics_counter(const char* name) {
   if ((g_count + 1) * 2 > g_capacity && !grow()) goto done;
   slot_t* slot = find_slot(g_slots, g_capacity, name);
   if (!slot->name) {
-    tpu_metrics_counter_t* fresh = calloc(1, sizeof *fresh);
+    /* A cache line each: the op thread and the launch queue's worker
+     * bump different counters, which must not share a line. */
+    tpu_metrics_counter_t* fresh = aligned_alloc(64, 64);
+    if (fresh) memset(fresh, 0, 64);
     char* copy = strdup(name);
     if (!fresh || !copy) {
       free(fresh);

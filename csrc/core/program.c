@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "diskcache.h"
+#include "launcher.h"
 #include "metrics.h"
 #include "runtime.h"
 
@@ -207,6 +208,7 @@ size_t tpu_program_cache_size(void) {
 }
 
 void tpu_program_cache_clear(void) {
+  tpu_launcher_drain(); /* queued executions hold program pointers */
   pthread_mutex_lock(&g_lock);
   for (size_t b = 0; b < BUCKETS; b++) {
     tpu_program_t* p = g_buckets[b];

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include "env.h"
+#include "launcher.h"
 #include "memory.h"
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -174,6 +175,7 @@ void tpu_runtime_record_error(int device_index, tpu_status_t status) {
 
 tpu_status_t tpu_runtime_synchronize(int device_index) {
   if (device_index < 0 || device_index >= TPU_MAX_DEVICES) return NULL;
+  tpu_launcher_drain(); /* queued executions first: they track their events */
   pthread_mutex_lock(&g_pending_lock);
   pending_t* p = &g_pending[device_index];
   tpu_event_t** events = p->events;

@@ -16,6 +16,7 @@ extern "C" {
 #include "core/env.h"
 #include "core/lower/lowering.h"
 #include "core/memory.h"
+#include "core/launcher.h"
 #include "core/metrics.h"
 #include "core/pjrt/pjrt.h"
 #include "core/runtime.h"
@@ -135,6 +136,8 @@ py::dict memory_stats(int device) {
 }
 
 py::dict metrics() {
+  // Queued executions count when they run: report them all.
+  tpu_launcher_drain();
   std::vector<tpu_metrics_entry_t> entries(256);
   size_t n = tpu_metrics_snapshot(entries.data(), entries.size());
   if (n > entries.size()) {
@@ -178,7 +181,16 @@ PYBIND11_MODULE(_C, m) {
   m.def("_reset_peak_memory_stats", [](int d) { tpu_memory_reset_peak(d); });
   m.def("_reset_accumulated_memory_stats", [](int d) { tpu_memory_reset_accumulated(d); });
   m.def("_metrics", &metrics);
-  m.def("_reset_metrics", [] { tpu_metrics_reset(); });
+  m.def("_reset_metrics", [] {
+    tpu_launcher_drain();
+    tpu_metrics_reset();
+  });
+  m.def("_launcher_enabled", [] { return tpu_launcher_enabled(); });
+  m.def("_launcher_set_enabled", [](bool on) {
+    py::gil_scoped_release release;
+    tpu_launcher_set_enabled(on);
+  });
+  m.def("_launcher_queued", [] { return tpu_launcher_queued(); });
   m.def("_env_vars", &env_vars);
   m.def("_cache_dirs", [] {  // persistent executable caches; "" = off
     return py::make_tuple(tpu_diskcache_local_dir(), tpu_diskcache_shared_dir(),

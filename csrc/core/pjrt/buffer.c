@@ -1,5 +1,7 @@
 #include "buffer.h"
 
+#include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -172,9 +174,78 @@ static tpu_status_t make_buffer(tpu_client_t* client, int device_index,
   buffer->rank = rank;
   if (rank) memcpy(buffer->dims, dims, (size_t)rank * sizeof(int64_t));
   buffer->device_index = device_index;
+  atomic_init(&buffer->state, pjrt_buffer ? TPU_BUFFER_READY : TPU_BUFFER_PENDING);
   tpu_pjrt_track(TPU_PJRT_HANDLE_BUFFER, 1);
   *out_buffer = buffer;
   return NULL;
+}
+
+/* ---- buffers filled later ------------------------------------------------ */
+
+/* Waiters for pending buffers sleep on one condition: fills are frequent,
+ * waits rare (a host read of a value still queued), so a fill only takes
+ * the lock when someone sleeps. */
+static pthread_mutex_t g_fill_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_fill_cond = PTHREAD_COND_INITIALIZER;
+static atomic_int g_fill_sleepers;
+
+tpu_status_t tpu_buffer_make_pending(tpu_client_t* client, int device_index,
+                                     tpu_dtype_t dtype, const int64_t* dims, int rank,
+                                     tpu_buffer_t** out_buffer) {
+  return make_buffer(client, device_index, NULL, dtype, dims, rank, out_buffer);
+}
+
+static void publish(tpu_buffer_t* buffer, int state) {
+  atomic_store(&buffer->state, state); /* seq_cst: pairs with the sleepers count */
+  if (atomic_load(&g_fill_sleepers) > 0) {
+    pthread_mutex_lock(&g_fill_lock);
+    pthread_cond_broadcast(&g_fill_cond);
+    pthread_mutex_unlock(&g_fill_lock);
+  }
+}
+
+void tpu_buffer_fill(tpu_buffer_t* buffer, tpu_buffer_t* from) {
+  buffer->buffer = from->buffer;
+  from->buffer = NULL;
+  if (tpu_buffer_known_ready(from)) tpu_buffer_set_known_ready(buffer);
+  tpu_buffer_destroy(from);
+  publish(buffer, TPU_BUFFER_READY);
+}
+
+void tpu_buffer_fail(tpu_buffer_t* buffer, tpu_status_t error) {
+  buffer->error = error ? error : tpu_status_make(TPU_STATUS_INTERNAL, "failed without a reason");
+  publish(buffer, TPU_BUFFER_FAILED);
+}
+
+int tpu_buffer_state(const tpu_buffer_t* buffer) {
+  return atomic_load_explicit(&buffer->state, memory_order_acquire);
+}
+
+tpu_status_t tpu_buffer_wait_filled(tpu_buffer_t* buffer) {
+  if (!buffer) return tpu_status_make(TPU_STATUS_INVALID_ARGUMENT, "buffer is NULL");
+  int state = tpu_buffer_state(buffer);
+  /* The queue runs ops of a few microseconds: spin a little first. */
+  for (int spin = 0; state == TPU_BUFFER_PENDING && spin < 4096; spin++) {
+    if (spin >= 64) sched_yield();
+    state = tpu_buffer_state(buffer);
+  }
+  if (state == TPU_BUFFER_PENDING) {
+    pthread_mutex_lock(&g_fill_lock);
+    atomic_fetch_add(&g_fill_sleepers, 1);
+    while ((state = atomic_load(&buffer->state)) == TPU_BUFFER_PENDING)
+      pthread_cond_wait(&g_fill_cond, &g_fill_lock);
+    atomic_fetch_sub(&g_fill_sleepers, 1);
+    pthread_mutex_unlock(&g_fill_lock);
+  }
+  if (state == TPU_BUFFER_FAILED)
+    return tpu_status_make(tpu_status_code(buffer->error), "%s", tpu_status_message(buffer->error));
+  return NULL;
+}
+
+static _Atomic(bool (*)(tpu_buffer_t*)) g_free_hook;
+
+void tpu_buffer_set_free_hook(bool (*hook)(tpu_buffer_t* buffer)) {
+  atomic_store(&g_free_hook, hook);
 }
 
 /* ---- creation ------------------------------------------------------------------ */
@@ -314,6 +385,7 @@ static tpu_status_t start_to_host(tpu_buffer_t* buffer, void* dst,
                            "destination has %zu bytes, the buffer has %zu",
                            dst_bytes, nbytes);
   }
+  TPU_RETURN_IF_ERROR(tpu_buffer_wait_filled(buffer));
   if (tpu_buffer_is_deleted(buffer)) {
     return tpu_status_make(TPU_STATUS_FAILED_PRECONDITION,
                            "buffer was deleted or donated to an execution");
@@ -357,7 +429,8 @@ tpu_status_t tpu_buffer_to_host_async(tpu_buffer_t* buffer, void* dst,
 }
 
 /* The event that fires once the buffer's contents are computed. */
-static tpu_status_t ready_event(const tpu_buffer_t* buffer, PJRT_Event** out_event) {
+static tpu_status_t ready_event(tpu_buffer_t* buffer, PJRT_Event** out_event) {
+  TPU_RETURN_IF_ERROR(tpu_buffer_wait_filled(buffer));
   TPU_PJRT_ARGS(PJRT_Buffer_ReadyEvent_Args, args);
   args.buffer = buffer->buffer;
   TPU_RETURN_IF_ERROR(TPU_PJRT_CALL(buffer->client->api, PJRT_Buffer_ReadyEvent, &args));
@@ -386,6 +459,7 @@ void tpu_buffer_set_known_ready(tpu_buffer_t* buffer) {
 
 bool tpu_buffer_poll_ready(tpu_buffer_t* buffer) {
   if (tpu_buffer_known_ready(buffer)) return true;
+  if (tpu_buffer_state(buffer) != TPU_BUFFER_READY) return false; /* polls never wait */
   PJRT_Event* raw = NULL;
   tpu_event_t* event = NULL;
   tpu_status_t status = ready_event(buffer, &raw);
@@ -440,7 +514,14 @@ bool tpu_buffer_is_deleted(const tpu_buffer_t* buffer) {
 
 void tpu_buffer_destroy(tpu_buffer_t* buffer) {
   if (!buffer) return;
+  bool (*hook)(tpu_buffer_t*) = atomic_load_explicit(&g_free_hook, memory_order_relaxed);
+  if (hook && hook(buffer)) return;
+  tpu_buffer_free(buffer);
+}
+
+void tpu_buffer_free(tpu_buffer_t* buffer) {
   destroy_pjrt_buffer(buffer->client->api, buffer->buffer);
+  tpu_status_free(buffer->error);
   tpu_pjrt_track(TPU_PJRT_HANDLE_BUFFER, -1);
   free(buffer);
 }

@@ -383,6 +383,9 @@ static tpu_status_t check_execute_args(const tpu_executable_t* exe,
                              "device %d",
                              i, arg->device_index, device_index);
     }
+    /* A queued execution's result: wait for it (its failure fails us). */
+    tpu_status_t unfilled = tpu_buffer_wait_filled((tpu_buffer_t*)arg);
+    if (unfilled) return tpu_status_annotate(unfilled, "argument %d: ", i);
     if (tpu_buffer_is_deleted(arg)) {
       return tpu_status_make(TPU_STATUS_FAILED_PRECONDITION,
                              "argument %d was deleted or donated to an earlier "

@@ -78,6 +78,10 @@ struct tpu_buffer_s {
   /* It was passed to an execution as donatable: only then can PJRT have
    * deleted it, so only then is asking worth a call (see is_deleted). */
   _Atomic bool offered;
+  /* TPU_BUFFER_READY, or PENDING until a queued launch fills `buffer`, or
+   * FAILED with `error` (set before the state is published). */
+  _Atomic int state;
+  tpu_status_t error;
 };
 
 /* ---- function slots ------------------------------------------------------ */
