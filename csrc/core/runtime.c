@@ -197,6 +197,7 @@ tpu_status_t tpu_runtime_synchronize(int device_index) {
 void tpu_runtime_shutdown(void) {
   for (int d = 0; d < TPU_MAX_DEVICES; d++)
     tpu_status_free(tpu_runtime_synchronize(d));
+  tpu_launcher_shutdown(); /* its worker calls into the client */
   pthread_mutex_lock(&g_lock);
   tpu_client_destroy(g_client);
   tpu_plugin_release(g_plugin);
