@@ -41,7 +41,7 @@ typedef struct tpu_eager_arg_s {
 } tpu_eager_arg_t;
 
 typedef struct tpu_eager_call_s {
-  const char* op_name; /* "aten::add.out" */
+  const char* op_name; /* "aten::add.out"; static: a queued execution names it later */
   int device;
   int num_args;
   tpu_eager_arg_t* args;

@@ -17,7 +17,9 @@
  * consumer (the worker). Each cell's sequence number says whose turn it
  * is: pos (free for the producer claiming pos), pos + 1 (filled, for the
  * worker), pos + CAPACITY (free again, next lap). */
-enum { CAPACITY = 1024, MAX_ARGS = 16, MAX_RESULTS = 8, NAME_LEN = 64 };
+/* An item is two cache lines: what the op thread writes and the worker
+ * reads per op. Calls with more arguments or results run directly. */
+enum { CAPACITY = 1024, MAX_ARGS = 8, MAX_RESULTS = 4 };
 enum { KIND_EXECUTE = 1, KIND_FREE = 2 };
 
 /* The worker stays awake this long after its last item, and an op this
@@ -26,13 +28,15 @@ enum { KIND_EXECUTE = 1, KIND_FREE = 2 };
  * for waking a thread. */
 #define AWAKE_NS 50000
 #define RECENT_NS 20000
+/* Waiting for the queue spins this long before it sleeps. */
+#define SPIN_NS 500000
 
 typedef struct {
   int kind, device, nargs, nres;
   tpu_program_t* program;
   tpu_buffer_t* args[MAX_ARGS];
   tpu_buffer_t* results[MAX_RESULTS]; /* pending until this item runs */
-  char op_name[NAME_LEN];
+  const char* op_name;                 /* static (dispatch's op names live on) */
 } item_t;
 
 typedef struct {
@@ -97,16 +101,13 @@ static bool push(const item_t* it) {
 }
 
 static void run_execute(item_t* it) {
-  tpu_buffer_t* made[MAX_RESULTS] = {0};
-  tpu_status_t status = tpu_program_execute(it->program, it->device, it->args, it->nargs, made);
+  tpu_status_t status =
+      tpu_program_execute_into(it->program, it->device, it->args, it->nargs, it->results);
   if (status) status = tpu_status_annotate(status, "running %s: ", it->op_name);
-  for (int r = 0; r < it->nres; r++) {
-    if (!status) {
-      tpu_buffer_fill(it->results[r], made[r]);
-    } else {
+  for (int r = 0; r < it->nres && status; r++) {
+    if (tpu_buffer_state(it->results[r]) == TPU_BUFFER_PENDING)
       tpu_buffer_fail(it->results[r], tpu_status_make(tpu_status_code(status), "%s",
                                                       tpu_status_message(status)));
-    }
   }
   /* The error also reaches the device's next synchronize, as an
    * asynchronous execution's would. */
@@ -138,8 +139,9 @@ static void* worker_main(void* unused) {
     if (run_one()) continue;
     long long idle_since = now_ns();
     bool more = false;
-    while (!more && now_ns() - idle_since < AWAKE_NS) {
-      cpu_relax();
+    for (int spin = 0; !more && now_ns() - idle_since < AWAKE_NS; spin++) {
+      if (spin < 64) cpu_relax();
+      else sched_yield(); /* the plugin's threads may need this CPU */
       more = filled(g_dequeue_pos);
     }
     if (more) continue;
@@ -150,7 +152,10 @@ static void* worker_main(void* unused) {
     atomic_store(&g_awake, true);
     bool stop = atomic_load(&g_stop) && !filled(g_dequeue_pos);
     pthread_mutex_unlock(&g_lock);
-    if (stop) return NULL;
+    if (stop) {
+      tpu_buffer_thread_exit();
+      return NULL;
+    }
   }
 }
 
@@ -221,17 +226,25 @@ void tpu_launcher_set_enabled(bool enabled) {
 
 long tpu_launcher_queued(void) { return atomic_load(&g_queued); }
 
-/* Whether this op goes through the queue: while the worker is awake or
- * has items left (running this op directly would wait for them), or when
- * the previous op came moments ago (a stream is starting). */
-static bool use_queue(void) {
+/* Whether this execution goes through the queue:
+ * - an argument is still pending: running directly would wait for it;
+ * - else only programs the plugin runs inside its execute call: for the
+ *   others the plugin's execute returns at once and its own threads
+ *   compute (our worker would only compete with them for CPUs);
+ * - and then while the worker has items left, or when the previous op came
+ *   moments ago (a stream). An op after a pause (say, after a synchronize)
+ *   runs directly: handing it over would only add latency. */
+static bool use_queue(tpu_program_t* program, tpu_buffer_t* const* args, int nargs) {
   if (!tpu_launcher_enabled()) return false;
   long long now = now_ns();
   long long last = atomic_exchange_explicit(&g_last_ns, now, memory_order_relaxed);
-  if (atomic_load_explicit(&g_started, memory_order_acquire) &&
-      (atomic_load_explicit(&g_awake, memory_order_relaxed) ||
-       atomic_load(&g_completed) != atomic_load(&g_enqueue_pos)))
-    return true;
+  bool started = atomic_load_explicit(&g_started, memory_order_acquire);
+  if (started) {
+    for (int i = 0; i < nargs; i++)
+      if (tpu_buffer_state(args[i]) == TPU_BUFFER_PENDING) return true;
+  }
+  if (!tpu_program_runs_inline(program)) return false;
+  if (started && atomic_load(&g_completed) != atomic_load(&g_enqueue_pos)) return true;
   return now - last < RECENT_NS && ensure_worker();
 }
 
@@ -255,17 +268,14 @@ tpu_status_t tpu_launcher_execute(tpu_program_t* program, int device_index,
                                   tpu_buffer_t** out_results, const char* op_name) {
   tpu_executable_t* exe = tpu_program_executable(program);
   const int nres = tpu_executable_num_outputs(exe);
-  if (nargs > MAX_ARGS || nres > MAX_RESULTS || t_is_worker || !use_queue())
+  if (nargs > MAX_ARGS || nres > MAX_RESULTS || t_is_worker || !use_queue(program, args, nargs))
     return tpu_program_execute(program, device_index, args, nargs, out_results);
   static atomic_bool hooked;
   if (!atomic_load_explicit(&hooked, memory_order_relaxed) && !atomic_exchange(&hooked, true))
     tpu_buffer_set_free_hook(free_later);
   item_t it = {.kind = KIND_EXECUTE, .device = device_index, .nargs = nargs, .nres = nres,
                .program = program};
-  if (!op_name) op_name = "an op";
-  size_t len = strnlen(op_name, NAME_LEN - 1);
-  memcpy(it.op_name, op_name, len);
-  it.op_name[len] = 0;
+  it.op_name = op_name ? op_name : "an op";
   tpu_client_t* client = tpu_runtime_client();
   for (int r = 0; r < nres; r++) {
     tpu_status_t status = tpu_buffer_make_pending(
@@ -289,9 +299,18 @@ tpu_status_t tpu_launcher_execute(tpu_program_t* program, int device_index,
 void tpu_launcher_drain(void) {
   if (t_is_worker) return;
   size_t target = atomic_load(&g_enqueue_pos);
-  for (int spin = 0; atomic_load(&g_completed) < target && spin < 4096; spin++) {
-    if (spin >= 64) sched_yield();
-    else cpu_relax();
+  if (atomic_load(&g_completed) >= target) return;
+  /* Spin, yielding the CPU to any other runnable thread (the plugin's
+   * own, computing what we wait for), before sleeping: waking a sleeper
+   * takes tens of microseconds, more than most waits here. */
+  long long until = now_ns() + SPIN_NS;
+  for (int spin = 0; atomic_load(&g_completed) < target; spin++) {
+    if (spin < 64) {
+      cpu_relax();
+    } else {
+      if (now_ns() > until) break;
+      sched_yield();
+    }
   }
   if (atomic_load(&g_completed) >= target) return;
   pthread_mutex_lock(&g_lock);

@@ -29,8 +29,9 @@ extern "C" {
 
 /* Runs `program` like tpu_program_execute (borrowed args, new buffers in
  * out_results), queued when the queue is in use (results then pending,
- * see tpu_buffer_make_pending), directly otherwise. `op_name` (borrowed
- * for the call) names the op in a queued execution's error. */
+ * see tpu_buffer_make_pending), directly otherwise. `op_name` names the op
+ * in a queued execution's error; it must outlive the execution (a static
+ * or interned string). */
 tpu_status_t tpu_launcher_execute(tpu_program_t* program, int device_index,
                                   tpu_buffer_t* const* args, int nargs,
                                   tpu_buffer_t** out_results, const char* op_name);

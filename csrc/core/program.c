@@ -18,6 +18,10 @@ struct tpu_program_s {
   uint64_t hash;
   tpu_executable_t* executable;
   struct tpu_program_s* next; /* bucket chain */
+  /* The counters below are written by every execution, on the launch
+   * queue's thread; the fields above are read by the op thread for every
+   * launch. A cache line apart, or each op moves the line twice. */
+  char pad[64];
   /* Whether executions finish inside Execute (see execute()). Relaxed
    * atomics: racing threads can only make a check happen once more. */
   _Atomic int finished_inline; /* executions seen to (never reset) */
@@ -140,9 +144,18 @@ static bool inputs_known_ready(tpu_buffer_t* const* args, int nargs, bool poll) 
 
 /* Enqueues one execution; `wait` awaits it and returns its error, else its
  * completion event is tracked for tpu_runtime_synchronize. */
+static tpu_status_t run_program(tpu_program_t* program, int device_index, tpu_buffer_t* const* args,
+                        int nargs, tpu_buffer_t** out_results, tpu_event_t** done, bool into) {
+  return into ? tpu_executable_execute_into(program->executable, device_index, args, nargs,
+                                            out_results, done)
+              : tpu_executable_execute(program->executable, device_index, args, nargs, NULL,
+                                       out_results, done);
+}
+
+/* `into`: out_results are pending buffers to fill (tpu_program_execute_into). */
 static tpu_status_t execute(tpu_program_t* program, int device_index,
                             tpu_buffer_t* const* args, int nargs,
-                            tpu_buffer_t** out_results, bool wait) {
+                            tpu_buffer_t** out_results, bool wait, bool into) {
   const int nout = tpu_executable_num_outputs(program->executable);
   unsigned run = atomic_fetch_add_explicit(&program->runs, 1, memory_order_relaxed);
   bool trusted = !atomic_load_explicit(&program->runs_async, memory_order_relaxed) &&
@@ -152,8 +165,7 @@ static tpu_status_t execute(tpu_program_t* program, int device_index,
    * programs that would use the answer. */
   if (!wait && trusted && run % RECHECK != 0 &&
       inputs_known_ready(args, nargs, /*poll=*/true)) {
-    TPU_RETURN_IF_ERROR(tpu_executable_execute(program->executable, device_index, args,
-                                               nargs, NULL, out_results, NULL));
+    TPU_RETURN_IF_ERROR(run_program(program, device_index, args, nargs, out_results, NULL, into));
     TPU_METRICS_BUMP("executions", 1);
     TPU_METRICS_BUMP("executions_without_event", 1);
     for (int i = 0; i < nout; i++) tpu_buffer_set_known_ready(out_results[i]);
@@ -161,9 +173,7 @@ static tpu_status_t execute(tpu_program_t* program, int device_index,
   }
   bool ready_inputs = inputs_known_ready(args, nargs, /*poll=*/false);
   tpu_event_t* done = NULL;
-  TPU_RETURN_IF_ERROR(tpu_executable_execute(program->executable, device_index,
-                                             args, nargs, NULL, out_results,
-                                             &done));
+  TPU_RETURN_IF_ERROR(run_program(program, device_index, args, nargs, out_results, &done, into));
   TPU_METRICS_BUMP("executions", 1);
   if (done && tpu_event_is_ready(done)) {
     /* Finished already: no tracking, its error (if any) reported now. */
@@ -188,16 +198,27 @@ static tpu_status_t execute(tpu_program_t* program, int device_index,
   return status;
 }
 
+bool tpu_program_runs_inline(const tpu_program_t* program) {
+  return !atomic_load_explicit(&program->runs_async, memory_order_relaxed) &&
+         atomic_load_explicit(&program->finished_inline, memory_order_relaxed) >= INLINE_TRUST;
+}
+
 tpu_status_t tpu_program_execute(tpu_program_t* program, int device_index,
                                  tpu_buffer_t* const* args, int nargs,
                                  tpu_buffer_t** out_results) {
-  return execute(program, device_index, args, nargs, out_results, false);
+  return execute(program, device_index, args, nargs, out_results, false, false);
+}
+
+tpu_status_t tpu_program_execute_into(tpu_program_t* program, int device_index,
+                                      tpu_buffer_t* const* args, int nargs,
+                                      tpu_buffer_t** pending_results) {
+  return execute(program, device_index, args, nargs, pending_results, false, true);
 }
 
 tpu_status_t tpu_program_execute_sync(tpu_program_t* program, int device_index,
                                       tpu_buffer_t* const* args, int nargs,
                                       tpu_buffer_t** out_results) {
-  return execute(program, device_index, args, nargs, out_results, true);
+  return execute(program, device_index, args, nargs, out_results, true, false);
 }
 
 size_t tpu_program_cache_size(void) {

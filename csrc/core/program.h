@@ -7,6 +7,7 @@
 #ifndef TORCHTPU_CORE_PROGRAM_H_
 #define TORCHTPU_CORE_PROGRAM_H_
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "pjrt/pjrt.h"
@@ -39,11 +40,21 @@ int tpu_program_num_outputs(const tpu_program_t* program);
 tpu_status_t tpu_program_execute(tpu_program_t* program, int device_index,
                                  tpu_buffer_t* const* args, int nargs,
                                  tpu_buffer_t** out_results);
+/* The same into pending buffers of the program's output types (filled,
+ * not made: tpu_executable_execute_into). */
+tpu_status_t tpu_program_execute_into(tpu_program_t* program, int device_index,
+                                      tpu_buffer_t* const* args, int nargs,
+                                      tpu_buffer_t** pending_results);
 /* The same, then waits for the execution to finish and returns its error
  * (Debug mode: errors surface at the op that caused them). */
 tpu_status_t tpu_program_execute_sync(tpu_program_t* program, int device_index,
                                       tpu_buffer_t* const* args, int nargs,
                                       tpu_buffer_t** out_results);
+
+/* Whether the plugin is seen to run this program to completion inside its
+ * execute call (the CPU plugin does for small programs whose inputs are
+ * ready); such executions skip their completion events (program.c). */
+bool tpu_program_runs_inline(const tpu_program_t* program);
 
 /* Number of cached programs. */
 size_t tpu_program_cache_size(void);

@@ -70,15 +70,13 @@ void tpu_buffer_destroy(tpu_buffer_t* buffer);
 enum { TPU_BUFFER_READY = 0, TPU_BUFFER_PENDING = 1, TPU_BUFFER_FAILED = 2 };
 
 /* A buffer whose type and shape are known but whose device contents a
- * queued execution will provide (tpu_buffer_fill / tpu_buffer_fail).
+ * queued execution will provide (tpu_executable_execute_into, or
+ * tpu_buffer_fail).
  * Metadata getters answer at once; anything that needs the device buffer
  * (copies, readiness, executions) first waits for it to be filled. */
 tpu_status_t tpu_buffer_make_pending(tpu_client_t* client, int device_index,
                                      tpu_dtype_t dtype, const int64_t* dims, int rank,
                                      tpu_buffer_t** out_buffer);
-/* Moves `from`'s device buffer (same type and shape) into pending
- * `buffer` and destroys `from`; wakes whoever waits for it. */
-void tpu_buffer_fill(tpu_buffer_t* buffer, tpu_buffer_t* from);
 /* Marks pending `buffer` failed with `error` (taken); readers get a copy. */
 void tpu_buffer_fail(tpu_buffer_t* buffer, tpu_status_t error);
 int tpu_buffer_state(const tpu_buffer_t* buffer);
@@ -90,6 +88,9 @@ tpu_status_t tpu_buffer_wait_filled(tpu_buffer_t* buffer);
 void tpu_buffer_set_free_hook(bool (*hook)(tpu_buffer_t* buffer));
 /* Frees a buffer nobody holds any more (what the free hook defers). */
 void tpu_buffer_free(tpu_buffer_t* buffer);
+/* A thread that made or destroyed buffers and is about to exit gives its
+ * recycled buffer memory back (see the wrapper pool in buffer.c). */
+void tpu_buffer_thread_exit(void);
 
 #ifdef __cplusplus
 }

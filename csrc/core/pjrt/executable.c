@@ -396,12 +396,10 @@ static tpu_status_t check_execute_args(const tpu_executable_t* exe,
   return NULL;
 }
 
-tpu_status_t tpu_executable_execute(tpu_executable_t* executable,
-                                    int device_index,
-                                    tpu_buffer_t* const* args, int nargs,
-                                    const bool* donatable,
-                                    tpu_buffer_t** out_results,
-                                    tpu_event_t** out_done) {
+/* `fill`: out_results holds pending buffers to fill (execute_into). */
+static tpu_status_t run(tpu_executable_t* executable, int device_index,
+                        tpu_buffer_t* const* args, int nargs, const bool* donatable,
+                        tpu_buffer_t** out_results, tpu_event_t** out_done, bool fill) {
   if (out_done) *out_done = NULL;
   if (!executable) {
     return tpu_status_make(TPU_STATUS_INVALID_ARGUMENT, "executable is NULL");
@@ -462,6 +460,12 @@ tpu_status_t tpu_executable_execute(tpu_executable_t* executable,
     return status;
   }
 
+  if (fill) {
+    for (int i = 0; i < nout; i++) tpu_buffer_fill_raw(out_results[i], out_list[i]);
+    if (scratch != stack_scratch) free(scratch);
+    if (out_done) return tpu_event_wrap(api, done, out_done);
+    return NULL;
+  }
   /* Wrap every output; on failure destroy what is left so nothing leaks. */
   int wrapped = 0;
   for (; wrapped < nout && !status; wrapped++) {
@@ -491,6 +495,30 @@ tpu_status_t tpu_executable_execute(tpu_executable_t* executable,
   if (scratch != stack_scratch) free(scratch);
   if (out_done) return tpu_event_wrap(api, done, out_done);
   return NULL;
+}
+
+tpu_status_t tpu_executable_execute(tpu_executable_t* executable, int device_index,
+                                    tpu_buffer_t* const* args, int nargs,
+                                    const bool* donatable, tpu_buffer_t** out_results,
+                                    tpu_event_t** out_done) {
+  return run(executable, device_index, args, nargs, donatable, out_results, out_done, false);
+}
+
+tpu_status_t tpu_executable_execute_into(tpu_executable_t* executable, int device_index,
+                                         tpu_buffer_t* const* args, int nargs,
+                                         tpu_buffer_t** pending_results,
+                                         tpu_event_t** out_done) {
+  if (executable && pending_results) {
+    for (int i = 0; i < executable->num_outputs; i++) {
+      tpu_buffer_t* b = pending_results[i];
+      if (!b || tpu_buffer_state(b) != TPU_BUFFER_PENDING || b->dtype != executable->output_dtypes[i] ||
+          b->rank != executable->output_ranks[i] ||
+          memcmp(b->dims, executable->output_dims[i], (size_t)b->rank * sizeof(int64_t)) != 0)
+        return tpu_status_make(TPU_STATUS_INVALID_ARGUMENT,
+                               "result %d is not a pending buffer of the program's output type", i);
+    }
+  }
+  return run(executable, device_index, args, nargs, NULL, pending_results, out_done, true);
 }
 
 void tpu_executable_destroy(tpu_executable_t* executable) {

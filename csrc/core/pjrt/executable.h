@@ -61,6 +61,15 @@ tpu_status_t tpu_executable_execute(tpu_executable_t* executable,
                                     tpu_buffer_t** out_results,
                                     tpu_event_t** out_done);
 
+/* The same, nothing donated, into `pending_results`: pending buffers
+ * (tpu_buffer_make_pending) of the declared output types, filled with the
+ * outputs instead of new buffers being made (the launch queue's results,
+ * handed out before their execution ran). */
+tpu_status_t tpu_executable_execute_into(tpu_executable_t* executable, int device_index,
+                                         tpu_buffer_t* const* args, int nargs,
+                                         tpu_buffer_t** pending_results,
+                                         tpu_event_t** out_done);
+
 /* Serialized executable bytes (plugin-version specific). *out_bytes is
  * malloc'd; the caller frees it with free(). */
 tpu_status_t tpu_executable_serialize(const tpu_executable_t* executable,

@@ -65,12 +65,12 @@ struct tpu_event_s {
 };
 
 struct tpu_buffer_s {
-  tpu_client_t* client; /* borrowed */
+  /* What a queued launch writes when it runs (launcher.c) comes first, in
+   * one cache line with the handle every execution reads. */
   PJRT_Buffer* buffer;
-  tpu_dtype_t dtype;
-  int rank;
-  int64_t dims[TPU_MAX_RANK];
-  int device_index;
+  /* TPU_BUFFER_READY, or PENDING until a queued launch fills `buffer`, or
+   * FAILED with `error` (set before the state is published). */
+  _Atomic int state;
   /* Its contents are known to be computed (an await, a poll, or an
    * execution that finished inside Execute): executions reading it may
    * skip their completion event (see program.c). Only ever set. */
@@ -78,10 +78,12 @@ struct tpu_buffer_s {
   /* It was passed to an execution as donatable: only then can PJRT have
    * deleted it, so only then is asking worth a call (see is_deleted). */
   _Atomic bool offered;
-  /* TPU_BUFFER_READY, or PENDING until a queued launch fills `buffer`, or
-   * FAILED with `error` (set before the state is published). */
-  _Atomic int state;
   tpu_status_t error;
+  tpu_client_t* client; /* borrowed */
+  tpu_dtype_t dtype;
+  int rank;
+  int device_index;
+  int64_t dims[TPU_MAX_RANK];
 };
 
 /* ---- function slots ------------------------------------------------------ */
@@ -146,6 +148,9 @@ tpu_status_t tpu_device_init(tpu_client_t* client, int index,
 void tpu_device_fini(struct tpu_device_s* device);
 
 /* ---- buffers ------------------------------------------------------------- */
+
+/* Gives pending `buffer` its device buffer (taken) and wakes its waiters. */
+void tpu_buffer_fill_raw(tpu_buffer_t* buffer, PJRT_Buffer* pjrt_buffer);
 
 /* Takes ownership of `pjrt_buffer` (destroyed on failure), reading its
  * element type and dimensions from PJRT. */
