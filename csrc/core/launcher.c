@@ -162,16 +162,22 @@ static void* worker_main(void* unused) {
 static void drain_at_exit(void) { tpu_launcher_shutdown(); }
 
 /* Forking while the worker runs would leave the child a queue nobody
- * serves: drain first, and the child starts its own worker on demand. */
-static void before_fork(void) { tpu_launcher_drain(); }
+ * serves: drain first, and the child starts its own worker on demand. The
+ * lock is held across the fork so the child never inherits it taken. */
+static void before_fork(void) {
+  tpu_launcher_drain();
+  pthread_mutex_lock(&g_lock);
+}
+static void in_parent(void) { pthread_mutex_unlock(&g_lock); }
 static void in_child(void) {
   atomic_store(&g_started, false);
   atomic_store(&g_awake, false);
+  pthread_mutex_unlock(&g_lock);
 }
 
 static void init_once(void) {
   for (size_t i = 0; i < CAPACITY; i++) atomic_init(&g_cells[i].seq, i);
-  pthread_atfork(before_fork, NULL, in_child);
+  pthread_atfork(before_fork, in_parent, in_child);
   atexit(drain_at_exit);
 }
 

@@ -160,6 +160,13 @@ static tpu_status_t upload(tpu_client_t* client, PJRT_Device* device,
 
 /* ---- wrapper memory ---------------------------------------------------------- */
 
+/* Waiters for pending buffers sleep on one condition: fills are frequent,
+ * waits rare (a host read of a value still queued), so a fill only takes
+ * the lock when someone sleeps. */
+static pthread_mutex_t g_fill_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_fill_cond = PTHREAD_COND_INITIALIZER;
+static atomic_int g_fill_sleepers;
+
 /* Wrappers are recycled through a pool rather than malloc'd and freed.
  * With the launch queue, wrappers made on the op thread are freed on the
  * worker; glibc returns a chunk to the arena it came from, under that
@@ -178,6 +185,20 @@ static wrapper_t* g_pool;
 static size_t g_pool_count;
 static _Thread_local wrapper_t *t_pool, *t_pool_tail;
 static _Thread_local int t_pool_count;
+
+/* The launch queue's worker takes these locks; a fork must not leave the
+ * child one taken by a thread it does not have. */
+static void lock_for_fork(void) {
+  pthread_mutex_lock(&g_pool_lock);
+  pthread_mutex_lock(&g_fill_lock);
+}
+static void unlock_after_fork(void) {
+  pthread_mutex_unlock(&g_fill_lock);
+  pthread_mutex_unlock(&g_pool_lock);
+}
+__attribute__((constructor)) static void register_fork_handlers(void) {
+  pthread_atfork(lock_for_fork, unlock_after_fork, unlock_after_fork);
+}
 
 static tpu_buffer_t* wrapper_new(void) {
   if (!t_pool) {
@@ -252,12 +273,6 @@ static tpu_status_t make_buffer(tpu_client_t* client, int device_index,
 
 /* ---- buffers filled later ------------------------------------------------ */
 
-/* Waiters for pending buffers sleep on one condition: fills are frequent,
- * waits rare (a host read of a value still queued), so a fill only takes
- * the lock when someone sleeps. */
-static pthread_mutex_t g_fill_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t g_fill_cond = PTHREAD_COND_INITIALIZER;
-static atomic_int g_fill_sleepers;
 
 tpu_status_t tpu_buffer_make_pending(tpu_client_t* client, int device_index,
                                      tpu_dtype_t dtype, const int64_t* dims, int rank,
