@@ -152,10 +152,7 @@ static void* worker_main(void* unused) {
     atomic_store(&g_awake, true);
     bool stop = atomic_load(&g_stop) && !filled(g_dequeue_pos);
     pthread_mutex_unlock(&g_lock);
-    if (stop) {
-      tpu_buffer_thread_exit();
-      return NULL;
-    }
+    if (stop) return NULL;
   }
 }
 

@@ -239,7 +239,22 @@ static void give_back_local(void) {
   t_pool_count = 0;
 }
 
+/* A thread's list goes back to the shared pool when the thread exits. */
+static pthread_key_t g_pool_key;
+static pthread_once_t g_pool_key_once = PTHREAD_ONCE_INIT;
+static _Thread_local bool t_pool_key_set;
+static void on_thread_exit(void* unused) {
+  (void)unused;
+  give_back_local();
+}
+static void make_pool_key(void) { pthread_key_create(&g_pool_key, on_thread_exit); }
+
 static void wrapper_delete(tpu_buffer_t* buffer) {
+  if (!t_pool_key_set) {
+    pthread_once(&g_pool_key_once, make_pool_key);
+    pthread_setspecific(g_pool_key, (void*)1); /* non-NULL: the destructor runs */
+    t_pool_key_set = true;
+  }
   wrapper_t* w = (wrapper_t*)buffer;
   w->next = t_pool;
   if (!t_pool) t_pool_tail = w;
@@ -247,10 +262,9 @@ static void wrapper_delete(tpu_buffer_t* buffer) {
   if (++t_pool_count > LOCAL_MAX) give_back_local();
 }
 
-void tpu_buffer_thread_exit(void) { give_back_local(); }
-
+/* `pjrt_buffer` NULL with `pending`: a buffer a queued execution fills. */
 static tpu_status_t make_buffer(tpu_client_t* client, int device_index,
-                                PJRT_Buffer* pjrt_buffer, tpu_dtype_t dtype,
+                                PJRT_Buffer* pjrt_buffer, bool pending, tpu_dtype_t dtype,
                                 const int64_t* dims, int rank,
                                 tpu_buffer_t** out_buffer) {
   tpu_buffer_t* buffer = wrapper_new();
@@ -265,7 +279,7 @@ static tpu_status_t make_buffer(tpu_client_t* client, int device_index,
   buffer->rank = rank;
   if (rank) memcpy(buffer->dims, dims, (size_t)rank * sizeof(int64_t));
   buffer->device_index = device_index;
-  atomic_init(&buffer->state, pjrt_buffer ? TPU_BUFFER_READY : TPU_BUFFER_PENDING);
+  atomic_init(&buffer->state, pending ? TPU_BUFFER_PENDING : TPU_BUFFER_READY);
   tpu_pjrt_track(TPU_PJRT_HANDLE_BUFFER, 1);
   *out_buffer = buffer;
   return NULL;
@@ -273,11 +287,10 @@ static tpu_status_t make_buffer(tpu_client_t* client, int device_index,
 
 /* ---- buffers filled later ------------------------------------------------ */
 
-
 tpu_status_t tpu_buffer_make_pending(tpu_client_t* client, int device_index,
                                      tpu_dtype_t dtype, const int64_t* dims, int rank,
                                      tpu_buffer_t** out_buffer) {
-  return make_buffer(client, device_index, NULL, dtype, dims, rank, out_buffer);
+  return make_buffer(client, device_index, NULL, true, dtype, dims, rank, out_buffer);
 }
 
 static void publish(tpu_buffer_t* buffer, int state) {
@@ -411,7 +424,7 @@ tpu_status_t tpu_buffer_from_host(tpu_client_t* client, int device_index,
     return tpu_status_annotate(status, "uploading a %s buffer: ",
                                tpu_dtype_name(dtype));
   }
-  return make_buffer(client, device_index, pjrt_buffer, dtype, dims, rank,
+  return make_buffer(client, device_index, pjrt_buffer, false, dtype, dims, rank,
                      out_buffer);
 }
 
@@ -443,7 +456,7 @@ tpu_status_t tpu_buffer_wrap(tpu_client_t* client, int device_index,
     destroy_pjrt_buffer(api, pjrt_buffer);
     return status;
   }
-  return make_buffer(client, device_index, pjrt_buffer, dtype, dims.dims,
+  return make_buffer(client, device_index, pjrt_buffer, false, dtype, dims.dims,
                      (int)dims.num_dims, out_buffer);
 }
 
@@ -451,7 +464,7 @@ tpu_status_t tpu_buffer_wrap_typed(tpu_client_t* client, int device_index,
                                    PJRT_Buffer* pjrt_buffer, tpu_dtype_t dtype,
                                    const int64_t* dims, int rank,
                                    tpu_buffer_t** out_buffer) {
-  return make_buffer(client, device_index, pjrt_buffer, dtype, dims, rank,
+  return make_buffer(client, device_index, pjrt_buffer, false, dtype, dims, rank,
                      out_buffer);
 }
 

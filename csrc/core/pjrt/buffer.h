@@ -88,9 +88,6 @@ tpu_status_t tpu_buffer_wait_filled(tpu_buffer_t* buffer);
 void tpu_buffer_set_free_hook(bool (*hook)(tpu_buffer_t* buffer));
 /* Frees a buffer nobody holds any more (what the free hook defers). */
 void tpu_buffer_free(tpu_buffer_t* buffer);
-/* A thread that made or destroyed buffers and is about to exit gives its
- * recycled buffer memory back (see the wrapper pool in buffer.c). */
-void tpu_buffer_thread_exit(void);
 
 #ifdef __cplusplus
 }
