@@ -4,7 +4,6 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -156,8 +155,6 @@ static void* worker_main(void* unused) {
   }
 }
 
-static void drain_at_exit(void) { tpu_launcher_shutdown(); }
-
 /* Forking while the worker runs would leave the child a queue nobody
  * serves: drain first, and the child starts its own worker on demand. The
  * lock is held across the fork so the child never inherits it taken. */
@@ -175,7 +172,7 @@ static void in_child(void) {
 static void init_once(void) {
   for (size_t i = 0; i < CAPACITY; i++) atomic_init(&g_cells[i].seq, i);
   pthread_atfork(before_fork, in_parent, in_child);
-  atexit(drain_at_exit);
+  atexit(tpu_launcher_shutdown); /* drains and joins the worker */
 }
 
 /* Starts the worker if it is not running; false if it cannot. */

@@ -144,6 +144,11 @@ static bool inputs_known_ready(tpu_buffer_t* const* args, int nargs, bool poll) 
 
 /* Enqueues one execution; `wait` awaits it and returns its error, else its
  * completion event is tracked for tpu_runtime_synchronize. */
+bool tpu_program_runs_inline(const tpu_program_t* program) {
+  return !atomic_load_explicit(&program->runs_async, memory_order_relaxed) &&
+         atomic_load_explicit(&program->finished_inline, memory_order_relaxed) >= INLINE_TRUST;
+}
+
 static tpu_status_t run_program(tpu_program_t* program, int device_index, tpu_buffer_t* const* args,
                         int nargs, tpu_buffer_t** out_results, tpu_event_t** done, bool into) {
   return into ? tpu_executable_execute_into(program->executable, device_index, args, nargs,
@@ -158,9 +163,7 @@ static tpu_status_t execute(tpu_program_t* program, int device_index,
                             tpu_buffer_t** out_results, bool wait, bool into) {
   const int nout = tpu_executable_num_outputs(program->executable);
   unsigned run = atomic_fetch_add_explicit(&program->runs, 1, memory_order_relaxed);
-  bool trusted = !atomic_load_explicit(&program->runs_async, memory_order_relaxed) &&
-                 atomic_load_explicit(&program->finished_inline, memory_order_relaxed) >=
-                     INLINE_TRUST;
+  bool trusted = tpu_program_runs_inline(program);
   /* Polling asks the plugin about inputs not yet known: only for
    * programs that would use the answer. */
   if (!wait && trusted && run % RECHECK != 0 &&
@@ -196,11 +199,6 @@ static tpu_status_t execute(tpu_program_t* program, int device_index,
   tpu_status_t status = tpu_event_await(done);
   tpu_event_destroy(done);
   return status;
-}
-
-bool tpu_program_runs_inline(const tpu_program_t* program) {
-  return !atomic_load_explicit(&program->runs_async, memory_order_relaxed) &&
-         atomic_load_explicit(&program->finished_inline, memory_order_relaxed) >= INLINE_TRUST;
 }
 
 tpu_status_t tpu_program_execute(tpu_program_t* program, int device_index,
