@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "common.h"
+#include "placement.h"
 
 extern "C" {
 #include "core/defer.h"
@@ -355,6 +356,7 @@ void debug_boxed_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack)
   const std::string name = op_name_of(op);
   const size_t n = op.schema().arguments().size();
   try {
+    check_placement(op, torch::jit::last(*stack, n));
     const bool shadow = debug_shadow() && !needs_rng(name);
     const bool index_op = is_index_op(op.schema().name());
     std::optional<torch::jit::Stack> host;

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "common.h"
+#include "placement.h"
 
 extern "C" {
 #include "core/eager.h"
@@ -142,6 +143,9 @@ struct CallBuilder {
   std::deque<std::string> strings;
   int device = -1;
   bool ok = true;  // false: the call cannot run on the device (fallback)
+  // A tensor on another device was seen: check_placement decides whether
+  // that is an error (as on CUDA) or allowed (CPU indices, a device move).
+  bool foreign = false;
   std::string why;
 
   void reset(const OpFacts& f) {
@@ -152,6 +156,7 @@ struct CallBuilder {
     strings.clear();
     device = -1;
     ok = true;
+    foreign = false;
     why.clear();
   }
 
@@ -205,7 +210,10 @@ struct CallBuilder {
     }
     const int index = t.device().index();
     if (device < 0) device = index;
-    else if (device != index) refuse("tensors on different tpu devices");
+    else if (device != index) {
+      foreign = true;
+      refuse("tensors on different tpu devices");
+    }
     const c10::Storage& storage = t.storage();
     d->storage = storage_of(storage);
     d->view.dtype = to_tpu_dtype(t.scalar_type());
@@ -249,6 +257,7 @@ struct CallBuilder {
       a.lower.type = tpu_hlo_type_make(TPU_DTYPE_FLOAT64, 1, &n);
       a.scalars = scalar_lists.back().data();
     } else {
+      foreign = true;
       refuse("a non-scalar tensor on " + t.device().str());
     }
   }
@@ -364,6 +373,7 @@ struct CallBuilder {
           if (elems[i].isNone() || !elems[i].toTensor().defined()) continue;
           const at::Tensor& t = elems[i].toTensor();
           if (!is_tpu(t)) {
+            foreign = true;
             refuse("a list tensor on " + t.device().str());
             continue;
           }
@@ -647,6 +657,14 @@ bool try_run_on_device(const c10::OperatorHandle& op, torch::jit::Stack* stack) 
   const size_t num_args = facts.args.size();
   auto inputs = torch::jit::last(*stack, num_args);
   for (size_t i = 0; i < num_args; i++) builder.add(facts.args[i], inputs[i]);
+  if (builder.foreign) {
+    // Raises for a device mismatch; CPU indices of an index op move to
+    // the device (as CUDA moves them) and the call is read again.
+    if (check_placement(op, inputs)) {
+      move_cpu_indices(op, stack, num_args);
+      return try_run_on_device(op, stack);
+    }
+  }
   if (!builder.ok || builder.device < 0) return false;
   tpu_eager_call_t call = builder.call();
   tpu_eager_entry_t* entry = tpu_eager_lookup(&call);

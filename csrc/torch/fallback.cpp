@@ -13,6 +13,7 @@
 #include <unordered_set>
 
 #include "common.h"
+#include "placement.h"
 
 extern "C" {
 #include "core/env.h"
@@ -65,11 +66,20 @@ void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const auto& name = op.schema().operator_name();
   std::string full = name.name;
   if (!name.overload_name.empty()) full += "." + name.overload_name;
+  // Placement is decided here, never by the fallback: mixed devices raise
+  // as on CUDA before anything is copied.
+  check_placement(op, torch::jit::last(*stack, op.schema().arguments().size()));
+  // A copy is not a view: a view op without a tpu kernel is an error.
+  for (const auto& r : op.schema().returns())
+    TORCH_CHECK_NOT_IMPLEMENTED(!r.alias_info() || r.alias_info()->isWrite(), "torchtpu: ",
+                                full, " returns a view and has no tpu kernel; running it on "
+                                "the CPU would return a copy, so it is refused");
+  const bool lowered = tpu_lowering_find(name.name.c_str()) != nullptr;
   Policy p = policy();
   TORCH_CHECK_NOT_IMPLEMENTED(
       p != Policy::kError, "torchtpu: ", full,
-      " has no tpu lowering and TORCHTPU_FALLBACK=error forbids running it on "
-      "the CPU");
+      lowered ? " is not lowered for these arguments" : " has no tpu lowering",
+      " and TORCHTPU_FALLBACK=error forbids running it on the CPU");
   tpu_metrics_add(("fallback::" + full).c_str(), 1);
   if (p == Policy::kWarn && t_quiet_depth == 0) {
     bool first;
@@ -79,8 +89,10 @@ void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     }
     if (first)
       TORCH_WARN("torchtpu: ", full,
-                 " has no tpu lowering yet; running it on the CPU (this "
-                 "copies its tensors to the host and back)");
+                 lowered ? " is not lowered for these arguments (see "
+                           "torchtpu.metrics.fallback_reasons())"
+                         : " has no tpu lowering yet",
+                 "; running it on the CPU (this copies its tensors to the host and back)");
   }
   // The CPU needs the inputs' contents: a pending deferred run flushes here.
   DeferBarrier barrier;
