@@ -2,6 +2,7 @@
 metrics, the CPU fallback policy."""
 import os
 
+import pytest
 import torch
 
 import torchtpu
@@ -136,6 +137,51 @@ def test_cache_key_ignores_what_earlier_calls_left_behind():
         assert torchtpu.metrics.metrics().get("eager_cache_misses", 0) == before
     torch.testing.assert_close(picked.cpu(), x[:, idx], rtol=0, atol=0)
     torch.testing.assert_close(total.cpu(), x.sum(dim=[1, 0]))
+
+
+GLOBAL_STATE_CASES = {
+    "int true division": lambda a, b: torch.div(a, b),
+    "int times float scalar": lambda a, b: a * 2.5,
+    "int sqrt": lambda a, b: torch.sqrt(a.abs()),
+    "int mean via float": lambda a, b: (a / 3).mean(),
+}
+
+
+@pytest.mark.parametrize("name", sorted(GLOBAL_STATE_CASES))
+def test_cached_programs_follow_the_default_dtype(name):
+    """The default dtype decides the result type of integer true division
+    and of int tensors with float scalars: a program cached under one
+    default must never serve the other (it is part of the eager key)."""
+    fn = GLOBAL_STATE_CASES[name]
+    a = torch.tensor([7, -3, 10, 4])
+    b = torch.tensor([2, 2, 3, 8])
+    ta, tb = a.to("tpu"), b.to("tpu")
+    previous = torch.get_default_dtype()
+    try:
+        for dtype in (torch.float32, torch.float64, torch.float32):
+            torch.set_default_dtype(dtype)
+            want, got = fn(a, b), fn(ta, tb)
+            assert got.dtype == want.dtype == dtype
+            torch.testing.assert_close(got.cpu(), want, rtol=0, atol=0)
+    finally:
+        torch.set_default_dtype(previous)
+
+
+def test_cached_programs_follow_deterministic_mode():
+    """Deterministic mode is part of the key too (kernels may choose an
+    algorithm by it); results match CPU in both settings."""
+    x = torch.zeros(5)
+    idx = torch.tensor([0, 2, 2, 4])
+    v = torch.tensor([1.0, 2.0, 3.0, 4.0])
+    previous = torch.are_deterministic_algorithms_enabled()
+    try:
+        for on in (False, True, False):
+            torch.use_deterministic_algorithms(on)
+            want = x.clone().index_put_((idx,), v, accumulate=True)
+            got = x.to("tpu").index_put_((idx.to("tpu"),), v.to("tpu"), accumulate=True)
+            torch.testing.assert_close(got.cpu(), want)
+    finally:
+        torch.use_deterministic_algorithms(previous)
 
 
 def test_back_to_back_ops_go_through_the_launch_queue_and_stay_exact():

@@ -137,3 +137,89 @@ def test_view_dtype_reinterprets_bits():
     x = torch.tensor([1.0, -2.0, 0.5])
     t = x.to("tpu")
     assert torch.equal(t.view(torch.int32).cpu(), x.view(torch.int32))
+
+
+def test_unfold_is_a_view():
+    def f(x):
+        u = x.unfold(1, 2, 2)  # windows that do not overlap: writes are well defined
+        u[:, 1].mul_(-1)
+        w = x.unfold(0, 3, 3)
+        w[1, 2].fill_(5.0)
+        return u, w
+    both(f)
+
+
+def complex_both(fn):
+    """fn(z) on a complex64 base on CPU and on tpu; compares every returned
+    tensor and the base exactly (values, shapes, strides)."""
+    z = torch.complex(torch.arange(12.0).reshape(3, 4), -torch.arange(12.0).reshape(3, 4))
+    cpu_z, tpu_z = z.clone(), z.to("tpu")
+    want = fn(cpu_z)
+    with no_fallback():
+        got = fn(tpu_z)
+    for w, g in zip(tuple(want) + (cpu_z,), tuple(got) + (tpu_z,)):
+        assert g.device.type == "tpu"
+        assert g.shape == w.shape and g.stride() == w.stride() and g.dtype == w.dtype
+        assert torch.equal(g.cpu(), w), (g.cpu(), w)
+
+
+def test_real_and_imag_are_views():
+    def f(z):
+        z.real.add_(10)
+        z.imag[1].fill_(2)
+        return z.real, z.imag
+    complex_both(f)
+
+
+def test_view_as_real_and_view_as_complex_are_views():
+    def f(z):
+        r = torch.view_as_real(z)
+        r[0, 1, 1] = 5.0
+        r[2].mul_(3)
+        c = torch.view_as_complex(r[1])
+        c.add_(1)
+        return r, c
+    complex_both(f)
+
+    def g(x):
+        c = torch.view_as_complex(x.view(6, 4, 2)[1:4])
+        c.mul_(2)
+        return torch.view_as_real(c)
+    both(g)
+
+
+DENSE_VIEW_EXEMPT = ("sparse", "nested", "_values", "_indices", "jagged")
+
+
+def test_every_aten_view_op_has_a_kernel():
+    """Every ATen op whose schema returns an alias of an input (a view) has a
+    composite kernel or a tpu one: none can reach the CPU fallback, which
+    would return a copy."""
+    has = torch._C._dispatch_has_kernel_for_dispatch_key
+    missing = []
+    for s in torch._C._jit_get_all_schemas():
+        if not s.name.startswith("aten::") or any(e in s.name for e in DENSE_VIEW_EXEMPT):
+            continue
+        if any(a.alias_info is not None and a.alias_info.is_write for a in s.arguments):
+            continue  # in-place / out=: not a view
+        if not any(r.alias_info is not None and not r.alias_info.is_write for r in s.returns):
+            continue
+        name = s.name + ("." + s.overload_name if s.overload_name else "")
+        try:
+            keys = [k for k in ("CompositeImplicitAutograd", "CompositeExplicitAutograd",
+                                "CompositeExplicitAutogradNonFunctional", "PrivateUse1")
+                    if has(name, k)]
+        except RuntimeError:
+            continue  # a schema without a registered operator
+        if not keys:
+            missing.append(name)
+    assert missing == []
+
+
+def test_view_op_reaching_the_fallback_is_refused():
+    lib = torch.library.Library("tpu_view_test", "DEF")
+    lib.define("first_row(Tensor(a) x) -> Tensor(a)")
+    lib.impl("first_row", lambda x: x[0], "CPU")
+    x = torch.arange(6.0, device="tpu").view(2, 3)
+    with pytest.raises(NotImplementedError, match="returns a view"):
+        torch.ops.tpu_view_test.first_row(x)

@@ -132,6 +132,7 @@ static void collect_slots(const tpu_eager_call_t* call, slots_t* s) {
 /* The key of a call; also fills `slots`. */
 static void build_key(const tpu_eager_call_t* call, keybuf_t* k, slots_t* s) {
   key_put(k, call->op_name, strlen(call->op_name) + 1);
+  KEY_PUT(k, call->state);
   KEY_PUT(k, call->num_args);
   for (int i = 0; i < call->num_args; i++) {
     const tpu_eager_arg_t* a = &call->args[i];

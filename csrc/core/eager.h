@@ -53,6 +53,11 @@ typedef struct tpu_eager_call_s {
   /* DeferAndFuse: record the call in the device's run (defer.h) instead of
    * executing it. Not part of the key either. */
   bool defer;
+  /* Process state that changes an op's results or its outputs' metadata
+   * (PyTorch's default dtype, deterministic mode: see dispatch.cpp),
+   * packed by the caller. Part of the key: an entry compiled under one
+   * setting never serves another. */
+  uint32_t state;
 } tpu_eager_call_t;
 
 typedef struct tpu_eager_output_s {

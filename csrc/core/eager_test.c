@@ -106,6 +106,25 @@ static void test_hit_reuses_the_program_for_new_scalars(void) {
   tpu_storage_release(y);
 }
 
+/* A call that differs only in process state (PyTorch's default dtype, ...)
+ * is another key: an entry compiled under one setting never serves it. */
+static void test_process_state_is_part_of_the_key(void) {
+  CHECK_OK(tpu_runtime_init(NULL));
+  const float xs[4] = {1, 2, 3, 4};
+  tpu_storage_t* x = make_storage(xs, 4);
+  CHECK(x);
+  tpu_eager_entry_t* first = NULL;
+  const float e[4] = {2, 4, 6, 8};
+  run_add(&first, x, x, 1.0, e);
+  tpu_eager_arg_t args[3] = {tensor_arg(contiguous(x, 4)), tensor_arg(contiguous(x, 4)),
+                             double_arg(1.0)};
+  tpu_eager_call_t call = {.op_name = "aten::add.Tensor", .device = 0, .num_args = 3, .args = args};
+  CHECK(tpu_eager_lookup(&call) == first);
+  call.state = 7; /* e.g. another default dtype */
+  CHECK(tpu_eager_lookup(&call) == NULL);
+  tpu_storage_release(x);
+}
+
 /* add_ into every other element of a storage: the write lands only there
  * and the storage's next buffer holds it. */
 static void test_write_through_a_strided_view(void) {
@@ -198,6 +217,7 @@ static void test_unlowered_op_is_a_cached_fallback(void) {
 }
 
 TPU_TEST_MAIN(TPU_TEST(test_hit_reuses_the_program_for_new_scalars),
+              TPU_TEST(test_process_state_is_part_of_the_key),
               TPU_TEST(test_write_through_a_strided_view),
               TPU_TEST(test_user_data_first_wins_and_is_freed_with_the_entry),
               TPU_TEST(test_unlowered_op_is_a_cached_fallback))

@@ -129,6 +129,18 @@ const OpFacts& facts_of(const c10::OperatorHandle& op) {
   return *slot;
 }
 
+// Global settings that PyTorch's meta kernels or our lowerings read, for
+// the engine's key: the default dtype decides the result type of integer
+// true division and of int-tensor-with-float-scalar arithmetic; the
+// deterministic flags are read by kernels that choose an algorithm.
+uint32_t process_state() {
+  const auto& ctx = at::globalContext();
+  return static_cast<uint32_t>(c10::typeMetaToScalarType(c10::get_default_dtype())) |
+         (ctx.deterministicAlgorithms() ? 1u << 8 : 0u) |
+         (ctx.deterministicAlgorithmsWarnOnly() ? 1u << 9 : 0u) |
+         (ctx.deterministicFillUninitializedMemory() ? 1u << 10 : 0u);
+}
+
 // Everything a call needs kept alive while the engine reads it. Builders
 // are reused per thread (see BuilderLease) so a cache hit allocates nothing
 // here: vectors keep their capacity between calls.
@@ -420,6 +432,7 @@ struct CallBuilder {
     c.synchronous = mode == EagerMode::kDebug;
     // DeferAndFuse records the op in the device's run instead.
     c.defer = mode == EagerMode::kDeferAndFuse;
+    c.state = process_state();
     return c;
   }
 };

@@ -131,7 +131,23 @@ at::Tensor& set_empty(at::Tensor& self) {
   return set_source_storage_offset(self, fresh, 0, {0}, {1});
 }
 
+// PyTorch's TensorImpl lists only its own dense backends as shallow-copy
+// compatible, so Module.to("tpu") made new Parameters (untying shared
+// weights, orphaning optimizers built before the move). PyTorch asks this
+// op instead for PrivateUse1: dense strided tensors of the CPU and the tpu
+// device swap contents through `param.data = moved`, as CPU and CUDA do.
+bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& from) {
+  auto dense = [](const at::Tensor& t) {
+    const c10::Device d = t.device();
+    return t.layout() == c10::kStrided && (d.is_cpu() || d.is_privateuseone()) &&
+           !t.is_nested() && !t.unsafeGetTensorImpl()->is_python_dispatch();
+  };
+  if (dense(self) && dense(from)) return true;
+  return self.unsafeGetTensorImpl()->has_compatible_shallow_copy_type(from.key_set());
+}
+
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("_has_compatible_shallow_copy_type", has_compatible_shallow_copy_type);
   m.impl("empty.memory_format", empty_memory_format);
   m.impl("empty_strided", empty_strided);
   m.impl("as_strided", as_strided);
