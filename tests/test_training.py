@@ -46,3 +46,68 @@ def test_demo_transformer_trains_like_cpu():
         tpu, _ = train("tpu", 20, batch_size=8, seq_len=32)
     torch.testing.assert_close(torch.tensor(tpu), torch.tensor(cpu), rtol=1e-4, atol=1e-4)
     assert tpu[-1] < tpu[0]
+
+
+class TiedLM(torch.nn.Module):
+    """nanoGPT's shape of weight tying: the head shares the embedding."""
+
+    def __init__(self, vocab=37, dim=16):
+        super().__init__()
+        self.wte = torch.nn.Embedding(vocab, dim)
+        self.ln = torch.nn.LayerNorm(dim)
+        self.head = torch.nn.Linear(dim, vocab, bias=False)
+        self.head.weight = self.wte.weight
+        self.register_buffer("scale", torch.tensor(0.5))
+
+    def forward(self, idx):
+        return self.head(self.ln(self.wte(idx)) * self.scale)
+
+
+def train_tied(device, steps=6, optimizer_before_move=True):
+    torch.manual_seed(0)
+    model = TiedLM()
+    params = list(model.parameters())
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2) if optimizer_before_move else None
+    model.to(device)
+    assert [p for p in model.parameters()] == params  # the same objects
+    assert model.head.weight is model.wte.weight
+    if opt is None:
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    g = torch.Generator().manual_seed(2)
+    idx = torch.randint(0, 37, (4, 9), generator=g).to(device)
+    losses = []
+    for _ in range(steps):
+        logits = model(idx[:, :-1])
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, 37), idx[:, 1:].reshape(-1))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert all(p.device.type == torch.device(device).type for p in params)
+    return losses, len(list(model.parameters()))
+
+
+def test_module_to_keeps_parameters_and_tied_weights():
+    """Module.to("tpu") moves each Parameter in place (as on CUDA): tied
+    weights stay one tensor and an optimizer built before the move trains
+    the moved model, matching CPU step for step."""
+    cpu, n_cpu = train_tied("cpu")
+    for before in (True, False):
+        tpu, n_tpu = train_tied("tpu", optimizer_before_move=before)
+        assert n_tpu == n_cpu
+        torch.testing.assert_close(torch.tensor(tpu), torch.tensor(cpu), rtol=1e-4, atol=1e-5)
+
+
+def test_module_round_trip_and_dtype_moves_keep_parameters():
+    model = TiedLM()
+    w = model.wte.weight
+    model(torch.tensor([[1, 2]])).sum().backward()
+    grad = w.grad.clone()
+    model.to("tpu")
+    assert model.wte.weight is w and w.device.type == "tpu" and w.grad.device.type == "tpu"
+    assert torch.equal(w.grad.cpu(), grad)
+    model.to(torch.bfloat16)
+    assert model.head.weight is w and w.dtype == torch.bfloat16
+    model.cpu().float()
+    assert model.wte.weight is w and w.device.type == "cpu" and model.head.weight is w
+    assert model.scale.device.type == "cpu"
