@@ -757,7 +757,7 @@ static void test_error_invalid_types(void) {
 
   CHECK_OK(tpu_hlo_builder_create(&b));
   tpu_hlo_constant_float(b, scalar(TPU_DTYPE_COUNT), 1.0);
-  CHECK(fails_with(b, TPU_STATUS_INVALID_ARGUMENT, "invalid dtype 11"));
+  CHECK(fails_with(b, TPU_STATUS_INVALID_ARGUMENT, "invalid dtype 15"));
   tpu_hlo_builder_destroy(b);
 
   int64_t dims[TPU_HLO_MAX_RANK + 1];
