@@ -348,3 +348,18 @@ def test_dtypes_still_refused_name_the_dtype():
     for dtype in [torch.float8_e4m3fn, torch.complex32]:
         with pytest.raises(TypeError, match="not supported on the tpu device"):
             torch.empty(3, dtype=dtype, device="tpu")
+
+
+def test_compile_complex128_and_uint32_match_cpu():
+    def f(x, y):
+        return (x * (0.5 + 1e-13j)) @ y
+
+    def h(a, b):
+        return a * b
+
+    x = sample(torch.complex128, n=9).reshape(3, 3)
+    y = sample(torch.complex128, n=9, seed=4).reshape(3, 3)
+    got = torch.compile(f, backend="tpu")(x.to("tpu"), y.to("tpu")).cpu()
+    torch.testing.assert_close(got, f(x, y), rtol=1e-13, atol=1e-14)
+    u = sample(torch.uint32)
+    assert torch.equal(torch.compile(h, backend="tpu")(u.to("tpu"), u.to("tpu")).cpu(), h(u, u))
