@@ -1,5 +1,7 @@
 #include "dtype.h"
 
+#include <string.h>
+
 typedef struct {
   size_t size;
   const char* name;
@@ -19,6 +21,10 @@ static const dtype_info_t kDtypes[TPU_DTYPE_COUNT] = {
     [TPU_DTYPE_FLOAT32] = {4, "float32", "f32"},
     [TPU_DTYPE_FLOAT64] = {8, "float64", "f64"},
     [TPU_DTYPE_COMPLEX64] = {8, "complex64", "complex<f32>"},
+    [TPU_DTYPE_UINT16] = {2, "uint16", "ui16"},
+    [TPU_DTYPE_UINT32] = {4, "uint32", "ui32"},
+    [TPU_DTYPE_UINT64] = {8, "uint64", "ui64"},
+    [TPU_DTYPE_COMPLEX128] = {16, "complex128", "complex<f64>"},
 };
 
 bool tpu_dtype_is_valid(tpu_dtype_t dtype) {
@@ -43,9 +49,35 @@ bool tpu_dtype_is_floating(tpu_dtype_t dtype) {
 }
 
 bool tpu_dtype_is_complex(tpu_dtype_t dtype) {
-  return dtype == TPU_DTYPE_COMPLEX64;
+  return dtype == TPU_DTYPE_COMPLEX64 || dtype == TPU_DTYPE_COMPLEX128;
+}
+
+bool tpu_dtype_is_barebones_unsigned(tpu_dtype_t dtype) {
+  return dtype == TPU_DTYPE_UINT16 || dtype == TPU_DTYPE_UINT32 || dtype == TPU_DTYPE_UINT64;
+}
+
+bool tpu_dtype_is_unsigned(tpu_dtype_t dtype) {
+  return dtype == TPU_DTYPE_UINT8 || tpu_dtype_is_barebones_unsigned(dtype);
 }
 
 bool tpu_dtype_is_integral(tpu_dtype_t dtype) {
-  return dtype >= TPU_DTYPE_UINT8 && dtype <= TPU_DTYPE_INT64;
+  return (dtype >= TPU_DTYPE_UINT8 && dtype <= TPU_DTYPE_INT64) ||
+         tpu_dtype_is_barebones_unsigned(dtype);
+}
+
+tpu_dtype_t tpu_dtype_complex_part(tpu_dtype_t dtype) {
+  if (dtype == TPU_DTYPE_COMPLEX64) return TPU_DTYPE_FLOAT32;
+  if (dtype == TPU_DTYPE_COMPLEX128) return TPU_DTYPE_FLOAT64;
+  return dtype;
+}
+
+tpu_dtype_t tpu_dtype_to_complex(tpu_dtype_t dtype) {
+  if (tpu_dtype_is_complex(dtype)) return dtype;
+  return dtype == TPU_DTYPE_FLOAT64 ? TPU_DTYPE_COMPLEX128 : TPU_DTYPE_COMPLEX64;
+}
+
+bool tpu_dtype_supported_on(const char* platform, tpu_dtype_t dtype) {
+  if (!tpu_dtype_is_valid(dtype)) return false;
+  if (platform && strcmp(platform, "tpu") == 0) return dtype != TPU_DTYPE_COMPLEX128;
+  return true;
 }

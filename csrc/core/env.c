@@ -72,6 +72,10 @@ static const tpu_env_var_t kEnvVars[] = {
      "Size cap of each executable cache directory; least recently used "
      "entries are evicted beyond it. 0: no cap.",
      "stable"},
+    {"TORCHTPU_DTYPE_PLATFORM", "",
+     "Testing: answer which dtypes the device holds as this PJRT platform "
+     "would ('tpu': no complex128) instead of the plugin's own platform.",
+     "experimental"},
 };
 
 size_t tpu_env_count(void) { return sizeof kEnvVars / sizeof kEnvVars[0]; }

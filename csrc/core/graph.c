@@ -129,7 +129,8 @@ static tpu_hlo_value_t scalar_constant(tpu_hlo_builder_t* b, const tpu_graph_arg
   tpu_hlo_type_t t = tpu_hlo_type_scalar(a->lower.type.dtype);
   switch (a->lower.type.dtype) {
     case TPU_DTYPE_BOOL: return tpu_hlo_constant_bool(b, t, a->i != 0);
-    case TPU_DTYPE_COMPLEX64: return tpu_hlo_constant_complex(b, t, (float)a->f, (float)a->f_imag);
+    case TPU_DTYPE_COMPLEX64:
+    case TPU_DTYPE_COMPLEX128: return tpu_hlo_constant_complex(b, t, a->f, a->f_imag);
     default:
       if (tpu_dtype_is_floating(t.dtype)) return tpu_hlo_constant_float(b, t, a->f);
       return tpu_hlo_constant_int(b, t, a->i);

@@ -105,6 +105,17 @@ bool tpu_runtime_is_initialized(void) {
 }
 
 tpu_client_t* tpu_runtime_client(void) { return g_client; }
+
+const char* tpu_runtime_dtype_platform(void) {
+  const char* forced = tpu_env_get("TORCHTPU_DTYPE_PLATFORM");
+  if (forced[0]) return forced;
+  tpu_client_t* client = g_client;
+  return client ? tpu_client_platform_name(client) : "";
+}
+
+bool tpu_runtime_supports_dtype(tpu_dtype_t dtype) {
+  return tpu_dtype_supported_on(tpu_runtime_dtype_platform(), dtype);
+}
 tpu_plugin_t* tpu_runtime_plugin(void) { return g_plugin; }
 
 int tpu_runtime_device_count(void) {

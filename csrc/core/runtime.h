@@ -7,6 +7,7 @@
 
 #include <stdbool.h>
 
+#include "dtype.h"
 #include "pjrt/pjrt.h"
 #include "status.h"
 
@@ -31,6 +32,14 @@ int tpu_runtime_device_count(void); /* 0 before init */
  * (torchrun) is set and TORCHTPU_VISIBLE_DEVICES is not, else 0. 0 before
  * init. */
 int tpu_runtime_default_device(void);
+
+/* The platform whose dtype support applies (tpu_dtype_supported_on):
+ * TORCHTPU_DTYPE_PLATFORM when set, else the client's platform name; ""
+ * before init. Borrowed, valid for the process. */
+const char* tpu_runtime_dtype_platform(void);
+/* Whether tensors of `dtype` can live on the device (before init: true, the
+ * question is asked again at creation). */
+bool tpu_runtime_supports_dtype(tpu_dtype_t dtype);
 
 /* Checks device_index against the device count (OUT_OF_RANGE naming both). */
 tpu_status_t tpu_runtime_check_device(int device_index);

@@ -71,46 +71,46 @@ void set_current_device(c10::DeviceIndex index) {
   t_current_device = index;
 }
 
+namespace {
+// Both directions from one table, in tpu_dtype_t order.
+constexpr c10::ScalarType kScalarTypes[TPU_DTYPE_COUNT] = {
+    c10::kBool, c10::kByte, c10::kChar, c10::kShort, c10::kInt, c10::kLong,
+    c10::kHalf, c10::kBFloat16, c10::kFloat, c10::kDouble, c10::kComplexFloat,
+    c10::kUInt16, c10::kUInt32, c10::kUInt64, c10::kComplexDouble};
+
+tpu_dtype_t lookup_dtype(c10::ScalarType type) {
+  for (int d = 0; d < TPU_DTYPE_COUNT; d++)
+    if (kScalarTypes[d] == type) return static_cast<tpu_dtype_t>(d);
+  return TPU_DTYPE_INVALID;
+}
+}  // namespace
+
 tpu_dtype_t to_tpu_dtype(c10::ScalarType type) {
-  switch (type) {
-    case c10::kBool: return TPU_DTYPE_BOOL;
-    case c10::kByte: return TPU_DTYPE_UINT8;
-    case c10::kChar: return TPU_DTYPE_INT8;
-    case c10::kShort: return TPU_DTYPE_INT16;
-    case c10::kInt: return TPU_DTYPE_INT32;
-    case c10::kLong: return TPU_DTYPE_INT64;
-    case c10::kHalf: return TPU_DTYPE_FLOAT16;
-    case c10::kBFloat16: return TPU_DTYPE_BFLOAT16;
-    case c10::kFloat: return TPU_DTYPE_FLOAT32;
-    case c10::kDouble: return TPU_DTYPE_FLOAT64;
-    case c10::kComplexFloat: return TPU_DTYPE_COMPLEX64;
-    default:
-      TORCH_CHECK_TYPE(false, "torchtpu: dtype ", c10::toString(type),
-                       " is not supported on the tpu device (supported: bool, "
-                       "uint8, int8, int16, int32, int64, float16, bfloat16, "
-                       "float32, float64, complex64)");
-  }
+  tpu_dtype_t d = lookup_dtype(type);
+  TORCH_CHECK_TYPE(d != TPU_DTYPE_INVALID, "torchtpu: dtype ", c10::toString(type),
+                   " is not supported on the tpu device (supported: bool, "
+                   "uint8, uint16, uint32, uint64, int8, int16, int32, int64, "
+                   "float16, bfloat16, float32, float64, complex64, complex128)");
+  return d;
 }
 
 bool is_supported_dtype(c10::ScalarType type) {
-  switch (type) {
-    case c10::kBool: case c10::kByte: case c10::kChar: case c10::kShort:
-    case c10::kInt: case c10::kLong: case c10::kHalf: case c10::kBFloat16:
-    case c10::kFloat: case c10::kDouble: case c10::kComplexFloat:
-      return true;
-    default:
-      return false;
-  }
+  return lookup_dtype(type) != TPU_DTYPE_INVALID;
+}
+
+tpu_dtype_t to_tpu_dtype_on_device(c10::ScalarType type) {
+  tpu_dtype_t d = to_tpu_dtype(type);
+  ensure_runtime();
+  TORCH_CHECK_TYPE(tpu_runtime_supports_dtype(d), "torchtpu: dtype ",
+                   tpu_dtype_name(d), " is not supported on this device's "
+                   "platform '", tpu_runtime_dtype_platform(), "'");
+  return d;
 }
 
 c10::ScalarType to_scalar_type(tpu_dtype_t dtype) {
-  static const c10::ScalarType kTypes[TPU_DTYPE_COUNT] = {
-      c10::kBool, c10::kByte, c10::kChar, c10::kShort, c10::kInt, c10::kLong,
-      c10::kHalf, c10::kBFloat16, c10::kFloat, c10::kDouble,
-      c10::kComplexFloat};
   TORCH_CHECK(tpu_dtype_is_valid(dtype), "torchtpu: invalid dtype code ",
               static_cast<int>(dtype));
-  return kTypes[dtype];
+  return kScalarTypes[dtype];
 }
 
 tpu_storage_t* storage_of(const c10::Storage& storage) {

@@ -41,6 +41,10 @@ c10::DeviceIndex device_count_noexcept();
 tpu_dtype_t to_tpu_dtype(c10::ScalarType type);
 c10::ScalarType to_scalar_type(tpu_dtype_t dtype);
 bool is_supported_dtype(c10::ScalarType type);
+// to_tpu_dtype, and also a TypeError naming the dtype and the platform when
+// the plugin's platform cannot hold it (complex128 on TPU); starts the
+// runtime. For the calls that create tensors.
+tpu_dtype_t to_tpu_dtype_on_device(c10::ScalarType type);
 
 // The C storage behind a tpu tensor's storage; throws if it is not ours.
 tpu_storage_t* storage_of(const c10::Storage& storage);

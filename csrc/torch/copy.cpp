@@ -96,6 +96,19 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst,
                      bool non_blocking) {
   TORCH_CHECK(self.defined() && dst.defined(),
               "torchtpu: copy_ needs defined tensors");
+  // The conjugate and negative bits are _copy_from's to honour. A bit on
+  // dst: write its raw (bit-free) alias with the source toggled alike. A bit
+  // on the source: copy its raw values, then apply the bit to dst.
+  if (dst.is_conj()) return copy_from(self.conj(), dst.conj(), non_blocking), dst;
+  if (dst.is_neg()) return copy_from(self._neg_view(), dst._neg_view(), non_blocking), dst;
+  if (self.is_conj() || self.is_neg()) {
+    at::Tensor raw = self.is_conj() ? self.conj() : self;
+    if (raw.is_neg()) raw = raw._neg_view();
+    copy_from(raw, dst, non_blocking);
+    if (self.is_conj()) dst.conj_physical_();
+    if (self.is_neg()) dst.neg_();
+    return dst;
+  }
   bool src_tpu = self.device().is_privateuseone();
   bool dst_tpu = dst.device().is_privateuseone();
   if (dst_tpu && !src_tpu) {

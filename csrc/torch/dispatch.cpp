@@ -287,9 +287,10 @@ struct CallBuilder {
       int64_t v = s.toLong();
       std::memcpy(a.scalar, &v, 8);
     } else if (s.isComplex()) {
-      a.lower.type.dtype = TPU_DTYPE_COMPLEX64;
-      c10::complex<float> v = s.toComplexFloat();
-      std::memcpy(a.scalar, &v, 8);
+      // Double parts (a complex128 op needs them); lowerings convert.
+      a.lower.type.dtype = TPU_DTYPE_COMPLEX128;
+      c10::complex<double> v = s.toComplexDouble();
+      std::memcpy(a.scalar, &v, 16);
     } else {
       a.lower.type.dtype = TPU_DTYPE_FLOAT64;
       double v = s.toDouble();

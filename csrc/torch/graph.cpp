@@ -152,7 +152,8 @@ class Graph {
           a.lower.type = tpu_hlo_type_scalar(TPU_DTYPE_INT64);
           a.i = v.cast<int64_t>();
         } else if (PyComplex_Check(v.ptr())) {
-          a.lower.type = tpu_hlo_type_scalar(TPU_DTYPE_COMPLEX64);
+          // Double parts, as Python keeps them: a complex128 graph needs them.
+          a.lower.type = tpu_hlo_type_scalar(TPU_DTYPE_COMPLEX128);
           auto c = v.cast<std::complex<double>>();
           a.f = c.real();
           a.f_imag = c.imag();

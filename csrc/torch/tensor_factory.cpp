@@ -23,7 +23,8 @@ void check_options(std::optional<c10::Layout> layout,
               "torchtpu: only strided tensors are supported on tpu");
   TORCH_CHECK(!c10::pinned_memory_or_default(pin_memory),
               "torchtpu: pin_memory applies to CPU tensors only");
-  to_tpu_dtype(dtype);  // throws a TypeError for unsupported dtypes
+  // A TypeError for dtypes we or the platform do not support, at the call.
+  to_tpu_dtype_on_device(dtype);
 }
 
 at::Tensor empty_memory_format(c10::IntArrayRef size,

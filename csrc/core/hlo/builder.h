@@ -102,9 +102,11 @@ tpu_hlo_value_t tpu_hlo_constant_uint(tpu_hlo_builder_t* b,
                                       tpu_hlo_type_t type, uint64_t value);
 tpu_hlo_value_t tpu_hlo_constant_float(tpu_hlo_builder_t* b,
                                        tpu_hlo_type_t type, double value);
+/* Parts rounded to the dtype's part type (f32 for complex64, f64 for
+ * complex128). */
 tpu_hlo_value_t tpu_hlo_constant_complex(tpu_hlo_builder_t* b,
-                                         tpu_hlo_type_t type, float real,
-                                         float imag);
+                                         tpu_hlo_type_t type, double real,
+                                         double imag);
 tpu_hlo_value_t tpu_hlo_constant_bool(tpu_hlo_builder_t* b,
                                       tpu_hlo_type_t type, bool value);
 /* A dense constant from host bytes in `type.dtype`'s layout, row-major

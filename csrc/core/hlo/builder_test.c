@@ -470,9 +470,14 @@ static void test_float_literals(void) {
   CHECK(literal_is(TPU_DTYPE_BFLOAT16, -1.0, "0xBF80"));
   CHECK(literal_is(TPU_DTYPE_BFLOAT16, INFINITY, "0x7F80"));
   tpu_strbuf_t sb = {0};
-  tpu_hlo_append_complex_literal(&sb, 1.0f, -2.5f);
-  tpu_hlo_append_complex_literal(&sb, NAN, INFINITY);
+  tpu_hlo_append_complex_literal(&sb, TPU_DTYPE_COMPLEX64, 1.0f, -2.5f);
+  tpu_hlo_append_complex_literal(&sb, TPU_DTYPE_COMPLEX64, NAN, INFINITY);
   CHECK(sb.data && strcmp(sb.data, "(1.0,-2.5)(0x7FC00000,0x7F800000)") == 0);
+  tpu_strbuf_free(&sb);
+  sb = (tpu_strbuf_t){0};
+  /* complex128 parts keep double precision. */
+  tpu_hlo_append_complex_literal(&sb, TPU_DTYPE_COMPLEX128, 0.1, -INFINITY);
+  CHECK(sb.data && strcmp(sb.data, "(0.10000000000000001,0xFFF0000000000000)") == 0);
   tpu_strbuf_free(&sb);
 }
 
@@ -752,7 +757,7 @@ static void test_error_invalid_types(void) {
 
   CHECK_OK(tpu_hlo_builder_create(&b));
   tpu_hlo_constant_float(b, scalar(TPU_DTYPE_COUNT), 1.0);
-  CHECK(fails_with(b, TPU_STATUS_INVALID_ARGUMENT, "invalid dtype 11"));
+  CHECK(fails_with(b, TPU_STATUS_INVALID_ARGUMENT, "invalid dtype 15"));
   tpu_hlo_builder_destroy(b);
 
   int64_t dims[TPU_HLO_MAX_RANK + 1];

@@ -54,6 +54,9 @@ static bool int_fits(tpu_dtype_t dtype, bool negative, uint64_t magnitude) {
   switch (dtype) {
     case TPU_DTYPE_BOOL: max_pos = 1; break;
     case TPU_DTYPE_UINT8: max_pos = UINT8_MAX; break;
+    case TPU_DTYPE_UINT16: max_pos = UINT16_MAX; break;
+    case TPU_DTYPE_UINT32: max_pos = UINT32_MAX; break;
+    case TPU_DTYPE_UINT64: max_pos = UINT64_MAX; break;
     case TPU_DTYPE_INT8: max_pos = INT8_MAX; max_neg = 128; break;
     case TPU_DTYPE_INT16: max_pos = INT16_MAX; max_neg = 32768; break;
     case TPU_DTYPE_INT32: max_pos = INT32_MAX; max_neg = UINT64_C(1) << 31; break;
@@ -70,7 +73,7 @@ static bool int_fits(tpu_dtype_t dtype, bool negative, uint64_t magnitude) {
 static double integer_as_double(tpu_dtype_t dtype, bool negative,
                                 uint64_t magnitude) {
   double value = (double)magnitude;
-  if (dtype != TPU_DTYPE_FLOAT64 && magnitude >> 53) {
+  if (tpu_dtype_complex_part(dtype) != TPU_DTYPE_FLOAT64 && magnitude >> 53) {
     int shift = 64 - 53 - __builtin_clzll(magnitude); /* 1 .. 11 */
     uint64_t kept = magnitude >> shift;
     if (magnitude & ((UINT64_C(1) << shift) - 1)) kept |= 1;
@@ -93,8 +96,8 @@ static tpu_hlo_value_t constant_integer(tpu_hlo_builder_t* b,
     tpu_hlo_append_float_literal(
         &lit, type.dtype, integer_as_double(type.dtype, negative, magnitude));
   } else if (tpu_dtype_is_complex(type.dtype)) {
-    float real = (float)integer_as_double(type.dtype, negative, magnitude);
-    tpu_hlo_append_complex_literal(&lit, real, 0.0f);
+    double real = integer_as_double(type.dtype, negative, magnitude);
+    tpu_hlo_append_complex_literal(&lit, type.dtype, real, 0.0);
   } else if (!int_fits(type.dtype, negative, magnitude)) {
     tpu_hlo_fail_(b, TPU_STATUS_OUT_OF_RANGE,
                   "%s: %s%" PRIu64 " does not fit in %s", what,
@@ -148,7 +151,7 @@ tpu_hlo_value_t tpu_hlo_constant_float(tpu_hlo_builder_t* b,
   tpu_strbuf_t lit = {0};
   tpu_strbuf_append(&lit, "dense<");
   if (tpu_dtype_is_complex(type.dtype)) {
-    tpu_hlo_append_complex_literal(&lit, (float)value, 0.0f);
+    tpu_hlo_append_complex_literal(&lit, type.dtype, value, 0.0);
   } else {
     tpu_hlo_append_float_literal(&lit, type.dtype, value);
   }
@@ -157,8 +160,8 @@ tpu_hlo_value_t tpu_hlo_constant_float(tpu_hlo_builder_t* b,
 }
 
 tpu_hlo_value_t tpu_hlo_constant_complex(tpu_hlo_builder_t* b,
-                                         tpu_hlo_type_t type, float real,
-                                         float imag) {
+                                         tpu_hlo_type_t type, double real,
+                                         double imag) {
   static const char kWhat[] = "tpu_hlo_constant_complex";
   tpu_hlo_value_t invalid = {-1};
   if (!check(b, &type, kWhat)) return invalid;
@@ -170,7 +173,7 @@ tpu_hlo_value_t tpu_hlo_constant_complex(tpu_hlo_builder_t* b,
   }
   tpu_strbuf_t lit = {0};
   tpu_strbuf_append(&lit, "dense<");
-  tpu_hlo_append_complex_literal(&lit, real, imag);
+  tpu_hlo_append_complex_literal(&lit, type.dtype, real, imag);
   tpu_strbuf_append(&lit, ">");
   return emit(b, type, &lit);
 }

@@ -114,10 +114,13 @@ void tpu_hlo_append_float_literal(tpu_strbuf_t* sb, tpu_dtype_t dtype,
   }
 }
 
-void tpu_hlo_append_complex_literal(tpu_strbuf_t* sb, float real, float imag) {
+void tpu_hlo_append_complex_literal(tpu_strbuf_t* sb, tpu_dtype_t dtype,
+                                    double real, double imag) {
+  tpu_dtype_t part = tpu_dtype_complex_part(dtype);
+  if (part != TPU_DTYPE_FLOAT64) part = TPU_DTYPE_FLOAT32;
   tpu_strbuf_append(sb, "(");
-  append_f32(sb, real);
+  tpu_hlo_append_float_literal(sb, part, real);
   tpu_strbuf_append(sb, ",");
-  append_f32(sb, imag);
+  tpu_hlo_append_float_literal(sb, part, imag);
   tpu_strbuf_append(sb, ")");
 }

@@ -22,7 +22,9 @@ uint16_t tpu_hlo_bfloat16_bits(double value);
 void tpu_hlo_append_float_literal(tpu_strbuf_t* sb, tpu_dtype_t dtype,
                                   double value);
 
-/* Appends "(re,im)" for a complex<f32> element, each part as an f32 literal. */
-void tpu_hlo_append_complex_literal(tpu_strbuf_t* sb, float real, float imag);
+/* Appends "(re,im)" for a complex element of `dtype` (complex64 or
+ * complex128), each part as a literal of its part type (f32 or f64). */
+void tpu_hlo_append_complex_literal(tpu_strbuf_t* sb, tpu_dtype_t dtype,
+                                    double real, double imag);
 
 #endif

@@ -53,6 +53,8 @@ static tpu_status_t lower_div(tpu_lower_ctx_t* ctx) {
   const tpu_lower_arg_t* mode = tpu_lower_arg(ctx, 2);
   const char* rounding = mode->kind == TPU_ARG_STRING ? mode->str : NULL;
   if (out.dtype == TPU_DTYPE_BOOL) return tpu_lower_decline(ctx, "bool division");
+  /* CPU has no rounded complex division (it raises; so does the fallback). */
+  if (rounding && tpu_dtype_is_complex(out.dtype)) return tpu_lower_decline(ctx, "rounded complex division");
   tpu_hlo_value_t x = operand_as_output(ctx, 0), y = operand_as_output(ctx, 1);
   /* Half types divide and round in float32, then round once (PyTorch's CPU
    * kernels do; rounding the quotient first can flip floor()). */
@@ -130,8 +132,16 @@ static tpu_status_t lower_copy(tpu_lower_ctx_t* ctx) {
   /* stablehlo.convert saturates float -> small int; PyTorch's cast wraps
    * (-3.7 -> uint8 253), which going through int64 reproduces. */
   if (tpu_dtype_is_floating(from) && tpu_dtype_is_integral(out.dtype) &&
-      tpu_dtype_size(out.dtype) < 4)
+      (tpu_dtype_size(out.dtype) < 4 || out.dtype == TPU_DTYPE_UINT32))
     src = tpu_emit_convert(b, src, TPU_DTYPE_INT64);
+  /* float -> uint64: negatives wrap through int64 (-1.0 -> 2^64-1, as on
+   * CPU); the rest convert directly, so values past 2^63 stay exact. */
+  if (tpu_dtype_is_floating(from) && out.dtype == TPU_DTYPE_UINT64) {
+    tpu_hlo_type_t st = tpu_hlo_value_type(b, src);
+    tpu_hlo_value_t is_neg = tpu_emit_compare(b, "LT", src, tpu_emit_const_like(b, &st, 0.0));
+    tpu_hlo_value_t wrapped = tpu_emit_convert(b, tpu_emit_convert(b, src, TPU_DTYPE_INT64), out.dtype);
+    src = tpu_emit_select(b, is_neg, wrapped, tpu_emit_convert(b, src, out.dtype));
+  }
   tpu_lower_set_output(ctx, 0, tpu_emit_cast_to(b, src, &out));
   return NULL;
 }

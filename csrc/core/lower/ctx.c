@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "ctx_internal.h"
+#include "unsigned_ops.h"
 #include "emit.h"
 
 static const tpu_lower_arg_t kNoneArg = {.kind = TPU_ARG_NONE};
@@ -60,7 +61,7 @@ tpu_hlo_value_t tpu_lower_scalar(tpu_lower_ctx_t* ctx, int i, tpu_dtype_t dtype)
       tpu_hlo_type_t t = tpu_hlo_type_scalar(dtype);
       if (tpu_dtype_is_floating(dtype)) return tpu_hlo_constant_float(b, t, (double)a->i);
       if (dtype == TPU_DTYPE_BOOL) return tpu_hlo_constant_bool(b, t, a->i != 0);
-      if (tpu_dtype_is_complex(dtype)) return tpu_hlo_constant_complex(b, t, (float)a->i, 0);
+      if (tpu_dtype_is_complex(dtype)) return tpu_hlo_constant_complex(b, t, (double)a->i, 0);
       return tpu_hlo_constant_int(b, t, a->i);
     }
     case TPU_ARG_FLOAT:
@@ -220,8 +221,30 @@ tpu_status_t tpu_lower_decline(tpu_lower_ctx_t* ctx, const char* fmt, ...) {
   return tpu_status_make(TPU_STATUS_UNIMPLEMENTED, "%s: %s", ctx->op_name, why);
 }
 
+/* Whether any tensor or scalar operand, list element or output is
+ * uint16/32/64 (see unsigned_ops.h). */
+static bool involves_barebones_unsigned(const tpu_lower_ctx_t* ctx) {
+  for (int i = 0; i < ctx->num_args; i++) {
+    const tpu_lower_arg_t* a = &ctx->args[i];
+    if ((a->kind == TPU_ARG_TENSOR || a->kind == TPU_ARG_SCALAR) &&
+        tpu_dtype_is_barebones_unsigned(a->type.dtype))
+      return true;
+    if (a->kind == TPU_ARG_TENSORS)
+      for (int k = 0; k < a->num_tensors; k++)
+        if (tpu_dtype_is_barebones_unsigned(tpu_lower_list_type(ctx, i, k).dtype)) return true;
+  }
+  for (int o = 0; o < ctx->num_outputs; o++)
+    if (tpu_dtype_is_barebones_unsigned(ctx->output_types[o].dtype)) return true;
+  return false;
+}
+
 tpu_status_t tpu_lower_ctx_run(tpu_lower_ctx_t* ctx, tpu_lower_fn_t fn) {
   for (int i = 0; i < ctx->num_outputs; i++) ctx->outputs[i] = invalid();
+  /* Ops CPU does not compute for uint16/32/64 go to the CPU fallback, which
+   * raises as CPU does. */
+  if (involves_barebones_unsigned(ctx) &&
+      !tpu_unsigned_op_allowed(ctx->op_name, ctx->args, ctx->num_args))
+    return tpu_lower_decline(ctx, "not computed for uint16/32/64 (as on CPU)");
   tpu_status_t s = fn(ctx);
   if (s) {
     tpu_status_free(ctx->declined);

@@ -50,8 +50,11 @@ tpu_hlo_value_t tpu_emit_const_like(tpu_hlo_builder_t* b, const tpu_hlo_type_t* 
                                     double value) {
   if (type->dtype == TPU_DTYPE_BOOL) return tpu_hlo_constant_bool(b, *type, value != 0);
   if (tpu_dtype_is_complex(type->dtype))
-    return tpu_hlo_constant_complex(b, *type, (float)value, 0.0f);
+    return tpu_hlo_constant_complex(b, *type, value, 0.0);
   if (tpu_dtype_is_floating(type->dtype)) return tpu_hlo_constant_float(b, *type, value);
+  /* uint64 values past int64's range (its maximum, say) stay exact. */
+  if (tpu_dtype_is_unsigned(type->dtype) && value >= 0x1p63)
+    return tpu_hlo_constant_uint(b, *type, (uint64_t)value);
   return tpu_hlo_constant_int(b, *type, (int64_t)value);
 }
 
@@ -195,7 +198,12 @@ static int category(tpu_dtype_t d) {
 static tpu_dtype_t promote(tpu_dtype_t a, tpu_dtype_t b) {
   if (a == b) return a;
   int ca = category(a), cb = category(b);
-  if (ca != cb) return ca > cb ? a : b;
+  if (ca != cb) {
+    tpu_dtype_t hi = ca > cb ? a : b, lo = ca > cb ? b : a;
+    /* float64 with complex64 -> complex128. */
+    if (tpu_dtype_is_complex(hi) && lo == TPU_DTYPE_FLOAT64) return TPU_DTYPE_COMPLEX128;
+    return hi;
+  }
   if (ca == 1) {
     /* uint8 with a signed type: the smallest signed type holding both. */
     if (a == TPU_DTYPE_UINT8 || b == TPU_DTYPE_UINT8) {
@@ -209,7 +217,7 @@ static tpu_dtype_t promote(tpu_dtype_t a, tpu_dtype_t b) {
     if (tpu_dtype_size(a) == 2 && tpu_dtype_size(b) == 2) return TPU_DTYPE_FLOAT32;
     return tpu_dtype_size(a) >= tpu_dtype_size(b) ? a : b;
   }
-  return a;
+  return tpu_dtype_size(a) >= tpu_dtype_size(b) ? a : b; /* complex */
 }
 
 tpu_dtype_t tpu_lower_result_type(const tpu_lower_ctx_t* ctx, const int* arg_indices,
@@ -234,7 +242,11 @@ tpu_dtype_t tpu_lower_result_type(const tpu_lower_ctx_t* ctx, const int* arg_ind
        * wrapped numbers (float32 / complex64 here). */
       static const tpu_dtype_t kWrappedDefault[4] = {
           TPU_DTYPE_BOOL, TPU_DTYPE_INT64, TPU_DTYPE_FLOAT32, TPU_DTYPE_COMPLEX64};
-      result = t == 2 ? kWrappedDefault[category(tier[t])] : tier[t];
+      tpu_dtype_t raised = t == 2 ? kWrappedDefault[category(tier[t])] : tier[t];
+      /* A complex number with a float64 tensor keeps its precision. */
+      if (tpu_dtype_is_complex(raised) && result == TPU_DTYPE_FLOAT64)
+        raised = TPU_DTYPE_COMPLEX128;
+      result = raised;
     }
   }
   return result;

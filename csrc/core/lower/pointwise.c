@@ -898,7 +898,18 @@ static tpu_hlo_value_t f_angle(tpu_hlo_builder_t* b, tpu_hlo_value_t x) {
   tpu_hlo_value_t r = sel(b, cmp(b, "LT", x, tpu_emit_splat(b, x, 0)), tpu_emit_splat(b, x, M_PI), tpu_emit_splat(b, x, 0));
   return sel(b, is_nan(b, x), x, r);
 }
-static tpu_status_t lower_angle(tpu_lower_ctx_t* ctx) { return unary_math(ctx, f_angle); }
+/* angle of a complex number: atan2(imag, real), in its part type. */
+static tpu_status_t lower_angle(tpu_lower_ctx_t* ctx) {
+  const tpu_lower_arg_t* a = tpu_lower_arg(ctx, 0);
+  if (a->kind != TPU_ARG_TENSOR || !tpu_dtype_is_complex(a->type.dtype)) return unary_math(ctx, f_angle);
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  tpu_hlo_value_t z = tpu_lower_tensor(ctx, 0);
+  tpu_hlo_type_t pt = a->type;
+  pt.dtype = tpu_dtype_complex_part(pt.dtype);
+  tpu_hlo_value_t re = tpu_hlo_op(b, "stablehlo.real", &z, 1, pt, NULL);
+  tpu_hlo_value_t im = tpu_hlo_op(b, "stablehlo.imag", &z, 1, pt, NULL);
+  return finish(ctx, tpu_emit_binary(b, "stablehlo.atan2", im, re));
+}
 
 /* hypot without overflow: m * sqrt(1 + (n/m)^2), m = max(|x|, |y|); inf
  * wins over NaN like std::hypot. */

@@ -22,6 +22,10 @@ static const PJRT_Buffer_Type kBufferTypes[TPU_DTYPE_COUNT] = {
     [TPU_DTYPE_FLOAT32] = PJRT_Buffer_Type_F32,
     [TPU_DTYPE_FLOAT64] = PJRT_Buffer_Type_F64,
     [TPU_DTYPE_COMPLEX64] = PJRT_Buffer_Type_C64,
+    [TPU_DTYPE_UINT16] = PJRT_Buffer_Type_U16,
+    [TPU_DTYPE_UINT32] = PJRT_Buffer_Type_U32,
+    [TPU_DTYPE_UINT64] = PJRT_Buffer_Type_U64,
+    [TPU_DTYPE_COMPLEX128] = PJRT_Buffer_Type_C128,
 };
 
 PJRT_Buffer_Type tpu_pjrt_buffer_type(tpu_dtype_t dtype) {
