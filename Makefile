@@ -76,7 +76,7 @@ pytest: install
 
 # The strict suites again in debug mode (synchronous, host-checked indices).
 # `make test` runs a subset to stay inside CI's time; test-debug runs them all.
-DEBUG_SUITES := tests/test_views.py tests/test_ops.py tests/test_training.py
+DEBUG_SUITES := tests/test_views.py tests/test_ops.py tests/test_training.py tests/test_placement.py
 pytest-debug: install
 	TORCHTPU_EAGER_MODE=debug $(PY) -m pytest -q -p no:cacheprovider $(DEBUG_SUITES)
 

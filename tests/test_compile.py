@@ -251,3 +251,21 @@ def test_as_strided_and_cpu_constants_inside_graphs():
     torch.testing.assert_close(cpu_out, want_cpu)
     assert delta(before, "compiled_graphs") == 1
     assert delta(before, "compile_graphs_eager") == 0
+
+
+def test_compiled_graph_follows_the_default_dtype():
+    """Dynamo guards on the default dtype: a graph traced under float32 is
+    not reused under float64 (integer true division, float scalars)."""
+    fn = torch.compile(lambda a, b: a / b * 2.5, backend="tpu")
+    a = torch.tensor([7, -3, 10, 4])
+    b = torch.tensor([2, 2, 3, 8])
+    previous = torch.get_default_dtype()
+    try:
+        for dtype in (torch.float32, torch.float64):
+            torch.set_default_dtype(dtype)
+            got = fn(a.to("tpu"), b.to("tpu"))
+            want = a / b * 2.5
+            assert got.dtype == want.dtype == dtype
+            torch.testing.assert_close(got.cpu(), want)
+    finally:
+        torch.set_default_dtype(previous)

@@ -158,6 +158,9 @@ struct CallBuilder {
   // A tensor on another device was seen: check_placement decides whether
   // that is an error (as on CUDA) or allowed (CPU indices, a device move).
   bool foreign = false;
+  // A tensor with a lazy conjugate or negative bit was seen: the engine
+  // reads raw storage, so resolve_lazy_bits materialises it first.
+  bool lazy_bits = false;
   std::string why;
 
   void reset(const OpFacts& f) {
@@ -169,6 +172,7 @@ struct CallBuilder {
     device = -1;
     ok = true;
     foreign = false;
+    lazy_bits = false;
     why.clear();
   }
 
@@ -246,6 +250,7 @@ struct CallBuilder {
       a.lower.kind = TPU_ARG_NONE;
     } else if (is_tpu(t)) {
       a.lower.kind = TPU_ARG_TENSOR;
+      lazy_bits |= t.is_conj() || t.is_neg();
       describe(t, &a.tensor);
       a.lower.type.dtype = a.tensor.view.dtype;
       a.lower.type.rank = a.tensor.view.rank;
@@ -660,6 +665,33 @@ tpu_metrics_counter_t* device_ops_counter() {
 
 }  // namespace
 
+// Ops PyTorch lets through its Conjugate / Negative fallbacks (clone, copy_,
+// mm, dot, ...) see tensors whose conj or neg bit is still set; their
+// contents are the storage's conjugated or negated. The engine reads raw
+// storage, so each such read-only argument is replaced by its materialised
+// value (conj_physical / neg of the bit-cleared view, on the device).
+// Returns false when nothing was replaced (e.g. only a written argument
+// carries a bit), so the caller never loops.
+static bool resolve_lazy_bits(const c10::OperatorHandle& op, torch::jit::Stack* stack, size_t num_args) {
+  const auto& args = op.schema().arguments();
+  const size_t first = stack->size() - num_args;
+  bool replaced = false;
+  for (size_t i = 0; i < num_args; i++) {
+    c10::IValue& v = (*stack)[first + i];
+    if (!v.isTensor()) continue;
+    const at::Tensor& t = v.toTensor();
+    if (!t.defined() || !(t.is_conj() || t.is_neg())) continue;
+    const auto* info = args[i].alias_info();
+    if (info && info->isWrite()) continue;
+    at::Tensor value = t;
+    if (value.is_conj()) value = at::conj_physical(at::_conj(value));
+    if (value.is_neg()) value = at::neg(at::_neg_view(value));
+    v = value;
+    replaced = true;
+  }
+  return replaced;
+}
+
 // Runs `op` on the device if the table lowers it; returns false to mean "use
 // the CPU fallback" (stack untouched).
 bool try_run_on_device(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
@@ -679,6 +711,8 @@ bool try_run_on_device(const c10::OperatorHandle& op, torch::jit::Stack* stack) 
       return try_run_on_device(op, stack);
     }
   }
+  if (builder.lazy_bits && resolve_lazy_bits(op, stack, num_args))
+    return try_run_on_device(op, stack);
   if (!builder.ok || builder.device < 0) return false;
   tpu_eager_call_t call = builder.call();
   tpu_eager_entry_t* entry = tpu_eager_lookup(&call);
