@@ -1,7 +1,11 @@
 """nn family on the tpu device vs CPU: softmax, normalizations, losses,
-embedding backward, dropout, attention (through its math path)."""
+embedding backward, dropout, attention (through its math path), RNN cells and
+modules."""
+import copy
+
 import pytest
 import torch
+import torch.nn as nn
 import torch.nn.functional as F
 
 import torchtpu  # noqa: F401
@@ -347,3 +351,214 @@ def test_upsample_linear(dtype, align_corners, shape, mode, kw):
     x = make(shape, dtype, noncontiguous=True)
     check(lambda t: F.interpolate(t, mode=mode, align_corners=align_corners, **kw), x,
           grad=True, dtype=dtype)
+
+
+# ---- RNN cells and modules -------------------------------------------------
+# On a tpu input PyTorch's RNN code (aten RNN.cpp) runs LSTM / GRU steps as
+# _thnn_fused_lstm_cell / _thnn_fused_gru_cell, which have no CPU kernel:
+# they must run on the device, cells and whole nn.LSTM / nn.GRU alike.
+
+def _flat_tensors(obj):
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    if isinstance(obj, nn.utils.rnn.PackedSequence):
+        return [obj.data]
+    if isinstance(obj, (list, tuple)):
+        return [t for o in obj for t in _flat_tensors(o)]
+    return []
+
+
+def check_module(module, fn, *inputs, dtype=torch.float32):
+    """Runs fn(module, *inputs) on CPU and on a tpu copy of module and inputs,
+    then backward of sum(out * g) over every output; compares the outputs,
+    the gradients of the floating inputs and of every parameter, with no CPU
+    fallback on the tpu side."""
+    tpu_module = copy.deepcopy(module).to("tpu")
+    cpu_inputs = [i.detach().requires_grad_(i.dtype.is_floating_point)
+                  if isinstance(i, torch.Tensor) else i for i in inputs]
+    tpu_inputs = [i.detach().to("tpu").requires_grad_(i.requires_grad)
+                  if isinstance(i, torch.Tensor) and i.dtype.is_floating_point else i
+                  for i in cpu_inputs]
+    want = _flat_tensors(fn(module, *cpu_inputs))
+    with no_fallback():
+        got = _flat_tensors(fn(tpu_module, *tpu_inputs))
+        gen = torch.Generator().manual_seed(1)
+        grads = [torch.randn(w.shape, generator=gen, dtype=torch.float64).to(w.dtype) for w in want]
+        sum((w * g).sum() for w, g in zip(want, grads)).backward()
+        sum((t * g.to("tpu")).sum() for t, g in zip(got, grads)).backward()
+    assert len(got) == len(want)
+    for t, w in zip(got, want):
+        assert_close(t, w.detach(), dtype)
+    for ci, ti in zip(cpu_inputs, tpu_inputs):
+        if isinstance(ci, torch.Tensor) and ci.requires_grad:
+            assert ti.grad is not None, "no gradient reached a tpu input"
+            assert_close(ti.grad, ci.grad, dtype)
+    for (name, p), q in zip(tpu_module.named_parameters(), module.parameters()):
+        assert p.grad is not None, name
+        assert_close(p.grad, q.grad, dtype)
+
+
+CELLS = {
+    "rnn_tanh": lambda i, h, bias: nn.RNNCell(i, h, bias=bias, nonlinearity="tanh"),
+    "rnn_relu": lambda i, h, bias: nn.RNNCell(i, h, bias=bias, nonlinearity="relu"),
+    "lstm": lambda i, h, bias: nn.LSTMCell(i, h, bias=bias),
+    "gru": lambda i, h, bias: nn.GRUCell(i, h, bias=bias),
+}
+
+
+@pytest.mark.parametrize("kind", list(CELLS))
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("with_state", [True, False])
+def test_rnn_cells_forward_backward(kind, bias, with_state):
+    torch.manual_seed(0)
+    cell = CELLS[kind](5, 7, bias)
+    x = make((3, 5))
+    if not with_state:
+        check_module(cell, lambda m, x: m(x), x)
+    elif kind == "lstm":
+        check_module(cell, lambda m, x, h, c: m(x, (h, c)), x, make((3, 7), seed=1),
+                     make((3, 7), seed=2))
+    else:
+        check_module(cell, lambda m, x, h: m(x, h), x, make((3, 7), seed=1))
+
+
+@pytest.mark.parametrize("kind", ["lstm", "gru"])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16])
+def test_fused_cells_other_dtypes(kind, dtype):
+    torch.manual_seed(0)
+    cell = CELLS[kind](4, 6, True).to(dtype)
+    check_module(cell, lambda m, x: m(x), make((2, 4), dtype), dtype=dtype)
+
+
+@pytest.mark.parametrize("kind", ["lstm", "gru"])
+def test_fused_cells_unbatched_and_steps(kind):
+    # An unbatched input (the module adds the batch dim) and a few steps
+    # chained through the state, as a hand-written loop would.
+    torch.manual_seed(0)
+    cell = CELLS[kind](4, 6, True)
+
+    def steps(m, xs, x1):
+        state = None
+        outs = []
+        for x in xs.unbind(0):
+            state = m(x, state)
+            outs.append(state)
+        return outs, m(x1)
+
+    check_module(cell, steps, make((4, 2, 4)), make((4,), seed=3))
+
+
+@pytest.mark.parametrize("kind", ["lstm", "gru"])
+def test_fused_cells_double_backward(kind):
+    # create_graph=True takes PyTorch's differentiable cell backward (plain
+    # aten ops) instead of the fused one.
+    torch.manual_seed(0)
+    cell = CELLS[kind](3, 4, True)
+    tcell = copy.deepcopy(cell).to("tpu")
+    x = make((2, 3))
+    results = []
+    for m, xx in ((cell, x.clone().requires_grad_()), (tcell, x.to("tpu").requires_grad_())):
+        out = m(xx)
+        out = out[0] + out[1] if isinstance(out, tuple) else out
+        g, = torch.autograd.grad(out.square().sum(), xx, create_graph=True)
+        g.square().sum().backward()
+        results.append((g.detach(), xx.grad, m.weight_hh.grad))
+    for got, want in zip(results[1], results[0]):
+        assert_close(got, want)
+
+
+def test_fused_cells_bad_sizes_raise_like_cpu():
+    for kind in ("lstm", "gru"):
+        cell = CELLS[kind](3, 4, True)
+        tcell = copy.deepcopy(cell).to("tpu")
+        with pytest.raises(RuntimeError):
+            cell(torch.randn(2, 5))
+        with pytest.raises(RuntimeError):
+            tcell(torch.randn(2, 5, device="tpu"))
+
+
+def _rnn_state(kind, layers, dirs, batch, hidden, proj=0):
+    h = make((layers * dirs, batch, proj or hidden), seed=5)
+    if kind == "LSTM":
+        return (h, make((layers * dirs, batch, hidden), seed=6))
+    return h
+
+
+@pytest.mark.parametrize("kind", ["LSTM", "GRU", "RNN"])
+@pytest.mark.parametrize("layers,bidirectional,batch_first,bias", [
+    (1, False, False, True),
+    (2, True, True, True),
+    (2, False, True, False),
+    (3, True, False, True),
+])
+@pytest.mark.parametrize("with_state", [False, True])
+def test_rnn_modules_forward_backward(kind, layers, bidirectional, batch_first, bias, with_state):
+    torch.manual_seed(0)
+    module = getattr(nn, kind)(4, 5, num_layers=layers, bias=bias, batch_first=batch_first,
+                               bidirectional=bidirectional)
+    x = make((3, 6, 4) if batch_first else (6, 3, 4))
+    if not with_state:
+        check_module(module, lambda m, x: m(x), x)
+    elif kind == "LSTM":
+        h, c = _rnn_state(kind, layers, 2 if bidirectional else 1, 3, 5)
+        check_module(module, lambda m, x, h, c: m(x, (h, c)), x, h, c)
+    else:
+        h = _rnn_state(kind, layers, 2 if bidirectional else 1, 3, 5)
+        check_module(module, lambda m, x, h: m(x, h), x, h)
+
+
+def test_rnn_relu_module_and_lstm_projection():
+    torch.manual_seed(0)
+    check_module(nn.RNN(4, 5, num_layers=2, nonlinearity="relu"), lambda m, x: m(x),
+                 make((6, 3, 4)))
+    lstm = nn.LSTM(4, 6, num_layers=2, proj_size=3, bidirectional=True, batch_first=True)
+    check_module(lstm, lambda m, x: m(x), make((2, 5, 4)))
+
+
+@pytest.mark.parametrize("kind", ["LSTM", "GRU", "RNN"])
+@pytest.mark.parametrize("batch_first", [False, True])
+@pytest.mark.parametrize("enforce_sorted", [True, False])
+def test_rnn_modules_packed_sequences(kind, batch_first, enforce_sorted):
+    torch.manual_seed(0)
+    module = getattr(nn, kind)(4, 5, num_layers=2, bidirectional=True, batch_first=batch_first)
+    lengths = torch.tensor([6, 4, 1, 3] if not enforce_sorted else [6, 4, 3, 1])
+
+    def run(m, x):
+        packed = nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=batch_first,
+                                                   enforce_sorted=enforce_sorted)
+        out, state = m(packed)
+        padded, out_lengths = nn.utils.rnn.pad_packed_sequence(out, batch_first=batch_first)
+        assert torch.equal(out_lengths, lengths)
+        return padded, state
+
+    check_module(module, run, make((4, 6, 4) if batch_first else (6, 4, 4)))
+
+
+def _train_lstm(device, steps=5):
+    torch.manual_seed(0)
+    lstm = nn.LSTM(3, 8, num_layers=2, batch_first=True).to(device)
+    head = nn.Linear(8, 1).to(device)
+    params = list(lstm.parameters()) + list(head.parameters())
+    opt = torch.optim.SGD(params, lr=0.1, momentum=0.9)
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(4, 7, 3, generator=g).to(device)
+    y = x.sum(-1, keepdim=True).cumsum(1)[:, -1].to(device)  # a sequence sum to learn
+    losses = []
+    for _ in range(steps):
+        out, _ = lstm(x)
+        loss = F.mse_loss(head(out[:, -1]), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses, [p.detach().cpu() for p in params]
+
+
+def test_lstm_training_loop_matches_cpu():
+    want, want_params = _train_lstm("cpu")
+    with no_fallback():
+        got, got_params = _train_lstm("tpu")
+    torch.testing.assert_close(torch.tensor(got), torch.tensor(want), rtol=1e-4, atol=1e-5)
+    assert got[-1] < got[0]
+    for p, q in zip(got_params, want_params):
+        torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5)

@@ -35,6 +35,7 @@ from . import _C  # noqa: E402  (registers allocator, guard, hooks, kernels)
 _C._set_default_plugin_path(_installed_cpu_plugin())
 # Direct device kernels for every overload the lowering table covers.
 _C._register_lowered_ops()
+from . import _meta  # noqa: E402,F401  (PyTorch meta kernels that fail on our calls)
 
 if torch._C._get_privateuse1_backend_name() != "tpu":
     torch.utils.rename_privateuse1_backend("tpu")

@@ -15,6 +15,7 @@
   TPU_FAMILY(reduce) \
   TPU_FAMILY(linalg) \
   TPU_FAMILY(nn) \
+  TPU_FAMILY(rnn) \
   TPU_FAMILY(conv) \
   TPU_FAMILY(index) \
   TPU_FAMILY(dynamic) \
