@@ -207,10 +207,7 @@ def test_unary_matches_cpu(dtype, op):
     compare(UNARY[op], a)
 
 
-@pytest.mark.parametrize("op", [pytest.param(op, marks=pytest.mark.xfail(
-    strict=True, reason="materializing a lazy conj view (x.conj().clone()) ignores the conj bit on "
-    "tpu, complex64 alike: clone lowers from raw storage")) if op == "conj" else op
-    for op in sorted(COMPLEX_ONLY)])
+@pytest.mark.parametrize("op", sorted(COMPLEX_ONLY))
 def test_complex128_matches_cpu(op):
     compare(COMPLEX_ONLY[op], sample(torch.complex128))
 

@@ -223,3 +223,28 @@ def test_view_op_reaching_the_fallback_is_refused():
     x = torch.arange(6.0, device="tpu").view(2, 3)
     with pytest.raises(NotImplementedError, match="returns a view"):
         torch.ops.tpu_view_test.first_row(x)
+
+
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128], ids=str)
+def test_lazy_conj_and_neg_views_read_their_values(dtype):
+    """conj() and _neg_view() are lazy bits on a view; every op that reads
+    them (clone, copy, matmul, resolve_conj, .cpu()) sees the conjugated /
+    negated values, and a write through the base shows through them."""
+    z = torch.complex(torch.randn(3, 4, dtype=torch.float64),
+                      torch.randn(3, 4, dtype=torch.float64)).to(dtype)
+    t = z.to("tpu")
+    reads = [
+        lambda x: x.conj().clone(),
+        lambda x: x.conj().resolve_conj(),
+        lambda x: x.conj(),
+        lambda x: x.conj() @ x.t(),
+        lambda x: x._neg_view().clone(),
+        lambda x: torch.empty_like(x).copy_(x.conj()),
+        lambda x: x.conj_physical(),
+    ]
+    for fn in reads:
+        torch.testing.assert_close(fn(t).cpu(), fn(z))
+    c, tc = z.conj(), t.conj()
+    z.mul_(2)
+    t.mul_(2)
+    torch.testing.assert_close(tc.cpu(), c.resolve_conj())

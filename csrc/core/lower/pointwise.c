@@ -911,6 +911,21 @@ static tpu_status_t lower_angle(tpu_lower_ctx_t* ctx) {
   return finish(ctx, tpu_emit_binary(b, "stablehlo.atan2", im, re));
 }
 
+/* conj_physical: the conjugate, computed (a lazy conj view's contents are
+ * materialised through it); real tensors are their own conjugate. */
+static tpu_status_t lower_conj_physical(tpu_lower_ctx_t* ctx) {
+  const tpu_lower_arg_t* a = tpu_lower_arg(ctx, 0);
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  tpu_hlo_value_t z = tpu_lower_tensor(ctx, 0);
+  if (!tpu_dtype_is_complex(a->type.dtype)) return finish(ctx, z);
+  tpu_hlo_type_t pt = a->type;
+  pt.dtype = tpu_dtype_complex_part(pt.dtype);
+  tpu_hlo_value_t re = tpu_hlo_op(b, "stablehlo.real", &z, 1, pt, NULL);
+  tpu_hlo_value_t im = tpu_hlo_op(b, "stablehlo.imag", &z, 1, pt, NULL);
+  tpu_hlo_value_t parts[2] = {re, un(b, "stablehlo.negate", im)};
+  return finish(ctx, tpu_hlo_op(b, "stablehlo.complex", parts, 2, a->type, NULL));
+}
+
 /* hypot without overflow: m * sqrt(1 + (n/m)^2), m = max(|x|, |y|); inf
  * wins over NaN like std::hypot. */
 static tpu_status_t lower_hypot(tpu_lower_ctx_t* ctx) {
@@ -1101,6 +1116,7 @@ const tpu_lowering_t tpu_lowerings_pointwise[] = {
     /* exact unary */
     {"abs", lower_abs, 0},
     {"neg", lower_neg, 0},
+    {"conj_physical", lower_conj_physical, 0},
     {"sign", lower_sign, 0},
     {"sgn", lower_sign, 0},
     {"floor", lower_floor, 0},
