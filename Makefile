@@ -24,7 +24,7 @@ LDLIBS := -ldl -lpthread -lm
 # Keep test objects between runs (they are intermediates of the test rule).
 .SECONDARY:
 
-.PHONY: all deps core ctest ctest-asan install test pytest pytest-debug test-debug pytest-defer test-defer demo bench info conformance models clean
+.PHONY: all deps core ctest ctest-asan install test pytest pytest-debug test-debug pytest-defer test-defer demo bench info conformance models fuzz clean
 
 all: install
 
@@ -100,9 +100,22 @@ test-defer: install
 # Every suite that is not about one mode (test_modes.py tests the modes
 # themselves; test_opinfo.py is the conformance subset, run once in strict;
 # test_cache.py runs its workloads in strict subprocesses whatever the mode).
-MODE_SUITES = $(filter-out tests/test_modes.py tests/test_opinfo.py tests/test_cache.py,$(wildcard tests/test_*.py))
+# test_fuzz.py switches modes itself, so it runs once, in the strict pass.
+MODE_SUITES = $(filter-out tests/test_modes.py tests/test_opinfo.py tests/test_cache.py tests/test_fuzz.py,$(wildcard tests/test_*.py))
 
 test: install ctest ctest-asan pytest pytest-debug pytest-defer
+
+# The long random-program fuzz campaign: FUZZ_PROGRAMS programs per mode
+# (FUZZ_MODES, comma-separated), tpu against CPU; prints programs run and
+# mismatches per mode, and a minimized repro of each class. FUZZ_EXCLUDE=known
+# leaves out the known classes (tests/fuzz_programs.py KNOWN_*), as
+# tests/test_fuzz.py's short run does.
+FUZZ_PROGRAMS ?= 5000
+FUZZ_MODES ?= strict,debug,defer_and_fuse,compiled
+FUZZ_SEED ?= 0
+fuzz: install
+	FUZZ_EXCLUDE=$(FUZZ_EXCLUDE) $(PY) tests/fuzz_programs.py --programs $(FUZZ_PROGRAMS) \
+	  --modes $(FUZZ_MODES) --seed $(FUZZ_SEED)
 
 # Every Hugging Face architecture of the suite (make test runs a handful).
 models: install

@@ -307,3 +307,29 @@ def test_lstm_module_compiles_with_allow_rnn():
     torch.manual_seed(0)
     with torch._dynamo.config.patch(allow_rnn=True):
         _compiled_vs_cpu(nn.LSTM(3, 4, batch_first=True), torch.randn(2, 4, 3))
+
+
+# --- Found by the random-program fuzzer (tests/fuzz_programs.py); xfail
+# until fixed, then the entry leaves KNOWN_SKIPPED_CHECKS there.
+
+@pytest.mark.xfail(strict=True, reason="fuzz compiled.views_of_intermediates: a returned view of another returned (intermediate) tensor is a separate copy at offset 0")
+def test_fuzz_compiled_views_of_intermediates_share_storage():
+    def f(a):
+        v0 = torch.amax(a, dim=1)
+        return v0, v0[4:5:3, 2]
+
+    a = torch.arange(15.0).reshape(5, 1, 3)
+    c0, c1 = f(a)
+    t0, t1 = torch.compile(f, backend="tpu")(a.to("tpu"))
+    assert torch.equal(t1.cpu(), c1)
+    assert t1.storage_offset() == c1.storage_offset()
+    assert t1.untyped_storage().data_ptr() == t0.untyped_storage().data_ptr()
+
+
+@pytest.mark.xfail(strict=True, reason="fuzz compiled.strides: compiled outputs are contiguous where eager's (and aot_eager's) are not")
+def test_fuzz_compiled_output_strides_match_eager():
+    def f(a):
+        return (a.to(torch.float32).permute(1, 0)).reshape(1, 5, 5)
+
+    a = torch.rand(5, 5) > 0.5
+    assert torch.compile(f, backend="tpu")(a.to("tpu")).stride() == f(a).stride()

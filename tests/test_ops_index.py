@@ -535,3 +535,56 @@ def test_index_cpu_mask_on_tpu_tensor():
     got = xt[m[:, 0]]  # the mask stays on the CPU: expanded there, no device read
     assert host_syncs() == before
     assert torch.equal(got.cpu(), x[m[:, 0]])
+
+
+# --- Found by the random-program fuzzer (tests/fuzz_programs.py); xfail
+# until fixed, then the tag leaves KNOWN_MISMATCH_TAGS there.
+
+@pytest.mark.xfail(strict=True, reason="fuzz index.nonzero: CPU's nonzero result is column-major (strides (1, n)), tpu's row-major")
+def test_fuzz_nonzero_strides_match_cpu():
+    a = torch.tensor([[[-5, -6]]])
+    assert torch.nonzero(a.to("tpu")).stride() == torch.nonzero(a).stride()
+    m = torch.tensor([[False, False, True, True]])
+    assert torch.where(m.to("tpu"))[0].stride() == torch.where(m)[0].stride()
+
+
+@pytest.mark.xfail(strict=True, reason="fuzz index_put_@cpu_rejects_dtype: index_put_ of an int64 value into float32: CPU raises, tpu writes (strict and defer_and_fuse; debug raises)")
+def test_fuzz_index_put_of_other_dtype_raises_like_cpu():
+    for device in ("cpu", "tpu"):
+        a = torch.tensor([[[[-2.0]]]], device=device)
+        with torchtpu.eager_mode("strict"), pytest.raises(RuntimeError, match="dtypes match"):
+            a.transpose(2, 1).index_put_((torch.tensor([0, 0, -1], device=device),),
+                                         torch.as_tensor(1, device=device), accumulate=True)
+            a.cpu()
+
+
+@pytest.mark.xfail(strict=True, reason="fuzz index.index_select@negative: defer_and_fuse (and compiled) raise no IndexError for out-of-range indices")
+def test_fuzz_index_select_out_of_range_raises_in_defer_and_fuse():
+    with pytest.raises(IndexError):
+        torch.zeros(3).index_select(0, torch.tensor([-1]))
+    with torchtpu.eager_mode("defer_and_fuse"), pytest.raises(IndexError):
+        t = torch.zeros(3, device="tpu").index_select(0, torch.tensor([-1], device="tpu"))
+        t.cpu()
+
+
+@pytest.mark.xfail(strict=True, reason="fuzz index.advanced@overlap: debug mode raises an overlap error indexing an expanded tensor")
+def test_fuzz_debug_indexing_an_expanded_tensor():
+    a = torch.tensor(0.75, dtype=torch.bfloat16)
+    want = a.sum().expand(2)[torch.tensor([-1, -1, 1, 0])]
+    with torchtpu.eager_mode("debug"):
+        t = a.to("tpu").sum().expand(2)
+        got = t[torch.tensor([-1, -1, 1, 0], device="tpu")].cpu()
+    assert torch.equal(got, want)
+
+
+@pytest.mark.xfail(strict=True, reason="fuzz index.scatter_add@overlap: debug mode raises an overlap error for out-of-place scatter_add of an expanded tensor")
+def test_fuzz_debug_scatter_add_of_an_expanded_tensor():
+    def f(a, device):
+        v = torch.argmin(a, dim=0).unsqueeze(0).expand(3, -1)
+        return v.scatter_add(1, torch.tensor([[0], [0], [0]], device=device), v)
+
+    a = torch.tensor([0.75, 1.0])
+    want = f(a, "cpu")
+    with torchtpu.eager_mode("debug"):
+        got = f(a.to("tpu"), "tpu").cpu()
+    assert torch.equal(got, want)
