@@ -253,14 +253,6 @@ def test_lazy_conj_and_neg_views_read_their_values(dtype):
 # --- Found by the random-program fuzzer (tests/fuzz_programs.py); xfail
 # until fixed, then the tag leaves KNOWN_MISMATCH_TAGS there.
 
-@pytest.mark.xfail(strict=True, reason="fuzz view.unfold: unfold returns a copy on tpu, not a view")
-def test_fuzz_unfold_is_a_view_of_its_base():
-    for device in ("cpu", "tpu"):
-        a = torch.tensor([[False, True, False, False]], device=device)
-        v = a.unfold(1, 4, 2)
-        assert v.untyped_storage().data_ptr() == a.untyped_storage().data_ptr(), device
-
-
 @pytest.mark.xfail(strict=True, reason="fuzz @overlap: in-place fill of an expanded target raises on tpu; CPU allows it")
 def test_fuzz_fill_of_expanded_view_is_allowed_like_cpu():
     out = {}
