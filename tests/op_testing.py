@@ -87,14 +87,25 @@ def assert_close(got, want, dtype=None, exact=False):
         torch.testing.assert_close(got, want, equal_nan=True, **tolerances(dtype or want.dtype))
 
 
-def check(fn, *inputs, grad=False, dtype=None, exact=False, allow_fallback=False, **kwargs):
+def check(fn, *inputs, grad=False, dtype=None, exact=False, allow_fallback=False,
+          ref_dtype=None, **kwargs):
     """Runs fn on CPU inputs and on their tpu copies; compares the outputs and
     (grad=True) the gradients of every floating input that requires grad.
-    Fails if the tpu run used the CPU fallback (unless allow_fallback)."""
+    Fails if the tpu run used the CPU fallback (unless allow_fallback).
+    ref_dtype: the CPU reference computes in this dtype (its results cast
+    back), for ops whose CPU half-precision kernels round differently by
+    host CPU (oneDNN float16 convolution)."""
     cpu_inputs = [i.detach().requires_grad_(grad and i.dtype.is_floating_point)
                   if isinstance(i, torch.Tensor) else i for i in inputs]
     tpu_inputs = to_tpu(cpu_inputs)
+    if ref_dtype is not None:
+        low = [i.dtype if isinstance(i, torch.Tensor) else None for i in cpu_inputs]
+        cpu_inputs = [i.detach().to(ref_dtype).requires_grad_(i.requires_grad)
+                      if isinstance(i, torch.Tensor) and i.dtype.is_floating_point else i
+                      for i in cpu_inputs]
     want = fn(*cpu_inputs, **kwargs)
+    if ref_dtype is not None:
+        want = want.to(low[0]) if isinstance(want, torch.Tensor) else want
     ctx = contextlib.nullcontext() if allow_fallback else no_fallback()
     with ctx:
         got = fn(*tpu_inputs, **kwargs)
@@ -112,5 +123,5 @@ def check(fn, *inputs, grad=False, dtype=None, exact=False, allow_fallback=False
             for ci, ti in zip(cpu_inputs, tpu_inputs):
                 if isinstance(ci, torch.Tensor) and ci.requires_grad:
                     assert ti.grad is not None, "no gradient reached a tpu input"
-                    assert_close(ti.grad, ci.grad, dtype)
+                    assert_close(ti.grad, ci.grad.to(ti.dtype), dtype)
     return got

@@ -28,7 +28,8 @@ def test_conv2d(dtype, case):
     x = make((2, 4, 9, 8), dtype, seed=1)
     w = make((8, 4 // kw.get("groups", 1), 3, 3), dtype, seed=2)
     b = make((8,), dtype, seed=3)
-    check(lambda x, w, b: F.conv2d(x, w, b, **kw), x, w, b, grad=True, dtype=dtype)
+    check(lambda x, w, b: F.conv2d(x, w, b, **kw), x, w, b, grad=True, dtype=dtype,
+          ref_dtype=torch.float32 if dtype == torch.float16 else None)
 
 
 def test_conv2d_noncontiguous_input():
@@ -49,7 +50,8 @@ def test_conv2d_channels_last_input():
 def test_conv2d_without_bias(dtype):
     x = make((2, 4, 9, 8), dtype, seed=1)
     w = make((6, 2, 3, 3), dtype, seed=2)
-    check(lambda x, w: F.conv2d(x, w, stride=2, padding=1, groups=2), x, w, grad=True, dtype=dtype)
+    check(lambda x, w: F.conv2d(x, w, stride=2, padding=1, groups=2), x, w, grad=True, dtype=dtype,
+          ref_dtype=torch.float32 if dtype == torch.float16 else None)
 
 
 def test_conv2d_input_without_grad():
@@ -73,7 +75,8 @@ def test_conv1d(dtype, kw):
     x = make((3, 4, 20), dtype, seed=4)
     w = make((6, 4 // kw.get("groups", 1), 4), dtype, seed=5)
     b = make((6,), dtype, seed=6)
-    check(lambda x, w, b: F.conv1d(x, w, b, **kw), x, w, b, grad=True, dtype=dtype)
+    check(lambda x, w, b: F.conv1d(x, w, b, **kw), x, w, b, grad=True, dtype=dtype,
+          ref_dtype=torch.float32 if dtype == torch.float16 else None)
 
 
 def test_conv3d():
@@ -107,7 +110,8 @@ def test_conv_transpose2d(dtype, case):
     x = make((2, 4, 5, 6), dtype, seed=10)
     w = make((4, 6 // g, 3, 2), dtype, seed=11)
     b = make((6,), dtype, seed=12)
-    check(lambda x, w, b: F.conv_transpose2d(x, w, b, **kw), x, w, b, grad=True, dtype=dtype)
+    check(lambda x, w, b: F.conv_transpose2d(x, w, b, **kw), x, w, b, grad=True, dtype=dtype,
+          ref_dtype=torch.float32 if dtype == torch.float16 else None)
 
 
 def test_conv_transpose1d():
