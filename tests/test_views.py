@@ -264,7 +264,6 @@ def test_fuzz_fill_of_expanded_view_is_allowed_like_cpu():
     assert torch.equal(out["cpu"], out["tpu"])
 
 
-@pytest.mark.xfail(strict=True, reason="fuzz @aliased_operand: an operand partly overlapping the in-place target: CPU raises, tpu does not")
 def test_fuzz_inplace_with_partly_overlapping_operand_raises_like_cpu():
     a = torch.arange(6.0)
     with pytest.raises(RuntimeError, match="single memory location"):
@@ -274,7 +273,6 @@ def test_fuzz_inplace_with_partly_overlapping_operand_raises_like_cpu():
         t[1:].mul_(t[:-1])
 
 
-@pytest.mark.xfail(strict=True, reason="fuzz @float_scalar: mul_ of a float scalar on an int64/bool tensor: CPU raises, tpu writes (every mode)")
 def test_fuzz_inplace_float_scalar_on_integer_target_raises_like_cpu():
     for device in ("cpu", "tpu"):
         for t in (torch.tensor([1, 2], device=device), torch.tensor([True, False], device=device)):

@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 #include <ATen/EmptyTensor.h>
 #include <ATen/MemoryOverlap.h>
+#include <ATen/native/TypeProperties.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/native/CPUFallback.h>
 #include <torch/library.h>
@@ -672,6 +673,36 @@ tpu_metrics_counter_t* device_ops_counter() {
 // value (conj_physical / neg of the bit-cleared view, on the device).
 // Returns false when nothing was replaced (e.g. only a written argument
 // carries a bit), so the caller never loops.
+// In-place arithmetic whose result type cannot be cast to self's dtype
+// (`int_tensor.mul_(0.5)`) raises as CPU's TensorIterator does; PyTorch's
+// meta kernels skip that check, so the device would write truncated
+// values. Checked on a cache miss only: a key that passes stays valid.
+static void check_inplace_cast(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> inputs) {
+  static const char* const kOps[] = {
+      "aten::add_",   "aten::sub_",       "aten::mul_",       "aten::div_",
+      "aten::true_divide_", "aten::floor_divide_", "aten::remainder_", "aten::fmod_",
+      "aten::pow_",   "aten::atan2_",     "aten::hypot_",     "aten::copysign_",
+      "aten::clamp_", "aten::clamp_min_", "aten::clamp_max_", "aten::lerp_",
+      "aten::addcmul_", "aten::addcdiv_", "aten::xlogy_",     "aten::rsub_"};
+  const std::string& name = op.schema().name();
+  if (name.empty() || name.back() != '_') return;
+  bool listed = false;
+  for (const char* k : kOps) listed |= name == k;
+  if (!listed || inputs.empty() || !inputs[0].isTensor()) return;
+  const at::Tensor& self = inputs[0].toTensor();
+  at::native::ResultTypeState state{};
+  for (size_t i = 0; i < inputs.size(); i++) {
+    if (op.schema().arguments()[i].kwarg_only()) break;  // alpha / value do not promote
+    if (inputs[i].isTensor() && inputs[i].toTensor().defined())
+      state = at::native::update_result_type_state(inputs[i].toTensor(), state);
+    else if (inputs[i].isScalar())
+      state = at::native::update_result_type_state(inputs[i].toScalar(), state);
+  }
+  const c10::ScalarType result = at::native::result_type(state);
+  TORCH_CHECK(c10::canCast(result, self.scalar_type()), "result type ", result,
+              " can't be cast to the desired output type ", self.scalar_type());
+}
+
 static bool resolve_lazy_bits(const c10::OperatorHandle& op, torch::jit::Stack* stack, size_t num_args) {
   const auto& args = op.schema().arguments();
   const size_t first = stack->size() - num_args;
@@ -718,6 +749,7 @@ bool try_run_on_device(const c10::OperatorHandle& op, torch::jit::Stack* stack) 
   tpu_eager_entry_t* entry = tpu_eager_lookup(&call);
   const ReturnPlan* plan = nullptr;
   if (!entry) {
+    check_inplace_cast(op, inputs);
     OutputPlan outputs;
     std::string why;
     torch::jit::Stack input_copy(inputs.begin(), inputs.end());
@@ -761,6 +793,18 @@ bool try_run_on_device(const c10::OperatorHandle& op, torch::jit::Stack* stack) 
     const c10::IValue& a = inputs[out->alias_arg];
     at::assert_no_internal_overlap(a.isTensor() ? a.toTensor()
                                                 : a.toTensorVector()[out->alias_list]);
+  }
+  // An input that partly overlaps a written tensor (`t[1:].mul_(t[:-1])`)
+  // would read values the write already changed on the CPU; PyTorch
+  // refuses it there, and so do we (a full overlap, `x.add_(x)`, is fine).
+  for (int o = 0; o < n; o++) {
+    const tpu_eager_output_t* out = tpu_eager_entry_output(entry, o);
+    if (out->alias_arg < 0 || !inputs[out->alias_arg].isTensor()) continue;
+    const at::Tensor& written = inputs[out->alias_arg].toTensor();
+    for (size_t i = 0; i < num_args; i++)
+      if (static_cast<int>(i) != out->alias_arg && inputs[i].isTensor() &&
+          inputs[i].toTensor().defined() && is_tpu(inputs[i].toTensor()))
+        at::assert_no_partial_overlap(written, inputs[i].toTensor());
   }
   // Fresh outputs get their tensors first; the engine fills their storages
   // (or, deferred, marks them with the run's value).
