@@ -196,8 +196,9 @@ tpu_hlo_value_t tpu_view_emit_write(tpu_hlo_builder_t* b, tpu_hlo_value_t flat,
      * the op changed may land there, or an unchanged duplicate could undo
      * the write. Unchanged elements get an out-of-range index (dropped). */
     tpu_hlo_value_t old = tpu_emit_reshape(b, tpu_view_emit_read(b, flat, v), &numel, 1);
-    tpu_hlo_value_t changed = tpu_emit_compare(b, "NE", updates, old);
     int64_t dims[2] = {numel, 1};
+    tpu_hlo_value_t changed =
+        tpu_emit_reshape(b, tpu_emit_compare(b, "NE", updates, old), dims, 2);
     tpu_hlo_type_t idx_type = tpu_hlo_type_make(TPU_DTYPE_INT64, 2, dims);
     indices = tpu_emit_select(b, changed, indices, tpu_emit_const_like(b, &idx_type, (double)n));
   }

@@ -673,6 +673,9 @@ void check_integer_divisor(const OpFacts& facts, c10::ArrayRef<c10::IValue> inpu
   else if (x.isScalar() && y.isTensor()) common = at::result_type(x.toScalar(), y.toTensor());
   else return;
   if (!at::isIntegralType(common, /*includeBool=*/false)) return;
+  // Nothing is divided when the (broadcast) result is empty.
+  for (const c10::IValue* v : {&x, &y})
+    if (v->isTensor() && v->toTensor().defined() && v->toTensor().numel() == 0) return;
   bool zero;
   if (y.isScalar()) zero = y.toScalar().toLong() == 0;
   else if (!y.toTensor().defined() || y.toTensor().numel() == 0) return;

@@ -13,14 +13,23 @@ static tpu_dtype_t compute_dtype(tpu_lower_ctx_t* ctx) {
   return tpu_lower_result_type(ctx, idx, 2);
 }
 
-/* Operand i (tensor or scalar) cast to `dtype` and the output's shape. */
+static bool is_half(tpu_dtype_t d) { return d == TPU_DTYPE_FLOAT16 || d == TPU_DTYPE_BFLOAT16; }
+/* PyTorch's opmath: half types compute in float32. */
+static tpu_dtype_t opmath(tpu_dtype_t d) { return is_half(d) ? TPU_DTYPE_FLOAT32 : d; }
+
+/* Operand i in `dtype`'s opmath and the output's shape: a tensor is cast
+ * to `dtype` first; a Scalar goes straight to the opmath dtype, as CPU
+ * kernels keep it (x_f16 * 3.3 multiplies by 3.3f, not by 3.3 rounded to
+ * float16). */
 static tpu_hlo_value_t operand_as(tpu_lower_ctx_t* ctx, int i, tpu_dtype_t dtype) {
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
   tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
   out.dtype = dtype;
   const tpu_lower_arg_t* a = tpu_lower_arg(ctx, i);
-  tpu_hlo_value_t v = a->kind == TPU_ARG_TENSOR ? tpu_lower_tensor(ctx, i)
-                                                : tpu_lower_scalar(ctx, i, out.dtype);
-  return tpu_emit_cast_to(tpu_lower_builder(ctx), v, &out);
+  tpu_hlo_value_t v = a->kind == TPU_ARG_TENSOR ? tpu_emit_cast_to(b, tpu_lower_tensor(ctx, i), &out)
+                                                : tpu_lower_scalar(ctx, i, opmath(dtype));
+  out.dtype = opmath(dtype);
+  return tpu_emit_cast_to(b, v, &out);
 }
 
 /* add / sub: self (+|-) alpha * other. */
@@ -33,12 +42,15 @@ static tpu_status_t lower_add_sub(tpu_lower_ctx_t* ctx, const char* op) {
     return tpu_lower_decline(ctx, "bool arithmetic");
   tpu_hlo_value_t x = operand_as(ctx, 0, t.dtype);
   tpu_hlo_value_t y = operand_as(ctx, 1, t.dtype);
+  tpu_dtype_t common = t.dtype;
+  t.dtype = opmath(common);
   if (tpu_lower_arg(ctx, 2)->kind == TPU_ARG_SCALAR ||
       tpu_lower_arg(ctx, 2)->kind == TPU_ARG_INT || tpu_lower_arg(ctx, 2)->kind == TPU_ARG_FLOAT) {
     tpu_hlo_value_t alpha = tpu_emit_broadcast_to(b, tpu_lower_scalar(ctx, 2, t.dtype), &t);
     y = tpu_emit_binary(b, "stablehlo.multiply", y, alpha);
   }
-  tpu_lower_set_output(ctx, 0, tpu_emit_convert(b, tpu_emit_binary(b, op, x, y), out.dtype));
+  tpu_hlo_value_t r = tpu_emit_convert(b, tpu_emit_binary(b, op, x, y), common);
+  tpu_lower_set_output(ctx, 0, tpu_emit_convert(b, r, out.dtype));
   return NULL;
 }
 
@@ -55,7 +67,8 @@ static tpu_status_t lower_mul(tpu_lower_ctx_t* ctx) {
   tpu_dtype_t d = compute_dtype(ctx);
   tpu_hlo_value_t x = operand_as(ctx, 0, d), y = operand_as(ctx, 1, d);
   const char* op = d == TPU_DTYPE_BOOL ? "stablehlo.and" : "stablehlo.multiply";
-  tpu_lower_set_output(ctx, 0, tpu_emit_convert(b, tpu_emit_binary(b, op, x, y), out.dtype));
+  tpu_hlo_value_t r = tpu_emit_convert(b, tpu_emit_binary(b, op, x, y), d);
+  tpu_lower_set_output(ctx, 0, tpu_emit_convert(b, r, out.dtype));
   return NULL;
 }
 
@@ -76,11 +89,7 @@ static tpu_status_t lower_div(tpu_lower_ctx_t* ctx) {
   /* Half types divide and round in float32, then round once (PyTorch's CPU
    * kernels do; rounding the quotient first can flip floor()). */
   tpu_hlo_type_t result_type = out;
-  if (out.dtype == TPU_DTYPE_FLOAT16 || out.dtype == TPU_DTYPE_BFLOAT16) {
-    x = tpu_emit_convert(b, x, TPU_DTYPE_FLOAT32);
-    y = tpu_emit_convert(b, y, TPU_DTYPE_FLOAT32);
-    out.dtype = TPU_DTYPE_FLOAT32;
-  }
+  out.dtype = opmath(out.dtype); /* operand_as gave opmath values */
   tpu_hlo_value_t q = tpu_emit_binary(b, "stablehlo.divide", x, y);
   if (rounding && tpu_dtype_is_floating(out.dtype)) {
     /* floor: floor(x / y) differs at infinities and where x / y rounds up
