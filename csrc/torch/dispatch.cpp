@@ -717,10 +717,17 @@ bool try_run_on_device(const c10::OperatorHandle& op, torch::jit::Stack* stack) 
     if (!outputs.resizes.empty()) {
       // Only out= tensors may be resized; an in-place op's self must already
       // have the broadcast shape (some Python meta kernels resize it).
-      for (const auto& [index, sizes] : outputs.resizes)
-        TORCH_CHECK(op.schema().arguments()[index].is_out(), "output with shape ",
-                    inputs[index].toTensor().sizes(), " doesn't match the broadcast shape ",
-                    c10::IntArrayRef(sizes));
+      // An out= that is also an input (maximum(a, b, out=a)) cannot be
+      // resized either, as on the CPU.
+      for (const auto& [index, sizes] : outputs.resizes) {
+        const at::Tensor& target = inputs[index].toTensor();
+        bool is_input = false;
+        for (size_t i = 0; i < inputs.size(); i++)
+          is_input |= static_cast<int>(i) != index && inputs[i].isTensor() &&
+                      inputs[i].toTensor().is_same(target);
+        TORCH_CHECK(op.schema().arguments()[index].is_out() && !is_input, "output with shape ",
+                    target.sizes(), " doesn't match the broadcast shape ", c10::IntArrayRef(sizes));
+      }
       // An out= tensor of the wrong size: resize it as the kernel would,
       // then run again with the new geometry.
       for (const auto& [index, sizes] : outputs.resizes) inputs[index].toTensor().resize_(sizes);

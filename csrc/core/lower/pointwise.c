@@ -162,10 +162,20 @@ HLO_FN(f_cosh, "chlo.cosh")
 HLO_FN(f_asinh, "chlo.asinh")
 HLO_FN(f_acosh, "chlo.acosh")
 HLO_FN(f_atanh, "chlo.atanh")
-HLO_FN(f_erf, "chlo.erf")
 HLO_FN(f_erfc, "chlo.erfc")
 HLO_FN(f_erfinv, "chlo.erf_inv")
 #undef HLO_FN
+
+/* erf; in float32 (and the half types' float32 math) erf(x) rounds to
+ * +-1 beyond |x| ~ 3.914, where CHLO's approximation stays a little under
+ * 1: saturate there, as libm's erff does. */
+static tpu_hlo_value_t f_erf(tpu_hlo_builder_t* b, tpu_hlo_value_t x) {
+  tpu_hlo_value_t r = un(b, "chlo.erf", x);
+  if (tpu_hlo_value_type(b, x).dtype != TPU_DTYPE_FLOAT32) return r;
+  tpu_hlo_value_t big = cmp(b, "GE", un(b, "stablehlo.abs", x), tpu_emit_splat(b, x, 3.92));
+  tpu_hlo_value_t one = sel(b, sign_bit(b, x), tpu_emit_splat(b, x, -1), tpu_emit_splat(b, x, 1));
+  return sel(b, big, one, r);
+}
 
 static tpu_hlo_value_t f_exp2(tpu_hlo_builder_t* b, tpu_hlo_value_t x) {
   return tpu_emit_binary(b, "stablehlo.power", tpu_emit_splat(b, x, 2), x);
