@@ -723,7 +723,8 @@ def test_bool_division_and_erf_saturation():
     for dt in (torch.float32, torch.float64):
         got = same_as_cpu(lambda d: torch.erf(t([4., -4., 5., -5., 6., 10.], dtype=dt, device=d)))
         same_as_cpu(lambda d: torch.erf(t([3.9, -3.95, 3.5, 3.91], dtype=dt, device=d)), exact=False)
-        assert got[0].item() == 1.0 and got[1].item() == -1.0
+        if dt == torch.float32:
+            assert got[0].item() == 1.0 and got[1].item() == -1.0
 
 
 @pytest.mark.parametrize("fn", ["add", "sub", "mul", "mul_scalar", "exp", "sin", "sqrt",
