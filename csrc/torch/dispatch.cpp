@@ -762,7 +762,8 @@ bool try_run_on_device(const c10::OperatorHandle& op, torch::jit::Stack* stack) 
     const tpu_eager_output_t* out = tpu_eager_entry_output(entry, o);
     if (out->alias_arg < 0) continue;
     const c10::IValue& a = inputs[out->alias_arg];
-    const at::Tensor& target = a.isTensor() ? a.toTensor() : a.toTensorVector()[out->alias_list];
+    // A copy: toTensorVector() is a temporary.
+    const at::Tensor target = a.isTensor() ? a.toTensor() : a.toTensorVector()[out->alias_list];
     if (facts.overlap_ok && out->alias_arg == 0) {
       if (*facts.overlap_ok && at::has_internal_overlap(target) == at::MemOverlap::Yes)
         TORCH_WARN("Use of ", facts.overlap_ok,
