@@ -125,3 +125,33 @@ def check(fn, *inputs, grad=False, dtype=None, exact=False, allow_fallback=False
                     assert ti.grad is not None, "no gradient reached a tpu input"
                     assert_close(ti.grad, ci.grad.to(ti.dtype), dtype)
     return got
+
+
+def same_as_cpu(fn, exact=True, dtype=None, warns=False):
+    """Runs fn(device) for "cpu" and "tpu": where the CPU raises, the tpu run
+    must raise the same exception type; otherwise the results (a tensor or a
+    tuple of them) must match (exactly by default). warns=True also compares
+    the warning messages' first sentences. Returns the tpu result."""
+    import warnings
+
+    def run(device):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                out = fn(device)
+                err = None
+            except Exception as e:  # noqa: BLE001 (the type is what is compared)
+                out, err = None, e
+        return out, err, [str(w.message).split(" (Triggered")[0] for w in caught]
+
+    want, want_err, want_warn = run("cpu")
+    got, got_err, got_warn = run("tpu")
+    if want_err is not None:
+        assert got_err is not None, f"CPU raised {type(want_err).__name__}: {want_err}; tpu did not"
+        assert type(got_err) is type(want_err), (type(got_err), got_err, type(want_err), want_err)
+        return got_err
+    assert got_err is None, f"tpu raised {type(got_err).__name__}: {got_err}"
+    if warns:
+        assert got_warn == want_warn, (got_warn, want_warn)
+    assert_close(to_cpu(got), want, dtype, exact)
+    return got

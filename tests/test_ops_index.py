@@ -588,3 +588,72 @@ def test_fuzz_debug_scatter_add_of_an_expanded_tensor():
     with torchtpu.eager_mode("debug"):
         got = f(a.to("tpu"), "tpu").cpu()
     assert torch.equal(got, want)
+
+
+# ---- edge cases that must behave as on the CPU (issue 21, item 4) --------
+
+from op_testing import same_as_cpu  # noqa: E402
+
+
+@pytest.mark.parametrize("case", ["gather_zero_dim", "gather_zero_index", "gather_from_empty",
+                                  "take_along_dim", "index_zero_dim", "index_select_zero",
+                                  "gather_out"])
+def test_indexing_over_zero_size_dims(case):
+    L = torch.long
+    fns = {
+        "gather_zero_dim": lambda d: torch.gather(torch.zeros(3, 0, device=d), 1,
+                                                  torch.zeros(3, 0, dtype=L, device=d)),
+        "gather_zero_index": lambda d: torch.gather(torch.ones(3, 4, device=d), 1,
+                                                    torch.zeros(3, 0, dtype=L, device=d)),
+        "gather_from_empty": lambda d: torch.gather(torch.zeros(0, 4, device=d), 0,
+                                                    torch.zeros(0, 4, dtype=L, device=d)),
+        "take_along_dim": lambda d: torch.take_along_dim(torch.zeros(3, 0, device=d),
+                                                         torch.zeros(3, 0, dtype=L, device=d), 1),
+        "index_zero_dim": lambda d: torch.zeros(3, 0, device=d)[torch.tensor([0, 2], device=d)],
+        "index_select_zero": lambda d: torch.zeros(3, 0, device=d).index_select(
+            0, torch.tensor([0, 2], device=d)),
+        "gather_out": lambda d: torch.gather(torch.zeros(2, 0, device=d), 1,
+                                             torch.zeros(2, 0, dtype=L, device=d),
+                                             out=torch.ones(5, device=d)),
+    }
+    same_as_cpu(fns[case])
+
+
+@pytest.mark.parametrize("case", ["fill_", "zero_", "masked_fill_", "masked_fill_tensor",
+                                  "masked_fill_2d_mask", "index_fill_", "index_put_",
+                                  "index_put_acc", "setitem", "fill_tensor", "add_", "copy_",
+                                  "index_copy_", "scatter_", "clamp_"])
+def test_writes_into_expanded_self(case):
+    # The CPU allows fill_/zero_ (and, with a deprecation warning,
+    # masked_fill_/index_fill_/index_put_) on an expanded tensor and writes
+    # its base; other in-place ops raise.
+    I = torch.tensor  # noqa: E741
+    fns = {
+        "fill_": lambda t, d: t.fill_(2.),
+        "zero_": lambda t, d: t.zero_(),
+        "masked_fill_": lambda t, d: t.masked_fill_(I([True, False, True], device=d), 5.),
+        "masked_fill_tensor": lambda t, d: t.masked_fill_(I([True, False, True], device=d),
+                                                          I(5.)),
+        # mask true in some rows only: any true element writes its location
+        "masked_fill_2d_mask": lambda t, d: t.masked_fill_(
+            I([[False, False, True], [False, False, False], [True, False, False],
+               [False, False, False]], device=d), 5.),
+        "index_fill_": lambda t, d: t.index_fill_(1, I([0], device=d), 5.),
+        "index_put_": lambda t, d: t.index_put_((I([0], device=d),), I(5., device=d)),
+        "index_put_acc": lambda t, d: t.index_put_((I([0], device=d),), I(5., device=d),
+                                                   accumulate=True),
+        "setitem": lambda t, d: t.__setitem__(0, 3.),
+        "fill_tensor": lambda t, d: t.fill_(I(2., device=d)),
+        "add_": lambda t, d: t.add_(1),
+        "copy_": lambda t, d: t.copy_(torch.ones(4, 3, device=d)),
+        "index_copy_": lambda t, d: t.index_copy_(0, I([0], device=d),
+                                                  torch.ones(1, 3, device=d) * 7),
+        "scatter_": lambda t, d: t.scatter_(0, torch.zeros(1, 3, dtype=torch.long, device=d), 7.),
+        "clamp_": lambda t, d: t.clamp_(0, .5),
+    }
+
+    def run(d):
+        base = torch.ones(3, device=d)
+        fns[case](base.expand(4, 3), d)
+        return base
+    same_as_cpu(run, warns=True)

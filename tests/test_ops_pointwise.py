@@ -652,3 +652,146 @@ def test_fuzz_pointwise_result_strides_follow_cpu():
     a = torch.tensor([[[10, 4], [9, 8]], [[9, 6], [7, 7]]], dtype=torch.uint8)
     f = lambda a: a.to(torch.float32) // (a.select(1, -2).permute(1, 0).abs() + 1)  # noqa: E731
     assert f(a.to("tpu")).stride() == f(a).stride()
+
+
+# ---- edge cases that must behave as on the CPU (issue 21, item 4) --------
+
+from op_testing import same_as_cpu  # noqa: E402
+
+INPLACE_BINARY = ["add_", "sub_", "mul_", "div_", "eq_", "ne_", "lt_", "le_", "gt_", "ge_",
+                  "pow_", "atan2_", "fmod_", "remainder_", "hypot_", "copysign_",
+                  "floor_divide_", "xlogy_", "logical_and_", "logical_or_", "nextafter_",
+                  "fmax", "maximum", "minimum", "bitwise_and_", "bitwise_or_", "lerp_",
+                  "clamp_", "clamp_min_", "clamp_max_", "logaddexp"]
+
+
+@pytest.mark.parametrize("op", INPLACE_BINARY)
+def test_inplace_broadcast_to_other_shape_raises(op):
+    # self (1, 3) with other (2, 3): the CPU raises instead of resizing self.
+    def fn(dev):
+        integer = op.startswith("bitwise")
+        dt = torch.int64 if integer else torch.float32
+        a = torch.ones(1, 3, dtype=dt, device=dev)
+        b = torch.full((2, 3), 2, dtype=dt, device=dev)
+        if op == "lerp_":
+            a.lerp_(b, 0.5)
+        elif op in ("clamp_", "clamp_min_", "clamp_max_"):
+            getattr(a, op)(*((b, b) if op == "clamp_" else (b,)))
+        elif not op.endswith("_"):
+            getattr(torch, op)(a, b, out=a)
+        else:
+            getattr(a, op)(b)
+        return a
+    err = same_as_cpu(fn)
+    assert "doesn't match the broadcast shape" in str(err)
+
+
+def test_out_resize_still_allowed():
+    # out= tensors (not self) are resized, with PyTorch's warning when non-empty.
+    # (The warning's wording is PyTorch's Python meta kernel's, not the CPU's.)
+    same_as_cpu(lambda d: torch.add(torch.ones(3, 2, device=d), 1, out=torch.zeros(5, device=d)))
+    same_as_cpu(lambda d: torch.add(torch.ones(3, 2, device=d), 1, out=torch.zeros(0, device=d)),
+                warns=True)
+
+
+def _int_div_cases():
+    t = lambda d, v, dt=torch.int64: torch.tensor(v, dtype=dt, device=d)  # noqa: E731
+    return {
+        "floordiv_tensor": lambda d: t(d, [5, 3]) // t(d, [1, 0]),
+        "floordiv_scalar": lambda d: t(d, [5, 3]) // 0,
+        "mod_tensor": lambda d: t(d, [5, 3]) % t(d, [1, 0]),
+        "mod_scalar": lambda d: t(d, [5, 3]) % 0,
+        "rmod_tensor": lambda d: 7 % t(d, [1, 0]),
+        "fmod": lambda d: torch.fmod(t(d, [5, 3]), t(d, [1, 0])),
+        "fmod_scalar": lambda d: torch.fmod(t(d, [5, 3]), 0),
+        "trunc": lambda d: torch.div(t(d, [5, 3]), t(d, [1, 0]), rounding_mode="trunc"),
+        "floor": lambda d: torch.div(t(d, [5, 3]), t(d, [1, 0]), rounding_mode="floor"),
+        "trunc_scalar": lambda d: torch.div(t(d, [5, 3]), 0, rounding_mode="trunc"),
+        "uint8": lambda d: t(d, [5, 3], torch.uint8) // t(d, [1, 0], torch.uint8),
+        "int32_inplace": lambda d: t(d, [5, 3], torch.int32).remainder_(0),
+        "int32_ifloordiv": lambda d: t(d, [5, 3], torch.int32).floor_divide_(t(d, [0, 1], torch.int32)),
+        "out": lambda d: torch.remainder(t(d, [5, 3]), t(d, [2, 0]), out=t(d, [0, 0])),
+        # No zero divisor, or true / float division: no error.
+        "nonzero": lambda d: t(d, [5, -3]) // t(d, [2, 2]),
+        "true_div": lambda d: torch.div(t(d, [5, 3]), t(d, [1, 0])),
+        "float_floordiv": lambda d: t(d, [5., 3.], torch.float32) // 0,
+        "float_mod": lambda d: t(d, [5., 3.], torch.float32) % t(d, [0., 2.], torch.float32),
+        "empty": lambda d: t(d, [], torch.int64) // t(d, [], torch.int64),
+    }
+
+
+@pytest.mark.parametrize("case", sorted(_int_div_cases()))
+def test_integer_division_by_zero_raises(case):
+    # The CPU raises RuntimeError("ZeroDivisionError") for integer division
+    # and modulo by zero; float division gives inf / NaN.
+    got = same_as_cpu(_int_div_cases()[case])
+    if isinstance(got, Exception):
+        assert "ZeroDivisionError" in str(got)
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8])
+def test_integer_pow_large_exponents(dtype):
+    # Exact with wrap-around at exponents of 64 and more (XLA looked at the
+    # low 6 bits only: 3 ** 64 was 1).
+    base = [3, -3, 2, 5, 7, 1, 0, -1] if dtype != torch.uint8 else [3, 3, 2, 5, 7, 1, 0, 255]
+    small = dtype in (torch.int8, torch.uint8)
+    exps = [64, 65, 100, 127, 70, 99, 40, 80] if small else [64, 65, 100, 1000, 256, 127, 40, 99]
+    same_as_cpu(lambda d: torch.tensor(base, dtype=dtype, device=d)
+                ** torch.tensor(exps, dtype=dtype, device=d))
+    same_as_cpu(lambda d: 3 ** torch.tensor([64, 100, 256], device=d))
+    same_as_cpu(lambda d: torch.tensor([3, -3, 2, 5], device=d) ** 100)
+
+
+def test_floor_division_of_infinities():
+    inf, nan = float("inf"), float("nan")
+    x = [1., -1., inf, -inf, 0., -0., 5., -7.8125, nan]
+    y = [inf, inf, 2., 2., -inf, inf, 0., -2.609375, 1.]
+    for dt in (torch.float32, torch.float64):
+        t = lambda d, v: torch.tensor(v, dtype=dt, device=d)  # noqa: E731
+        same_as_cpu(lambda d: torch.div(t(d, x), t(d, y), rounding_mode="floor"))
+        same_as_cpu(lambda d: t(d, x) // t(d, y))
+        same_as_cpu(lambda d: t(d, x) // -inf)
+        same_as_cpu(lambda d: torch.div(t(d, x), t(d, y), rounding_mode="trunc"))
+
+
+def test_bool_division_and_erf_saturation():
+    t = torch.tensor
+    same_as_cpu(lambda d: t([True, False], device=d) / t([False, False], device=d))
+    same_as_cpu(lambda d: t([1, 0, -1], device=d) / 0)
+    for dt in (torch.float32, torch.float64):
+        got = same_as_cpu(lambda d: torch.erf(t([4., -4., 5., -5., 6., 10.], dtype=dt, device=d)))
+        same_as_cpu(lambda d: torch.erf(t([3.9, -3.95, 3.5, 3.91], dtype=dt, device=d)), exact=False)
+        if dt == torch.float32:
+            assert got[0].item() == 1.0 and got[1].item() == -1.0
+
+
+@pytest.mark.parametrize("fn", ["add", "sub", "mul", "mul_scalar", "exp", "sin", "sqrt",
+                                "tanh", "sigmoid", "erf", "log"])
+@pytest.mark.parametrize("pair", [(torch.float16, torch.float64), (torch.bfloat16, torch.float32),
+                                  (torch.float16, torch.float32)])
+def test_out_of_wider_dtype_computes_in_input_dtype(fn, pair):
+    # float16 inputs into a float64 out=: the CPU computes in float16 (its
+    # opmath, rounded to float16) and converts the result.
+    src, dst = pair
+    fns = {
+        "add": lambda x, o: torch.add(x, x * 0.7, out=o),
+        "sub": lambda x, o: torch.sub(x, x * 0.3, alpha=2, out=o),
+        "mul": lambda x, o: torch.mul(x, x, out=o),
+        "div": lambda x, o: torch.div(x, x + 0.3, out=o),
+        "mul_scalar": lambda x, o: torch.mul(x, 3.3, out=o),
+    }
+    f = fns.get(fn) or (lambda x, o: getattr(torch, fn)(x, out=o))
+
+    def run(d):
+        x = (torch.arange(1, 13, dtype=torch.float64) / 7).view(3, 4).to(src).to(d)
+        o = torch.zeros(3, 4, dtype=dst, device=d)
+        f(x, o)
+        return o
+    same_as_cpu(run)
+
+
+def test_bool_add_into_integer_out():
+    # bool + bool computes in bool (True + True = True), then converts.
+    same_as_cpu(lambda d: torch.add(torch.tensor([True, True, False], device=d),
+                                    torch.tensor([True, False, False], device=d),
+                                    out=torch.zeros(3, dtype=torch.int64, device=d)))

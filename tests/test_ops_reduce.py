@@ -308,3 +308,47 @@ def test_fuzz_topk_of_bool_raises_like_cpu():
         torch.topk(x, 2)
     with pytest.raises(RuntimeError, match="bool"):
         torch.topk(x.to("tpu"), 2).values.cpu()
+
+
+# ---- edge cases that must behave as on the CPU (issue 21, item 4) --------
+
+from op_testing import same_as_cpu  # noqa: E402
+
+
+@pytest.mark.parametrize("case", ["max", "min", "max_dim", "min_dim", "max_dim_ok", "argmax",
+                                  "argmin", "amax", "aminmax", "max_2d"])
+def test_reductions_without_identity_of_empty_raise(case):
+    fns = {
+        "max": lambda d: torch.zeros(0, device=d).max(),
+        "min": lambda d: torch.zeros(0, 2, device=d).min(),
+        "max_dim": lambda d: torch.zeros(0, 3, device=d).max(0),
+        "min_dim": lambda d: torch.zeros(3, 0, device=d).min(-1),
+        "max_dim_ok": lambda d: torch.zeros(0, 3, device=d).max(1),  # empty result, no error
+        "argmax": lambda d: torch.zeros(0, device=d).argmax(),
+        "argmin": lambda d: torch.zeros(0, device=d).argmin(),
+        "amax": lambda d: torch.zeros(0, device=d).amax(),
+        "aminmax": lambda d: torch.aminmax(torch.zeros(0, device=d)),
+        "max_2d": lambda d: torch.zeros(2, 0, device=d).max(),
+    }
+    same_as_cpu(fns[case])
+
+
+DTYPES = [torch.bool, torch.uint8, torch.int32, torch.int64, torch.float16, torch.float32,
+          torch.float64]
+
+
+@pytest.mark.parametrize("op", ["all", "any", "all_dim", "any_dim", "amax", "amin"])
+@pytest.mark.parametrize("out_dtype", DTYPES)
+@pytest.mark.parametrize("in_dtype", [torch.bool, torch.uint8, torch.int64, torch.float32])
+def test_reduction_out_dtype_checks(op, out_dtype, in_dtype):
+    # all/any write only bool or uint8; amax/amin only the input's dtype.
+    def fn(d):
+        x = torch.tensor([[1, 0, 2], [3, 4, 5]], device=d).to(in_dtype)
+        o = torch.zeros(0, dtype=out_dtype, device=d)
+        name = op.split("_")[0]
+        if op.endswith("_dim") or name in ("amax", "amin"):
+            getattr(torch, name)(x, 1, out=o)
+        else:
+            getattr(torch, name)(x, out=o)
+        return o
+    same_as_cpu(fn)

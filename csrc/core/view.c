@@ -187,7 +187,22 @@ tpu_hlo_value_t tpu_view_emit_write(tpu_hlo_builder_t* b, tpu_hlo_value_t flat,
   }
   /* General: scatter each element to its flat index (replace). */
   tpu_hlo_value_t updates = tpu_emit_reshape(b, value, &numel, 1);
-  tpu_hlo_value_t operands[3] = {flat, index_column(b, v), updates};
+  tpu_hlo_value_t indices = index_column(b, v);
+  bool overlapping = false;
+  for (int d = 0; d < v->rank; d++) overlapping |= v->sizes[d] > 1 && v->strides[d] == 0;
+  if (overlapping) {
+    /* An expanded view (fill_, masked_fill_, index_put_ ... allow it, as
+     * on the CPU): several elements share one location, and only those
+     * the op changed may land there, or an unchanged duplicate could undo
+     * the write. Unchanged elements get an out-of-range index (dropped). */
+    tpu_hlo_value_t old = tpu_emit_reshape(b, tpu_view_emit_read(b, flat, v), &numel, 1);
+    int64_t dims[2] = {numel, 1};
+    tpu_hlo_value_t changed =
+        tpu_emit_reshape(b, tpu_emit_compare(b, "NE", updates, old), dims, 2);
+    tpu_hlo_type_t idx_type = tpu_hlo_type_make(TPU_DTYPE_INT64, 2, dims);
+    indices = tpu_emit_select(b, changed, indices, tpu_emit_const_like(b, &idx_type, (double)n));
+  }
+  tpu_hlo_value_t operands[3] = {flat, indices, updates};
   tpu_hlo_type_t flat_type = tpu_hlo_value_type(b, flat);
   tpu_hlo_region_op_begin(
       b, "stablehlo.scatter", operands, 3, &flat_type, 1,

@@ -12,7 +12,8 @@ enum { N = 64 };
 
 /* Runs a program over flat [N] f32 = 0..N-1 (and optionally a value input
  * of the view's shape) returning one output of `out_n` floats. */
-static tpu_status_t run(const tpu_view_t* v, bool write, float* out, int64_t out_n) {
+static tpu_status_t run_values(const tpu_view_t* v, bool write, const float* custom, float* out,
+                               int64_t out_n) {
   TPU_RETURN_IF_ERROR(tpu_runtime_init(NULL));
   tpu_hlo_builder_t* b = NULL;
   TPU_RETURN_IF_ERROR(tpu_hlo_builder_create(&b));
@@ -32,7 +33,7 @@ static tpu_status_t run(const tpu_view_t* v, bool write, float* out, int64_t out
   free(text);
   TPU_RETURN_IF_ERROR(s);
   float host[N], values[N];
-  for (int i = 0; i < N; i++) host[i] = (float)i, values[i] = 1000.0f + (float)i;
+  for (int i = 0; i < N; i++) host[i] = (float)i, values[i] = custom ? custom[i] : 1000.0f + (float)i;
   tpu_buffer_t* args[2] = {0};
   tpu_buffer_t* res = NULL;
   s = tpu_buffer_from_host(tpu_runtime_client(), 0, host, TPU_DTYPE_FLOAT32, &n, 1, NULL, &args[0]);
@@ -45,6 +46,10 @@ static tpu_status_t run(const tpu_view_t* v, bool write, float* out, int64_t out
   tpu_buffer_destroy(args[1]);
   tpu_buffer_destroy(res);
   return s;
+}
+
+static tpu_status_t run(const tpu_view_t* v, bool write, float* out, int64_t out_n) {
+  return run_values(v, write, NULL, out, out_n);
 }
 
 /* Flat index of the k-th element (row-major over sizes). */
@@ -115,10 +120,28 @@ static void test_writes_touch_exactly_the_view(void) {
   }
 }
 
+/* A write through an expanded view (fill_, masked_fill_ ... allow one):
+ * only elements whose value changed land, so an unchanged duplicate
+ * (a row where the mask was false) cannot undo another row's write. */
+static void test_expanded_write_keeps_changed_values(void) {
+  int64_t sizes[2] = {4, 5}, strides[2] = {0, 1};
+  tpu_view_t v = view(2, sizes, strides, 10);
+  float values[N] = {0}, out[N];
+  for (int r = 0; r < 4; r++)
+    for (int j = 0; j < 5; j++) values[r * 5 + j] = r == 2 && j != 1 ? 500.0f + (float)j : 10.0f + (float)j;
+  CHECK_OK(run_values(&v, true, values, out, N));
+  for (int i = 0; i < N; i++) {
+    float want = i >= 10 && i < 15 && i != 11 ? 500.0f + (float)(i - 10) : (float)i;
+    if (out[i] != want) fprintf(stderr, "flat[%d] is %g, want %g\n", i, out[i], want);
+    CHECK(out[i] == want);
+  }
+}
+
 static void test_cleanup(void) {
   tpu_program_cache_clear();
   tpu_runtime_shutdown();
 }
 
 TPU_TEST_MAIN(TPU_TEST(test_reads_match_strided_indexing),
-              TPU_TEST(test_writes_touch_exactly_the_view), TPU_TEST(test_cleanup))
+              TPU_TEST(test_writes_touch_exactly_the_view),
+              TPU_TEST(test_expanded_write_keeps_changed_values), TPU_TEST(test_cleanup))

@@ -17,6 +17,7 @@
 #include <frameobject.h>
 
 #include <ATen/ATen.h>
+#include <ATen/MemoryOverlap.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
 
@@ -150,6 +151,9 @@ c10::IValue to_host(const c10::IValue& v) {
   if (v.isTensor()) {
     const at::Tensor& t = v.toTensor();
     if (!t.defined() || !t.device().is_privateuseone()) return v;
+    // An expanded tensor (fill_ / index_put_ allow one as self): a dense
+    // copy, since copy_ into an expanded host tensor would raise.
+    if (at::has_internal_overlap(t) == at::MemOverlap::Yes) return t.cpu();
     // A detached host copy with the same strides, so in-place kernels and
     // view semantics behave as they would have on the CPU.
     at::Tensor host = at::empty_strided(t.sizes(), t.strides(), t.options().device(at::kCPU));

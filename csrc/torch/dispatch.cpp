@@ -91,8 +91,34 @@ struct OpFacts {
   std::string name;  // "aten::add.Tensor"
   bool lowered = false;
   bool foreach = false;
+  // Integer division, modulo or rounding division: a zero divisor raises
+  // (see check_integer_divisor).
+  bool int_division = false;
+  // CPU kernels that allow an overlapping (expanded) self: nullptr, "" (no
+  // warning) or the op named in PyTorch's deprecation warning.
+  const char* overlap_ok = nullptr;
   std::vector<ArgClass> args;
 };
+
+// What the CPU kernels of facts.name do with an expanded self: fill_ and
+// zero_ write one value per element; masked_fill_, index_fill_ and
+// index_put_ warn that it is deprecated and write anyway.
+const char* overlap_policy(const std::string& name) {
+  if (name == "aten::fill_.Scalar" || name == "aten::zero_") return "";
+  if (name.rfind("aten::masked_fill_.", 0) == 0) return "masked_fill_";
+  if (name.rfind("aten::index_fill_.", 0) == 0) return "index_fill_";
+  if (name == "aten::index_put_" || name == "aten::_index_put_impl_") return "index_put_";
+  return nullptr;
+}
+
+bool is_int_division(const std::string& name) {
+  const std::string base = name.substr(0, name.find('.'));
+  if (base == "aten::div" || base == "aten::div_")
+    return name.find("mode") != std::string::npos;  // true division gives floats
+  return base == "aten::floor_divide" || base == "aten::floor_divide_" ||
+         base == "aten::remainder" || base == "aten::remainder_" || base == "aten::fmod" ||
+         base == "aten::fmod_";
+}
 
 const OpFacts& facts_of(const c10::OperatorHandle& op) {
   // The schema lives in the dispatcher's operator entry: a stable address.
@@ -122,6 +148,8 @@ const OpFacts& facts_of(const c10::OperatorHandle& op) {
     f->name = name.name + (name.overload_name.empty() ? "" : "." + name.overload_name);
     f->lowered = tpu_lowering_find(f->name.c_str()) != nullptr;
     f->foreach = f->name.find("::_foreach_") != std::string::npos;
+    f->int_division = is_int_division(f->name);
+    f->overlap_ok = overlap_policy(f->name);
     for (const auto& a : op.schema().arguments()) f->args.push_back(classify(a));
     slot = std::move(f);
   }
@@ -659,6 +687,32 @@ struct ReturnPlan {
 
 void free_return_plan(void* p) { delete static_cast<ReturnPlan*>(p); }
 
+// Integer division by zero raises on the CPU (RuntimeError
+// "ZeroDivisionError"); XLA returns arbitrary values. A Python number is
+// checked here; a tensor divisor is read back (a host sync, only for
+// integer division), which works the same in every eager mode.
+void check_integer_divisor(const OpFacts& facts, c10::ArrayRef<c10::IValue> inputs) {
+  if (inputs.size() < 2) return;
+  const c10::IValue& x = inputs[0];
+  const c10::IValue& y = inputs[1];
+  // div's rounding_mode=None is true division.
+  if (facts.name.rfind("aten::div", 0) == 0 && (inputs.size() < 3 || inputs[2].isNone())) return;
+  c10::ScalarType common;
+  if (x.isTensor() && y.isTensor()) common = at::result_type(x.toTensor(), y.toTensor());
+  else if (x.isTensor() && y.isScalar()) common = at::result_type(x.toTensor(), y.toScalar());
+  else if (x.isScalar() && y.isTensor()) common = at::result_type(x.toScalar(), y.toTensor());
+  else return;
+  if (!at::isIntegralType(common, /*includeBool=*/false)) return;
+  // Nothing is divided when the (broadcast) result is empty.
+  for (const c10::IValue* v : {&x, &y})
+    if (v->isTensor() && v->toTensor().defined() && v->toTensor().numel() == 0) return;
+  bool zero;
+  if (y.isScalar()) zero = y.toScalar().toLong() == 0;
+  else if (!y.toTensor().defined() || y.toTensor().numel() == 0) return;
+  else zero = y.toTensor().eq(0).any().item<bool>();
+  TORCH_CHECK(!zero, "ZeroDivisionError");
+}
+
 tpu_metrics_counter_t* device_ops_counter() {
   static tpu_metrics_counter_t* counter = tpu_metrics_counter("device_ops");
   return counter;
@@ -759,6 +813,19 @@ bool try_run_on_device(const c10::OperatorHandle& op, torch::jit::Stack* stack) 
       return false;
     }
     if (!outputs.resizes.empty()) {
+      // Only out= tensors may be resized; an in-place op's self must already
+      // have the broadcast shape (some Python meta kernels resize it).
+      // An out= that is also an input (maximum(a, b, out=a)) cannot be
+      // resized either, as on the CPU.
+      for (const auto& [index, sizes] : outputs.resizes) {
+        const at::Tensor& target = inputs[index].toTensor();
+        bool is_input = false;
+        for (size_t i = 0; i < inputs.size(); i++)
+          is_input |= static_cast<int>(i) != index && inputs[i].isTensor() &&
+                      inputs[i].toTensor().is_same(target);
+        TORCH_CHECK(op.schema().arguments()[index].is_out() && !is_input, "output with shape ",
+                    target.sizes(), " doesn't match the broadcast shape ", c10::IntArrayRef(sizes));
+      }
       // An out= tensor of the wrong size: resize it as the kernel would,
       // then run again with the new geometry.
       for (const auto& [index, sizes] : outputs.resizes) inputs[index].toTensor().resize_(sizes);
@@ -785,14 +852,26 @@ bool try_run_on_device(const c10::OperatorHandle& op, torch::jit::Stack* stack) 
   if (!plan) plan = static_cast<const ReturnPlan*>(tpu_eager_entry_user(entry));
   TORCH_INTERNAL_ASSERT(plan, "torchtpu: ", facts.name, ": cached entry without a return plan");
   const int n = tpu_eager_entry_num_outputs(entry);
+  if (facts.int_division) check_integer_divisor(facts, inputs);
   // Writes into a tensor whose elements share memory (an expanded view)
-  // are refused exactly as PyTorch's CPU kernels refuse them.
+  // are refused exactly as PyTorch's CPU kernels refuse them; the few that
+  // allow it write through the view (duplicates take a changed value).
   for (int o = 0; o < n; o++) {
     const tpu_eager_output_t* out = tpu_eager_entry_output(entry, o);
     if (out->alias_arg < 0) continue;
     const c10::IValue& a = inputs[out->alias_arg];
-    at::assert_no_internal_overlap(a.isTensor() ? a.toTensor()
-                                                : a.toTensorVector()[out->alias_list]);
+    // A copy: toTensorVector() is a temporary.
+    const at::Tensor target = a.isTensor() ? a.toTensor() : a.toTensorVector()[out->alias_list];
+    if (facts.overlap_ok && out->alias_arg == 0) {
+      if (*facts.overlap_ok && at::has_internal_overlap(target) == at::MemOverlap::Yes)
+        TORCH_WARN("Use of ", facts.overlap_ok,
+                   " on expanded tensors is deprecated. Please clone() the tensor before "
+                   "performing this operation. This also applies to advanced indexing e.g. ",
+                   std::strcmp(facts.overlap_ok, "index_put_") == 0 ? "tensor[indices] = tensor"
+                                                                   : "tensor[mask] = scalar");
+      continue;
+    }
+    at::assert_no_internal_overlap(target);
   }
   // An input that partly overlaps a written tensor (`t[1:].mul_(t[:-1])`)
   // would read values the write already changed on the CPU; PyTorch

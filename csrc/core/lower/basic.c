@@ -5,28 +5,52 @@
 #include "emit.h"
 #include "lowering.h"
 
-/* Operand i (tensor or scalar) cast to the output's dtype and shape. */
-static tpu_hlo_value_t operand_as_output(tpu_lower_ctx_t* ctx, int i) {
+/* The dtype TensorIterator computes in: the operands' common dtype. It
+ * differs from the output's only for an out= of another dtype (float16
+ * inputs into a float64 out= add in float16, then convert). */
+static tpu_dtype_t compute_dtype(tpu_lower_ctx_t* ctx) {
+  static const int idx[2] = {0, 1};
+  return tpu_lower_result_type(ctx, idx, 2);
+}
+
+static bool is_half(tpu_dtype_t d) { return d == TPU_DTYPE_FLOAT16 || d == TPU_DTYPE_BFLOAT16; }
+/* PyTorch's opmath: half types compute in float32. */
+static tpu_dtype_t opmath(tpu_dtype_t d) { return is_half(d) ? TPU_DTYPE_FLOAT32 : d; }
+
+/* Operand i in `dtype`'s opmath and the output's shape: a tensor is cast
+ * to `dtype` first; a Scalar goes straight to the opmath dtype, as CPU
+ * kernels keep it (x_f16 * 3.3 multiplies by 3.3f, not by 3.3 rounded to
+ * float16). */
+static tpu_hlo_value_t operand_as(tpu_lower_ctx_t* ctx, int i, tpu_dtype_t dtype) {
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
   tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
+  out.dtype = dtype;
   const tpu_lower_arg_t* a = tpu_lower_arg(ctx, i);
-  tpu_hlo_value_t v = a->kind == TPU_ARG_TENSOR ? tpu_lower_tensor(ctx, i)
-                                                : tpu_lower_scalar(ctx, i, out.dtype);
-  return tpu_emit_cast_to(tpu_lower_builder(ctx), v, &out);
+  tpu_hlo_value_t v = a->kind == TPU_ARG_TENSOR ? tpu_emit_cast_to(b, tpu_lower_tensor(ctx, i), &out)
+                                                : tpu_lower_scalar(ctx, i, opmath(dtype));
+  out.dtype = opmath(dtype);
+  return tpu_emit_cast_to(b, v, &out);
 }
 
 /* add / sub: self (+|-) alpha * other. */
 static tpu_status_t lower_add_sub(tpu_lower_ctx_t* ctx, const char* op) {
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
   tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
-  if (out.dtype == TPU_DTYPE_BOOL) return tpu_lower_decline(ctx, "bool arithmetic");
-  tpu_hlo_value_t x = operand_as_output(ctx, 0);
-  tpu_hlo_value_t y = operand_as_output(ctx, 1);
+  tpu_hlo_type_t t = out;
+  t.dtype = compute_dtype(ctx);
+  if (out.dtype == TPU_DTYPE_BOOL || t.dtype == TPU_DTYPE_BOOL)
+    return tpu_lower_decline(ctx, "bool arithmetic");
+  tpu_hlo_value_t x = operand_as(ctx, 0, t.dtype);
+  tpu_hlo_value_t y = operand_as(ctx, 1, t.dtype);
+  tpu_dtype_t common = t.dtype;
+  t.dtype = opmath(common);
   if (tpu_lower_arg(ctx, 2)->kind == TPU_ARG_SCALAR ||
       tpu_lower_arg(ctx, 2)->kind == TPU_ARG_INT || tpu_lower_arg(ctx, 2)->kind == TPU_ARG_FLOAT) {
-    tpu_hlo_value_t alpha = tpu_emit_broadcast_to(b, tpu_lower_scalar(ctx, 2, out.dtype), &out);
+    tpu_hlo_value_t alpha = tpu_emit_broadcast_to(b, tpu_lower_scalar(ctx, 2, t.dtype), &t);
     y = tpu_emit_binary(b, "stablehlo.multiply", y, alpha);
   }
-  tpu_lower_set_output(ctx, 0, tpu_emit_binary(b, op, x, y));
+  tpu_hlo_value_t r = tpu_emit_convert(b, tpu_emit_binary(b, op, x, y), common);
+  tpu_lower_set_output(ctx, 0, tpu_emit_convert(b, r, out.dtype));
   return NULL;
 }
 
@@ -40,9 +64,11 @@ static tpu_status_t lower_sub(tpu_lower_ctx_t* ctx) {
 static tpu_status_t lower_mul(tpu_lower_ctx_t* ctx) {
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
   tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
-  tpu_hlo_value_t x = operand_as_output(ctx, 0), y = operand_as_output(ctx, 1);
-  const char* op = out.dtype == TPU_DTYPE_BOOL ? "stablehlo.and" : "stablehlo.multiply";
-  tpu_lower_set_output(ctx, 0, tpu_emit_binary(b, op, x, y));
+  tpu_dtype_t d = compute_dtype(ctx);
+  tpu_hlo_value_t x = operand_as(ctx, 0, d), y = operand_as(ctx, 1, d);
+  const char* op = d == TPU_DTYPE_BOOL ? "stablehlo.and" : "stablehlo.multiply";
+  tpu_hlo_value_t r = tpu_emit_convert(b, tpu_emit_binary(b, op, x, y), d);
+  tpu_lower_set_output(ctx, 0, tpu_emit_convert(b, r, out.dtype));
   return NULL;
 }
 
@@ -55,18 +81,22 @@ static tpu_status_t lower_div(tpu_lower_ctx_t* ctx) {
   if (out.dtype == TPU_DTYPE_BOOL) return tpu_lower_decline(ctx, "bool division");
   /* CPU has no rounded complex division (it raises; so does the fallback). */
   if (rounding && tpu_dtype_is_complex(out.dtype)) return tpu_lower_decline(ctx, "rounded complex division");
-  tpu_hlo_value_t x = operand_as_output(ctx, 0), y = operand_as_output(ctx, 1);
+  /* The operands' common dtype, except that true division of integers
+   * computes in the (float) output dtype. */
+  tpu_dtype_t common = compute_dtype(ctx);
+  bool common_float = tpu_dtype_is_floating(common) || tpu_dtype_is_complex(common);
+  if (common_float || rounding) out.dtype = common;
+  if (out.dtype == TPU_DTYPE_BOOL) return tpu_lower_decline(ctx, "bool division");
+  tpu_hlo_value_t x = operand_as(ctx, 0, out.dtype), y = operand_as(ctx, 1, out.dtype);
   /* Half types divide and round in float32, then round once (PyTorch's CPU
    * kernels do; rounding the quotient first can flip floor()). */
   tpu_hlo_type_t result_type = out;
-  if (out.dtype == TPU_DTYPE_FLOAT16 || out.dtype == TPU_DTYPE_BFLOAT16) {
-    x = tpu_emit_convert(b, x, TPU_DTYPE_FLOAT32);
-    y = tpu_emit_convert(b, y, TPU_DTYPE_FLOAT32);
-    out.dtype = TPU_DTYPE_FLOAT32;
-  }
+  out.dtype = opmath(out.dtype); /* operand_as gave opmath values */
   tpu_hlo_value_t q = tpu_emit_binary(b, "stablehlo.divide", x, y);
   if (rounding && tpu_dtype_is_floating(out.dtype)) {
-    if (strcmp(rounding, "floor") == 0) q = tpu_emit_unary(b, "stablehlo.floor", q);
+    /* floor: floor(x / y) differs at infinities and where x / y rounds up
+     * to an integer; PyTorch uses floor_divide's formula. */
+    if (strcmp(rounding, "floor") == 0) q = tpu_emit_floor_divide_float(b, x, y);
     else if (strcmp(rounding, "trunc") == 0) {
       /* trunc = sign(q) * floor(|q|) */
       tpu_hlo_value_t mag = tpu_emit_unary(b, "stablehlo.floor", tpu_emit_unary(b, "stablehlo.abs", q));
@@ -86,7 +116,8 @@ static tpu_status_t lower_div(tpu_lower_ctx_t* ctx) {
   } else if (!rounding && !tpu_dtype_is_floating(out.dtype) && !tpu_dtype_is_complex(out.dtype)) {
     return tpu_lower_decline(ctx, "true division into an integer output");
   }
-  tpu_lower_set_output(ctx, 0, tpu_emit_convert(b, q, result_type.dtype));
+  q = tpu_emit_convert(b, q, result_type.dtype); /* rounds a half quotient once */
+  tpu_lower_set_output(ctx, 0, tpu_emit_convert(b, q, tpu_lower_output_type(ctx, 0).dtype));
   return NULL;
 }
 

@@ -401,3 +401,29 @@ void tpu_emit_sort(tpu_hlo_builder_t* b, tpu_hlo_value_t x, int dim, tpu_sort_or
   *out_indices = r[1];
 }
 
+
+tpu_hlo_value_t tpu_emit_floor_divide_float(tpu_hlo_builder_t* b, tpu_hlo_value_t x,
+                                            tpu_hlo_value_t y) {
+  tpu_hlo_value_t zero = tpu_emit_splat(b, x, 0), one = tpu_emit_splat(b, x, 1);
+  tpu_hlo_value_t mod = tpu_emit_binary(b, "stablehlo.remainder", x, y);
+  tpu_hlo_value_t fix = tpu_emit_binary(
+      b, "stablehlo.and", tpu_emit_compare(b, "NE", mod, zero),
+      tpu_emit_compare(b, "NE", tpu_emit_compare(b, "LT", mod, zero),
+                       tpu_emit_compare(b, "LT", y, zero)));
+  tpu_hlo_value_t div = tpu_emit_div(b, tpu_emit_sub(b, x, mod), y);
+  div = tpu_emit_select(b, fix, tpu_emit_sub(b, div, one), div);
+  tpu_hlo_value_t fl = tpu_emit_unary(b, "stablehlo.floor", div);
+  fl = tpu_emit_select(b, tpu_emit_compare(b, "GT", tpu_emit_sub(b, div, fl), tpu_emit_splat(b, x, 0.5)),
+                       tpu_emit_add(b, fl, one), fl);
+  /* A zero quotient takes the sign of x / y (its sign bit, so -0.0 and
+   * signed NaN count); division by zero is x / y. */
+  tpu_hlo_value_t q = tpu_emit_div(b, x, y);
+  tpu_hlo_type_t t = tpu_hlo_value_type(b, q);
+  size_t size = tpu_dtype_size(t.dtype);
+  t.dtype = size == 8 ? TPU_DTYPE_INT64 : size == 4 ? TPU_DTYPE_INT32 : TPU_DTYPE_INT16;
+  tpu_hlo_value_t bits = tpu_hlo_op(b, "stablehlo.bitcast_convert", &q, 1, t, NULL);
+  tpu_hlo_value_t negative = tpu_emit_compare(b, "LT", bits, tpu_emit_splat(b, bits, 0));
+  tpu_hlo_value_t signed_zero = tpu_emit_select(b, negative, tpu_emit_splat(b, x, -0.0), zero);
+  fl = tpu_emit_select(b, tpu_emit_compare(b, "EQ", div, zero), signed_zero, fl);
+  return tpu_emit_select(b, tpu_emit_compare(b, "EQ", y, zero), q, fl);
+}

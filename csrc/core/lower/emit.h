@@ -77,6 +77,11 @@ tpu_hlo_value_t tpu_emit_gather(tpu_hlo_builder_t* b, tpu_hlo_value_t operand,
                                 const int64_t* offset_dims, int num_offset,
                                 const int64_t* collapsed, const int64_t* start_map,
                                 int num_collapsed, const int64_t* slice_sizes);
+/* Python's floor division x // y of same-typed float values, as PyTorch's
+ * div_floor_floating (fmod-based, so the quotient is not rounded before
+ * flooring: 1 // inf is 0, -1 // inf is -1, inf // 2 is NaN). */
+tpu_hlo_value_t tpu_emit_floor_divide_float(tpu_hlo_builder_t* b, tpu_hlo_value_t x,
+                                            tpu_hlo_value_t y);
 /* Inclusive prefix sum of a 1-D value. */
 tpu_hlo_value_t tpu_emit_prefix_sum(tpu_hlo_builder_t* b, tpu_hlo_value_t y);
 

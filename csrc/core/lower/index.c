@@ -120,6 +120,15 @@ static tpu_status_t lower_gather(tpu_lower_ctx_t* ctx) {
   tpu_hlo_type_t xt = tpu_hlo_value_type(b, x), it = tpu_hlo_value_type(b, idx);
   int dim = wrap_dim(tpu_lower_arg(ctx, 1)->i, xt.rank);
   if (it.rank != xt.rank) return tpu_lower_decline(ctx, "index rank differs from self");
+  tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
+  int64_t out_numel = 1;
+  for (int d = 0; d < out.rank; d++) out_numel *= out.dims[d];
+  /* An empty result (e.g. over a zero-size dim): a gather with zero-size
+   * slices would not compile, and there is nothing to read. */
+  if (out_numel == 0) {
+    tpu_lower_set_output(ctx, 0, tpu_emit_const_like(b, &out, 0));
+    return NULL;
+  }
   tpu_hlo_value_t coords = point_coords(b, idx, dim, xt.dims[dim]);
   set_output_reshaped(ctx, point_gather(b, x, coords, it));
   return NULL;

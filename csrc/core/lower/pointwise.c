@@ -129,13 +129,17 @@ static bool present(tpu_lower_ctx_t* ctx, int i) {
 
 typedef tpu_hlo_value_t (*math_fn_t)(tpu_hlo_builder_t* b, tpu_hlo_value_t x);
 
-/* Unary float op: integer and bool inputs become the (float) output dtype. */
+/* Unary float op: integer and bool inputs become the (float) output dtype;
+ * a float input computes in its own dtype, then converts (a float16 input
+ * into a float64 out= is computed in float16, as on the CPU). */
 static tpu_status_t unary_math(tpu_lower_ctx_t* ctx, math_fn_t fn) {
   tpu_dtype_t out = tpu_lower_output_type(ctx, 0).dtype;
   if (!is_float(out)) return tpu_lower_decline(ctx, "%s output", tpu_dtype_name(out));
+  tpu_dtype_t in = tpu_lower_arg(ctx, 0)->type.dtype;
+  tpu_dtype_t d = is_float(in) ? in : out;
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
-  tpu_hlo_value_t x = tpu_emit_convert(b, tpu_lower_tensor(ctx, 0), out);
-  return finish(ctx, fn(b, tpu_emit_convert(b, x, math_dtype(out))));
+  tpu_hlo_value_t x = tpu_emit_convert(b, tpu_lower_tensor(ctx, 0), d);
+  return finish(ctx, tpu_emit_convert(b, fn(b, tpu_emit_convert(b, x, math_dtype(d))), d));
 }
 
 #define HLO_FN(name, op) \
@@ -158,10 +162,20 @@ HLO_FN(f_cosh, "chlo.cosh")
 HLO_FN(f_asinh, "chlo.asinh")
 HLO_FN(f_acosh, "chlo.acosh")
 HLO_FN(f_atanh, "chlo.atanh")
-HLO_FN(f_erf, "chlo.erf")
 HLO_FN(f_erfc, "chlo.erfc")
 HLO_FN(f_erfinv, "chlo.erf_inv")
 #undef HLO_FN
+
+/* erf; in float32 (and the half types' float32 math) erf(x) rounds to
+ * +-1 beyond |x| ~ 3.914, where CHLO's approximation stays a little under
+ * 1: saturate there, as libm's erff does. */
+static tpu_hlo_value_t f_erf(tpu_hlo_builder_t* b, tpu_hlo_value_t x) {
+  tpu_hlo_value_t r = un(b, "chlo.erf", x);
+  if (tpu_hlo_value_type(b, x).dtype != TPU_DTYPE_FLOAT32) return r;
+  tpu_hlo_value_t big = cmp(b, "GE", un(b, "stablehlo.abs", x), tpu_emit_splat(b, x, 3.92));
+  tpu_hlo_value_t one = sel(b, sign_bit(b, x), tpu_emit_splat(b, x, -1), tpu_emit_splat(b, x, 1));
+  return sel(b, big, one, r);
+}
 
 static tpu_hlo_value_t f_exp2(tpu_hlo_builder_t* b, tpu_hlo_value_t x) {
   return tpu_emit_binary(b, "stablehlo.power", tpu_emit_splat(b, x, 2), x);
@@ -732,9 +746,28 @@ static tpu_status_t lower_copysign(tpu_lower_ctx_t* ctx) {
   return finish(ctx, sel(b, sign_bit(b, operand(ctx, 1, d)), un(b, "stablehlo.negate", mag), mag));
 }
 
+/* x ** y for integers, y >= 0: square-and-multiply over every bit of y
+ * with wrapping products, as PyTorch's powi. (XLA's integer power looks at
+ * only the low 6 bits of the exponent: 3 ** 64 gave 1.) Unrolled over the
+ * dtype's value bits; XLA fuses it into one elementwise loop. */
+static tpu_hlo_value_t int_power(tpu_hlo_builder_t* b, tpu_hlo_value_t x, tpu_hlo_value_t y) {
+  tpu_dtype_t d = tpu_hlo_value_type(b, x).dtype;
+  int bits = 8 * (int)tpu_dtype_size(d) - (d == TPU_DTYPE_UINT8 ? 0 : 1);
+  tpu_hlo_value_t zero = tpu_emit_splat(b, y, 0), one = tpu_emit_splat(b, y, 1);
+  tpu_hlo_value_t result = tpu_emit_splat(b, x, 1), base = x, e = y;
+  for (int i = 0; i < bits; i++) {
+    tpu_hlo_value_t bit = cmp(b, "NE", tpu_emit_binary(b, "stablehlo.and", e, one), zero);
+    result = sel(b, bit, tpu_emit_mul(b, result, base), result);
+    if (i + 1 == bits) break;
+    base = tpu_emit_mul(b, base, base);
+    e = tpu_emit_binary(b, "stablehlo.shift_right_logical", e, one);
+  }
+  return result;
+}
+
 /* pow: floats through stablehlo.power in the math dtype; integers by
- * squaring (XLA), with PyTorch's rule for negative exponents: 1 for base 1,
- * +-1 for base -1, else 0. */
+ * squaring (int_power), with PyTorch's rule for negative exponents: 1 for
+ * base 1, +-1 for base -1, else 0. */
 static tpu_status_t lower_pow(tpu_lower_ctx_t* ctx) {
   static const int idx[2] = {0, 1};
   tpu_dtype_t d = tpu_lower_result_type(ctx, idx, 2);
@@ -745,7 +778,7 @@ static tpu_status_t lower_pow(tpu_lower_ctx_t* ctx) {
   if (is_float(d)) return finish(ctx, tpu_emit_binary(b, "stablehlo.power", x, y));
   tpu_hlo_value_t zero = tpu_emit_splat(b, x, 0), one = tpu_emit_splat(b, x, 1);
   tpu_hlo_value_t negative = cmp(b, "LT", y, zero);
-  tpu_hlo_value_t r = tpu_emit_binary(b, "stablehlo.power", x, sel(b, negative, zero, y));
+  tpu_hlo_value_t r = int_power(b, x, sel(b, negative, zero, y));
   if (d == TPU_DTYPE_UINT8) return finish(ctx, r);
   tpu_hlo_value_t odd = cmp(b, "NE", tpu_emit_binary(b, "stablehlo.remainder", y, tpu_emit_splat(b, y, 2)),
                             zero);
@@ -994,23 +1027,13 @@ static tpu_status_t lower_floor_divide(tpu_lower_ctx_t* ctx) {
     return tpu_lower_decline(ctx, "floor_divide of %s", tpu_dtype_name(d));
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
   tpu_hlo_value_t x = math_operand(ctx, 0, d), y = math_operand(ctx, 1, d);
+  if (is_float(d)) return finish(ctx, tpu_emit_floor_divide_float(b, x, y));
   tpu_hlo_value_t zero = tpu_emit_splat(b, x, 0), one = tpu_emit_splat(b, x, 1);
   tpu_hlo_value_t mod = tpu_emit_binary(b, "stablehlo.remainder", x, y);
   tpu_hlo_value_t fix = tpu_emit_binary(b, "stablehlo.and", cmp(b, "NE", mod, zero),
                                         cmp(b, "NE", cmp(b, "LT", mod, zero), cmp(b, "LT", y, zero)));
-  if (!is_float(d)) {
-    tpu_hlo_value_t q = tpu_emit_div(b, x, y);
-    return finish(ctx, sel(b, fix, tpu_emit_sub(b, q, one), q));
-  }
-  tpu_hlo_value_t div = tpu_emit_div(b, tpu_emit_sub(b, x, mod), y);
-  div = sel(b, fix, tpu_emit_sub(b, div, one), div);
-  tpu_hlo_value_t fl = un(b, "stablehlo.floor", div);
-  fl = sel(b, cmp(b, "GT", tpu_emit_sub(b, div, fl), tpu_emit_splat(b, x, 0.5)), tpu_emit_add(b, fl, one), fl);
-  /* A zero quotient takes the sign of x / y; division by zero is x / y. */
   tpu_hlo_value_t q = tpu_emit_div(b, x, y);
-  tpu_hlo_value_t signed_zero = sel(b, sign_bit(b, q), tpu_emit_splat(b, x, -0.0), zero);
-  fl = sel(b, cmp(b, "EQ", div, zero), signed_zero, fl);
-  return finish(ctx, sel(b, cmp(b, "EQ", y, zero), q, fl));
+  return finish(ctx, sel(b, fix, tpu_emit_sub(b, q, one), q));
 }
 
 /* Shifts, PyTorch's rules: a shift by a negative amount or by the bit width

@@ -682,6 +682,46 @@ static void test_relu_threshold_logit(void) {
   free(result[0]);
 }
 
+/* Values from torch.pow: exponents of 64 and more are exact with wrapping
+ * products (XLA's integer power only looked at the exponent's low bits). */
+static void test_integer_pow_large_exponents(void) {
+  int64_t a[N] = {3, 3, 3, 3, 3, 3, 3, 2};
+  int64_t e[N] = {64, 100, 256, 63, 65, 127, 128, 64};
+  int64_t want[N] = {8733086111712066817LL, -2984622845537545263LL, -3310041070528564223LL,
+                     -3237885987332494933LL, 7752514261426648835LL, 3080657310641694891LL,
+                     -9204772141784466943LL, 0};
+  tpu_lower_arg_t args[2] = {tensor(TPU_DTYPE_INT64), tensor(TPU_DTYPE_INT64)};
+  const void* data[2] = {a, e};
+  void* result[1];
+  CHECK_OK(run("aten::pow.Tensor_Tensor", args, 2, data, TPU_DTYPE_INT64, result));
+  CHECK(memcmp(result[0], want, sizeof want) == 0);
+  free(result[0]);
+  int32_t a32[N] = {3, -3, 2, 5, 7, -1, 0, 1};
+  int32_t e32[N] = {64, 65, 100, 1000, 33, 2147483647, 40, 99};
+  int32_t want32[N] = {2038349057, -1820079875, 0, -412211615, 100179207, -1, 0, 1};
+  tpu_lower_arg_t args32[2] = {tensor(TPU_DTYPE_INT32), tensor(TPU_DTYPE_INT32)};
+  const void* data32[2] = {a32, e32};
+  CHECK_OK(run("aten::pow.Tensor_Tensor", args32, 2, data32, TPU_DTYPE_INT32, result));
+  CHECK(memcmp(result[0], want32, sizeof want32) == 0);
+  free(result[0]);
+}
+
+/* div(rounding_mode="floor") on floats follows floor_divide (torch values):
+ * 1 / inf floors to 0, -1 / inf to -1, inf / 2 is NaN. */
+static void test_div_floor_float(void) {
+  float x[N] = {1, -1, INFINITY, -INFINITY, -7.8125f, 5, -5, 0};
+  float y[N] = {INFINITY, INFINITY, 2, 2, -2.609375f, 0, 0, -3};
+  tpu_lower_arg_t args[3] = {tensor(TPU_DTYPE_FLOAT32), tensor(TPU_DTYPE_FLOAT32),
+                             {.kind = TPU_ARG_STRING, .str = "floor"}};
+  const void* data[2] = {x, y};
+  void* result[1];
+  CHECK_OK(run("aten::div.Tensor_mode", args, 3, data, TPU_DTYPE_FLOAT32, result));
+  float* r = result[0];
+  CHECK(r[0] == 0 && !signbit(r[0]) && r[1] == -1 && isnan(r[2]) && isnan(r[3]) && r[4] == 2 &&
+        r[5] == INFINITY && r[6] == -INFINITY && r[7] == 0 && signbit(r[7]));
+  free(result[0]);
+}
+
 /* Values from torch: shifts by negative or >= 64 amounts, floor_divide
  * (the float case that rounding the quotient first gets wrong), hypot and
  * xlogy special values. */
@@ -751,7 +791,8 @@ static void test_declines(void) {
 
 TPU_TEST_MAIN(TPU_TEST(test_float_math_matches_libm), TPU_TEST(test_gelu_tanh_and_integer_input),
               TPU_TEST(test_bfloat16_rounds_once), TPU_TEST(test_sign_abs_neg),
-              TPU_TEST(test_rounding), TPU_TEST(test_integer_pow),
+              TPU_TEST(test_rounding), TPU_TEST(test_integer_pow), TPU_TEST(test_integer_pow_large_exponents),
+              TPU_TEST(test_div_floor_float),
               TPU_TEST(test_remainder_and_fmod), TPU_TEST(test_comparisons_promote),
               TPU_TEST(test_min_max_nan), TPU_TEST(test_clamp),
               TPU_TEST(test_where_and_masked_fill), TPU_TEST(test_logical_and_bitwise),

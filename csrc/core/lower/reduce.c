@@ -252,8 +252,13 @@ static tpu_status_t lower_max_min(tpu_lower_ctx_t* ctx, bool is_max) {
                                                            : "stablehlo.minimum", x, y));
     return NULL;
   }
+  const char* name = is_max ? "max" : "min";
   if (a1->kind == TPU_ARG_INT) {
     int dim = t.rank ? (int)((a1->i % t.rank + t.rank) % t.rank) : 0;
+    /* No identity: the CPU raises (PyTorch's Python meta kernel does not). */
+    if (t.rank > 0 && t.dims[dim] == 0)
+      return tpu_status_make(TPU_STATUS_OUT_OF_RANGE,
+                             "%s(): Expected reduction dim %d to have non-zero size.", name, dim);
     if (t.rank == 0) {
       set_out(ctx, 0, x);
       set_out(ctx, 1, tpu_emit_const(b, TPU_DTYPE_INT64, 0));
@@ -265,6 +270,12 @@ static tpu_status_t lower_max_min(tpu_lower_ctx_t* ctx, bool is_max) {
     set_out(ctx, 1, i);
     return NULL;
   }
+  int64_t numel = 1;
+  for (int d = 0; d < t.rank; d++) numel *= t.dims[d];
+  if (numel == 0)
+    return tpu_status_make(TPU_STATUS_INVALID_ARGUMENT,
+                           "%s(): Expected reduction dim to be specified for input.numel() == 0. "
+                           "Specify the reduction dim with the 'dim' argument.", name);
   int64_t dims[TPU_HLO_MAX_RANK];
   int n = read_dims(ctx, -1, t.rank, false, dims);
   set_out(ctx, 0, reduce_extreme(b, x, dims, n, is_max));
@@ -274,11 +285,29 @@ static tpu_status_t lower_max(tpu_lower_ctx_t* ctx) { return lower_max_min(ctx, 
 static tpu_status_t lower_min(tpu_lower_ctx_t* ctx) { return lower_max_min(ctx, false); }
 
 /* amax / amin(self, dim=[], keepdim): [] means every dim. */
+/* c10's name of a dtype ("Float"), for messages that match the CPU's. */
+static const char* c10_dtype_name(tpu_dtype_t d) {
+  static const char* const names[TPU_DTYPE_COUNT] = {
+      [TPU_DTYPE_BOOL] = "Bool",   [TPU_DTYPE_UINT8] = "Byte",       [TPU_DTYPE_INT8] = "Char",
+      [TPU_DTYPE_INT16] = "Short", [TPU_DTYPE_INT32] = "Int",        [TPU_DTYPE_INT64] = "Long",
+      [TPU_DTYPE_FLOAT16] = "Half", [TPU_DTYPE_BFLOAT16] = "BFloat16", [TPU_DTYPE_FLOAT32] = "Float",
+      [TPU_DTYPE_FLOAT64] = "Double", [TPU_DTYPE_COMPLEX64] = "ComplexFloat"};
+  return d >= 0 && d < TPU_DTYPE_COUNT ? names[d] : "?";
+}
+
 static tpu_status_t lower_amax_amin(tpu_lower_ctx_t* ctx, bool is_max) {
   tpu_status_t s = decline_complex(ctx);
   if (s) return s;
   tpu_hlo_value_t x = tpu_lower_tensor(ctx, 0);
   tpu_hlo_type_t t = value_type(ctx, x);
+  /* An out= of another dtype: the CPU raises (PyTorch's Python meta
+   * kernel accepts it). */
+  tpu_dtype_t out = tpu_lower_output_type(ctx, 0).dtype;
+  if (out != t.dtype)
+    return tpu_status_make(TPU_STATUS_INVALID_ARGUMENT,
+                           "Expected the dtype for input and out to match, but got %s for "
+                           "input's dtype and %s for out's dtype.",
+                           c10_dtype_name(t.dtype), c10_dtype_name(out));
   int64_t dims[TPU_HLO_MAX_RANK];
   int n = read_dims(ctx, 1, t.rank, false, dims);
   set_out(ctx, 0, reduce_extreme(tpu_lower_builder(ctx), x, dims, n, is_max));
@@ -753,6 +782,11 @@ static tpu_status_t lower_aminmax(tpu_lower_ctx_t* ctx) {
 static tpu_status_t lower_all_any(tpu_lower_ctx_t* ctx, bool is_all) {
   tpu_status_t s = decline_complex(ctx);
   if (s) return s;
+  tpu_dtype_t out = tpu_lower_output_type(ctx, 0).dtype;
+  if (out != TPU_DTYPE_BOOL && out != TPU_DTYPE_UINT8)
+    return tpu_status_make(TPU_STATUS_INVALID_ARGUMENT,
+                           "%s only supports bool tensor for result, got: %s",
+                           is_all ? "all" : "any", c10_dtype_name(out));
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
   tpu_hlo_value_t x = tpu_emit_convert(b, tpu_lower_tensor(ctx, 0), TPU_DTYPE_BOOL);
   tpu_hlo_type_t t = value_type(ctx, x);
