@@ -567,7 +567,6 @@ def test_fuzz_index_select_out_of_range_raises_in_defer_and_fuse():
         t.cpu()
 
 
-@pytest.mark.xfail(strict=True, reason="fuzz index.advanced@overlap: debug mode raises an overlap error indexing an expanded tensor")
 def test_fuzz_debug_indexing_an_expanded_tensor():
     a = torch.tensor(0.75, dtype=torch.bfloat16)
     want = a.sum().expand(2)[torch.tensor([-1, -1, 1, 0])]
@@ -577,7 +576,6 @@ def test_fuzz_debug_indexing_an_expanded_tensor():
     assert torch.equal(got, want)
 
 
-@pytest.mark.xfail(strict=True, reason="fuzz index.scatter_add@overlap: debug mode raises an overlap error for out-of-place scatter_add of an expanded tensor")
 def test_fuzz_debug_scatter_add_of_an_expanded_tensor():
     def f(a, device):
         v = torch.argmin(a, dim=0).unsqueeze(0).expand(3, -1)

@@ -253,7 +253,6 @@ def test_lazy_conj_and_neg_views_read_their_values(dtype):
 # --- Found by the random-program fuzzer (tests/fuzz_programs.py); xfail
 # until fixed, then the tag leaves KNOWN_MISMATCH_TAGS there.
 
-@pytest.mark.xfail(strict=True, reason="fuzz @overlap: in-place fill of an expanded target raises on tpu; CPU allows it")
 def test_fuzz_fill_of_expanded_view_is_allowed_like_cpu():
     out = {}
     for device in ("cpu", "tpu"):
