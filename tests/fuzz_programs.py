@@ -40,7 +40,6 @@ MODES = ("strict", "debug", "defer_and_fuse", "compiled")
 KNOWN_MISMATCH_TAGS = frozenset({
     "index.nonzero", "index.where_nonzero",  # CPU's result is column-major, tpu's row-major
     "sort.topk_k0",  # topk with k=0 of a 0-d tensor fails to compile
-    "matmul.matmul@mixed_dtype",  # matmul of two dtypes: CPU raises, tpu computes
     "index.index_select@negative",  # defer_and_fuse and compiled: no IndexError
     "@cpu_rejects_dtype",  # CPU raises for the dtypes (round/topk of bool, hypot of ints,
                            # index_put_ of another dtype); tpu computes a result

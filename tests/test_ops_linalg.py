@@ -148,7 +148,6 @@ def test_more_shapes_and_beta_zero():
 # --- Found by the random-program fuzzer (tests/fuzz_programs.py); xfail
 # until fixed, then the tag leaves KNOWN_MISMATCH_TAGS there.
 
-@pytest.mark.xfail(strict=True, reason="fuzz matmul@mixed_dtype: matmul of float32 and int64: CPU raises RuntimeError, tpu computes")
 def test_fuzz_matmul_of_two_dtypes_raises_like_cpu():
     x, y = torch.ones(2, 3), torch.ones(3, dtype=torch.int64)
     with pytest.raises(RuntimeError):

@@ -125,6 +125,9 @@ static tpu_status_t lower_div(tpu_lower_ctx_t* ctx) {
 static tpu_status_t lower_mm(tpu_lower_ctx_t* ctx) {
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
   tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
+  /* CPU refuses two dtypes; its kernel (on the fallback) raises that. */
+  if (tpu_lower_arg(ctx, 0)->type.dtype != tpu_lower_arg(ctx, 1)->type.dtype)
+    return tpu_lower_decline(ctx, "matmul of two dtypes");
   bool half = out.dtype == TPU_DTYPE_FLOAT16 || out.dtype == TPU_DTYPE_BFLOAT16;
   tpu_dtype_t acc = half ? TPU_DTYPE_FLOAT32 : out.dtype;
   tpu_hlo_value_t operands[2] = {tpu_emit_convert(b, tpu_lower_tensor(ctx, 0), acc),

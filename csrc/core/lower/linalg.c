@@ -14,10 +14,16 @@ static tpu_dtype_t acc_of(tpu_dtype_t d) {
   return d == TPU_DTYPE_FLOAT16 || d == TPU_DTYPE_BFLOAT16 ? TPU_DTYPE_FLOAT32 : d;
 }
 
-static tpu_status_t check_dtype(tpu_lower_ctx_t* ctx) {
+/* The product's operands l and r: CPU refuses two dtypes ("expected m1
+ * and m2 to have the same dtype"), so such a call declines to the fallback,
+ * whose CPU kernel raises that error, instead of computing a promotion. */
+static tpu_status_t check_dtype(tpu_lower_ctx_t* ctx, int l, int r) {
   tpu_dtype_t d = tpu_lower_output_type(ctx, 0).dtype;
   if (d == TPU_DTYPE_BOOL || tpu_dtype_is_complex(d))
     return tpu_lower_decline(ctx, "%s matmul", tpu_dtype_name(d));
+  tpu_dtype_t dl = tpu_lower_arg(ctx, l)->type.dtype, dr = tpu_lower_arg(ctx, r)->type.dtype;
+  if (dl != dr)
+    return tpu_lower_decline(ctx, "matmul of %s and %s", tpu_dtype_name(dl), tpu_dtype_name(dr));
   return NULL;
 }
 
@@ -101,21 +107,21 @@ static int beta_index(tpu_lower_ctx_t* ctx) {
 
 /* bmm(self, mat2[, out_dtype]): [b,n,m] x [b,m,p]. */
 static tpu_status_t lower_bmm(tpu_lower_ctx_t* ctx) {
-  tpu_status_t s = check_dtype(ctx);
+  tpu_status_t s = check_dtype(ctx, 0, 1);
   if (s) return s;
   return set_product(ctx, dot(ctx, 0, 1, "0", "0", "2", "1"));
 }
 
 /* addmm(self, mat1, mat2[, out_dtype], *, beta, alpha). */
 static tpu_status_t lower_addmm(tpu_lower_ctx_t* ctx) {
-  tpu_status_t s = check_dtype(ctx);
+  tpu_status_t s = check_dtype(ctx, 1, 2);
   if (s) return s;
   return set_scaled_sum(ctx, dot(ctx, 1, 2, "", "", "1", "0"), beta_index(ctx));
 }
 
 /* baddbmm(self, batch1, batch2[, out_dtype], *, beta, alpha). */
 static tpu_status_t lower_baddbmm(tpu_lower_ctx_t* ctx) {
-  tpu_status_t s = check_dtype(ctx);
+  tpu_status_t s = check_dtype(ctx, 1, 2);
   if (s) return s;
   return set_scaled_sum(ctx, dot(ctx, 1, 2, "0", "0", "2", "1"), beta_index(ctx));
 }
@@ -123,7 +129,7 @@ static tpu_status_t lower_baddbmm(tpu_lower_ctx_t* ctx) {
 /* addbmm(self, batch1, batch2, *, beta, alpha): the batch sum is one more
  * contracting dim. */
 static tpu_status_t lower_addbmm(tpu_lower_ctx_t* ctx) {
-  tpu_status_t s = check_dtype(ctx);
+  tpu_status_t s = check_dtype(ctx, 1, 2);
   if (s) return s;
   return set_scaled_sum(ctx, dot(ctx, 1, 2, "", "", "0, 2", "0, 1"), beta_index(ctx));
 }
@@ -131,21 +137,21 @@ static tpu_status_t lower_addbmm(tpu_lower_ctx_t* ctx) {
 /* dot / vdot(self, other): 1-D . 1-D (vdot conjugates self, a no-op for the
  * real dtypes lowered here). */
 static tpu_status_t lower_dot(tpu_lower_ctx_t* ctx) {
-  tpu_status_t s = check_dtype(ctx);
+  tpu_status_t s = check_dtype(ctx, 0, 1);
   if (s) return s;
   return set_product(ctx, dot(ctx, 0, 1, "", "", "0", "0"));
 }
 
 /* mv(self, vec): [n,m] x [m]. */
 static tpu_status_t lower_mv(tpu_lower_ctx_t* ctx) {
-  tpu_status_t s = check_dtype(ctx);
+  tpu_status_t s = check_dtype(ctx, 0, 1);
   if (s) return s;
   return set_product(ctx, dot(ctx, 0, 1, "", "", "1", "0"));
 }
 
 /* addmv(self, mat, vec, *, beta, alpha). */
 static tpu_status_t lower_addmv(tpu_lower_ctx_t* ctx) {
-  tpu_status_t s = check_dtype(ctx);
+  tpu_status_t s = check_dtype(ctx, 1, 2);
   if (s) return s;
   return set_scaled_sum(ctx, dot(ctx, 1, 2, "", "", "1", "0"), 3);
 }
@@ -153,7 +159,7 @@ static tpu_status_t lower_addmv(tpu_lower_ctx_t* ctx) {
 /* addr(self, vec1, vec2, *, beta, alpha): the outer product is a
  * dot_general without contracting dims. */
 static tpu_status_t lower_addr(tpu_lower_ctx_t* ctx) {
-  tpu_status_t s = check_dtype(ctx);
+  tpu_status_t s = check_dtype(ctx, 1, 2);
   if (s) return s;
   return set_scaled_sum(ctx, dot(ctx, 1, 2, "", "", "", ""), 3);
 }
