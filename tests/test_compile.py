@@ -172,6 +172,76 @@ def test_new_shapes_recompile_and_dynamic_is_specialised():
     assert delta(before, "compile_specializations") == 2
 
 
+_INPUT_VIEWS = {
+    "t": lambda a: a.t(),
+    "unflatten_mT": lambda a: a.unflatten(1, (a.shape[1],)).mT,
+    "t_unflatten": lambda a: a.t().unflatten(-2, (2, a.shape[1] // 2)),
+    "select": lambda a: a.select(0, -1),
+    "slice_t": lambda a: a[1:, 1::2].t(),
+    "view_and_value": lambda a: (a.t()[1:], a.sum()),
+}
+
+
+def _assert_like_eager(got, want, base_tpu, base_cpu):
+    assert got.device.type == "tpu"
+    assert got.dtype == want.dtype and got.shape == want.shape
+    assert got.stride() == want.stride()
+    assert got.storage_offset() == want.storage_offset()
+    assert torch.equal(got.cpu(), want)
+    # eager's result is a view of the input: so is ours, and it sees writes
+    assert want.untyped_storage().data_ptr() == base_cpu.untyped_storage().data_ptr()
+    assert got.untyped_storage().data_ptr() == base_tpu.untyped_storage().data_ptr()
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+@pytest.mark.parametrize("name", sorted(_INPUT_VIEWS))
+def test_returned_views_of_inputs_are_eager_views(name, dynamic):
+    # fuzz seeds 20172, 30155, 20069: with symbolic sizes (dynamic=True, or
+    # Dynamo's automatic dynamic after a shape change) AOTAutograd cannot
+    # replay the views and rebuilt them by as_strided with the compiled
+    # result's contiguous layout: the input read in the wrong order.
+    fn = _INPUT_VIEWS[name]
+    f = torch.compile(fn, backend="tpu", dynamic=dynamic)
+    for shape in ((3, 4), (5, 6)):  # a second shape: the specialised path
+        a = torch.arange(shape[0] * shape[1], dtype=torch.float32).reshape(shape) - 7
+        at = a.to("tpu")
+        want, got = fn(a), f(at)
+        if name == "view_and_value":
+            assert torch.equal(got[1].cpu(), want[1])
+            want, got = want[0], got[0]
+        _assert_like_eager(got, want, at, a)
+        at.mul_(2)
+        a.mul_(2)
+        assert torch.equal(got.cpu(), want)
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_returned_view_of_a_view_input(dynamic):
+    # The input is itself a strided view with an offset; the output's offset
+    # is relative to it, and a new input layout of the same shape retraces.
+    fn = lambda a: a.t()[1:]  # noqa: E731
+    f = torch.compile(fn, backend="tpu", dynamic=dynamic)
+    base = torch.arange(40, dtype=torch.float32).reshape(5, 8)
+    bt = base.to("tpu")
+    for view in (lambda b: b[1:4, 2:7], lambda b: b[2:5, 1:6], lambda b: b.t()[2:7, 1:4].t()):
+        want, got = fn(view(base)), f(view(bt))
+        _assert_like_eager(got, want, bt, base)
+
+
+def test_returned_view_of_a_mutated_input():
+    def fn(a):
+        a.add_(1)
+        return a.t()[1:]
+
+    a = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    at = a.to("tpu")
+    for dynamic in (False, True):
+        torch._dynamo.reset()
+        want, got = fn(a), torch.compile(fn, backend="tpu", dynamic=dynamic)(at)
+        _assert_like_eager(got, want, at, a)
+        assert torch.equal(at.cpu(), a)
+
+
 def test_graph_breaks_and_unlowered_ops_still_give_cpu_results():
     def f(x):
         y = x.sin() * 2

@@ -309,6 +309,7 @@ class _Builder:
         # outputs PyTorch expects on the CPU (by output slot)
         self.out_cpu = {k for k, o in enumerate(outputs) if isinstance(o, torch.fx.Node)
                         and o.meta["val"].device.type == "cpu"}
+        self.out_aliases = self._input_aliases(placeholders, outputs)
         # Then one output per mutated input, written back by the runner.
         self.out_writes = [-1] * len(out_ids)
         for i, v in sorted(self.writes.items()):
@@ -320,14 +321,55 @@ class _Builder:
         text = graph.finish(out_ids)
         return _C._CompiledGraph(text, self.input_specs, out_specs, self.with_rng)
 
+    def _input_aliases(self, placeholders, outputs):
+        """Output slot -> how it views a tpu input, for the outputs that
+        alias one: (placeholder index, size, stride, offset relative to the
+        input's, the input's stride).
 
-def _runner(compiled, inputs, out_slots, out_writes, out_cpu=()):
+        The program's results are fresh contiguous buffers. AOTAutograd
+        rebuilds an output that aliases an input from the input and our
+        result: by replaying the views, or, where it cannot (a view with
+        symbolic sizes, as every specialised dynamic graph has), by
+        input.as_strided(result.size(), result.stride(),
+        result.storage_offset()) -- which reads the input in the wrong order
+        when the view is not contiguous (a transpose), and at the wrong
+        place when it has an offset. So such an output is returned as what
+        eager returns: a view of the input's storage with the traced
+        layout."""
+        from torch.multiprocessing.reductions import StorageWeakRef
+
+        def key(v):
+            return StorageWeakRef(v.untyped_storage())
+
+        storages = {}
+        for i, n in enumerate(placeholders):
+            v = n.meta["val"]
+            if self.inputs[i][0] == "arg" and v.untyped_storage().nbytes():
+                storages.setdefault(key(v), (i, v))
+        aliases = {}
+        for k, o in enumerate(outputs):
+            if not isinstance(o, torch.fx.Node) or k in self.out_cpu:
+                continue
+            v = o.meta["val"]
+            hit = storages.get(key(v)) if v.untyped_storage().nbytes() else None
+            if hit is None:
+                continue
+            i, base = hit
+            if v.dtype != base.dtype:
+                continue  # a view with another dtype: the computed value stands
+            aliases[k] = (i, tuple(v.shape), tuple(v.stride()),
+                          v.storage_offset() - base.storage_offset(), tuple(base.stride()))
+        return aliases
+
+
+def _runner(compiled, inputs, out_slots, out_writes, out_cpu=(), out_aliases=None):
     consts = [t for kind, t in inputs if kind == "const"]
     arg_pos = [(i, kind == "cpu") for kind, i in inputs if kind in ("arg", "cpu")]
     # Output k -> the position, among the graph's tensors, of the input it
     # rewrites (-1: a plain output).
     writes = list(out_writes)
     mutated = [(k, w) for k, w in enumerate(writes) if w >= 0]
+    aliases = sorted((out_aliases or {}).items())
 
     def run(args):
         tensors = [args[i].to("tpu") if up else args[i] for i, up in arg_pos]
@@ -339,6 +381,12 @@ def _runner(compiled, inputs, out_slots, out_writes, out_cpu=()):
         out = [None if s is None else results[s] for s in out_slots]
         for k in out_cpu:
             out[k] = out[k].cpu()
+        for k, (i, size, stride, rel, base_stride) in aliases:
+            base = args[i]
+            # Dynamo's guards and the specialisation key fix the inputs'
+            # strides; the computed (contiguous) value is the fallback.
+            if base.stride() == base_stride:
+                out[k] = base.as_strided(size, stride, base.storage_offset() + rel)
         args.clear()  # boxed convention: the caller's list is ours to drop
         return out
 
@@ -442,7 +490,7 @@ def _compile_static(gm):
         return _eager_runner(gm, str(e))
     _bump("compiled_graphs")
     _bump("compiled_graph_ns", int((time.perf_counter() - t0) * 1e9))
-    return _runner(compiled, b.inputs, b.out_slots, b.out_writes, b.out_cpu)
+    return _runner(compiled, b.inputs, b.out_slots, b.out_writes, b.out_cpu, b.out_aliases)
 
 
 def _specializing(gm):
@@ -452,8 +500,10 @@ def _specializing(gm):
     cache = {}
 
     def run(args):
-        key = tuple((tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else ("i", int(a))
-                    for a in args)
+        # Strides too: the retraced graph's outputs that view an input
+        # carry the traced input's layout (_Builder._input_aliases).
+        key = tuple((tuple(a.shape), a.stride(), a.dtype) if isinstance(a, torch.Tensor)
+                    else ("i", int(a)) for a in args)
         hit = cache.get(key)
         if hit is None:
             _bump("compile_specializations")
