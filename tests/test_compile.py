@@ -285,6 +285,23 @@ def test_returned_view_of_an_input_that_requires_grad(dynamic):
         assert torch.equal(xt.grad.cpu(), x.grad)
 
 
+def test_fill_of_an_input_slice_then_a_view():
+    # fuzz seed 20064: the graph's slice_scatter of a slice at an offset
+    # (run eagerly) failed to make its result ("setStorage: out of bounds").
+    def fn(a):
+        a[2:, 3:4].fill_(0.5)
+        return a.unfold(0, 3, 2) * 1
+
+    a = torch.arange(20, dtype=torch.float32).reshape(5, 4)
+    at = a.to("tpu")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the graph may run eagerly
+        got = torch.compile(fn, backend="tpu")(at)
+    want = fn(a)
+    assert got.shape == want.shape and torch.equal(got.cpu(), want)
+    assert torch.equal(at.cpu(), a)
+
+
 def test_graph_breaks_and_unlowered_ops_still_give_cpu_results():
     def f(x):
         y = x.sin() * 2

@@ -419,7 +419,9 @@ def _runner(compiled, inputs, out_slots, out_writes, out_cpu=(), out_aliases=Non
 
 
 def _eager_runner(gm, why):
-    key = why.split(":")[0][:120]
+    # One warning per reason, its details (after ": ") aside; an op's name
+    # ("aten::unfold") has colons of its own.
+    key = why.split(": ")[0][:120]
     if key not in _warned:
         _warned.add(key)
         warnings.warn(f"torchtpu: a graph runs eagerly (op by op) instead of compiled: {why}",
