@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "emit.h"
+#include "families.h"
 #include "lowering.h"
 
 /* Operand i (tensor or scalar) cast to the output's dtype and shape. */
@@ -55,6 +56,10 @@ static tpu_status_t lower_div(tpu_lower_ctx_t* ctx) {
   if (out.dtype == TPU_DTYPE_BOOL) return tpu_lower_decline(ctx, "bool division");
   /* CPU has no rounded complex division (it raises; so does the fallback). */
   if (rounding && tpu_dtype_is_complex(out.dtype)) return tpu_lower_decline(ctx, "rounded complex division");
+  /* Floats floor as floor_divide does (fmod-based: inf // 1 is nan, and
+   * the quotient is not rounded before flooring), as on the CPU. */
+  if (rounding && strcmp(rounding, "floor") == 0 && tpu_dtype_is_floating(out.dtype))
+    return tpu_lower_floor_divide(ctx);
   tpu_hlo_value_t x = operand_as_output(ctx, 0), y = operand_as_output(ctx, 1);
   /* Half types divide and round in float32, then round once (PyTorch's CPU
    * kernels do; rounding the quotient first can flip floor()). */
