@@ -172,6 +172,136 @@ def test_new_shapes_recompile_and_dynamic_is_specialised():
     assert delta(before, "compile_specializations") == 2
 
 
+_INPUT_VIEWS = {
+    "t": lambda a: a.t(),
+    "unflatten_mT": lambda a: a.unflatten(1, (a.shape[1],)).mT,
+    "t_unflatten": lambda a: a.t().unflatten(-2, (2, a.shape[1] // 2)),
+    "select": lambda a: a.select(0, -1),
+    "slice_t": lambda a: a[1:, 1::2].t(),
+    "view_and_value": lambda a: (a.t()[1:], a.sum()),
+}
+
+
+def _assert_like_eager(got, want, base_tpu, base_cpu):
+    assert got.device.type == "tpu"
+    assert got.dtype == want.dtype and got.shape == want.shape
+    assert got.stride() == want.stride()
+    assert got.storage_offset() == want.storage_offset()
+    assert torch.equal(got.cpu(), want)
+    # eager's result is a view of the input: so is ours, and it sees writes
+    assert want.untyped_storage().data_ptr() == base_cpu.untyped_storage().data_ptr()
+    assert got.untyped_storage().data_ptr() == base_tpu.untyped_storage().data_ptr()
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+@pytest.mark.parametrize("name", sorted(_INPUT_VIEWS))
+def test_returned_views_of_inputs_are_eager_views(name, dynamic):
+    # fuzz seeds 20172, 30155, 20069: with symbolic sizes (dynamic=True, or
+    # Dynamo's automatic dynamic after a shape change) AOTAutograd cannot
+    # replay the views and rebuilt them by as_strided with the compiled
+    # result's contiguous layout: the input read in the wrong order.
+    fn = _INPUT_VIEWS[name]
+    f = torch.compile(fn, backend="tpu", dynamic=dynamic)
+    for shape in ((3, 4), (5, 6)):  # a second shape: the specialised path
+        a = torch.arange(shape[0] * shape[1], dtype=torch.float32).reshape(shape) - 7
+        at = a.to("tpu")
+        want, got = fn(a), f(at)
+        if name == "view_and_value":
+            assert torch.equal(got[1].cpu(), want[1])
+            want, got = want[0], got[0]
+        _assert_like_eager(got, want, at, a)
+        at.mul_(2)
+        a.mul_(2)
+        assert torch.equal(got.cpu(), want)
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_returned_view_of_a_view_input(dynamic):
+    # The input is itself a strided view with an offset; the output's offset
+    # is relative to it, and a new input layout of the same shape retraces.
+    fn = lambda a: a.t()[1:]  # noqa: E731
+    f = torch.compile(fn, backend="tpu", dynamic=dynamic)
+    base = torch.arange(40, dtype=torch.float32).reshape(5, 8)
+    bt = base.to("tpu")
+    for view in (lambda b: b[1:4, 2:7], lambda b: b[2:5, 1:6], lambda b: b.t()[2:7, 1:4].t()):
+        want, got = fn(view(base)), f(view(bt))
+        _assert_like_eager(got, want, bt, base)
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_returned_view_of_a_mutated_input(dynamic):
+    # fuzz seed 30155: the output views the input after the mutation; in
+    # the functional graph it views the value written into the input.
+    def fn(a):
+        v = a.t().unflatten(-2, (2, a.shape[1] // 2))
+        v.mul_(2)
+        v[1:1:3] = 0  # an empty write, as the fuzzer's
+        return v[:, 1:]
+
+    f = torch.compile(fn, backend="tpu", dynamic=dynamic)
+    for shape in ((3, 4), (5, 6)):
+        a = torch.arange(shape[0] * shape[1], dtype=torch.float32).reshape(shape) - 3
+        at = a.to("tpu")
+        want, got = fn(a), f(at)
+        _assert_like_eager(got, want, at, a)
+        assert torch.equal(at.cpu(), a)
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_view_of_a_value_copied_into_an_input_is_not_the_input(dynamic):
+    # b is copied into a, but b.t() views b, not a: writes to a later must
+    # not show through it.
+    def fn(a):
+        b = a * 2 + 1
+        a.copy_(b)
+        return b.t()
+
+    f = torch.compile(fn, backend="tpu", dynamic=dynamic)
+    for shape in ((3, 4), (5, 6)):
+        a = torch.arange(shape[0] * shape[1], dtype=torch.float32).reshape(shape)
+        at = a.to("tpu")
+        want, got = fn(a), f(at)
+        assert got.shape == want.shape and torch.equal(got.cpu(), want)
+        assert torch.equal(at.cpu(), a)
+        assert got.untyped_storage().data_ptr() != at.untyped_storage().data_ptr()
+        at.zero_()
+        assert torch.equal(got.cpu(), want)
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_returned_view_of_an_input_that_requires_grad(dynamic):
+    def fn(x):
+        return x.unflatten(1, (x.shape[1],)).mT, (x * x).sum()
+
+    f = torch.compile(fn, backend="tpu", dynamic=dynamic)
+    for shape in ((3, 4), (5, 6)):
+        x = torch.arange(shape[0] * shape[1], dtype=torch.float32).reshape(shape).requires_grad_()
+        xt = x.detach().to("tpu").requires_grad_()
+        (wv, ws), (gv, gs) = fn(x), f(xt)
+        _assert_like_eager(gv.detach(), wv.detach(), xt, x)
+        assert torch.equal(gs.detach().cpu(), ws.detach())
+        (wv * torch.arange(wv.numel()).reshape(wv.shape)).sum().backward()
+        (gv * torch.arange(gv.numel()).reshape(gv.shape).to("tpu")).sum().backward()
+        assert torch.equal(xt.grad.cpu(), x.grad)
+
+
+def test_fill_of_an_input_slice_then_a_view():
+    # fuzz seed 20064: the graph's slice_scatter of a slice at an offset
+    # (run eagerly) failed to make its result ("setStorage: out of bounds").
+    def fn(a):
+        a[2:, 3:4].fill_(0.5)
+        return a.unfold(0, 3, 2) * 1
+
+    a = torch.arange(20, dtype=torch.float32).reshape(5, 4)
+    at = a.to("tpu")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the graph may run eagerly
+        got = torch.compile(fn, backend="tpu")(at)
+    want = fn(a)
+    assert got.shape == want.shape and torch.equal(got.cpu(), want)
+    assert torch.equal(at.cpu(), a)
+
+
 def test_graph_breaks_and_unlowered_ops_still_give_cpu_results():
     def f(x):
         y = x.sin() * 2

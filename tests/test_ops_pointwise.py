@@ -582,6 +582,19 @@ def test_floor_divide(dtype):
               torch.tensor([-2.6094, 0.0, 0.0, -3.0, 2.0, INF]).to(dtype), dtype=dtype)
 
 
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_div_floor_of_floats_is_floor_divide(dtype):
+    # fuzz seed 30176 (compiled: AOTAutograd's core decompositions turn //
+    # into div(rounding_mode="floor")): inf // 1 is nan on the CPU, not inf.
+    x = torch.tensor([INF, -INF, 7.0, -7.0, NAN, 0.3, -0.0, 1.0, 5.0]).to(dtype)
+    y = torch.tensor([1.0, 2.0, 2.0, 2.0, 1.0, 0.1, 3.0, 0.0, INF]).to(dtype)
+    check(lambda x, y: torch.div(x, y, rounding_mode="floor"), x, y, dtype=dtype)
+    check(lambda x: torch.div(x, 1, rounding_mode="floor"), x, dtype=dtype)
+    check(lambda x: torch.div(x, -0.7, rounding_mode="floor"), make((5, 6), dtype, seed=1), dtype=dtype)
+    f = torch.compile(lambda x: x // 1, backend="tpu")
+    torch.testing.assert_close(f(x.to("tpu")).cpu(), x // 1, equal_nan=True, rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.int8, torch.uint8])
 def test_shifts(dtype):
     bits = torch.iinfo(dtype).bits

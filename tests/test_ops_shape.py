@@ -207,6 +207,28 @@ def test_scatter_views_functional(dtype):
     check(lambda x, e: torch.diagonal_scatter(x, e, -1, 2, 0), x, e, dtype=dtype)
 
 
+@pytest.mark.parametrize("op", ["select", "slice", "diagonal"])
+def test_scatter_of_a_view_at_an_offset(op):
+    # fuzz seed 20064 (compiled, an in-place fill of an input's slice): the
+    # *_scatter ops' result keeps its input's offset in a clone of the
+    # whole storage; the result storage must hold the offset too.
+    base = torch.arange(40, dtype=torch.float32).reshape(8, 5)
+    bt = base.to("tpu")
+    fns = {"select": lambda x: torch.select_scatter(x, torch.zeros(3), 1, 3),
+           "slice": lambda x: torch.slice_scatter(x, torch.zeros(3, 2), 1, 3, 5),
+           "diagonal": lambda x: torch.diagonal_scatter(x, torch.zeros(3), 1)}
+    fn = fns[op]
+    want = fn(base[2:5])
+    tpu_fn = {"select": lambda x: torch.select_scatter(x, torch.zeros(3, device="tpu"), 1, 3),
+              "slice": lambda x: torch.slice_scatter(x, torch.zeros(3, 2, device="tpu"), 1, 3, 5),
+              "diagonal": lambda x: torch.diagonal_scatter(x, torch.zeros(3, device="tpu"), 1)}
+    got = tpu_fn[op](bt[2:5])
+    assert got.shape == want.shape and got.stride() == want.stride()
+    assert got.storage_offset() == want.storage_offset()
+    assert torch.equal(got.cpu(), want)
+    assert torch.equal(bt.cpu(), base)  # the input is not written
+
+
 def test_rot90_msort_diagonal_grad():
     x = make((3, 4, 5), seed=1)
     check(lambda x: torch.rot90(x, 1, (1, 2)), x, grad=True)

@@ -111,8 +111,12 @@ def _op_name(target):
 class _Builder:
     """One FX graph -> a _C._Graph, node by node."""
 
-    def __init__(self, gm):
+    def __init__(self, gm, input_alias_outputs=None):
         self.gm = gm
+        # graph output index -> the input AOTAutograd rebuilds it from (its
+        # output is an alias of that input); None: not known (a backward
+        # graph, a part of a split graph)
+        self.input_alias_outputs = input_alias_outputs
         self.ids = {}        # fx node -> value id, or a list of ids (multi-output)
         self.inputs = []     # ("arg", placeholder index) or ("const", tensor)
         self.input_specs = []
@@ -218,6 +222,7 @@ class _Builder:
         graph = _C._Graph(self.input_specs, self.with_rng)
         placeholder_index = {n: i for i, n in enumerate(placeholders)}
         self.writes = {}  # placeholder index -> value written into it
+        self.write_srcs = {}  # placeholder index -> that value's traced tensor
         k = 0
         for n in placeholders:
             self.ids[n] = k
@@ -252,6 +257,7 @@ class _Builder:
                 if _spec(dst.meta["val"], True) != _spec(src.meta["val"], True):
                     raise _Unsupported("copy_ into an input with another dtype or shape")
                 self.writes[placeholder_index[dst]] = self._value(src)
+                self.write_srcs[placeholder_index[dst]] = src.meta["val"]
                 self.ids[n] = self._value(src)
                 continue
             name = _op_name(n.target)
@@ -309,6 +315,7 @@ class _Builder:
         # outputs PyTorch expects on the CPU (by output slot)
         self.out_cpu = {k for k, o in enumerate(outputs) if isinstance(o, torch.fx.Node)
                         and o.meta["val"].device.type == "cpu"}
+        self.out_aliases = self._input_aliases(placeholders, outputs)
         # Then one output per mutated input, written back by the runner.
         self.out_writes = [-1] * len(out_ids)
         for i, v in sorted(self.writes.items()):
@@ -320,14 +327,73 @@ class _Builder:
         text = graph.finish(out_ids)
         return _C._CompiledGraph(text, self.input_specs, out_specs, self.with_rng)
 
+    def _input_aliases(self, placeholders, outputs):
+        """Output slot -> how it views a tpu input, for the outputs that
+        alias one: (placeholder index, size, stride, offset relative to the
+        input's, the input's stride).
 
-def _runner(compiled, inputs, out_slots, out_writes, out_cpu=()):
+        The program's results are fresh contiguous buffers. AOTAutograd
+        rebuilds an output that aliases an input from the input and our
+        result: by replaying the views, or, where it cannot (a view with
+        symbolic sizes, as every specialised dynamic graph has), by
+        input.as_strided(result.size(), result.stride(),
+        result.storage_offset()) -- which reads the input in the wrong order
+        when the view is not contiguous (a transpose), and at the wrong
+        place when it has an offset. So such an output is returned as what
+        eager returns: a view of the input's storage with the traced
+        layout."""
+        from torch.multiprocessing.reductions import StorageWeakRef
+
+        def key(v):
+            return StorageWeakRef(v.untyped_storage())
+
+        storages = {}
+        for i, n in enumerate(placeholders):
+            v = n.meta["val"]
+            if self.inputs[i][0] == "arg" and v.untyped_storage().nbytes():
+                storages.setdefault(key(v), (i, v))
+        # A mutated input's new contents: the functional graph computes them
+        # in a storage of its own, and an output viewing the input after the
+        # mutation views that storage. Where the written value has the
+        # input's layout there, that storage stands for the input's -- for
+        # the outputs AOTAutograd says alias that input (another output in
+        # that storage, a view of an intermediate copied into the input, is
+        # no alias of the input in eager).
+        written = {}
+        for i, src in self.write_srcs.items():
+            v = placeholders[i].meta["val"]
+            if (self.inputs[i][0] == "arg" and src.untyped_storage().nbytes()
+                    and src.dtype == v.dtype and src.stride() == v.stride()):
+                written.setdefault(key(src), (i, src))
+        known = self.input_alias_outputs or {}
+        aliases = {}
+        for k, o in enumerate(outputs):
+            if not isinstance(o, torch.fx.Node) or k in self.out_cpu:
+                continue
+            v = o.meta["val"]
+            if not v.untyped_storage().nbytes():
+                continue
+            hit = storages.get(key(v))
+            if hit is None and k in known:
+                hit = written.get(key(v))
+            if hit is None or (k in known and known[k] != hit[0]):
+                continue
+            i, base = hit
+            if v.dtype != base.dtype:
+                continue  # a view with another dtype: the computed value stands
+            aliases[k] = (i, tuple(v.shape), tuple(v.stride()),
+                          v.storage_offset() - base.storage_offset(), tuple(base.stride()))
+        return aliases
+
+
+def _runner(compiled, inputs, out_slots, out_writes, out_cpu=(), out_aliases=None):
     consts = [t for kind, t in inputs if kind == "const"]
     arg_pos = [(i, kind == "cpu") for kind, i in inputs if kind in ("arg", "cpu")]
     # Output k -> the position, among the graph's tensors, of the input it
     # rewrites (-1: a plain output).
     writes = list(out_writes)
     mutated = [(k, w) for k, w in enumerate(writes) if w >= 0]
+    aliases = sorted((out_aliases or {}).items())
 
     def run(args):
         tensors = [args[i].to("tpu") if up else args[i] for i, up in arg_pos]
@@ -339,6 +405,12 @@ def _runner(compiled, inputs, out_slots, out_writes, out_cpu=()):
         out = [None if s is None else results[s] for s in out_slots]
         for k in out_cpu:
             out[k] = out[k].cpu()
+        for k, (i, size, stride, rel, base_stride) in aliases:
+            base = args[i]
+            # Dynamo's guards and the specialisation key fix the inputs'
+            # strides; the computed (contiguous) value is the fallback.
+            if base.stride() == base_stride:
+                out[k] = base.as_strided(size, stride, base.storage_offset() + rel)
         args.clear()  # boxed convention: the caller's list is ours to drop
         return out
 
@@ -347,7 +419,9 @@ def _runner(compiled, inputs, out_slots, out_writes, out_cpu=()):
 
 
 def _eager_runner(gm, why):
-    key = why.split(":")[0][:120]
+    # One warning per reason, its details (after ": ") aside; an op's name
+    # ("aten::unfold") has colons of its own.
+    key = why.split(": ")[0][:120]
     if key not in _warned:
         _warned.add(key)
         warnings.warn(f"torchtpu: a graph runs eagerly (op by op) instead of compiled: {why}",
@@ -430,30 +504,32 @@ def _split_at_collectives(gm):
     return _boxed_module(split)
 
 
-def _compile_static(gm):
+def _compile_static(gm, input_alias_outputs=None):
     if any(_is_collective(n) for n in gm.graph.nodes):
         return _split_at_collectives(gm)
     import time
     t0 = time.perf_counter()
     try:
-        b = _Builder(gm)
+        b = _Builder(gm, input_alias_outputs)
         compiled = b.build()
     except _Unsupported as e:
         return _eager_runner(gm, str(e))
     _bump("compiled_graphs")
     _bump("compiled_graph_ns", int((time.perf_counter() - t0) * 1e9))
-    return _runner(compiled, b.inputs, b.out_slots, b.out_writes, b.out_cpu)
+    return _runner(compiled, b.inputs, b.out_slots, b.out_writes, b.out_cpu, b.out_aliases)
 
 
-def _specializing(gm):
+def _specializing(gm, input_alias_outputs=None):
     """A graph with symbolic shapes: retraced to a static graph for each new
     set of concrete input shapes, each compiled once."""
     from torch.fx.experimental.proxy_tensor import make_fx
     cache = {}
 
     def run(args):
-        key = tuple((tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else ("i", int(a))
-                    for a in args)
+        # Strides too: the retraced graph's outputs that view an input
+        # carry the traced input's layout (_Builder._input_aliases).
+        key = tuple((tuple(a.shape), a.stride(), a.dtype) if isinstance(a, torch.Tensor)
+                    else ("i", int(a)) for a in args)
         hit = cache.get(key)
         if hit is None:
             _bump("compile_specializations")
@@ -472,7 +548,10 @@ def _specializing(gm):
                 return gm(*full)
 
             static = make_fx(body, tracing_mode="fake")(*[args[i] for i in pos])
-            hit = cache[key] = (_compile_static(static), pos)
+            # the retraced graph's inputs are the tensors only
+            aliases = None if input_alias_outputs is None else {
+                k: pos.index(i) for k, i in input_alias_outputs.items() if i in pos}
+            hit = cache[key] = (_compile_static(static, aliases), pos)
         fn, pos = hit
         out = fn([args[i] for i in pos])
         args.clear()
@@ -482,10 +561,28 @@ def _specializing(gm):
     return run
 
 
-def _compile_graph(gm, example_inputs):
+def _compile_graph(gm, example_inputs, input_alias_outputs=None):
     if _has_symbols(gm):
-        return _specializing(gm)
-    return _compile_static(gm)
+        return _specializing(gm, input_alias_outputs)
+    return _compile_static(gm, input_alias_outputs)
+
+
+def _input_alias_outputs():
+    """For the forward (or inference) graph AOTAutograd is compiling: graph
+    output index -> input index, for the user outputs it rebuilds as
+    aliases of inputs (after the mutated inputs it returns, if any)."""
+    from torch._functorch._aot_autograd.schemas import OutputType
+    ctx = torch._guards.TracingContext.try_get()
+    meta = getattr(ctx, "fw_metadata", None)
+    if meta is None:
+        return None
+    first = meta.num_mutated_inp_runtime_indices
+    return {first + k: info.base_idx for k, info in enumerate(meta.output_info)
+            if info.output_type == OutputType.alias_of_input}
+
+
+def _compile_forward(gm, example_inputs):
+    return _compile_graph(gm, example_inputs, _input_alias_outputs())
 
 
 _DECOMPS = None
@@ -505,8 +602,8 @@ def tpu_backend(gm, example_inputs, **kwargs):
     options = kwargs.get("options") or {}
     if options:
         raise ValueError(f"torchtpu: backend 'tpu' takes no options, got {sorted(options)}")
-    backend = aot_autograd(fw_compiler=_compile_graph, bw_compiler=_compile_graph,
-                           inference_compiler=_compile_graph,
+    backend = aot_autograd(fw_compiler=_compile_forward, bw_compiler=_compile_graph,
+                           inference_compiler=_compile_forward,
                            decompositions=_decompositions(),
                            # Inference graphs (an optimizer step) keep their
                            # input mutations as copy_ nodes: written straight

@@ -14,6 +14,7 @@
 #include <c10/util/SmallVector.h>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <deque>
 #include <memory>
@@ -670,12 +671,22 @@ at::Tensor make_fresh(const tpu_eager_output_t& o, int device) {
   const tpu_view_t& v = o.view;
   std::optional<c10::DeviceGuard> guard;
   if (device != current_device()) guard.emplace(c10::Device(c10::kPrivateUse1, device));
-  at::Tensor t = at::detail::empty_strided_generic(
+  if (v.offset != 0) {
+    // A result at an offset in its storage (the *_scatter ops clone their
+    // input's whole storage and keep its geometry): the storage holds
+    // storage_numel elements, offset included.
+    int64_t n = o.storage_numel;
+    at::Tensor base = at::detail::empty_strided_generic(
+        c10::IntArrayRef(&n, 1), c10::IntArrayRef(std::array<int64_t, 1>{1}),
+        c10::GetAllocator(c10::kPrivateUse1), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+        to_scalar_type(v.dtype));
+    return base.as_strided(c10::IntArrayRef(v.sizes, v.rank), c10::IntArrayRef(v.strides, v.rank),
+                           v.offset);
+  }
+  return at::detail::empty_strided_generic(
       c10::IntArrayRef(v.sizes, v.rank), c10::IntArrayRef(v.strides, v.rank),
       c10::GetAllocator(c10::kPrivateUse1), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
       to_scalar_type(v.dtype));
-  if (v.offset != 0) t = t.as_strided(t.sizes(), t.strides(), v.offset);
-  return t;
 }
 
 // How an entry's outputs become the schema's returns, kept with the engine

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "emit.h"
+#include "families.h"
 #include "lowering.h"
 
 /* The dtype TensorIterator computes in: the operands' common dtype. It

@@ -30,4 +30,9 @@
 TPU_LOWERING_FAMILIES
 #undef TPU_FAMILY
 
+/* Rows one family shares with another. */
+/* Python's // of operands 0 and 1 (pointwise.c): div's rounding_mode="floor"
+ * of floats is the same (PyTorch's div_floor_floating for both). */
+tpu_status_t tpu_lower_floor_divide(tpu_lower_ctx_t* ctx);
+
 #endif

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "emit.h"
+#include "families.h"
 #include "lowering.h"
 
 /* ---- small helpers ------------------------------------------------------ */
@@ -1020,7 +1021,7 @@ static tpu_status_t lower_heaviside(tpu_lower_ctx_t* ctx) {
 /* floor_divide: Python's //. Floats follow PyTorch's div_floor_floating
  * (fmod-based, so the quotient is not rounded before flooring); integers
  * adjust C's truncating division. */
-static tpu_status_t lower_floor_divide(tpu_lower_ctx_t* ctx) {
+tpu_status_t tpu_lower_floor_divide(tpu_lower_ctx_t* ctx) {
   static const int idx[2] = {0, 1};
   tpu_dtype_t d = tpu_lower_result_type(ctx, idx, 2);
   if (d == TPU_DTYPE_BOOL || tpu_dtype_is_complex(d))
@@ -1224,7 +1225,7 @@ const tpu_lowering_t tpu_lowerings_pointwise[] = {
     {"logaddexp2", lower_logaddexp2, 0},
     {"nextafter", lower_nextafter, 0},
     {"heaviside", lower_heaviside, 0},
-    {"floor_divide", lower_floor_divide, 0},
+    {"floor_divide", tpu_lower_floor_divide, 0},
     {"__lshift__", lower_shift_left, 0},
     {"__ilshift__", lower_shift_left, 0},
     {"bitwise_left_shift", lower_shift_left, 0},
