@@ -66,13 +66,17 @@ static void fill_pattern(tpu_dtype_t dtype, void* data, int64_t numel) {
         memcpy(e + 4, &im, 4);
         break;
       }
-      default: { /* integers: extremes first, then random */
-        uint64_t v = r * 0xbf58476d1ce4e5b9ull;
-        if (i == 0) v = 0;
-        if (i == 1) v = ~0ull;                           /* -1 / max unsigned */
-        if (i == 2) v = 1ull << (elem * 8 - 1);          /* min signed */
-        if (i == 3) v = (1ull << (elem * 8 - 1)) - 1;    /* max signed */
-        memcpy(e, &v, elem); /* little-endian: low bytes */
+      default: { /* integers: extremes first, then random; wider elements
+                  * (complex128) take one 8-byte pattern per half */
+        for (size_t off = 0; off < elem; off += 8) {
+          size_t n = elem - off < 8 ? elem - off : 8;
+          uint64_t v = (r + off) * 0xbf58476d1ce4e5b9ull;
+          if (i == 0) v = 0;
+          if (i == 1) v = ~0ull;                           /* -1 / max unsigned */
+          if (i == 2) v = 1ull << (n * 8 - 1);             /* min signed */
+          if (i == 3) v = (1ull << (n * 8 - 1)) - 1;       /* max signed */
+          memcpy(e + off, &v, n); /* little-endian: low bytes */
+        }
         break;
       }
     }
