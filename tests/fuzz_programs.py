@@ -41,8 +41,9 @@ KNOWN_MISMATCH_TAGS = frozenset({
     "index.nonzero", "index.where_nonzero",  # CPU's result is column-major, tpu's row-major
     "sort.topk_k0",  # topk with k=0 of a 0-d tensor fails to compile
     "index.index_select@negative",  # defer_and_fuse and compiled: no IndexError
-    "@cpu_rejects_dtype",  # CPU raises for the dtypes (round/topk of bool, hypot of ints,
-                           # index_put_ of another dtype); tpu computes a result
+    "@cpu_rejects_dtype",  # CPU has no kernel for the dtype (frac of ints, ...); tpu computes
+                           # (round/topk of bool, hypot of ints, index_put_ of another
+                           # dtype raise as on CPU now: tests in the op suites)
     "@bool_float",  # bool promoted to float: False * nan, False / 0 give 0, not nan
     # signed zeros: a matmul summing -0.0 products gives +0.0 on tpu; these
     # ops turn the sign into a different value

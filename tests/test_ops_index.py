@@ -548,7 +548,6 @@ def test_fuzz_nonzero_strides_match_cpu():
     assert torch.where(m.to("tpu"))[0].stride() == torch.where(m)[0].stride()
 
 
-@pytest.mark.xfail(strict=True, reason="fuzz index_put_@cpu_rejects_dtype: index_put_ of an int64 value into float32: CPU raises, tpu writes (strict and defer_and_fuse; debug raises)")
 def test_fuzz_index_put_of_other_dtype_raises_like_cpu():
     for device in ("cpu", "tpu"):
         a = torch.tensor([[[[-2.0]]]], device=device)

@@ -301,7 +301,6 @@ def test_fuzz_topk_of_zero_elements_of_a_scalar():
     assert got.shape == torch.topk(x, 0, dim=0).values.shape
 
 
-@pytest.mark.xfail(strict=True, reason="fuzz sort.topk@cpu_rejects_dtype: topk of bool: CPU raises RuntimeError, tpu computes")
 def test_fuzz_topk_of_bool_raises_like_cpu():
     x = torch.tensor([True, False, True])
     with pytest.raises(RuntimeError, match="bool"):

@@ -383,6 +383,10 @@ static tpu_status_t lower_index_put(tpu_lower_ctx_t* ctx) {
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
   tpu_hlo_value_t x = tpu_lower_tensor(ctx, 0);
   tpu_hlo_type_t xt = tpu_lower_arg(ctx, 0)->type;
+  /* CPU requires a values tensor of self's dtype ("Index put requires the
+   * source and destination dtypes match"); the fallback raises that. */
+  if (tpu_lower_arg(ctx, 2)->kind == TPU_ARG_TENSOR && tpu_lower_arg(ctx, 2)->type.dtype != xt.dtype)
+    return tpu_lower_decline(ctx, "values of another dtype");
   adv_t a;
   const char* why = NULL;
   if (!read_indices(ctx, 1, &xt, &a, &why)) return tpu_lower_decline(ctx, "%s", why);

@@ -231,6 +231,15 @@ static void test_bool_declines(void) {
   tpu_status_t s = tpu_lower_program_plain("aten::addmm", args, 2, NULL, &out, 1, &text, &len);
   CHECK(s != NULL && tpu_status_code(s) == TPU_STATUS_UNIMPLEMENTED);
   tpu_status_free(s);
+  /* Two operand dtypes: CPU refuses them; the product declines (the
+   * fallback's CPU kernel raises) instead of promoting. */
+  int64_t b3[3] = {1, 2, 2};
+  tpu_lower_arg_t mixed[2] = {tpu_test_tensor_arg(TPU_DTYPE_FLOAT32, 3, b3),
+                              tpu_test_tensor_arg(TPU_DTYPE_INT64, 3, b3)};
+  tpu_hlo_type_t fout = tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 3, b3);
+  s = tpu_lower_program_plain("aten::bmm", mixed, 2, NULL, &fout, 1, &text, &len);
+  CHECK(s != NULL && tpu_status_code(s) == TPU_STATUS_UNIMPLEMENTED);
+  tpu_status_free(s);
 }
 
 TPU_TEST_MAIN(TPU_TEST(test_bmm), TPU_TEST(test_addmm_beta_alpha),

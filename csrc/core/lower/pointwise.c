@@ -300,6 +300,9 @@ static tpu_status_t lower_trunc(tpu_lower_ctx_t* ctx) { return rounding(ctx, NUL
 /* round(x) is half-to-even; round(x, decimals) scales by 10^|decimals| in
  * the math dtype like PyTorch's kernel (divide for negative decimals). */
 static tpu_status_t lower_round(tpu_lower_ctx_t* ctx) {
+  /* CPU has no bool kernel (NotImplementedError); the fallback raises it. */
+  if (tpu_lower_arg(ctx, 0)->type.dtype == TPU_DTYPE_BOOL)
+    return tpu_lower_decline(ctx, "round of bool");
   const tpu_lower_arg_t* dec = tpu_lower_arg(ctx, 1);
   int64_t decimals = dec->kind == TPU_ARG_INT ? dec->i : 0;
   if (decimals == 0) return rounding(ctx, "stablehlo.round_nearest_even");
@@ -963,6 +966,9 @@ static tpu_status_t lower_conj_physical(tpu_lower_ctx_t* ctx) {
 /* hypot without overflow: m * sqrt(1 + (n/m)^2), m = max(|x|, |y|); inf
  * wins over NaN like std::hypot. */
 static tpu_status_t lower_hypot(tpu_lower_ctx_t* ctx) {
+  /* CPU has no integer kernel (NotImplementedError); the fallback raises it. */
+  if (!is_float(tpu_lower_output_type(ctx, 0).dtype))
+    return tpu_lower_decline(ctx, "hypot of integers");
   tpu_hlo_value_t x, y;
   tpu_status_t s = float_operands(ctx, &x, &y);
   if (s) return s;

@@ -787,6 +787,16 @@ static void test_declines(void) {
   tpu_status_free(s);
   CHECK(tpu_lowering_find("aten::clamp_min_") != NULL);
   CHECK(tpu_lowering_find("aten::threshold_backward") != NULL);
+  /* Dtypes CPU has no kernel for decline, so the fallback raises CPU's
+   * error: round of bool, hypot of integers. */
+  s = tpu_lower_program_plain("aten::round", args, 1, NULL, &out, 1, &text, &len);
+  CHECK(s != NULL && tpu_status_code(s) == TPU_STATUS_UNIMPLEMENTED);
+  tpu_status_free(s);
+  tpu_lower_arg_t iargs[2] = {tensor(TPU_DTYPE_INT64), tensor(TPU_DTYPE_INT64)};
+  tpu_hlo_type_t iout = out_type(TPU_DTYPE_INT64);
+  s = tpu_lower_program_plain("aten::hypot", iargs, 2, NULL, &iout, 1, &text, &len);
+  CHECK(s != NULL && tpu_status_code(s) == TPU_STATUS_UNIMPLEMENTED);
+  tpu_status_free(s);
 }
 
 TPU_TEST_MAIN(TPU_TEST(test_float_math_matches_libm), TPU_TEST(test_gelu_tanh_and_integer_input),

@@ -581,6 +581,8 @@ static tpu_hlo_value_t pick(tpu_hlo_builder_t* b, tpu_hlo_value_t x, int dim, in
 static tpu_status_t lower_topk(tpu_lower_ctx_t* ctx) {
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
   tpu_hlo_type_t t = tpu_lower_arg(ctx, 0)->type;
+  /* CPU has no bool kernel; the fallback raises its error. */
+  if (t.dtype == TPU_DTYPE_BOOL) return tpu_lower_decline(ctx, "topk of bool");
   tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
   int64_t k = tpu_lower_arg(ctx, 1)->i;
   const tpu_lower_arg_t* dim_arg = tpu_lower_arg(ctx, 2);
