@@ -442,7 +442,6 @@ def test_lstm_module_compiles_with_allow_rnn():
 # --- Found by the random-program fuzzer (tests/fuzz_programs.py); xfail
 # until fixed, then the entry leaves KNOWN_SKIPPED_CHECKS there.
 
-@pytest.mark.xfail(strict=True, reason="fuzz compiled.views_of_intermediates: a returned view of another returned (intermediate) tensor is a separate copy at offset 0")
 def test_fuzz_compiled_views_of_intermediates_share_storage():
     def f(a):
         v0 = torch.amax(a, dim=1)
@@ -456,10 +455,71 @@ def test_fuzz_compiled_views_of_intermediates_share_storage():
     assert t1.untyped_storage().data_ptr() == t0.untyped_storage().data_ptr()
 
 
-@pytest.mark.xfail(strict=True, reason="fuzz compiled.strides: compiled outputs are contiguous where eager's (and aot_eager's) are not")
 def test_fuzz_compiled_output_strides_match_eager():
     def f(a):
         return (a.to(torch.float32).permute(1, 0)).reshape(1, 5, 5)
 
     a = torch.rand(5, 5) > 0.5
     assert torch.compile(f, backend="tpu")(a.to("tpu")).stride() == f(a).stride()
+
+
+def _geometry(ts):
+    """Each tensor's strides, offset, and the first tensor sharing its storage."""
+    ptrs = [t.untyped_storage().data_ptr() for t in ts]
+    return [(t.stride(), t.storage_offset(), ptrs.index(p)) for t, p in zip(ts, ptrs)]
+
+
+def test_compiled_views_of_intermediates_and_layouts_as_eager():
+    # Views of an intermediate share its storage at eager's offsets and
+    # strides, whether or not the intermediate itself is returned; a result
+    # computed with a permuted layout keeps it; a write through a returned
+    # view reach the others, as in eager.
+    def f(a, b):
+        v = a @ b
+        s = (a.mT + 1)                     # eager: the transposed layout
+        return v, v.t(), v[1:], v.unsqueeze(0)[:, :, 1], s, s[0]
+
+    def g(a, b):
+        v = torch.exp(a @ b)
+        return v.t(), v.narrow(1, 1, 2)   # v itself is not returned
+
+    def h(a, b):
+        # copysign's meta is a decomposition (where(signbit(b), ...)) whose
+        # layout is b's; eager's TensorIterator takes a's
+        t = a.mT
+        return torch.copysign(t, b), torch.copysign(b, t), t * b
+
+    a, b = torch.randn(4, 3), torch.randn(3, 4)
+    for fn in (f, g, h):
+        want = fn(a, b)
+        got = torch.compile(fn, backend="tpu")(a.to("tpu"), b.to("tpu"))
+        for x, y in zip(got, want):
+            torch.testing.assert_close(x.cpu(), y)
+        assert _geometry(got) == _geometry(want)
+    got = torch.compile(g, backend="tpu")(a.to("tpu"), b.to("tpu"))
+    got[0].fill_(5)
+    assert torch.equal(got[1].cpu(), torch.full((4, 2), 5.0))
+
+
+def test_compiled_training_user_outputs_layout_grads_match():
+    # Training graphs: the user's outputs get eager's layout (the saved
+    # activations stay internal); grads and values as on CPU.
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(4, 5), torch.nn.ReLU(), torch.nn.Linear(5, 3))
+    mt = copy.deepcopy(m).to("tpu")
+
+    def f(mod, x):
+        y = mod(x)
+        return y, y.t(), y[1:]
+
+    x = torch.randn(6, 4)
+    cf = torch.compile(f, backend="tpu")
+    for _ in range(2):
+        got, want = cf(mt, x.to("tpu")), f(m, x)
+        sum(t.sum() * (i + 1) for i, t in enumerate(got)).backward()
+        sum(t.sum() * (i + 1) for i, t in enumerate(want)).backward()
+        assert _geometry(got) == _geometry(want)
+        for t, c in zip(got, want):
+            torch.testing.assert_close(t.detach().cpu(), c.detach(), rtol=1e-5, atol=1e-5)
+    for p, q in zip(mt.parameters(), m.parameters()):
+        torch.testing.assert_close(p.grad.cpu(), q.grad, rtol=1e-5, atol=1e-5)

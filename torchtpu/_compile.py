@@ -111,8 +111,11 @@ def _op_name(target):
 class _Builder:
     """One FX graph -> a _C._Graph, node by node."""
 
-    def __init__(self, gm, input_alias_outputs=None):
+    def __init__(self, gm, input_alias_outputs=None, layout_outputs=frozenset()):
         self.gm = gm
+        # graph output indices to return with their traced layout
+        # (_storage_layouts); None: all
+        self.layout_outputs = layout_outputs
         # graph output index -> the input AOTAutograd rebuilds it from (its
         # output is an alias of that input); None: not known (a backward
         # graph, a part of a split graph)
@@ -296,26 +299,40 @@ class _Builder:
             it = iter(ids)
             full = [next(it) if v is not None else None for v in vals]
             self.ids[n] = full if multi else full[0]
-        # Outputs: tensors from the graph; None stays None.
-        self.out_slots = []
-        out_ids = []
         for o in outputs:
-            if o is None:
-                self.out_slots.append(None)
-            elif isinstance(o, torch.fx.Node):
+            if o is not None and not isinstance(o, torch.fx.Node):
+                raise _Unsupported(f"a non-tensor output ({type(o).__name__})")
+            if o is not None:
                 v = self.ids.get(o)
                 if v is None or isinstance(v, list):
                     raise _Unsupported(f"output {o.name} is not a tensor value")
-                self.out_slots.append(len(out_ids))
-                out_ids.append(v)
-            else:
-                raise _Unsupported(f"a non-tensor output ({type(o).__name__})")
-        out_specs = [_spec(o.meta["val"], allow_cpu=True) for o in outputs
-                     if isinstance(o, torch.fx.Node)]
         # outputs PyTorch expects on the CPU (by output slot)
         self.out_cpu = {k for k, o in enumerate(outputs) if isinstance(o, torch.fx.Node)
                         and o.meta["val"].device.type == "cpu"}
         self.out_aliases = self._input_aliases(placeholders, outputs)
+        # Outputs: tensors from the graph; None stays None. An output laid
+        # out in a storage of an intermediate (see _storage_layouts) reads
+        # the program result holding that storage.
+        layouts, storage_values = self._storage_layouts(graph, nodes, placeholders, outputs)
+        self.out_slots = []
+        self.out_views = {}  # output slot -> (size, stride, offset) in its storage's result
+        out_ids, out_specs = [], []
+        storage_slot = {}
+        for k, o in enumerate(outputs):
+            if o is None:
+                self.out_slots.append(None)
+            elif k in layouts:
+                g, geometry = layouts[k]
+                if g not in storage_slot:
+                    storage_slot[g] = len(out_ids)
+                    out_ids.append(storage_values[g][0])
+                    out_specs.append(storage_values[g][1])
+                self.out_slots.append(storage_slot[g])
+                self.out_views[k] = geometry
+            else:
+                self.out_slots.append(len(out_ids))
+                out_ids.append(self.ids[o])
+                out_specs.append(_spec(o.meta["val"], allow_cpu=True))
         # Then one output per mutated input, written back by the runner.
         self.out_writes = [-1] * len(out_ids)
         for i, v in sorted(self.writes.items()):
@@ -326,6 +343,95 @@ class _Builder:
             self.out_writes.append(i)
         text = graph.finish(out_ids)
         return _C._CompiledGraph(text, self.input_specs, out_specs, self.with_rng)
+
+    def _storage_layouts(self, graph, nodes, placeholders, outputs):
+        """The outputs eager would return with a layout of their own: views
+        of an intermediate (v = a @ b; return v, v.t(), v[1:]) and results
+        whose traced strides are not contiguous (the sum of a transposed
+        tensor keeps its layout).
+
+        The program's results are fresh contiguous buffers; AOTAutograd
+        rebuilds only the aliases that need grad (see its Note [AOT
+        Autograd: outputs aliasing inputs or intermediates!]), the rest is
+        the compiler's to lay out, as Inductor does. So the intermediate
+        owning each such storage is returned once, permuted to its
+        physical order, and each output is that buffer viewed with its
+        traced (size, stride, offset): outputs share storage exactly where
+        eager's do, with eager's strides.
+
+        Returns ({output slot: (storage, (size, stride, offset))},
+        {storage: (value id of the physical buffer, its spec)})."""
+        from torch.multiprocessing.reductions import StorageWeakRef
+
+        def key(v):
+            return StorageWeakRef(v.untyped_storage())
+
+        # storages of inputs (and of values written into them) are not
+        # intermediates: _input_aliases handles those outputs
+        taken = set()
+        for n in placeholders:
+            if isinstance(n.meta.get("val"), torch.Tensor):
+                taken.add(key(n.meta["val"]))
+        for v in self.write_srcs.values():
+            taken.add(key(v))
+        # storage -> the first node computing a value in it: its owner
+        owners = {}
+        for n in nodes:
+            if n.op != "call_function" or n.target is operator.getitem:
+                continue
+            val = n.meta.get("val")
+            ids = self.ids.get(n)
+            vals, ids = (list(val), ids) if isinstance(val, (tuple, list)) else ([val], [ids])
+            if not isinstance(ids, list) or len(ids) != len(vals):
+                continue
+            for v, vid in zip(vals, ids):
+                if (isinstance(v, torch.Tensor) and vid is not None and v.device.type == "tpu"
+                        and v.untyped_storage().nbytes()):
+                    owners.setdefault(key(v), (vid, v, n))
+        groups = {}
+        for k, o in enumerate(outputs):
+            if not isinstance(o, torch.fx.Node) or k in self.out_cpu or k in self.out_aliases:
+                continue
+            if self.layout_outputs is not None and k not in self.layout_outputs:
+                continue
+            v = o.meta["val"]
+            if not isinstance(v, torch.Tensor) or not v.untyped_storage().nbytes():
+                continue
+            g = key(v)
+            if g in taken or g not in owners or owners[g][1].dtype != v.dtype:
+                continue  # (a view with another dtype: the computed value stands)
+            groups.setdefault(g, []).append((k, v))
+        layouts, values = {}, {}
+        for g, members in groups.items():
+            vid, owner, node = owners[g]
+            geometry = [(k, (tuple(v.shape), tuple(v.stride()), v.storage_offset()))
+                        for k, v in members]
+            layout = (tuple(owner.stride()) if _physical_order(owner.shape, owner.stride(), owner)
+                      is not None else None)
+            if len(members) == 1 and outputs[members[0][0]] is node:
+                # The result itself: eager's strides, which a Python meta
+                # kernel (a decomposition: copysign is where(signbit(b),
+                # ...)) may not have picked.
+                eager = _pointwise_strides(node, owner)
+                if eager is not None:
+                    layout = eager
+                    geometry = [(members[0][0], (tuple(owner.shape), eager, 0))]
+                if layout is None or _is_contiguous(owner.shape, layout):
+                    continue  # the common case: the plain result is eager's layout
+            if layout is None:
+                continue  # an owner with gaps or overlaps: computed values stand
+            perm = _physical_order(owner.shape, layout)
+            phys = [owner.shape[d] for d in perm]
+            if perm != list(range(owner.dim())):
+                try:
+                    vid = graph.add_node("aten::permute", [("tensor", vid), ("ints", perm)], [],
+                                         [(owner.dtype, phys)])[0]
+                except (RuntimeError, TypeError, ValueError) as e:
+                    raise _Unsupported(str(e)) from None
+            values[g] = (vid, (owner.dtype, phys))
+            for k, geo in geometry:
+                layouts[k] = (g, geo)
+        return layouts, values
 
     def _input_aliases(self, placeholders, outputs):
         """Output slot -> how it views a tpu input, for the outputs that
@@ -386,7 +492,57 @@ class _Builder:
         return aliases
 
 
-def _runner(compiled, inputs, out_slots, out_writes, out_cpu=(), out_aliases=None):
+def _physical_order(shape, stride, t=None):
+    """The dimensions from outermost to innermost in memory, when the layout
+    is a permutation of a contiguous one (and, given the tensor t, covers
+    its storage from offset 0); else None."""
+    if t is not None and (t.storage_offset() != 0 or
+                          t.untyped_storage().nbytes() != t.numel() * t.element_size()):
+        return None
+    perm = sorted(range(len(shape)), key=lambda d: -stride[d])
+    expect = 1
+    for d in reversed(perm):
+        if shape[d] != 1 and stride[d] != expect:
+            return None
+        expect *= shape[d]
+    return perm
+
+
+def _is_contiguous(shape, stride):
+    expect = 1
+    for z, st in zip(reversed(shape), reversed(stride)):
+        if z != 1 and st != expect:
+            return False
+        expect *= z
+    return True
+
+
+def _pointwise_strides(node, val):
+    """The strides CPU's TensorIterator gives the result of a pointwise op
+    node (its tensor operands' layouts, in argument order), where they
+    differ from the traced ones; else None."""
+    if not isinstance(node.target, torch._ops.OpOverload) or \
+            torch.Tag.pointwise not in node.target.tags:
+        return None
+    from torch._prims_common import compute_elementwise_output_strides
+    ops = [a.meta["val"] for a in node.all_input_nodes
+           if isinstance(a.meta.get("val"), torch.Tensor)]
+    if not ops:
+        return None
+    try:
+        shape = torch.broadcast_shapes(*[t.shape for t in ops])
+        if tuple(shape) != tuple(val.shape):
+            return None
+        strides = tuple(compute_elementwise_output_strides(*[t.expand(shape) for t in ops]))
+    except Exception:  # noqa: BLE001 - no opinion: the traced layout stands
+        return None
+    if strides == tuple(val.stride()) or _physical_order(val.shape, strides) is None:
+        return None
+    return strides
+
+
+def _runner(compiled, inputs, out_slots, out_writes, out_cpu=(), out_aliases=None,
+            out_views=None):
     consts = [t for kind, t in inputs if kind == "const"]
     arg_pos = [(i, kind == "cpu") for kind, i in inputs if kind in ("arg", "cpu")]
     # Output k -> the position, among the graph's tensors, of the input it
@@ -394,6 +550,7 @@ def _runner(compiled, inputs, out_slots, out_writes, out_cpu=(), out_aliases=Non
     writes = list(out_writes)
     mutated = [(k, w) for k, w in enumerate(writes) if w >= 0]
     aliases = sorted((out_aliases or {}).items())
+    views = sorted((out_views or {}).items())
 
     def run(args):
         tensors = [args[i].to("tpu") if up else args[i] for i, up in arg_pos]
@@ -403,6 +560,8 @@ def _runner(compiled, inputs, out_slots, out_writes, out_cpu=(), out_aliases=Non
             if results[k] is not tensors[w]:  # a view input: copy into it
                 tensors[w].copy_(results[k])
         out = [None if s is None else results[s] for s in out_slots]
+        for k, (size, stride, offset) in views:
+            out[k] = out[k].as_strided(size, stride, offset)
         for k in out_cpu:
             out[k] = out[k].cpu()
         for k, (i, size, stride, rel, base_stride) in aliases:
@@ -504,22 +663,23 @@ def _split_at_collectives(gm):
     return _boxed_module(split)
 
 
-def _compile_static(gm, input_alias_outputs=None):
+def _compile_static(gm, input_alias_outputs=None, layout_outputs=frozenset()):
     if any(_is_collective(n) for n in gm.graph.nodes):
         return _split_at_collectives(gm)
     import time
     t0 = time.perf_counter()
     try:
-        b = _Builder(gm, input_alias_outputs)
+        b = _Builder(gm, input_alias_outputs, layout_outputs)
         compiled = b.build()
     except _Unsupported as e:
         return _eager_runner(gm, str(e))
     _bump("compiled_graphs")
     _bump("compiled_graph_ns", int((time.perf_counter() - t0) * 1e9))
-    return _runner(compiled, b.inputs, b.out_slots, b.out_writes, b.out_cpu, b.out_aliases)
+    return _runner(compiled, b.inputs, b.out_slots, b.out_writes, b.out_cpu, b.out_aliases,
+                   b.out_views)
 
 
-def _specializing(gm, input_alias_outputs=None):
+def _specializing(gm, input_alias_outputs=None, layout_outputs=frozenset()):
     """A graph with symbolic shapes: retraced to a static graph for each new
     set of concrete input shapes, each compiled once."""
     from torch.fx.experimental.proxy_tensor import make_fx
@@ -551,7 +711,7 @@ def _specializing(gm, input_alias_outputs=None):
             # the retraced graph's inputs are the tensors only
             aliases = None if input_alias_outputs is None else {
                 k: pos.index(i) for k, i in input_alias_outputs.items() if i in pos}
-            hit = cache[key] = (_compile_static(static, aliases), pos)
+            hit = cache[key] = (_compile_static(static, aliases, layout_outputs), pos)
         fn, pos = hit
         out = fn([args[i] for i in pos])
         args.clear()
@@ -561,10 +721,10 @@ def _specializing(gm, input_alias_outputs=None):
     return run
 
 
-def _compile_graph(gm, example_inputs, input_alias_outputs=None):
+def _compile_graph(gm, example_inputs, input_alias_outputs=None, layout_outputs=frozenset()):
     if _has_symbols(gm):
-        return _specializing(gm, input_alias_outputs)
-    return _compile_static(gm, input_alias_outputs)
+        return _specializing(gm, input_alias_outputs, layout_outputs)
+    return _compile_static(gm, input_alias_outputs, layout_outputs)
 
 
 def _input_alias_outputs():
@@ -581,8 +741,23 @@ def _input_alias_outputs():
             if info.output_type == OutputType.alias_of_input}
 
 
+def _user_outputs():
+    """For the forward (or inference) graph AOTAutograd is compiling: the
+    graph output indices the user sees (their layout is eager's) and the
+    intermediate bases AOTAutograd rebuilds aliases from (it reads them
+    with their traced strides). The activations saved for the backward are
+    left out: the backward program reads them fastest contiguous. None: not
+    known (all outputs)."""
+    ctx = torch._guards.TracingContext.try_get()
+    meta = getattr(ctx, "fw_metadata", None)
+    if meta is None:
+        return None
+    first = meta.num_mutated_inp_runtime_indices
+    return frozenset(range(first, first + len(meta.output_info) + meta.num_intermediate_bases))
+
+
 def _compile_forward(gm, example_inputs):
-    return _compile_graph(gm, example_inputs, _input_alias_outputs())
+    return _compile_graph(gm, example_inputs, _input_alias_outputs(), _user_outputs())
 
 
 _DECOMPS = None
