@@ -45,9 +45,6 @@ KNOWN_MISMATCH_TAGS = frozenset({
                            # (round/topk of bool, hypot of ints, index_put_ of another
                            # dtype raise as on CPU now: tests in the op suites)
     "@bool_float",  # bool promoted to float: False * nan, False / 0 give 0, not nan
-    # signed zeros: a matmul summing -0.0 products gives +0.0 on tpu; these
-    # ops turn the sign into a different value
-    "binary.atan2", "binary.copysign", "unary.signbit",
 })
 # Checks the CI run does not make.
 # Eager: pointwise results of operands with different layouts get other
