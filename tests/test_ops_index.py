@@ -618,7 +618,8 @@ def test_indexing_over_zero_size_dims(case):
 
 @pytest.mark.parametrize("case", ["fill_", "zero_", "masked_fill_", "masked_fill_tensor",
                                   "masked_fill_2d_mask", "index_fill_", "index_put_",
-                                  "index_put_acc", "setitem", "fill_tensor", "add_", "copy_",
+                                  "index_put_acc", "index_put_acc_repeated", "index_put_acc_mask",
+                                  "index_put_acc_two", "setitem", "fill_tensor", "add_", "copy_",
                                   "index_copy_", "scatter_", "clamp_"])
 def test_writes_into_expanded_self(case):
     # The CPU allows fill_/zero_ (and, with a deprecation warning,
@@ -639,6 +640,16 @@ def test_writes_into_expanded_self(case):
         "index_put_": lambda t, d: t.index_put_((I([0], device=d),), I(5., device=d)),
         "index_put_acc": lambda t, d: t.index_put_((I([0], device=d),), I(5., device=d),
                                                    accumulate=True),
+        # CPU adds every update into memory: the rows an expand shares sum
+        # all of them (fuzz seed 50086)
+        "index_put_acc_repeated": lambda t, d: t.index_put_(
+            (I([1, 0, 0, 3], device=d),), I([10., 20., 30.], device=d), accumulate=True),
+        "index_put_acc_mask": lambda t, d: t.index_put_(
+            (I([[True, False, True], [False, False, True], [False, False, False],
+                [True, True, True]], device=d),), I(5., device=d), accumulate=True),
+        "index_put_acc_two": lambda t, d: t.index_put_(
+            (I([0, 0, 2], device=d), I([1, 2, 1], device=d)), I([5., 6., 7.], device=d),
+            accumulate=True),
         "setitem": lambda t, d: t.__setitem__(0, 3.),
         "fill_tensor": lambda t, d: t.fill_(I(2., device=d)),
         "add_": lambda t, d: t.add_(1),

@@ -286,10 +286,38 @@ void index_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 
 // index_put_ / index_put / _index_put_impl_(self, indices, values,
 // accumulate[, unsafe]).
+// An accumulating write into an expand()ed self: the CPU kernel adds each
+// update into memory, so the elements an expand shares sum every update
+// any of them gets. Their deltas are summed over the expanded dims and
+// added to the memory once (a logical result written back would keep one
+// element's sum). False when self is not expanded.
+bool accumulate_into_expanded(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  auto args = args_of(op, stack);
+  const at::Tensor& self = args[0].toTensor();
+  if (!args[3].toBool() || op.schema().name() == "aten::index_put" || !is_tpu(self)) return false;
+  std::vector<int64_t> dims, base_sizes = self.sizes().vec();
+  for (int64_t d = 0; d < self.dim(); d++)
+    if (self.stride(d) == 0 && self.size(d) > 1) dims.push_back(d), base_sizes[d] = 1;
+  if (dims.empty()) return false;
+  TORCH_WARN("Use of index_put_ on expanded tensors is deprecated. Please clone() the tensor "
+             "before performing this operation. This also applies to advanced indexing e.g. "
+             "tensor[indices] = tensor");
+  at::Tensor delta = at::zeros(self.sizes(), self.options())
+                         .index_put_(args[1].to<IndexList>(), args[2].toTensor(), true);
+  self.as_strided(base_sizes, self.strides(), self.storage_offset())
+      .add_(delta.sum(dims, /*keepdim=*/true, self.scalar_type()));
+  at::Tensor result = self;
+  set_returns(op, stack, {result});
+  return true;
+}
+
 void index_put_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   auto args = args_of(op, stack);
   IndexList indices = args[1].to<IndexList>();
-  if (!has_mask(indices)) return tpu_boxed_kernel(op, stack);
+  if (!has_mask(indices)) {
+    if (accumulate_into_expanded(op, stack)) return;
+    return tpu_boxed_kernel(op, stack);
+  }
   const at::Tensor& self = args[0].toTensor();
   const at::Tensor& values = args[2].toTensor();
   bool accumulate = args[3].toBool();
@@ -309,6 +337,7 @@ void index_put_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   auto expanded = expand_masks(self, indices);
   if (!expanded) return cpu_fallback(op, stack);
   (*stack)[stack->size() - args.size() + 1] = *expanded;
+  if (accumulate_into_expanded(op, stack)) return;
   tpu_boxed_kernel(op, stack);
 }
 
