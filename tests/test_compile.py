@@ -523,3 +523,33 @@ def test_compiled_training_user_outputs_layout_grads_match():
             torch.testing.assert_close(t.detach().cpu(), c.detach(), rtol=1e-5, atol=1e-5)
     for p, q in zip(mt.parameters(), m.parameters()):
         torch.testing.assert_close(p.grad.cpu(), q.grad, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("case", ["floordiv", "mod", "fmod", "trunc", "floor_mode", "literal",
+                                  "scalar_mod"])
+def test_compiled_integer_division_by_zero_raises_as_cpu(case):
+    # CPU raises RuntimeError("ZeroDivisionError") for an integer divisor
+    # of 0 (so does Inductor); the compiled program checks its divisors.
+    fs = {
+        "floordiv": lambda a, b: a // b,
+        "mod": lambda a, b: (a + 1) % b,
+        "fmod": lambda a, b: torch.fmod(a, b),
+        "trunc": lambda a, b: torch.div(a, b, rounding_mode="trunc"),
+        "floor_mode": lambda a, b: torch.div(a * 2, b, rounding_mode="floor"),
+        "literal": lambda a, b: (a + b) // 0,
+        "scalar_mod": lambda a, b: torch.remainder(a - b, 0),
+    }
+    f = fs[case]
+    a, b = torch.tensor([5, -6, 7]), torch.tensor([2, 0, -3])
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        f(a, b)
+    cf = torch.compile(f, backend="tpu")
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        cf(a.to("tpu"), b.to("tpu"))
+    # nonzero divisors: CPU's values, no error; float division is not checked
+    nz = torch.tensor([2, -4, -3])
+    if case not in ("literal", "scalar_mod"):
+        assert torch.equal(cf(a.to("tpu"), nz.to("tpu")).cpu(), f(a, nz))
+        g = torch.compile(lambda x, y: f(x.double(), y.double()), backend="tpu")
+        torch.testing.assert_close(g(a.to("tpu"), b.to("tpu")).cpu(), f(a.double(), b.double()),
+                                   equal_nan=True)

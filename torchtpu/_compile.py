@@ -124,6 +124,10 @@ class _Builder:
         self.inputs = []     # ("arg", placeholder index) or ("const", tensor)
         self.input_specs = []
         self.with_rng = False
+        # integer divisions: value ids of "a divisor is 0" flags, with the
+        # op names; the ops dividing by a literal 0
+        self.zero_flags, self.zero_literals = [], []
+        self.zero_check = None  # (output index of the flag, op names)
 
     def _value(self, a):
         if isinstance(a, torch.fx.Node):
@@ -299,6 +303,7 @@ class _Builder:
             it = iter(ids)
             full = [next(it) if v is not None else None for v in vals]
             self.ids[n] = full if multi else full[0]
+            self._check_divisor(graph, n, name)
         for o in outputs:
             if o is not None and not isinstance(o, torch.fx.Node):
                 raise _Unsupported(f"a non-tensor output ({type(o).__name__})")
@@ -341,8 +346,51 @@ class _Builder:
             out_ids.append(v)
             out_specs.append(self.input_specs[i])
             self.out_writes.append(i)
+        if self.zero_flags:
+            flag = self.zero_flags[0][0]
+            try:
+                for f, _ in self.zero_flags[1:]:
+                    flag = graph.add_node("aten::logical_or", [("tensor", flag), ("tensor", f)], [],
+                                          [(torch.bool, [])])[0]
+            except (RuntimeError, TypeError, ValueError) as e:
+                raise _Unsupported(str(e)) from None
+            self.zero_check = (len(out_ids), sorted({nm for _, nm in self.zero_flags}))
+            out_ids.append(flag)
+            out_specs.append((torch.bool, []))
+            self.out_writes.append(-1)
         text = graph.finish(out_ids)
         return _C._CompiledGraph(text, self.input_specs, out_specs, self.with_rng)
+
+    def _check_divisor(self, graph, n, name):
+        """An integer division (//, %, fmod, div with a rounding mode) by
+        zero raises on the CPU, so it does here: the program also computes
+        whether a divisor is 0, and the runner raises after reading it (a
+        literal 0 raises before the program runs)."""
+        base = name.split(".")[0]
+        if base not in ("aten::div", "aten::floor_divide", "aten::remainder", "aten::fmod"):
+            return
+        if base == "aten::div" and (len(n.args) < 3 or n.args[2] is None) and \
+                n.kwargs.get("rounding_mode") is None:
+            return  # true division
+        val = n.meta.get("val")
+        if not isinstance(val, torch.Tensor) or val.numel() == 0 or \
+                val.dtype.is_floating_point or val.dtype.is_complex or val.dtype == torch.bool:
+            return
+        y = n.args[1] if len(n.args) > 1 else n.kwargs.get("other")
+        if isinstance(y, (int, float, bool)):
+            if y == 0:
+                self.zero_literals.append(name)
+            return
+        if not isinstance(y, torch.fx.Node) or not isinstance(y.meta.get("val"), torch.Tensor):
+            return
+        yv = y.meta["val"]
+        try:
+            eq = graph.add_node("aten::eq.Scalar", [("tensor", self._value(y)), ("scalar", 0)], [],
+                                [(torch.bool, list(yv.shape))])[0]
+            flag = graph.add_node("aten::any", [("tensor", eq)], [], [(torch.bool, [])])[0]
+        except (RuntimeError, TypeError, ValueError) as e:
+            raise _Unsupported(str(e)) from None
+        self.zero_flags.append((flag, name))
 
     def _storage_layouts(self, graph, nodes, placeholders, outputs):
         """The outputs eager would return with a layout of their own: views
@@ -542,7 +590,7 @@ def _pointwise_strides(node, val):
 
 
 def _runner(compiled, inputs, out_slots, out_writes, out_cpu=(), out_aliases=None,
-            out_views=None):
+            out_views=None, zero_check=None, zero_literals=()):
     consts = [t for kind, t in inputs if kind == "const"]
     arg_pos = [(i, kind == "cpu") for kind, i in inputs if kind in ("arg", "cpu")]
     # Output k -> the position, among the graph's tensors, of the input it
@@ -553,9 +601,15 @@ def _runner(compiled, inputs, out_slots, out_writes, out_cpu=(), out_aliases=Non
     views = sorted((out_views or {}).items())
 
     def run(args):
+        if zero_literals:
+            raise RuntimeError(f"ZeroDivisionError (in {', '.join(zero_literals)} of a compiled graph)")
         tensors = [args[i].to("tpu") if up else args[i] for i, up in arg_pos]
         tensors.extend(consts)
         results = compiled.run(tensors, writes)
+        if zero_check is not None and results[zero_check[0]].item():
+            # (the program has run: inputs it writes are written)
+            raise RuntimeError(f"ZeroDivisionError (in {', '.join(zero_check[1])} of a "
+                               "compiled graph)")
         for k, w in mutated:
             if results[k] is not tensors[w]:  # a view input: copy into it
                 tensors[w].copy_(results[k])
@@ -676,7 +730,7 @@ def _compile_static(gm, input_alias_outputs=None, layout_outputs=frozenset()):
     _bump("compiled_graphs")
     _bump("compiled_graph_ns", int((time.perf_counter() - t0) * 1e9))
     return _runner(compiled, b.inputs, b.out_slots, b.out_writes, b.out_cpu, b.out_aliases,
-                   b.out_views)
+                   b.out_views, b.zero_check, b.zero_literals)
 
 
 def _specializing(gm, input_alias_outputs=None, layout_outputs=frozenset()):
