@@ -665,3 +665,14 @@ def test_writes_into_expanded_self(case):
         fns[case](base.expand(4, 3), d)
         return base
     same_as_cpu(run, warns=True)
+
+
+@pytest.mark.parametrize("out_dtype", [torch.int64, torch.float64, torch.float32])
+def test_masked_select_out_dtype_as_cpu(out_dtype):
+    # CPU refuses an out= of another dtype than self's (RuntimeError)
+    def run(d):
+        out = torch.empty(0, dtype=out_dtype, device=d)
+        torch.masked_select(torch.tensor([1.5, -2.0, 3.0], device=d),
+                            torch.tensor([True, False, True], device=d), out=out)
+        return out
+    same_as_cpu(run)

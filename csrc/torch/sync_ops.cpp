@@ -138,6 +138,9 @@ void masked_select_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stac
   if (!r.defined()) return cpu_fallback(op, stack);
   if (args.size() == 3) {
     at::Tensor out = args[2].toTensor();
+    // CPU's check (its kernel would have refused before computing)
+    TORCH_CHECK(out.scalar_type() == r.scalar_type(),
+                "masked_select(): self and result must have the same scalar type");
     write_out(out, r);
     r = out;
   }
