@@ -553,3 +553,24 @@ def test_compiled_integer_division_by_zero_raises_as_cpu(case):
         g = torch.compile(lambda x, y: f(x.double(), y.double()), backend="tpu")
         torch.testing.assert_close(g(a.to("tpu"), b.to("tpu")).cpu(), f(a.double(), b.double()),
                                    equal_nan=True)
+
+
+def test_compiled_unfold_is_lowered_forward_and_backward():
+    # unfold (overlapping and gapped windows, a 2-D input) compiles into the
+    # program instead of sending the graph to eager; grads as on CPU.
+    def f(x):
+        return (x.unfold(1, 3, 2) ** 2).sum(-1) + x.unfold(0, 2, 1).mean(), x.unfold(-1, 2, 3)
+
+    x = torch.randn(4, 9)
+    xt = x.clone().to("tpu").requires_grad_()
+    xc = x.clone().requires_grad_()
+    before = counters()
+    got = torch.compile(f, backend="tpu")(xt)
+    want = f(xc)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g.detach().cpu(), w.detach(), rtol=1e-5, atol=1e-5)
+        assert g.stride() == w.stride()
+    (got[0].sum() + got[1].sum()).backward()
+    (want[0].sum() + want[1].sum()).backward()
+    torch.testing.assert_close(xt.grad.cpu(), xc.grad, rtol=1e-5, atol=1e-5)
+    assert delta(before, "compile_graphs_eager") == 0

@@ -138,33 +138,27 @@ static tpu_status_t lower_to_copy(tpu_lower_ctx_t* ctx) {
   return NULL;
 }
 
-/* as_strided(self, size, stride, offset?): elements of self's flat
- * row-major contents (a graph value is its own contiguous storage) at
- * offset + sum(i_k * stride_k): one gather over the flat value. */
-static tpu_status_t lower_as_strided(tpu_lower_ctx_t* ctx) {
+/* The output's elements at flat positions offset + sum(i_k * stride_k) of
+ * input 0's row-major contents (a graph value is its own contiguous
+ * storage): one gather over the flat value. */
+static tpu_status_t set_strided_gather(tpu_lower_ctx_t* ctx, int64_t offset,
+                                       const int64_t* stride) {
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
   tpu_hlo_type_t in = tpu_lower_arg(ctx, 0)->type, out = tpu_lower_output_type(ctx, 0);
-  const tpu_lower_arg_t* size = tpu_lower_arg(ctx, 1);
-  const tpu_lower_arg_t* stride = tpu_lower_arg(ctx, 2);
-  const tpu_lower_arg_t* off = tpu_lower_arg(ctx, 3);
-  if (size->kind != TPU_ARG_INTS || stride->kind != TPU_ARG_INTS || size->num_ints != out.rank ||
-      stride->num_ints != out.rank)
-    return tpu_lower_decline(ctx, "as_strided sizes and strides");
   int64_t n_in = 1, m = 1;
   for (int d = 0; d < in.rank; d++) n_in *= in.dims[d];
   for (int d = 0; d < out.rank; d++) m *= out.dims[d];
-  int64_t offset = off->kind == TPU_ARG_INT ? off->i : 0;
   int64_t last = offset;
   for (int d = 0; d < out.rank; d++)
-    if (out.dims[d] > 0) last += (out.dims[d] - 1) * stride->ints[d];
+    if (out.dims[d] > 0) last += (out.dims[d] - 1) * stride[d];
   if (m > 0 && (offset < 0 || last >= n_in))
-    return tpu_lower_decline(ctx, "as_strided reaches outside its input");
+    return tpu_lower_decline(ctx, "a view reaching outside its input");
   tpu_hlo_type_t it = out;
   it.dtype = TPU_DTYPE_INT64;
   tpu_hlo_value_t idx = tpu_emit_const_like(b, &it, (double)offset);
   for (int d = 0; d < out.rank; d++)
     idx = tpu_emit_add(b, idx, tpu_emit_mul(b, tpu_emit_iota(b, &it, d),
-                                            tpu_emit_const_like(b, &it, (double)stride->ints[d])));
+                                            tpu_emit_const_like(b, &it, (double)stride[d])));
   int64_t m1[2] = {m, 1};
   tpu_hlo_value_t flat = tpu_emit_reshape(b, tpu_lower_tensor(ctx, 0), &n_in, 1);
   tpu_hlo_value_t indices = tpu_emit_reshape(b, idx, m1, 2);
@@ -173,6 +167,37 @@ static tpu_status_t lower_as_strided(tpu_lower_ctx_t* ctx) {
   tpu_hlo_value_t g = tpu_emit_gather(b, flat, indices, gt, NULL, 0, &zero, &zero, 1, &one);
   tpu_lower_set_output(ctx, 0, tpu_emit_reshape(b, g, out.dims, out.rank));
   return NULL;
+}
+
+/* as_strided(self, size, stride, offset?). */
+static tpu_status_t lower_as_strided(tpu_lower_ctx_t* ctx) {
+  tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
+  const tpu_lower_arg_t* size = tpu_lower_arg(ctx, 1);
+  const tpu_lower_arg_t* stride = tpu_lower_arg(ctx, 2);
+  const tpu_lower_arg_t* off = tpu_lower_arg(ctx, 3);
+  if (size->kind != TPU_ARG_INTS || stride->kind != TPU_ARG_INTS || size->num_ints != out.rank ||
+      stride->num_ints != out.rank)
+    return tpu_lower_decline(ctx, "as_strided sizes and strides");
+  return set_strided_gather(ctx, off->kind == TPU_ARG_INT ? off->i : 0, stride->ints);
+}
+
+/* unfold(self, dimension, size, step): windows of `size` elements every
+ * `step` along dimension, in a new last dim -- self's contiguous strides,
+ * dimension's times step, then dimension's own for the window. */
+static tpu_status_t lower_unfold(tpu_lower_ctx_t* ctx) {
+  tpu_hlo_type_t in = tpu_lower_arg(ctx, 0)->type, out = tpu_lower_output_type(ctx, 0);
+  const tpu_lower_arg_t* dim = tpu_lower_arg(ctx, 1);
+  const tpu_lower_arg_t* step = tpu_lower_arg(ctx, 3);
+  if (dim->kind != TPU_ARG_INT || step->kind != TPU_ARG_INT || out.rank != in.rank + 1 ||
+      out.rank > TPU_HLO_MAX_RANK)
+    return tpu_lower_decline(ctx, "unfold arguments");
+  int64_t contiguous[TPU_HLO_MAX_RANK], stride[TPU_HLO_MAX_RANK];
+  int64_t run = 1;
+  for (int d = in.rank - 1; d >= 0; d--) contiguous[d] = run, run *= in.dims[d];
+  int dd = in.rank == 0 ? 0 : wrap_dim(dim->i, in.rank);
+  for (int d = 0; d < in.rank; d++) stride[d] = contiguous[d] * (d == dd ? step->i : 1);
+  stride[in.rank] = in.rank == 0 ? 1 : contiguous[dd];
+  return set_strided_gather(ctx, 0, stride);
 }
 
 /* Factories in graphs: full(size, value), full_like(self, value),
@@ -210,6 +235,7 @@ const tpu_lowering_t tpu_lowerings_view_values[] = {
     {"split", lower_split, G},                 {"split_with_sizes", lower_split, G},
     {"unbind", lower_split, G},                {"_to_copy", lower_to_copy, G},
     {"as_strided", lower_as_strided, G},       {"as_strided_copy", lower_as_strided, G},
+    {"unfold", lower_unfold, G},               {"unfold_copy", lower_unfold, G},
     {"full", lower_full, G},                   {"full_like", lower_full, G},
     {"scalar_tensor", lower_full, G},          {"empty", lower_empty, G},
     {"empty_like", lower_empty, G},            {"empty_strided", lower_empty, G},

@@ -108,6 +108,33 @@ static void test_expand_and_to_copy(void) {
 }
 
 /* Eager must never see these rows: PyTorch's view kernels keep aliasing. */
+/* x.unfold(1, 2, 1) -> [2,2,4,2]: windows of j, j+1 (overlapping); and
+ * x.unfold(-1, 3, 2) -> [2,3,1,3]: one window k = 0..2. */
+static void test_unfold(void) {
+  const void* data[1] = {g_x};
+  void* r[1];
+  tpu_lower_arg_t args[4] = {tpu_test_tensor_arg(TPU_DTYPE_FLOAT32, 3, kDims), i_arg(1), i_arg(2),
+                             i_arg(1)};
+  int64_t od[4] = {2, 2, 4, 2};
+  tpu_hlo_type_t out = tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 4, od);
+  CHECK_OK(tpu_test_run_op("aten::unfold", args, 4, NULL, data, &out, 1, r));
+  float* y = r[0];
+  for (int i = 0; i < 2; i++)
+    for (int w = 0; w < 2; w++)
+      for (int k = 0; k < 4; k++)
+        for (int e = 0; e < 2; e++) CHECK(y[((i * 2 + w) * 4 + k) * 2 + e] == at(i, w + e, k));
+  free(r[0]);
+  tpu_lower_arg_t args2[4] = {args[0], i_arg(-1), i_arg(3), i_arg(2)};
+  int64_t od2[4] = {2, 3, 1, 3};
+  out = tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 4, od2);
+  CHECK_OK(tpu_test_run_op("aten::unfold", args2, 4, NULL, data, &out, 1, r));
+  y = r[0];
+  for (int i = 0; i < 2; i++)
+    for (int j = 0; j < 3; j++)
+      for (int e = 0; e < 3; e++) CHECK(y[(i * 3 + j) * 3 + e] == at(i, j, e));
+  free(r[0]);
+}
+
 static void test_graph_only_rows_hidden_from_eager(void) {
   CHECK(tpu_lowering_find_row("aten::view") == NULL);
   CHECK(tpu_lowering_find("aten::permute") == NULL);
@@ -120,4 +147,5 @@ static void setup(void) {
 }
 
 TPU_TEST_MAIN(TPU_TEST(setup), TPU_TEST(test_permute_transpose_t), TPU_TEST(test_slice_select_split),
-              TPU_TEST(test_expand_and_to_copy), TPU_TEST(test_graph_only_rows_hidden_from_eager))
+              TPU_TEST(test_expand_and_to_copy), TPU_TEST(test_unfold),
+              TPU_TEST(test_graph_only_rows_hidden_from_eager))
