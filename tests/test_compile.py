@@ -574,3 +574,7 @@ def test_compiled_unfold_is_lowered_forward_and_backward():
     (want[0].sum() + want[1].sum()).backward()
     torch.testing.assert_close(xt.grad.cpu(), xc.grad, rtol=1e-5, atol=1e-5)
     assert delta(before, "compile_graphs_eager") == 0
+    # windows of an empty tensor (fuzz seed 70051: failed to compile)
+    e = torch.compile(lambda x: (x.narrow(-1, 1, 0) * 2).unfold(0, 1, 2), backend="tpu")(
+        x.to("tpu"))
+    assert e.shape == (x.narrow(-1, 1, 0) * 2).unfold(0, 1, 2).shape

@@ -151,8 +151,11 @@ static tpu_status_t set_strided_gather(tpu_lower_ctx_t* ctx, int64_t offset,
   int64_t last = offset;
   for (int d = 0; d < out.rank; d++)
     if (out.dims[d] > 0) last += (out.dims[d] - 1) * stride[d];
-  if (m > 0 && (offset < 0 || last >= n_in))
-    return tpu_lower_decline(ctx, "a view reaching outside its input");
+  if (m == 0) { /* no elements (the input may have none to gather from) */
+    tpu_lower_set_output(ctx, 0, tpu_emit_const_like(b, &out, 0));
+    return NULL;
+  }
+  if (offset < 0 || last >= n_in) return tpu_lower_decline(ctx, "a view reaching outside its input");
   tpu_hlo_type_t it = out;
   it.dtype = TPU_DTYPE_INT64;
   tpu_hlo_value_t idx = tpu_emit_const_like(b, &it, (double)offset);

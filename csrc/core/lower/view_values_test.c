@@ -133,6 +133,13 @@ static void test_unfold(void) {
     for (int j = 0; j < 3; j++)
       for (int e = 0; e < 3; e++) CHECK(y[(i * 3 + j) * 3 + e] == at(i, j, e));
   free(r[0]);
+  /* an empty input: [1,0] unfold(0, 1, 2) -> [1,0,1] (fuzz seed 70051) */
+  int64_t ed[2] = {1, 0}, eod[3] = {1, 0, 1};
+  tpu_lower_arg_t args3[4] = {tpu_test_tensor_arg(TPU_DTYPE_FLOAT32, 2, ed), i_arg(0), i_arg(1),
+                              i_arg(2)};
+  out = tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 3, eod);
+  CHECK_OK(tpu_test_run_op("aten::unfold", args3, 4, NULL, data, &out, 1, r));
+  free(r[0]);
 }
 
 static void test_graph_only_rows_hidden_from_eager(void) {
