@@ -806,3 +806,41 @@ def test_bool_add_into_integer_out():
     same_as_cpu(lambda d: torch.add(torch.tensor([True, True, False], device=d),
                                     torch.tensor([True, False, False], device=d),
                                     out=torch.zeros(3, dtype=torch.int64, device=d)))
+
+
+def test_tanh_tail_rounds_like_cpu():
+    # fuzz seed 80046: tanh(8) is 0.99999976 on CPU and was 1.0 (XLA's
+    # approximation saturates from |x| ~ 7.9), so .long() gave 1, not 0.
+    x = torch.linspace(-12, 12, 24001)
+    want, got = torch.tanh(x), torch.tanh(x.to("tpu")).cpu()
+    tail = x.abs() >= 4
+    ulps = (want.view(torch.int32) - got.view(torch.int32)).abs()
+    assert int(ulps[tail].max()) <= 1
+    u8 = torch.tensor([3, 8, 9, 10, 200], dtype=torch.uint8)
+    assert torch.equal(torch.tanh(u8.to("tpu")).long().cpu(), torch.tanh(u8).long())
+    assert torch.equal(torch.compile(lambda t: torch.tanh(t).long(), backend="tpu")(
+        u8.to("tpu")).cpu(), torch.tanh(u8).long())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("exponent", [0.5, -0.5, -1, 2, 3, -2, 1.5, 0, 1])
+def test_pow_scalar_special_values_as_cpu(dtype, exponent):
+    # fuzz seed 80079: CPU's pow(tensor, scalar) is sqrt for 0.5 (so NaN for
+    # -inf, -0.0 for -0.0), 1/sqrt for -0.5, 1/x for -1, x*x... -- special
+    # values other than std::pow's. Exact, signs of zeros included.
+    v = torch.tensor([-float("inf"), -1.75, -0.0, 0.0, float("inf"), float("nan"), 2.5, -3.0,
+                      0.3], dtype=dtype)
+    want = torch.pow(v, exponent)
+    for got in (torch.pow(v.to("tpu"), exponent).cpu(),
+                v.to("tpu").pow_(exponent).cpu(),
+                torch.compile(lambda t: t ** exponent, backend="tpu")(v.to("tpu")).cpu()):
+        assert torch.equal(got.isnan(), want.isnan())
+        keep = ~want.isnan()
+        if dtype == torch.bfloat16 and exponent == -0.5:
+            # CPU's bfloat16 rsqrt rounds sqrt to bfloat16 first in its
+            # scalar loop, not in its vector loop: which one an element gets
+            # depends on its position (CPU gives 1.8203 or 1.8281 for 0.3)
+            torch.testing.assert_close(got[keep], want[keep], rtol=2 ** -7, atol=0)
+        else:
+            assert torch.equal(got[keep], want[keep]), (got, want)
+        assert torch.equal(got[keep].signbit(), want[keep].signbit())

@@ -152,7 +152,6 @@ HLO_FN(f_log1p, "stablehlo.log_plus_one")
 HLO_FN(f_sin, "stablehlo.sine")
 HLO_FN(f_cos, "stablehlo.cosine")
 HLO_FN(f_tan, "stablehlo.tan")
-HLO_FN(f_tanh, "stablehlo.tanh")
 HLO_FN(f_sqrt, "stablehlo.sqrt")
 HLO_FN(f_rsqrt, "stablehlo.rsqrt")
 HLO_FN(f_sigmoid, "stablehlo.logistic")
@@ -166,6 +165,23 @@ HLO_FN(f_atanh, "chlo.atanh")
 HLO_FN(f_erfc, "chlo.erfc")
 HLO_FN(f_erfinv, "chlo.erf_inv")
 #undef HLO_FN
+
+/* tanh; in float32 XLA's approximation is 1.0 from |x| ~ 7.9 on, where
+ * tanh(x) still rounds below 1 up to |x| ~ 9 (CPU's tanh(8) is 0.99999976:
+ * truncated to an integer, 0, not 1). From |x| = 4 on,
+ * 1 - 2 / (exp(2|x|) + 1) with x's sign is within an ulp: the subtracted
+ * term is small, so exp's error barely reaches the result. */
+static tpu_hlo_value_t f_tanh(tpu_hlo_builder_t* b, tpu_hlo_value_t x) {
+  tpu_hlo_value_t r = un(b, "stablehlo.tanh", x);
+  if (tpu_hlo_value_type(b, x).dtype != TPU_DTYPE_FLOAT32) return r;
+  tpu_hlo_value_t a = un(b, "stablehlo.abs", x);
+  tpu_hlo_value_t e = un(b, "stablehlo.exponential", tpu_emit_add(b, a, a));
+  tpu_hlo_value_t tail = tpu_emit_sub(
+      b, tpu_emit_splat(b, x, 1),
+      tpu_emit_div(b, tpu_emit_splat(b, x, 2), tpu_emit_add(b, e, tpu_emit_splat(b, x, 1))));
+  tail = sel(b, sign_bit(b, x), un(b, "stablehlo.negate", tail), tail);
+  return sel(b, cmp(b, "GE", a, tpu_emit_splat(b, x, 4)), tail, r);
+}
 
 /* erf; in float32 (and the half types' float32 math) erf(x) rounds to
  * +-1 beyond |x| ~ 3.914, where CHLO's approximation stays a little under
@@ -769,6 +785,27 @@ static tpu_hlo_value_t int_power(tpu_hlo_builder_t* b, tpu_hlo_value_t x, tpu_hl
   return result;
 }
 
+/* pow(tensor, scalar) of floats: CPU's kernel (PowKernel.cpp) computes
+ * these exponents otherwise than std::pow, with other special values:
+ * 0.5 is sqrt (NaN for -inf, -0.0 for -0.0, where pow gives +inf and
+ * +0.0), -0.5 is 1 / sqrt, -1 is 1 / x (float32, float64, bfloat16); and,
+ * in float32 / float64, 2 is x * x, 3 is x * x * x, -2 is 1 / (x * x).
+ * d: the result dtype; r: stablehlo.power's result, for the others. */
+static tpu_hlo_value_t scalar_power(tpu_hlo_builder_t* b, tpu_hlo_value_t x, tpu_hlo_value_t y,
+                                    tpu_dtype_t d, tpu_hlo_value_t r) {
+  if (d == TPU_DTYPE_FLOAT16) return r;
+  tpu_hlo_value_t one = tpu_emit_splat(b, x, 1);
+  tpu_hlo_value_t sq = un(b, "stablehlo.sqrt", x);
+  r = sel(b, cmp(b, "EQ", y, tpu_emit_splat(b, y, 0.5)), sq, r);
+  r = sel(b, cmp(b, "EQ", y, tpu_emit_splat(b, y, -0.5)), tpu_emit_div(b, one, sq), r);
+  r = sel(b, cmp(b, "EQ", y, tpu_emit_splat(b, y, -1)), tpu_emit_div(b, one, x), r);
+  if (d != TPU_DTYPE_FLOAT32 && d != TPU_DTYPE_FLOAT64) return r;
+  tpu_hlo_value_t x2 = tpu_emit_mul(b, x, x);
+  r = sel(b, cmp(b, "EQ", y, tpu_emit_splat(b, y, 2)), x2, r);
+  r = sel(b, cmp(b, "EQ", y, tpu_emit_splat(b, y, 3)), tpu_emit_mul(b, x2, x), r);
+  return sel(b, cmp(b, "EQ", y, tpu_emit_splat(b, y, -2)), tpu_emit_div(b, one, x2), r);
+}
+
 /* pow: floats through stablehlo.power in the math dtype; integers by
  * squaring (int_power), with PyTorch's rule for negative exponents: 1 for
  * base 1, +-1 for base -1, else 0. */
@@ -779,7 +816,12 @@ static tpu_status_t lower_pow(tpu_lower_ctx_t* ctx) {
     return tpu_lower_decline(ctx, "pow of %s", tpu_dtype_name(d));
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
   tpu_hlo_value_t x = math_operand(ctx, 0, d), y = math_operand(ctx, 1, d);
-  if (is_float(d)) return finish(ctx, tpu_emit_binary(b, "stablehlo.power", x, y));
+  if (is_float(d)) {
+    tpu_hlo_value_t r = tpu_emit_binary(b, "stablehlo.power", x, y);
+    if (strstr(tpu_lower_op_name(ctx), "Tensor_Scalar") || strstr(tpu_lower_op_name(ctx), "_.Scalar"))
+      r = scalar_power(b, x, y, d, r);
+    return finish(ctx, r);
+  }
   tpu_hlo_value_t zero = tpu_emit_splat(b, x, 0), one = tpu_emit_splat(b, x, 1);
   tpu_hlo_value_t negative = cmp(b, "LT", y, zero);
   tpu_hlo_value_t r = int_power(b, x, sel(b, negative, zero, y));

@@ -245,6 +245,38 @@ static void test_integer_pow(void) {
   free(result[0]);
 }
 
+/* pow(tensor, scalar) exponents CPU computes otherwise than std::pow:
+ * sqrt for 0.5 (NaN at -inf, -0.0 kept), 1/sqrt for -0.5, 1/x for -1. */
+static void test_pow_scalar_special_exponents(void) {
+  float x[N] = {-INFINITY, -0.0f, 0.0f, INFINITY, 4, 0.25f, -2, 9};
+  tpu_lower_arg_t args[2] = {tensor(TPU_DTYPE_FLOAT32), tpu_test_scalar_arg(TPU_DTYPE_FLOAT64, true)};
+  const double exps[3] = {0.5, -0.5, -1};
+  for (int k = 0; k < 3; k++) {
+    const void* data[2] = {x, &exps[k]};
+    void* result[1];
+    CHECK_OK(run("aten::pow.Tensor_Scalar", args, 2, data, TPU_DTYPE_FLOAT32, result));
+    const float* y = result[0];
+    for (int i = 0; i < N; i++) {
+      double want = k == 0 ? sqrt(x[i]) : k == 1 ? 1 / sqrt(x[i]) : 1.0 / x[i];
+      CHECK(isnan(want) ? isnan(y[i]) : (y[i] == (float)want && !signbit(y[i]) == !signbit(want)));
+    }
+    free(result[0]);
+  }
+}
+
+/* tanh's float32 tail rounds below 1 where tanh does (to |x| ~ 9). */
+static void test_tanh_tail(void) {
+  float x[N] = {4, 5.5f, 7.9f, 8, -8, 8.5f, 9.5f, -12};
+  tpu_lower_arg_t args[1] = {tensor(TPU_DTYPE_FLOAT32)};
+  const void* data[1] = {x};
+  void* result[1];
+  CHECK_OK(run("aten::tanh", args, 1, data, TPU_DTYPE_FLOAT32, result));
+  const float* y = result[0];
+  for (int i = 0; i < N; i++) CHECK(near(y[i], tanh(x[i]), 1.2e-7, 0));
+  CHECK(y[3] < 1.0f && y[4] > -1.0f);
+  free(result[0]);
+}
+
 static void test_remainder_and_fmod(void) {
   int64_t a[N] = {5, -5, 5, -5, 0, 7, -7, 6};
   int64_t b[N] = {3, 3, -3, -3, 4, 7, 2, -4};
@@ -802,6 +834,7 @@ static void test_declines(void) {
 TPU_TEST_MAIN(TPU_TEST(test_float_math_matches_libm), TPU_TEST(test_gelu_tanh_and_integer_input),
               TPU_TEST(test_bfloat16_rounds_once), TPU_TEST(test_sign_abs_neg),
               TPU_TEST(test_rounding), TPU_TEST(test_integer_pow), TPU_TEST(test_integer_pow_large_exponents),
+              TPU_TEST(test_pow_scalar_special_exponents), TPU_TEST(test_tanh_tail),
               TPU_TEST(test_div_floor_float),
               TPU_TEST(test_remainder_and_fmod), TPU_TEST(test_comparisons_promote),
               TPU_TEST(test_min_max_nan), TPU_TEST(test_clamp),
