@@ -149,6 +149,10 @@ typedef struct tpu_lowering_s {
 
 /* The row for an op name, or NULL. Eager lookups: GRAPH_ONLY rows are not
  * found. */
+/* "aten::add_.Tensor" / "add_" / "add" -> "add": the length of the base
+ * name (no namespace, overload or in-place '_'), which starts at
+ * *out_start. Dunder names ("__and__") keep their underscores. */
+size_t tpu_lowering_base_name(const char* op_name, const char** out_start);
 const tpu_lowering_t* tpu_lowering_find_row(const char* op_name);
 /* The same, GRAPH_ONLY rows included (the graph builder). */
 const tpu_lowering_t* tpu_lowering_find_graph_row(const char* op_name);

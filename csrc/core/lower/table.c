@@ -17,9 +17,7 @@ static const family_t kFamilies[] = {
 #undef TPU_FAMILY
 };
 
-/* "aten::add_" / "add_" / "add" -> "add". In-place names end in one '_';
- * dunder names ("__and__") keep theirs. */
-static size_t base_name(const char* op_name, const char** out_start) {
+size_t tpu_lowering_base_name(const char* op_name, const char** out_start) {
   const char* s = strstr(op_name, "::");
   s = s ? s + 2 : op_name;
   size_t n = strcspn(s, ".");
@@ -45,7 +43,7 @@ static const tpu_lowering_t* find_in_table(const char* name, size_t n) {
 
 const tpu_lowering_t* tpu_lowering_find_graph_row(const char* op_name) {
   const char* name;
-  size_t n = base_name(op_name, &name);
+  size_t n = tpu_lowering_base_name(op_name, &name);
   for (size_t i = 0; i < g_num_overrides; i++)
     if (strlen(g_override_names[i]) == n && memcmp(g_override_names[i], name, n) == 0)
       return &g_overrides[i];
@@ -85,7 +83,7 @@ bool tpu_lowering_override_for_testing(const char* op, const char* with) {
     return true;
   }
   const char *name, *other;
-  size_t n = base_name(op, &name), m = base_name(with, &other);
+  size_t n = tpu_lowering_base_name(op, &name), m = tpu_lowering_base_name(with, &other);
   const tpu_lowering_t* target = find_in_table(name, n);
   static const tpu_lowering_t kInvalid = {.name = "!invalid_program", .fn = lower_invalid_program};
   const tpu_lowering_t* source =

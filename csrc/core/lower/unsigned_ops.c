@@ -16,18 +16,9 @@ static const char* const kAllowed[] = {
     "sqrt", "rsqrt", "exp", "log", "sin", "cos", "tanh", "sigmoid", "reciprocal",
 };
 
-static size_t base_len(const char* op_name, const char** out_start) {
-  const char* s = strstr(op_name, "::");
-  s = s ? s + 2 : op_name;
-  size_t n = strcspn(s, ".");
-  if (n > 1 && s[n - 1] == '_' && !(n > 2 && s[n - 2] == '_')) n--;
-  *out_start = s;
-  return n;
-}
-
 bool tpu_unsigned_op_allowed(const char* op_name, const tpu_lower_arg_t* args, int num_args) {
   const char* s;
-  size_t n = base_len(op_name, &s);
+  size_t n = tpu_lowering_base_name(op_name, &s);
   bool found = false;
   for (size_t i = 0; i < sizeof kAllowed / sizeof kAllowed[0] && !found; i++)
     found = strlen(kAllowed[i]) == n && memcmp(kAllowed[i], s, n) == 0;
