@@ -471,6 +471,11 @@ class _Gen:
         for name in _names_in(s[len(tgt):]):
             u = self.ns.get(name)
             if isinstance(u, torch.Tensor) and u.untyped_storage().data_ptr() == tt.untyped_storage().data_ptr():
+                if _shares_memory_within(tt):
+                    # CPU reads an operand the write keeps changing through
+                    # the target's shared elements (index_put_ accumulating
+                    # into an expand of its own values): loop-order results
+                    return None
                 tag += "@aliased_operand"  # an operand shares the target's storage
                 break
         if r.random() < 0.3 and not op.startswith("setitem"):
