@@ -90,6 +90,31 @@ def pointwise_ops(only=None):
     return out
 
 
+# Lowered elementwise overloads PyTorch does not tag pointwise, whose CPU
+# kernels are TensorIterators too (or allocate like one).
+EXTRA = ["floor_divide.default", "floor_divide.Scalar", "elu_backward.default",
+         "hardshrink_backward.default", "hardsigmoid_backward.default", "hardswish.default",
+         "hardswish_backward.default", "hardtanh_backward.default", "leaky_relu_backward.default",
+         "log_sigmoid_backward.default", "softplus_backward.default", "softshrink_backward.default",
+         "where.ScalarOther", "where.ScalarSelf", "where.Scalar", "_prelu_kernel.default",
+         "_prelu_kernel_backward.default", "mse_loss.default", "huber_loss.default",
+         "smooth_l1_loss.default", "mse_loss_backward.default", "huber_loss_backward.default",
+         "smooth_l1_loss_backward.default", "binary_cross_entropy.default",
+         "binary_cross_entropy_backward.default", "masked_fill.Tensor", "fill.Scalar", "fill.Tensor",
+         "zero.default", "_to_copy.default", "lift_fresh_copy.default", "bernoulli.p",
+         "uniform.default", "native_dropout.default", "log_sigmoid_forward.default", "glu.default"]
+
+
+def extra_ops(only=None):
+    out = []
+    for spec in EXTRA:
+        name, ov = spec.split(".")
+        if only and name not in only:
+            continue
+        out.append(getattr(getattr(torch.ops.aten, name), ov))
+    return out
+
+
 def arg_plans(op):
     """Ways to call op: per schema argument 'T' (a tensor operand) or a
     fixed value. The defaults; then Scalars that default to 1 (alpha,
@@ -97,8 +122,12 @@ def arg_plans(op):
     plan, alt = [], []
     for a in op._schema.arguments:
         ty = str(a.type)
-        if ty in ("Tensor", "Tensor?"):
+        if ty in ("Tensor", "Tensor?", "Optional[Tensor]"):
             v = "T"
+        elif a.name == "min" and op._schema.name == "aten::clamp":
+            v = ("v", 0.5)  # clamp needs a bound
+        elif a.name == "reduction":
+            v = ("v", 0)  # elementwise losses
         elif a.has_default_value():
             v = ("v", a.default_value)
         elif ty in ("Scalar", "number"):
@@ -109,7 +138,7 @@ def arg_plans(op):
             v = ("v", 0.5)
         elif ty == "bool":
             v = ("v", False)
-        elif ty == "str?":
+        elif ty in ("str?", "Optional[str]"):
             v = ("v", "floor")
         else:
             return []
@@ -228,10 +257,12 @@ def main(argv=None):
     ap.add_argument("--mixes", default="all", help="dtype mixes: " + ",".join(m for m, _ in DTYPE_MIXES))
     ap.add_argument("-v", action="store_true", help="print every differing case")
     ap.add_argument("--no-out", action="store_true", help="skip the out= (resized) calls")
+    ap.add_argument("--extra", action="store_true",
+                    help="also the untagged elementwise overloads in EXTRA")
     a = ap.parse_args(argv)
     only = set(x for x in a.ops.split(",") if x) or None
     mixes = DTYPE_MIXES if a.mixes == "all" else [m for m in DTYPE_MIXES if m[0] in a.mixes.split(",")]
-    ops = pointwise_ops(only)
+    ops = pointwise_ops(only) + (extra_ops(only) if a.extra else [])
     with torchtpu.eager_mode("defer_and_fuse"):
         bad, total = sweep(ops, a.max_combos, mixes, not a.no_out, a.v)
         torchtpu.flush()
