@@ -38,7 +38,6 @@ MODES = ("strict", "debug", "defer_and_fuse", "compiled")
 # does not generate them (see tests/test_fuzz.py). `make fuzz` generates
 # everything unless FUZZ_EXCLUDE says otherwise.
 KNOWN_MISMATCH_TAGS = frozenset({
-    "index.nonzero", "index.where_nonzero",  # CPU's result is column-major, tpu's row-major
     "sort.topk_k0",  # topk with k=0 of a 0-d tensor fails to compile
     "index.index_select@negative",  # defer_and_fuse and compiled: no IndexError
     "@cpu_rejects_dtype",  # CPU has no kernel for the dtype (frac of ints, ...); tpu computes
@@ -54,10 +53,7 @@ KNOWN_MISMATCH_TAGS = frozenset({
 # CPU eager and aot_eager return views.
 # Compiled graphs' outputs are contiguous where eager's are not (transposes,
 # permutes, nonzero's column-major result).
-# Eager: pointwise results of operands with different layouts get other
-# strides than CPU's TensorIterator picks (views' strides are still checked).
-KNOWN_SKIPPED_CHECKS = frozenset({"compiled.views_of_intermediates", "compiled.strides",
-                                  "eager.computed_strides"})
+KNOWN_SKIPPED_CHECKS = frozenset({"compiled.views_of_intermediates", "compiled.strides"})
 
 
 @dataclasses.dataclass

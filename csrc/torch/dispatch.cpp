@@ -585,8 +585,7 @@ bool untagged_iterator(const std::string& name) {
       "aten::floor_divide",        "aten::elu_backward",        "aten::hardshrink_backward",
       "aten::hardsigmoid_backward", "aten::hardswish",          "aten::hardswish_backward",
       "aten::hardtanh_backward",   "aten::softplus_backward",   "aten::softshrink_backward",
-      "aten::leaky_relu_backward", "aten::_prelu_kernel",       "aten::_prelu_kernel_backward",
-      "aten::mse_loss",            "aten::smooth_l1_loss"};
+      "aten::leaky_relu_backward", "aten::mse_loss",            "aten::smooth_l1_loss"};
   for (const char* k : kOps)
     if (name == k) return true;
   return false;
@@ -651,9 +650,7 @@ CpuLayout cpu_layout(const c10::OperatorHandle& op) {
 // them in schema order (an empty name ends the list).
 const char* const* iterator_order(const std::string& name) {
   static const char* const kThreshold[] = {"self", "grad_output", ""};
-  static const char* const kPrelu[] = {"self", "weight", "grad_output", ""};
   if (name == "aten::threshold_backward" || name == "aten::leaky_relu_backward") return kThreshold;
-  if (name == "aten::_prelu_kernel_backward") return kPrelu;
   return nullptr;
 }
 
