@@ -38,7 +38,6 @@ MODES = ("strict", "debug", "defer_and_fuse", "compiled")
 # does not generate them (see tests/test_fuzz.py). `make fuzz` generates
 # everything unless FUZZ_EXCLUDE says otherwise.
 KNOWN_MISMATCH_TAGS = frozenset({
-    "index.nonzero", "index.where_nonzero",  # CPU's result is column-major, tpu's row-major
     "sort.topk_k0",  # topk with k=0 of a 0-d tensor fails to compile
     "index.index_select@negative",  # defer_and_fuse and compiled: no IndexError
     "@cpu_rejects_dtype",  # CPU has no kernel for the dtype (frac of ints, ...); tpu computes
@@ -46,10 +45,9 @@ KNOWN_MISMATCH_TAGS = frozenset({
                            # dtype raise as on CPU now: tests in the op suites)
     "@bool_float",  # bool promoted to float: False * nan, False / 0 give 0, not nan
 })
-# Checks the CI run does not make.
-# Eager: pointwise results of operands with different layouts get other
-# strides than CPU's TensorIterator picks (views' strides are still checked).
-KNOWN_SKIPPED_CHECKS = frozenset({"eager.computed_strides"})
+# Checks the CI run does not make (none now: eager and compiled strides,
+# offsets and shared storages are all checked).
+KNOWN_SKIPPED_CHECKS = frozenset()
 
 
 @dataclasses.dataclass

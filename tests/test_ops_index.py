@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 import torchtpu
-from op_testing import check, make, to_tpu
+from op_testing import check, make, same_as_cpu, to_tpu
 
 FLOATS = [torch.float32, torch.bfloat16]
 DTYPES = FLOATS + [torch.int64]
@@ -334,6 +334,65 @@ def test_nonzero_noncontiguous_and_out(dtype):
     check_synced(out, x)
 
 
+def layout(r):
+    """(shape, strides, offset) of a tensor or of each of a tuple's."""
+    return [(tuple(t.shape), t.stride(), t.storage_offset())
+            for t in (r if isinstance(r, (tuple, list)) else (r,))]
+
+
+@pytest.mark.parametrize("shape", DYN_SHAPES + [(1, 1), (3, 1, 2), (1, 5)])
+@pytest.mark.parametrize("fill", [None, 0, 1])
+def test_nonzero_is_column_major_like_cpu(shape, fill):
+    # CPU's nonzero is (n, ndim) with strides (1, n); where()'s tensors are
+    # its columns (stride 1 at offsets 0, n, ...).
+    x = sparse(shape, torch.float32, fill=fill)
+    fns = [torch.nonzero, torch.argwhere, lambda x: torch.nonzero(x, as_tuple=True)]
+    if x.dim():
+        fns.append(torch.where)
+    for fn in fns:
+        want = fn(x)
+        got = fn(x.to("tpu"))
+        assert layout(got) == layout(want)
+        assert all(torch.equal(g.cpu(), w) for g, w in zip(
+            got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)))
+
+
+def test_nonzero_column_major_example():
+    a = torch.tensor([[1, 0, 2], [0, 3, 0]])
+    assert torch.nonzero(a.to("tpu")).stride() == torch.nonzero(a).stride() == (1, 3)
+    assert [(t.stride(), t.storage_offset()) for t in torch.where(a.to("tpu"))] == [((1,), 0), ((1,), 3)]
+
+
+def test_nonzero_out_keeps_or_restrides_like_cpu():
+    # An out of exactly the result's shape keeps its strides; any other is
+    # resized and becomes column-major (with CPU's resize warning when it
+    # had elements).
+    x = torch.tensor([[1, 0, 2], [0, 3, 0]])
+    outs = [lambda d: torch.empty(0, dtype=torch.int64, device=d),
+            lambda d: torch.empty(3, 2, dtype=torch.int64, device=d),
+            lambda d: torch.empty(2, 3, dtype=torch.int64, device=d).t(),
+            lambda d: torch.empty(6, 2, dtype=torch.int64, device=d)[::2],
+            lambda d: torch.empty(5, 2, dtype=torch.int64, device=d),
+            lambda d: torch.empty(10, dtype=torch.int64, device=d)[::2]]
+    cases = [(x, o) for o in outs] + [(torch.tensor(5), lambda d: torch.empty(2, dtype=torch.int64, device=d)),
+                                     (torch.tensor(5), lambda d: torch.empty(1, 0, dtype=torch.int64, device=d)),
+                                     (torch.tensor(0), lambda d: torch.empty(0, dtype=torch.int64, device=d))]
+    for inp, make_out in cases:
+        def run(d):
+            o = make_out(d)
+            r = torch.nonzero(inp.to(d), out=o)
+            assert r is o
+            return o
+        got = same_as_cpu(run, warns=True)
+        assert layout(got) == layout(run("cpu")), (inp, layout(got))
+
+
+def test_nonzero_out_of_another_dtype_raises_like_cpu():
+    x = torch.tensor([[1, 0, 2], [0, 3, 0]])
+    same_as_cpu(lambda d: torch.nonzero(x.to(d), out=torch.empty(0, device=d)))
+    same_as_cpu(lambda d: torch.nonzero(x.to(d), out=torch.empty(3, 2, device=d)))
+
+
 def test_nonzero_nan_and_static():
     x = torch.tensor([[0.0, float("nan")], [-0.0, 2.0]])
     check_synced(torch.nonzero, x)
@@ -540,7 +599,6 @@ def test_index_cpu_mask_on_tpu_tensor():
 # --- Found by the random-program fuzzer (tests/fuzz_programs.py); xfail
 # until fixed, then the tag leaves KNOWN_MISMATCH_TAGS there.
 
-@pytest.mark.xfail(strict=True, reason="fuzz index.nonzero: CPU's nonzero result is column-major (strides (1, n)), tpu's row-major")
 def test_fuzz_nonzero_strides_match_cpu():
     a = torch.tensor([[[-5, -6]]])
     assert torch.nonzero(a.to("tpu")).stride() == torch.nonzero(a).stride()
@@ -588,8 +646,6 @@ def test_fuzz_debug_scatter_add_of_an_expanded_tensor():
 
 
 # ---- edge cases that must behave as on the CPU (issue 21, item 4) --------
-
-from op_testing import same_as_cpu  # noqa: E402
 
 
 @pytest.mark.parametrize("case", ["gather_zero_dim", "gather_zero_index", "gather_from_empty",

@@ -629,6 +629,191 @@ def test_shrinks_and_prelu(dtype):
     check(F.prelu, xc, make((3,), dtype, seed=3), grad=True, dtype=dtype)
 
 
+# ---- result strides follow CPU's TensorIterator -------------------------
+# A pointwise result's layout follows its operands' (the first with an
+# opinion decides); an operand of another dtype is converted first on the
+# CPU, so a broadcast one then orders like a dense one. The meta kernels
+# some ops' metadata comes from are Python references with other rules.
+
+def _t(shape, dtype, seed, device="cpu"):
+    g = torch.Generator().manual_seed(seed)
+    if dtype == torch.bool:
+        x = torch.rand(shape, generator=g) > 0.5
+    elif dtype.is_floating_point:
+        x = ((torch.randint(-8, 9, shape, generator=g) / 4) + 0.125).to(dtype)
+    else:
+        x = torch.randint(1, 6, shape, generator=g).to(dtype)
+    return x.to(device)
+
+
+# name -> fn(dtype, seed, device): an operand broadcasting to (2, 3, 4),
+# the view taken on the device (a copy to it would be dense)
+LAYOUTS = {
+    "contig": lambda d, k, dev: _t((2, 3, 4), d, k, dev),
+    "rev": lambda d, k, dev: _t((4, 3, 2), d, k, dev).permute(2, 1, 0),
+    "perm": lambda d, k, dev: _t((3, 4, 2), d, k, dev).permute(2, 0, 1),
+    "slice": lambda d, k, dev: _t((2, 3, 8), d, k, dev)[..., ::2],
+    "expand": lambda d, k, dev: _t((2, 1, 4), d, k, dev).expand(2, 3, 4),
+    "bcast_t": lambda d, k, dev: _t((4, 3), d, k, dev).t(),
+    "unfold": lambda d, k, dev: _t((2, 6), d, k, dev).unfold(1, 4, 1),
+    "size1_t": lambda d, k, dev: _t((4, 1, 2), d, k, dev).permute(2, 1, 0),
+}
+# pairs where CPU's layout is not simply the first operand's
+LAYOUT_PAIRS = [("contig", "rev"), ("rev", "contig"), ("expand", "rev"), ("size1_t", "expand"),
+                ("unfold", "perm"), ("slice", "bcast_t"), ("bcast_t", "unfold"), ("expand", "size1_t")]
+
+STRIDE_BINARY = {
+    "add": torch.add, "add_alpha": lambda a, b: torch.add(a, b, alpha=2), "sub": torch.sub,
+    "mul": torch.mul, "div": torch.div, "copysign": torch.copysign, "atan2": torch.atan2,
+    "xlogy": torch.xlogy, "xlog1py": torch.special.xlog1py, "logaddexp": torch.logaddexp,
+    "heaviside": torch.heaviside, "maximum": torch.maximum, "eq": torch.eq, "lt": torch.lt,
+    "logical_and": torch.logical_and, "logical_xor": torch.logical_xor, "pow": torch.pow,
+    "remainder": torch.remainder, "floor_divide": torch.floor_divide, "fmod": torch.fmod,
+    "hypot": torch.hypot, "nextafter": torch.nextafter, "clamp_min": torch.clamp_min,
+    "logit_backward": lambda g, x: torch.ops.aten.logit_backward(g, x.sigmoid() * 0.5 + 0.25),
+    "dropout_backward": lambda g, m: torch.ops.aten.native_dropout_backward(g, m > 0, 2.0),
+    "sigmoid_backward": torch.ops.aten.sigmoid_backward, "tanh_backward": torch.ops.aten.tanh_backward,
+    "gelu_backward": torch.ops.aten.gelu_backward,
+}
+# ops CPU has no kernel for in a dtype are left out of that mix
+STRIDE_INT_OK = {"add", "add_alpha", "sub", "mul", "div", "eq", "lt", "logical_and", "logical_xor",
+                 "maximum", "pow", "remainder", "floor_divide", "fmod", "clamp_min", "xlogy",
+                 "copysign", "atan2", "dropout_backward"}
+
+
+def _layout(r):
+    return [(tuple(t.shape), t.stride()) for t in (r if isinstance(r, (tuple, list)) else (r,))]
+
+
+def check_layout(fn, *makers):
+    """fn of the operands makers(device) give, on CPU and on tpu: the same
+    strides and values."""
+    want = fn(*[m("cpu") for m in makers])
+    got = fn(*[m("tpu") for m in makers])
+    assert _layout(got) == _layout(want)
+    assert_close(got.cpu(), want)
+
+
+def lay(name, dtype, seed):
+    return lambda dev: LAYOUTS[name](dtype, seed, dev)
+
+
+def on(x):
+    """A maker for a fixed CPU tensor (views of it are then taken by fn)."""
+    return lambda dev: x.to(dev)
+
+
+def assert_close(got, want):
+    if want.dtype.is_floating_point:
+        torch.testing.assert_close(got, want, equal_nan=True)
+    else:
+        assert torch.equal(got, want)
+
+
+@pytest.mark.parametrize("name", sorted(STRIDE_BINARY))
+def test_binary_result_strides_like_cpu(name):
+    fn = STRIDE_BINARY[name]
+    mixes = [(torch.float32, torch.float32)]
+    if name in STRIDE_INT_OK:
+        mixes += [(torch.float32, torch.int64), (torch.int64, torch.float32)]
+    for da, db in mixes:
+        for la, lb in LAYOUT_PAIRS:
+            check_layout(fn, lay(la, da, 1), lay(lb, db, 2))
+
+
+@pytest.mark.parametrize("layouts", [("rev", "contig", "expand"), ("expand", "rev", "contig"),
+                                     ("size1_t", "unfold", "rev")])
+def test_ternary_result_strides_like_cpu(layouts):
+    a, b, c = (lay(n, torch.float32, k) for k, n in enumerate(layouts))
+    check_layout(lambda a, b, c: torch.where(b > 0, a, c), a, b, c)
+    check_layout(lambda a, b, c: torch.where(a > 0, b.to(torch.int64), c), a, b, c)
+    check_layout(lambda a, b, c: torch.addcmul(a, b, c, value=0.5), a, b, c)
+    check_layout(lambda a, b, c: torch.addcdiv(a, b, c.abs() + 1), a, b, c)
+    check_layout(lambda a, b, c: torch.lerp(a, b, c), a, b, c)
+    check_layout(lambda a, b, c: torch.clamp(a, b, b + c.abs()), a, b, c)
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_unary_result_strides_like_cpu(layout):
+    # an int operand of a float op is converted first on the CPU
+    for dtype in (torch.float32, torch.int64, torch.bool):
+        x = lay(layout, dtype, 1)
+        check_layout(torch.sin, x)
+        if dtype != torch.bool:
+            check_layout(torch.abs, x)
+            check_layout(torch.signbit, x)
+        check_layout(lambda x: x * 1.5, x)
+        check_layout(lambda x: x.clamp(min=0.5), x)
+
+
+def test_result_strides_of_the_fuzzer_examples():
+    a0 = torch.tensor([[[1.5, -1.75], [-2.0, 1.0]]])
+    check_layout(lambda a: torch.copysign(a.nan_to_num().mT, a), on(a0))  # (4, 1, 2)
+    check_layout(lambda a: torch.copysign(a, a.nan_to_num().mT), on(a0))  # (4, 2, 1)
+    assert torch.copysign(a0.to("tpu").mT, a0.to("tpu")).stride() == (4, 1, 2)
+    f = torch.tensor([[[[0.5]], [[-1.0]], [[2.0]], [[0.25]], [[1.0]]]]).expand(1, 5, 2, 1).contiguous()
+    m = _t((1, 5, 5, 1), torch.bool, 3)
+    check_layout(lambda a, b: torch.add(a, b.unfold(1, 5, 2), alpha=-1), on(f), on(m))  # (50, 50, 10, 5, 1)
+    assert torch.add(f.to("tpu"), m.to("tpu").unfold(1, 5, 2), alpha=-1).stride() == (50, 50, 10, 5, 1)
+
+
+def test_fuzz_pointwise_result_strides_follow_cpu():
+    a = torch.tensor([[[10, 4], [9, 8]], [[9, 6], [7, 7]]], dtype=torch.uint8)
+    f = lambda a: a.to(torch.float32) // (a.select(1, -2).permute(1, 0).abs() + 1)  # noqa: E731
+    assert f(a.to("tpu")).stride() == f(a).stride()
+    assert torch.equal(f(a.to("tpu")).cpu(), f(a))
+
+
+def test_result_strides_channels_last():
+    x = lambda d: _t((2, 3, 4, 5), torch.float32, 1, d).to(memory_format=torch.channels_last)  # noqa: E731
+    b = lambda d: _t((3, 1, 1), torch.float32, 2, d)  # noqa: E731
+    r = lambda d: _t((2, 3, 1, 5), torch.int64, 3, d).to(memory_format=torch.channels_last)  # noqa: E731
+    for fn in (torch.add, torch.mul, torch.copysign, torch.maximum, torch.atan2):
+        check_layout(fn, x, b)
+        check_layout(fn, b, x)
+        check_layout(lambda x, r: fn(r, x), x, r)
+
+
+def test_resized_out_gets_the_result_strides_like_cpu():
+    # An out= of the wrong shape is resized and restrided as a new result
+    # would be; one of the right shape keeps its own strides.
+    a, b = lay("rev", torch.float32, 1), lay("contig", torch.float32, 2)
+    for fn in (torch.add, torch.copysign, torch.atan2, lambda a, b, out: torch.sin(a, out=out),
+               lambda a, b, out: torch.ops.aten.elu.out(a, out=out),  # elu.out is untagged
+               lambda a, b, out: torch.copysign(a, -2.0, out=out),  # a composite out=
+               lambda a, b, out: torch.ops.aten.add.Scalar_out(a, 2, out=out)):  # autogenerated
+        for make_out in (lambda d: torch.empty(0, device=d),
+                         lambda d: torch.empty(2, 3, 4, device=d),
+                         lambda d: torch.empty(4, 2, 3, device=d).permute(1, 2, 0)):
+            def run(d):
+                o = make_out(d)
+                fn(a(d), b(d), out=o)
+                return o
+            want, got = run("cpu"), run("tpu")
+            assert (got.shape, got.stride()) == (want.shape, want.stride())
+            assert_close(got.cpu(), want)
+
+
+def test_in_place_keeps_self_strides():
+    for fn in (lambda a, b: a.add_(b), lambda a, b: a.copysign_(b), lambda a, b: a.atan2_(b)):
+        def run(d):
+            return fn(lay("rev", torch.float32, 1)(d), lay("perm", torch.float32, 2)(d))
+        want, got = run("cpu"), run("tpu")
+        assert got.stride() == want.stride() == (1, 2, 6)
+        assert_close(got.cpu(), want)
+
+
+def test_result_strides_per_layout_through_the_cache():
+    # The eager cache keys on the operands' strides: the same shapes in
+    # another layout get their own plan, and a hit reuses the right one.
+    import torchtpu
+    x, y = lay("contig", torch.float32, 1), lay("rev", torch.float32, 2)
+    hits = torchtpu.metrics.metrics().get("eager_cache_hits", 0)
+    for a, b in [(x, y), (y, x), (x, y), (y, x)]:
+        check_layout(torch.copysign, a, b)
+    assert torchtpu.metrics.metrics().get("eager_cache_hits", 0) - hits >= 2
+
+
 # --- Found by the random-program fuzzer (tests/fuzz_programs.py); xfail
 # until fixed, then the tag leaves KNOWN_MISMATCH_TAGS there.
 
@@ -656,13 +841,6 @@ def test_fuzz_ops_cpu_has_no_kernel_for_raise_alike():
 def test_fuzz_erf_saturates_to_one():
     x = torch.tensor([5, -5, 1])
     assert torch.equal(torch.erf(x.to("tpu")).cpu() == 1, torch.erf(x) == 1)
-
-
-@pytest.mark.xfail(strict=True, reason="fuzz eager.computed_strides: a pointwise result of a permuted, broadcast operand gets other strides than CPU's")
-def test_fuzz_pointwise_result_strides_follow_cpu():
-    a = torch.tensor([[[10, 4], [9, 8]], [[9, 6], [7, 7]]], dtype=torch.uint8)
-    f = lambda a: a.to(torch.float32) // (a.select(1, -2).permute(1, 0).abs() + 1)  # noqa: E731
-    assert f(a.to("tpu")).stride() == f(a).stride()
 
 
 # ---- edge cases that must behave as on the CPU (issue 21, item 4) --------

@@ -18,6 +18,7 @@
 // and x[mask] = scalar a masked_fill_ (no sync), as PyTorch's CPU kernel
 // does. Anything the device cannot run goes to the CPU fallback whole.
 #include <ATen/ATen.h>
+#include <ATen/MemoryOverlap.h>
 #include <ATen/native/Resize.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
@@ -60,11 +61,15 @@ int64_t read_count(const at::Tensor& count) {
 }
 
 // nonzero of a tpu tensor, or undefined when the device cannot run it.
+// Column-major like CPU's result (strides (1, n), so where()'s tensors
+// are its columns): the program places column j at j * n of its flat
+// padded result.
 at::Tensor nonzero_on_device(const at::Tensor& self) {
   static const c10::OperatorHandle op = padded_op("torchtpu::nonzero_padded");
   auto r = run_padded(op, {self});
   if (r.empty()) return {};
-  return r[0].narrow(0, 0, read_count(r[1]));
+  const int64_t n = read_count(r[1]);
+  return r[0].as_strided({n, self.dim()}, {1, n});
 }
 
 at::Tensor masked_select_on_device(const at::Tensor& self, const at::Tensor& mask) {
@@ -118,14 +123,26 @@ void write_out(const at::Tensor& out, const at::Tensor& result) {
   out.copy_(result);
 }
 
-// nonzero(self) and nonzero.out(self, out).
+// nonzero(self) and nonzero.out(self, out). As CPU's kernel, an out of
+// the result's shape keeps its strides; one that is resized becomes
+// column-major like a new result.
 void nonzero_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   auto args = args_of(op, stack);
+  if (args.size() == 2) {
+    // CPU's checks, before the device runs anything.
+    const at::Tensor& out = args[1].toTensor();
+    TORCH_CHECK(out.scalar_type() == at::kLong,
+                "nonzero: Expected out tensor to have scalar type Long but got scalar type",
+                out.scalar_type());
+    at::assert_no_internal_overlap(out);
+    at::assert_no_overlap(out, args[0].toTensor());
+  }
   at::Tensor r = nonzero_on_device(args[0].toTensor());
   if (!r.defined()) return cpu_fallback(op, stack);
   if (args.size() == 2) {
     at::Tensor out = args[1].toTensor();
-    write_out(out, r);
+    if (at::native::resize_output(out, r.sizes())) out.as_strided_(r.sizes(), r.strides());
+    out.copy_(r);
     r = out;
   }
   set_returns(op, stack, {r});
@@ -351,7 +368,7 @@ at::TensorOptions meta(c10::ScalarType dtype) {
 }
 
 std::tuple<at::Tensor, at::Tensor> nonzero_padded_meta(const at::Tensor& self) {
-  return {at::empty({self.numel(), self.dim()}, meta(at::kLong)), at::empty({}, meta(at::kLong))};
+  return {at::empty({self.numel() * self.dim()}, meta(at::kLong)), at::empty({}, meta(at::kLong))};
 }
 
 std::tuple<at::Tensor, at::Tensor> masked_select_padded_meta(const at::Tensor& self,
@@ -376,7 +393,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> unique_dim_padded_met
 }
 
 TORCH_LIBRARY_FRAGMENT(torchtpu, m) {
-  // Padded results plus the count (see csrc/core/lower/dynamic.c).
+  // Padded results plus the count (see csrc/core/lower/dynamic.c);
+  // nonzero_padded's is flat, column-major.
   m.def("nonzero_padded(Tensor self) -> (Tensor, Tensor)");
   m.def("masked_select_padded(Tensor self, Tensor mask) -> (Tensor, Tensor)");
   m.def("unique_padded(Tensor self, bool consecutive, bool return_inverse, bool return_counts)"

@@ -101,12 +101,50 @@ static tpu_hlo_value_t nonzero_padded(tpu_hlo_builder_t* b, tpu_hlo_value_t x,
   return scatter_rows(b, tpu_emit_const_like(b, &out, 0), slots, coordinates(b, &t), NULL);
 }
 
-/* nonzero_padded(self) -> (indices [N, rank] int64, count). */
+/* The indices of x's nonzero elements laid out as CPU PyTorch lays out
+ * its (count, rank) nonzero result, column-major (strides (1, count)):
+ * index j of the i-th nonzero element at j * count + i of a flat
+ * [N * rank] array, zeros after the last column. The count is only known
+ * in the program, so each kept element's slot is placed column by column
+ * there. */
+static tpu_hlo_value_t nonzero_column_major(tpu_hlo_builder_t* b, tpu_hlo_value_t x,
+                                            tpu_hlo_value_t* out_count) {
+  tpu_hlo_type_t t = tpu_hlo_value_type(b, x);
+  int64_t n = numel(&t), r = t.rank, total = n * r;
+  tpu_hlo_type_t flat = vec_type(TPU_DTYPE_INT64, total);
+  if (n == 0 || r == 0) {
+    *out_count = n == 0 ? tpu_emit_const(b, TPU_DTYPE_INT64, 0)
+                        : tpu_emit_convert(b, tpu_emit_convert(b, x, TPU_DTYPE_BOOL),
+                                           TPU_DTYPE_INT64);
+    return tpu_emit_const_like(b, &flat, 0);
+  }
+  tpu_hlo_value_t keep = tpu_emit_convert(b, tpu_emit_reshape(b, x, &n, 1), TPU_DTYPE_BOOL);
+  tpu_hlo_value_t slots;
+  compaction(b, keep, &slots, out_count, NULL);
+  /* [rank, N]: row j holds dim j of every element's coordinates, and its
+   * place j * count + slot (out of range for the elements not kept). */
+  tpu_hlo_type_t grid = tpu_hlo_type_make(TPU_DTYPE_INT64, 2, (int64_t[]){r, n});
+  int64_t swap[2] = {1, 0};
+  tpu_hlo_value_t coords = tpu_emit_transpose(b, coordinates(b, &t), swap);
+  coords = tpu_emit_reshape(b, coords, grid.dims, 2); /* rank 1: [N, 1] -> [1, N] */
+  tpu_hlo_value_t column = tpu_emit_iota(b, &grid, 0);
+  tpu_hlo_value_t place = tpu_emit_add(
+      b, tpu_emit_broadcast_to(b, slots, &grid),
+      tpu_emit_mul(b, column, tpu_emit_broadcast_to(b, *out_count, &grid)));
+  tpu_hlo_type_t kept_grid = grid;
+  kept_grid.dtype = TPU_DTYPE_BOOL;
+  place = tpu_emit_select(b, tpu_emit_broadcast_to(b, keep, &kept_grid), place,
+                          tpu_emit_const_like(b, &grid, (double)total));
+  return scatter_rows(b, tpu_emit_const_like(b, &flat, 0), tpu_emit_reshape(b, place, &total, 1),
+                      tpu_emit_reshape(b, coords, &total, 1), NULL);
+}
+
+/* nonzero_padded(self) -> (indices [N * rank] int64 column-major, count). */
 static tpu_status_t lower_nonzero_padded(tpu_lower_ctx_t* ctx) {
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
   if (tpu_lower_arg(ctx, 0)->kind != TPU_ARG_TENSOR) return tpu_lower_decline(ctx, "no tensor");
   tpu_hlo_value_t count;
-  tpu_lower_set_output(ctx, 0, nonzero_padded(b, tpu_lower_tensor(ctx, 0), &count));
+  tpu_lower_set_output(ctx, 0, nonzero_column_major(b, tpu_lower_tensor(ctx, 0), &count));
   tpu_lower_set_output(ctx, 1, count);
   return NULL;
 }

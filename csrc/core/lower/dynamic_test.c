@@ -12,31 +12,60 @@ static void free_all(void** r, int n) {
   for (int i = 0; i < n; i++) free(r[i]);
 }
 
-/* Row-major indices of the nonzeros (NaN counts), zeros after the count. */
+/* The nonzeros (NaN counts) in row-major order, their indices laid out
+ * column-major as CPU's result: dim j of the i-th at j * count + i, zeros
+ * after the last column. */
 static void test_nonzero_padded(void) {
-  int64_t xd[2] = {2, 3}, od[2] = {6, 2};
+  int64_t xd[2] = {2, 3}, od[1] = {12};
   float x[6] = {0, 1, 0, 2, 0, NAN};
   tpu_lower_arg_t args[1] = {tpu_test_tensor_arg(TPU_DTYPE_FLOAT32, 2, xd)};
   const void* data[1] = {x};
-  tpu_hlo_type_t outs[2] = {tpu_hlo_type_make(TPU_DTYPE_INT64, 2, od),
+  tpu_hlo_type_t outs[2] = {tpu_hlo_type_make(TPU_DTYPE_INT64, 1, od),
                             tpu_hlo_type_scalar(TPU_DTYPE_INT64)};
   void* r[2];
   CHECK_OK(tpu_test_run_op("torchtpu::nonzero_padded", args, 1, NULL, data, outs, 2, r));
   int64_t* idx = r[0];
   CHECK_EQ(*(int64_t*)r[1], 3);
-  int64_t want[6] = {0, 1, 1, 0, 1, 2};
+  /* (0, 1), (1, 0), (1, 2): rows 0 1 1, then columns 1 0 2 */
+  int64_t want[6] = {0, 1, 1, 1, 0, 2};
   for (int i = 0; i < 6; i++) CHECK_EQ(idx[i], want[i]);
   for (int i = 6; i < 12; i++) CHECK_EQ(idx[i], 0);
   free_all(r, 2);
 }
 
+/* Rank 3 and rank 1: every column starts at its multiple of the count. */
+static void test_nonzero_padded_columns(void) {
+  int64_t xd[3] = {2, 1, 2}, od[1] = {12};
+  int32_t x[4] = {5, 0, 0, 7};
+  tpu_lower_arg_t args[1] = {tpu_test_tensor_arg(TPU_DTYPE_INT32, 3, xd)};
+  const void* data[1] = {x};
+  tpu_hlo_type_t outs[2] = {tpu_hlo_type_make(TPU_DTYPE_INT64, 1, od),
+                            tpu_hlo_type_scalar(TPU_DTYPE_INT64)};
+  void* r[2];
+  CHECK_OK(tpu_test_run_op("torchtpu::nonzero_padded", args, 1, NULL, data, outs, 2, r));
+  int64_t* idx = r[0];
+  CHECK_EQ(*(int64_t*)r[1], 2);
+  /* (0, 0, 0), (1, 0, 1) */
+  int64_t want[12] = {0, 1, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0};
+  for (int i = 0; i < 12; i++) CHECK_EQ(idx[i], want[i]);
+  free_all(r, 2);
+  int64_t vd[1] = {4}, vod[1] = {4};
+  args[0] = tpu_test_tensor_arg(TPU_DTYPE_INT32, 1, vd);
+  outs[0] = tpu_hlo_type_make(TPU_DTYPE_INT64, 1, vod);
+  CHECK_OK(tpu_test_run_op("torchtpu::nonzero_padded", args, 1, NULL, data, outs, 2, r));
+  idx = r[0];
+  CHECK_EQ(*(int64_t*)r[1], 2);
+  CHECK(idx[0] == 0 && idx[1] == 3 && idx[2] == 0 && idx[3] == 0);
+  free_all(r, 2);
+}
+
 /* A scalar has one (empty) index when nonzero; an empty tensor none. */
 static void test_nonzero_padded_scalar_and_empty(void) {
-  int64_t one_zero[2] = {1, 0}, ed[2] = {0, 3}, eod[2] = {0, 2};
+  int64_t none_d[1] = {0}, ed[2] = {0, 3};
   bool v = true;
   tpu_lower_arg_t args[1] = {tpu_test_tensor_arg(TPU_DTYPE_BOOL, 0, NULL)};
   const void* data[1] = {&v};
-  tpu_hlo_type_t outs[2] = {tpu_hlo_type_make(TPU_DTYPE_INT64, 2, one_zero),
+  tpu_hlo_type_t outs[2] = {tpu_hlo_type_make(TPU_DTYPE_INT64, 1, none_d),
                             tpu_hlo_type_scalar(TPU_DTYPE_INT64)};
   void* r[2];
   CHECK_OK(tpu_test_run_op("torchtpu::nonzero_padded", args, 1, NULL, data, outs, 2, r));
@@ -45,7 +74,7 @@ static void test_nonzero_padded_scalar_and_empty(void) {
   float none[1] = {0};
   args[0] = tpu_test_tensor_arg(TPU_DTYPE_FLOAT32, 2, ed);
   data[0] = none;
-  outs[0] = tpu_hlo_type_make(TPU_DTYPE_INT64, 2, eod);
+  outs[0] = tpu_hlo_type_make(TPU_DTYPE_INT64, 1, none_d);
   CHECK_OK(tpu_test_run_op("torchtpu::nonzero_padded", args, 1, NULL, data, outs, 2, r));
   CHECK_EQ(*(int64_t*)r[1], 0);
   free_all(r, 2);
@@ -211,7 +240,8 @@ static void test_masked_select_lengths(void) {
   }
 }
 
-TPU_TEST_MAIN(TPU_TEST(test_nonzero_padded), TPU_TEST(test_masked_select_lengths), TPU_TEST(test_nonzero_padded_scalar_and_empty),
+TPU_TEST_MAIN(TPU_TEST(test_nonzero_padded), TPU_TEST(test_nonzero_padded_columns),
+              TPU_TEST(test_masked_select_lengths), TPU_TEST(test_nonzero_padded_scalar_and_empty),
               TPU_TEST(test_nonzero_static), TPU_TEST(test_masked_select_padded),
               TPU_TEST(test_unique_sorted), TPU_TEST(test_unique_consecutive),
               TPU_TEST(test_unique_dim))

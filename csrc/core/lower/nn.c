@@ -833,12 +833,15 @@ static tpu_status_t lower_native_dropout(tpu_lower_ctx_t* ctx) {
   return NULL;
 }
 
-/* native_dropout_backward(grad_output, mask, scale): g * mask * scale. */
+/* native_dropout_backward(grad_output, mask, scale): g * mask * scale,
+ * the two broadcast to the result's shape as CPU's product does. */
 static tpu_status_t lower_native_dropout_bwd(tpu_lower_ctx_t* ctx) {
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
   if (!floating_out(ctx)) return tpu_lower_decline(ctx, "non-floating dropout");
   tpu_hlo_value_t g = acc_tensor(ctx, 0);
-  tpu_hlo_type_t gt = type_of(b, g);
+  tpu_hlo_type_t gt = tpu_lower_output_type(ctx, 0);
+  gt.dtype = type_of(b, g).dtype;
+  g = tpu_emit_broadcast_to(b, g, &gt);
   tpu_hlo_value_t m = tpu_emit_cast_to(b, tpu_lower_tensor(ctx, 1), &gt);
   set_out(ctx, 0, tpu_emit_mul(b, g, mul_c(b, m, float_arg(ctx, 2, 1.0))));
   return NULL;

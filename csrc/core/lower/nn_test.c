@@ -559,6 +559,17 @@ static void test_native_dropout(void) {
   for (int i = 0; i < N; i++) ok &= fabsf(((float*)g[0])[i] - y[i]) <= 1e-6f * y[i];
   CHECK(ok);
   free(g[0]);
+  /* Grad and mask broadcast against each other: [2, 1] * [3] -> [2, 3]. */
+  int64_t gd[2] = {2, 1}, md[1] = {3}, od[2] = {2, 3};
+  float gx[2] = {1, 2};
+  uint8_t mk[3] = {1, 0, 1};
+  tpu_lower_arg_t cargs[3] = {f32(2, gd), tpu_test_tensor_arg(TPU_DTYPE_BOOL, 1, md), float_arg(2)};
+  const void* cdata[2] = {gx, mk};
+  tpu_hlo_type_t cout = tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 2, od);
+  CHECK_OK(tpu_test_run_op("aten::native_dropout_backward", cargs, 3, NULL, cdata, &cout, 1, g));
+  float want_c[6] = {2, 0, 2, 4, 0, 4};
+  CHECK(memcmp(g[0], want_c, sizeof want_c) == 0);
+  free(g[0]);
   free(r[0]);
   free(r[1]);
   /* train = False: identity, all-true mask. */
