@@ -39,7 +39,6 @@ MODES = ("strict", "debug", "defer_and_fuse", "compiled")
 # everything unless FUZZ_EXCLUDE says otherwise.
 KNOWN_MISMATCH_TAGS = frozenset({
     "index.nonzero", "index.where_nonzero",  # CPU's result is column-major, tpu's row-major
-    "sort.topk_k0",  # topk with k=0 of a 0-d tensor fails to compile
     "index.index_select@negative",  # defer_and_fuse and compiled: no IndexError
     "@cpu_rejects_dtype",  # CPU has no kernel for the dtype (frac of ints, ...); tpu computes
                            # (round/topk of bool, hypot of ints, index_put_ of another
