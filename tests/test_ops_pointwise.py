@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from op_testing import check, make
+from op_testing import assert_close, check, make
 
 
 FLOATS = [torch.float32, torch.bfloat16]
@@ -806,3 +806,59 @@ def test_bool_add_into_integer_out():
     same_as_cpu(lambda d: torch.add(torch.tensor([True, True, False], device=d),
                                     torch.tensor([True, False, False], device=d),
                                     out=torch.zeros(3, dtype=torch.int64, device=d)))
+
+
+# ---- numbers a dtype cannot hold (CPU: "value cannot be converted to type
+# uint8_t without overflow") ------------------------------------------------
+
+_FILL_OPS = {
+    "masked_fill_": lambda a, v: a.unsqueeze(1).masked_fill_(a.unsqueeze(1) > 0, v),
+    "masked_fill": lambda a, v: a.masked_fill(a > 0, v),
+    "masked_fill_tensor": lambda a, v: a.masked_fill(a > 0, torch.tensor(v)),
+    "fill_": lambda a, v: a.clone().fill_(v),
+    "index_fill_": lambda a, v: a.clone().index_fill_(0, torch.tensor([0], device=a.device), v),
+    "index_fill_tensor": lambda a, v: a.index_fill(0, torch.tensor([0], device=a.device), torch.tensor(v)),
+    "full": lambda a, v: torch.full((2,), v, dtype=a.dtype, device=a.device),
+    "full_like": lambda a, v: torch.full_like(a, v),
+    "new_full": lambda a, v: a.new_full((2,), v),
+    "scatter_": lambda a, v: a.clone().scatter_(0, torch.tensor([0], device=a.device), v),
+    "where": lambda a, v: torch.where(a > 0, a, v),
+    "setitem": lambda a, v: a.clone().__setitem__(0, v),
+    "setitem_mask": lambda a, v: a.clone().__setitem__(a > 0, v),
+    "clamp": lambda a, v: a.clamp(v),
+    "clamp_max": lambda a, v: a.clamp(max=v),
+    "clamp_min": lambda a, v: torch.clamp_min(a, v),
+    "add_alpha": lambda a, v: torch.add(a, a, alpha=v),
+    "addcmul_": lambda a, v: a.clone().addcmul_(a, a, value=v),
+    "threshold": lambda a, v: torch.nn.functional.threshold(a, v, v),
+    "hardtanh": lambda a, v: torch.nn.functional.hardtanh(a, v, 300),
+    "leaky_relu": lambda a, v: torch.nn.functional.leaky_relu(a, v),
+    "lerp": lambda a, v: a.lerp(a, v),
+    "pow": lambda a, v: torch.pow(a, v),
+}
+
+
+@pytest.mark.parametrize("op", sorted(_FILL_OPS))
+def test_numbers_the_dtype_cannot_hold_raise_like_cpu(op):
+    # the fuzzer's program is masked_fill_ of uint8 with -1.25; -1 (an int)
+    # wraps, a float does not; float16 refuses 70000 where CPU's kernel
+    # converts to float16 (not where(): it rounds to inf)
+    values = [-1.25, -1, 256, 300.0, float("inf"), float("nan"), 1e39, 70000.0, True, 0.5]
+    for dtype in (torch.uint8, torch.int8, torch.int32, torch.int64, torch.bool,
+                  torch.bfloat16, torch.float16, torch.float32):
+        for v in values:
+            def run(d):
+                r = _FILL_OPS[op](torch.tensor([3, 0], dtype=dtype, device=d), v)
+                return None if r is None else r.cpu()
+            try:
+                want = run("cpu")
+            except (RuntimeError, NotImplementedError, ValueError) as e:
+                if "overflow" not in str(e):
+                    continue  # another class (CPU has no kernel, bool alpha...)
+                with pytest.raises(type(e), match="without overflow"):
+                    run("tpu")
+                continue
+            if want is not None and not dtype.is_floating_point and want.dtype == dtype and \
+                    isinstance(v, float) and not (-1 < v < 256):
+                continue  # CPU's float-to-int cast of an out-of-range value is undefined
+            assert_close(run("tpu"), want, exact=True)

@@ -47,7 +47,10 @@ static tpu_status_t lower_add_sub(tpu_lower_ctx_t* ctx, const char* op) {
   t.dtype = opmath(common);
   if (tpu_lower_arg(ctx, 2)->kind == TPU_ARG_SCALAR ||
       tpu_lower_arg(ctx, 2)->kind == TPU_ARG_INT || tpu_lower_arg(ctx, 2)->kind == TPU_ARG_FLOAT) {
-    tpu_hlo_value_t alpha = tpu_emit_broadcast_to(b, tpu_lower_scalar(ctx, 2, t.dtype), &t);
+    /* CPU's kernel reads alpha as the operands' dtype (a bfloat16 alpha
+     * is rounded), then computes in opmath. */
+    tpu_hlo_value_t alpha = tpu_emit_convert(b, tpu_lower_scalar(ctx, 2, common), t.dtype);
+    alpha = tpu_emit_broadcast_to(b, alpha, &t);
     y = tpu_emit_binary(b, "stablehlo.multiply", y, alpha);
   }
   tpu_hlo_value_t r = tpu_emit_convert(b, tpu_emit_binary(b, op, x, y), common);
