@@ -43,7 +43,6 @@ KNOWN_MISMATCH_TAGS = frozenset({
     "@cpu_rejects_dtype",  # CPU has no kernel for the dtype (frac of ints, ...); tpu computes
                            # (round/topk of bool, hypot of ints, index_put_ of another
                            # dtype raise as on CPU now: tests in the op suites)
-    "@bool_float",  # bool promoted to float: False * nan, False / 0 give 0, not nan
     # signed zeros: a matmul summing -0.0 products gives +0.0 on tpu; these
     # ops turn the sign into a different value
     "binary.atan2", "binary.copysign", "unary.signbit",

@@ -632,15 +632,40 @@ def test_shrinks_and_prelu(dtype):
 # --- Found by the random-program fuzzer (tests/fuzz_programs.py); xfail
 # until fixed, then the tag leaves KNOWN_MISMATCH_TAGS there.
 
-@pytest.mark.xfail(strict=True, reason="fuzz @bool_float: a bool operand promoted to float gives 0 for False * nan and False / 0 (CPU: nan)")
-def test_fuzz_bool_times_nan_and_bool_over_zero():
-    m = torch.tensor([[[True, False]]])
-    x = torch.tensor([float("inf"), float("nan")])
-    b = torch.tensor([False, True])
-    for fn in (lambda m, x, b: m * x, lambda m, x, b: b / 0):
-        want = fn(m, x, b)
-        got = fn(m.to("tpu"), x.to("tpu"), b.to("tpu")).cpu()
-        assert torch.equal(want.isnan(), got.isnan()), (want, got)
+_NAN, _INF = float("nan"), float("inf")
+_BOOL_FLOAT_OPS = {
+    "mul": lambda b, f: b * f, "mul_r": lambda b, f: f * b, "mul_nan": lambda b, f: b * _NAN,
+    "mul_0d": lambda b, f: b * f[0], "mul_": lambda b, f: f.clone().mul_(b),
+    "div0": lambda b, f: b / 0, "div": lambda b, f: b / f, "rdiv": lambda b, f: f / b,
+    "true_divide": lambda b, f: torch.true_divide(b, 0), "floordiv0": lambda b, f: b // 0.0,
+    "pow": lambda b, f: torch.pow(b, f), "pow_r": lambda b, f: torch.pow(f, b),
+    "pow_neg": lambda b, f: torch.pow(b, -1.0), "atan2": lambda b, f: torch.atan2(b, f),
+    "fmod": lambda b, f: torch.fmod(b, f), "fmod0": lambda b, f: torch.fmod(b, 0.0),
+    "remainder": lambda b, f: torch.remainder(b, f), "remainder0": lambda b, f: torch.remainder(b, 0.0),
+    "addcmul": lambda b, f: torch.addcmul(f, b, b), "addcmul_f": lambda b, f: torch.addcmul(f * 0, b, f),
+    "addcdiv": lambda b, f: torch.addcdiv(f * 0, b, f), "add": lambda b, f: b + f,
+    "xlogy": lambda b, f: torch.xlogy(b, f), "mul_bf16": lambda b, f: b * f.bfloat16(),
+    "mul_int": lambda b, f: b * f.nan_to_num(0, 0, 0).long(), "sub": lambda b, f: f - b,
+    "rsub": lambda b, f: 1 - b, "sub_true": lambda b, f: f - True,
+}
+
+
+@pytest.mark.parametrize("op", sorted(_BOOL_FLOAT_OPS))
+def test_fuzz_bool_times_nan_and_bool_over_zero(op):
+    # CPU multiplies a bool promoted to float (False * nan is nan, False /
+    # 0 is nan); XLA rewrote multiply(convert(pred), x) as a select
+    fn = _BOOL_FLOAT_OPS[op]
+    b = torch.tensor([[False, True, False, True, False]])
+    f = torch.tensor([_NAN, _INF, 0.0, -2.5, -_INF])
+    got = same_as_cpu(lambda d: fn(b.to(d), f.to(d)).cpu())
+    if isinstance(got, Exception):
+        return
+    want = fn(b, f)
+    if want.dtype.is_floating_point:  # signed zeros too (NaN's sign is not compared)
+        assert torch.equal(got.signbit() | got.isnan(), want.signbit() | want.isnan()), (got, want)
+    # compiled graphs lower the same ops
+    compiled = torch.compile(fn, backend="tpu")(b.to("tpu"), f.to("tpu")).cpu()
+    assert_close(compiled, want, exact=True)
 
 
 def test_fuzz_ops_cpu_has_no_kernel_for_raise_alike():

@@ -41,6 +41,13 @@ static tpu_status_t lower_add_sub(tpu_lower_ctx_t* ctx, const char* op) {
   t.dtype = compute_dtype(ctx);
   if (out.dtype == TPU_DTYPE_BOOL || t.dtype == TPU_DTYPE_BOOL)
     return tpu_lower_decline(ctx, "bool arithmetic");
+  /* CPU refuses a bool operand of a subtraction (use ~ / logical_not);
+   * the fallback raises its error. */
+  if (strcmp(op, "stablehlo.subtract") == 0)
+    for (int i = 0; i < 2; i++)
+      if (tpu_lower_arg(ctx, i)->type.dtype == TPU_DTYPE_BOOL &&
+          (tpu_lower_arg(ctx, i)->kind == TPU_ARG_TENSOR || tpu_lower_arg(ctx, i)->kind == TPU_ARG_SCALAR))
+        return tpu_lower_decline(ctx, "subtraction of a bool");
   tpu_hlo_value_t x = operand_as(ctx, 0, t.dtype);
   tpu_hlo_value_t y = operand_as(ctx, 1, t.dtype);
   tpu_dtype_t common = t.dtype;
