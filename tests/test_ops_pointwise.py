@@ -887,3 +887,16 @@ def test_numbers_the_dtype_cannot_hold_raise_like_cpu(op):
                     isinstance(v, float) and not (-1 < v < 256):
                 continue  # CPU's float-to-int cast of an out-of-range value is undefined
             assert_close(run("tpu"), want, exact=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_fuzz_half_rsqrt_matches_cpu_bits(dtype):
+    # fuzzer seed 50237: rsqrt(2.75) in bfloat16; CPU's scalar loop (small
+    # tensors) rounds sqrt first, its vectorised loop (large ones) does not
+    x = torch.tensor([[1.75]], dtype=dtype)
+    same_as_cpu(lambda d: torch.rsqrt(x.to(d).abs() + 1).cpu())
+    g = torch.Generator().manual_seed(0)
+    small = (torch.rand(16, generator=g) * 100 + 1e-3).to(dtype)
+    same_as_cpu(lambda d: torch.rsqrt(small.to(d)).cpu())
+    large = (torch.rand(4096, generator=g) * 100 + 1e-3).to(dtype)
+    same_as_cpu(lambda d: torch.rsqrt(large.to(d)).cpu())
