@@ -40,9 +40,6 @@ MODES = ("strict", "debug", "defer_and_fuse", "compiled")
 KNOWN_MISMATCH_TAGS = frozenset({
     "index.nonzero", "index.where_nonzero",  # CPU's result is column-major, tpu's row-major
     "index.index_select@negative",  # compiled graphs: no IndexError (eager modes raise as CPU)
-    "@cpu_rejects_dtype",  # CPU has no kernel for the dtype (frac of ints, ...); tpu computes
-                           # (round/topk of bool, hypot of ints, index_put_ of another
-                           # dtype raise as on CPU now: tests in the op suites)
     # signed zeros: a matmul summing -0.0 products gives +0.0 on tpu; these
     # ops turn the sign into a different value
     "binary.atan2", "binary.copysign", "unary.signbit",

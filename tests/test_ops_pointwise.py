@@ -678,6 +678,40 @@ def test_fuzz_ops_cpu_has_no_kernel_for_raise_alike():
             fn("tpu").cpu()
 
 
+_B = [True, False, True, True]
+_NO_KERNEL = {
+    # from a sweep of the fuzzer's unary / binary ops and the common
+    # pointwise and reduction ops over bool / uint8 / int64 / bfloat16 /
+    # float32: CPU raises, the device computed
+    "floor_bool": lambda d: torch.floor(torch.tensor(_B, device=d)),
+    "ceil_bool": lambda d: torch.ceil(torch.tensor(_B, device=d)),
+    "trunc_bool": lambda d: torch.trunc(torch.tensor(_B, device=d)),
+    "fix_bool": lambda d: torch.fix(torch.tensor(_B, device=d)),
+    "argmax_bool": lambda d: torch.argmax(torch.tensor(_B, device=d)),
+    "median_bool": lambda d: torch.median(torch.tensor(_B, device=d)),
+    "trace_bool": lambda d: torch.trace(torch.tensor(_B, device=d).reshape(2, 2)),
+    "mm_bool": lambda d: torch.tensor(_B, device=d).reshape(2, 2) @ torch.tensor(_B, device=d).reshape(2, 2),
+    "heaviside_dtypes": lambda d: torch.heaviside(torch.tensor([1, 0], device=d), torch.tensor([0.5, 0.5], device=d)),
+    "logaddexp_int": lambda d: torch.logaddexp(torch.tensor([1, 2], device=d), torch.tensor([1, 2], device=d)),
+    "logaddexp2_uint8": lambda d: torch.logaddexp2(torch.tensor([1, 2], dtype=torch.uint8, device=d),
+                                                   torch.tensor([1, 2], dtype=torch.uint8, device=d)),
+    "dist_bool": lambda d: torch.dist(torch.tensor(_B, device=d), torch.ones(4, device=d)),
+    "cdist_bf16": lambda d: torch.cdist(torch.ones(2, 2, dtype=torch.bfloat16, device=d),
+                                        torch.ones(2, 2, dtype=torch.bfloat16, device=d)),
+    "frac_int": lambda d: torch.frac(torch.tensor([1, 2], device=d)),
+    "sub_bool": lambda d: torch.tensor(_B, device=d) - torch.tensor(_B, device=d),
+    # still computed where CPU has kernels: same values
+    "floor_int": lambda d: torch.floor(torch.tensor([1, -2], device=d)),
+    "argmin_int": lambda d: torch.argmin(torch.tensor([3, 1, 2], device=d)),
+    "heaviside_same": lambda d: torch.heaviside(torch.tensor([1.0, 0.0], device=d), torch.tensor([0.5, 0.5], device=d)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_NO_KERNEL))
+def test_ops_cpu_has_no_kernel_for_raise_like_cpu(case):
+    same_as_cpu(lambda d: _NO_KERNEL[case](d).cpu())
+
+
 def test_fuzz_erf_saturates_to_one():
     x = torch.tensor([5, -5, 1])
     assert torch.equal(torch.erf(x.to("tpu")).cpu() == 1, torch.erf(x) == 1)

@@ -139,6 +139,8 @@ static tpu_status_t lower_mm(tpu_lower_ctx_t* ctx) {
   /* CPU refuses two dtypes; its kernel (on the fallback) raises that. */
   if (tpu_lower_arg(ctx, 0)->type.dtype != tpu_lower_arg(ctx, 1)->type.dtype)
     return tpu_lower_decline(ctx, "matmul of two dtypes");
+  /* CPU has no bool kernel (NotImplementedError). */
+  if (tpu_lower_arg(ctx, 0)->type.dtype == TPU_DTYPE_BOOL) return tpu_lower_decline(ctx, "matmul of bool");
   bool half = out.dtype == TPU_DTYPE_FLOAT16 || out.dtype == TPU_DTYPE_BFLOAT16;
   tpu_dtype_t acc = half ? TPU_DTYPE_FLOAT32 : out.dtype;
   tpu_hlo_value_t operands[2] = {tpu_emit_convert(b, tpu_lower_tensor(ctx, 0), acc),

@@ -307,6 +307,8 @@ static tpu_status_t rounding(tpu_lower_ctx_t* ctx, const char* op) {
   tpu_hlo_value_t x = tpu_lower_tensor(ctx, 0);
   tpu_dtype_t d = tpu_hlo_value_type(b, x).dtype;
   if (tpu_dtype_is_complex(d)) return tpu_lower_decline(ctx, "complex rounding");
+  /* CPU has no bool floor / ceil / trunc kernel (NotImplementedError). */
+  if (d == TPU_DTYPE_BOOL) return tpu_lower_decline(ctx, "rounding of bool");
   if (!is_float(d)) return finish(ctx, x);
   return finish(ctx, op ? un(b, op, x) : trunc_f(b, x));
 }
@@ -1006,6 +1008,8 @@ static tpu_status_t lower_hypot(tpu_lower_ctx_t* ctx) {
 /* logaddexp(2): equal infinities return themselves; else
  * max + log1p(exp(-|x - y|)) (base 2: exp2, scaled by 1/ln 2). */
 static tpu_status_t logaddexp_op(tpu_lower_ctx_t* ctx, bool base2) {
+  /* CPU has no integer or bool kernel (NotImplementedError). */
+  if (!is_float(tpu_lower_output_type(ctx, 0).dtype)) return tpu_lower_decline(ctx, "logaddexp of integers");
   tpu_hlo_value_t x, y;
   tpu_status_t s = float_operands(ctx, &x, &y);
   if (s) return s;
@@ -1037,6 +1041,10 @@ static tpu_status_t lower_heaviside(tpu_lower_ctx_t* ctx) {
   static const int idx[2] = {0, 1};
   tpu_dtype_t d = tpu_lower_result_type(ctx, idx, 2);
   if (tpu_dtype_is_complex(d)) return tpu_lower_decline(ctx, "complex heaviside");
+  /* CPU refuses operands of two dtypes (RuntimeError). */
+  if (tpu_lower_arg(ctx, 1)->kind == TPU_ARG_TENSOR &&
+      tpu_lower_arg(ctx, 0)->type.dtype != tpu_lower_arg(ctx, 1)->type.dtype)
+    return tpu_lower_decline(ctx, "heaviside of two dtypes");
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
   tpu_hlo_value_t x = operand(ctx, 0, d), zero = tpu_emit_splat(b, x, 0);
   tpu_hlo_value_t step = tpu_emit_convert(b, cmp(b, "GT", x, zero), d);

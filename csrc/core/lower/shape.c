@@ -632,6 +632,8 @@ static tpu_status_t lower_kthvalue(tpu_lower_ctx_t* ctx) {
 static tpu_status_t lower_median(tpu_lower_ctx_t* ctx) {
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
   tpu_hlo_type_t t = tpu_lower_arg(ctx, 0)->type;
+  /* CPU has no bool kernel (NotImplementedError). */
+  if (t.dtype == TPU_DTYPE_BOOL) return tpu_lower_decline(ctx, "median of bool");
   tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
   bool has_dim = tpu_lower_arg(ctx, 1)->kind == TPU_ARG_INT;
   tpu_hlo_value_t x = tpu_lower_tensor(ctx, 0), v, i;
