@@ -860,9 +860,15 @@ static void check_scalars_fit(const c10::OperatorHandle& op, const OpFacts& fact
   // pow's float and double kernels read the exponent as a double.
   if (facts.name.rfind("aten::pow", 0) == 0 && (target == at::kFloat || target == at::kDouble))
     return;
+  // Other dtypes (float8, complex32, quantized) are not checked.
+  const bool checked = at::isIntegralType(target, /*includeBool=*/true) || target == at::kHalf ||
+                       target == at::kBFloat16 || target == at::kFloat || target == at::kDouble ||
+                       target == at::kComplexFloat || target == at::kComplexDouble;
+  if (!checked) return;
   auto fits = [&](const c10::Scalar& v) {
     AT_DISPATCH_V2(target, "check_scalars_fit", AT_WRAP([&] { (void)v.to<scalar_t>(); }),
-                   AT_EXPAND(AT_ALL_TYPES_AND_COMPLEX), at::kHalf, at::kBFloat16, at::kBool);
+                   AT_EXPAND(AT_ALL_TYPES_AND_COMPLEX), at::kHalf, at::kBFloat16, at::kBool,
+                   AT_EXPAND(AT_BAREBONES_UNSIGNED_TYPES));
   };
   for (size_t i = 0; i < inputs.size(); i++) {
     const std::string& name = schema_args[i].name();
