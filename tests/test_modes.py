@@ -97,8 +97,9 @@ def test_debug_results_match_cpu():
 def test_debug_raises_out_of_range_index_select_at_the_op():
     x = torch.randn(4, 3).to("tpu")
     bad = torch.tensor([0, 7]).to("tpu")
-    # Strict does not check: the program clamps, and nothing is raised.
-    torch.index_select(x, 0, bad).cpu()
+    # Strict checks on the device: CPU's IndexError at the next host read.
+    with pytest.raises(IndexError, match="index out of range in self"):
+        torch.index_select(x, 0, bad).cpu()
     with torchtpu.eager_mode("debug"):
         with pytest.raises(IndexError) as info:
             torch.index_select(x, 0, bad)  # the line the error must name

@@ -615,13 +615,45 @@ def test_fuzz_index_put_of_other_dtype_raises_like_cpu():
             a.cpu()
 
 
-@pytest.mark.xfail(strict=True, reason="fuzz index.index_select@negative: defer_and_fuse (and compiled) raise no IndexError for out-of-range indices")
-def test_fuzz_index_select_out_of_range_raises_in_defer_and_fuse():
-    with pytest.raises(IndexError):
-        torch.zeros(3).index_select(0, torch.tensor([-1]))
-    with torchtpu.eager_mode("defer_and_fuse"), pytest.raises(IndexError):
-        t = torch.zeros(3, device="tpu").index_select(0, torch.tensor([-1], device="tpu"))
-        t.cpu()
+@pytest.mark.parametrize("mode", ["strict", "debug", "defer_and_fuse"])
+def test_fuzz_index_select_out_of_range_raises_like_cpu(mode):
+    # CPU: IndexError for a 1-d self or dim 0, RuntimeError otherwise; the
+    # device raises at the op (debug) or at the next host read
+    cases = [
+        lambda d: torch.tensor([1.0], dtype=torch.bfloat16, device=d).index_select(
+            0, torch.tensor([-2, 2, 1, -3], device=d)),
+        lambda d: torch.zeros(3, device=d).index_select(0, torch.tensor([-1], device=d)),
+        lambda d: torch.zeros(2, 3, device=d).index_select(0, torch.tensor([2], device=d)),
+        lambda d: torch.zeros(2, 3, device=d).index_select(1, torch.tensor([0, 3], device=d)),
+        lambda d: torch.zeros(2, 3, dtype=torch.int64, device=d).index_select(-1, torch.tensor([-1], device=d)),
+        lambda d: torch.tensor(1.5, device=d).index_select(0, torch.tensor([1], device=d)),
+        lambda d: torch.zeros(3, device=d).index_select(0, torch.tensor([[1, 2]], device=d)),
+        lambda d: torch.zeros(3, device=d).index_select(0, torch.tensor([0, 2], device=d)),
+        lambda d: torch.tensor(1.5, device=d).index_select(0, torch.tensor([0], device=d)),
+        lambda d: F.embedding(torch.tensor([[5, 0]], device=d), torch.zeros(3, 2, device=d)),
+        lambda d: F.embedding(torch.tensor([-1], device=d), torch.zeros(3, 2, device=d)),
+        lambda d: F.embedding(torch.tensor([2, 0], device=d), torch.ones(3, 2, device=d)),
+    ]
+    with torchtpu.eager_mode(mode):
+        for fn in cases:
+            err = same_as_cpu(lambda d: fn(d).cpu())
+            if isinstance(err, Exception):
+                # the message too, without debug's note
+                assert str(err).split(" (torchtpu")[0] == str(_cpu_error(fn)).split(" (torchtpu")[0]
+        # a later valid op is not blamed for an earlier error, once raised
+        with pytest.raises(IndexError):
+            x = torch.zeros(3, device="tpu").index_select(0, torch.tensor([7], device="tpu"))
+            (x + 1).cpu()
+        assert torch.equal(torch.arange(3.0, device="tpu").index_select(0, torch.tensor([2], device="tpu")).cpu(),
+                           torch.tensor([2.0]))
+
+
+def _cpu_error(fn):
+    try:
+        fn("cpu")
+    except Exception as e:  # noqa: BLE001
+        return e
+    return None
 
 
 def test_fuzz_debug_indexing_an_expanded_tensor():

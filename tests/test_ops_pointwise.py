@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from op_testing import check, make
+from op_testing import assert_close, check, make
 
 
 FLOATS = [torch.float32, torch.bfloat16]
@@ -817,15 +817,40 @@ def test_result_strides_per_layout_through_the_cache():
 # --- Found by the random-program fuzzer (tests/fuzz_programs.py); xfail
 # until fixed, then the tag leaves KNOWN_MISMATCH_TAGS there.
 
-@pytest.mark.xfail(strict=True, reason="fuzz @bool_float: a bool operand promoted to float gives 0 for False * nan and False / 0 (CPU: nan)")
-def test_fuzz_bool_times_nan_and_bool_over_zero():
-    m = torch.tensor([[[True, False]]])
-    x = torch.tensor([float("inf"), float("nan")])
-    b = torch.tensor([False, True])
-    for fn in (lambda m, x, b: m * x, lambda m, x, b: b / 0):
-        want = fn(m, x, b)
-        got = fn(m.to("tpu"), x.to("tpu"), b.to("tpu")).cpu()
-        assert torch.equal(want.isnan(), got.isnan()), (want, got)
+_NAN, _INF = float("nan"), float("inf")
+_BOOL_FLOAT_OPS = {
+    "mul": lambda b, f: b * f, "mul_r": lambda b, f: f * b, "mul_nan": lambda b, f: b * _NAN,
+    "mul_0d": lambda b, f: b * f[0], "mul_": lambda b, f: f.clone().mul_(b),
+    "div0": lambda b, f: b / 0, "div": lambda b, f: b / f, "rdiv": lambda b, f: f / b,
+    "true_divide": lambda b, f: torch.true_divide(b, 0), "floordiv0": lambda b, f: b // 0.0,
+    "pow": lambda b, f: torch.pow(b, f), "pow_r": lambda b, f: torch.pow(f, b),
+    "pow_neg": lambda b, f: torch.pow(b, -1.0), "atan2": lambda b, f: torch.atan2(b, f),
+    "fmod": lambda b, f: torch.fmod(b, f), "fmod0": lambda b, f: torch.fmod(b, 0.0),
+    "remainder": lambda b, f: torch.remainder(b, f), "remainder0": lambda b, f: torch.remainder(b, 0.0),
+    "addcmul": lambda b, f: torch.addcmul(f, b, b), "addcmul_f": lambda b, f: torch.addcmul(f * 0, b, f),
+    "addcdiv": lambda b, f: torch.addcdiv(f * 0, b, f), "add": lambda b, f: b + f,
+    "xlogy": lambda b, f: torch.xlogy(b, f), "mul_bf16": lambda b, f: b * f.bfloat16(),
+    "mul_int": lambda b, f: b * f.nan_to_num(0, 0, 0).long(), "sub": lambda b, f: f - b,
+    "rsub": lambda b, f: 1 - b, "sub_true": lambda b, f: f - True,
+}
+
+
+@pytest.mark.parametrize("op", sorted(_BOOL_FLOAT_OPS))
+def test_fuzz_bool_times_nan_and_bool_over_zero(op):
+    # CPU multiplies a bool promoted to float (False * nan is nan, False /
+    # 0 is nan); XLA rewrote multiply(convert(pred), x) as a select
+    fn = _BOOL_FLOAT_OPS[op]
+    b = torch.tensor([[False, True, False, True, False]])
+    f = torch.tensor([_NAN, _INF, 0.0, -2.5, -_INF])
+    got = same_as_cpu(lambda d: fn(b.to(d), f.to(d)).cpu())
+    if isinstance(got, Exception):
+        return
+    want = fn(b, f)
+    if want.dtype.is_floating_point:  # signed zeros too (NaN's sign is not compared)
+        assert torch.equal(got.signbit() | got.isnan(), want.signbit() | want.isnan()), (got, want)
+    # compiled graphs lower the same ops
+    compiled = torch.compile(fn, backend="tpu")(b.to("tpu"), f.to("tpu")).cpu()
+    assert_close(compiled, want, exact=True)
 
 
 def test_fuzz_ops_cpu_has_no_kernel_for_raise_alike():
@@ -836,6 +861,40 @@ def test_fuzz_ops_cpu_has_no_kernel_for_raise_alike():
             fn("cpu")
         with pytest.raises(NotImplementedError):
             fn("tpu").cpu()
+
+
+_B = [True, False, True, True]
+_NO_KERNEL = {
+    # from a sweep of the fuzzer's unary / binary ops and the common
+    # pointwise and reduction ops over bool / uint8 / int64 / bfloat16 /
+    # float32: CPU raises, the device computed
+    "floor_bool": lambda d: torch.floor(torch.tensor(_B, device=d)),
+    "ceil_bool": lambda d: torch.ceil(torch.tensor(_B, device=d)),
+    "trunc_bool": lambda d: torch.trunc(torch.tensor(_B, device=d)),
+    "fix_bool": lambda d: torch.fix(torch.tensor(_B, device=d)),
+    "argmax_bool": lambda d: torch.argmax(torch.tensor(_B, device=d)),
+    "median_bool": lambda d: torch.median(torch.tensor(_B, device=d)),
+    "trace_bool": lambda d: torch.trace(torch.tensor(_B, device=d).reshape(2, 2)),
+    "mm_bool": lambda d: torch.tensor(_B, device=d).reshape(2, 2) @ torch.tensor(_B, device=d).reshape(2, 2),
+    "heaviside_dtypes": lambda d: torch.heaviside(torch.tensor([1, 0], device=d), torch.tensor([0.5, 0.5], device=d)),
+    "logaddexp_int": lambda d: torch.logaddexp(torch.tensor([1, 2], device=d), torch.tensor([1, 2], device=d)),
+    "logaddexp2_uint8": lambda d: torch.logaddexp2(torch.tensor([1, 2], dtype=torch.uint8, device=d),
+                                                   torch.tensor([1, 2], dtype=torch.uint8, device=d)),
+    "dist_bool": lambda d: torch.dist(torch.tensor(_B, device=d), torch.ones(4, device=d)),
+    "cdist_bf16": lambda d: torch.cdist(torch.ones(2, 2, dtype=torch.bfloat16, device=d),
+                                        torch.ones(2, 2, dtype=torch.bfloat16, device=d)),
+    "frac_int": lambda d: torch.frac(torch.tensor([1, 2], device=d)),
+    "sub_bool": lambda d: torch.tensor(_B, device=d) - torch.tensor(_B, device=d),
+    # still computed where CPU has kernels: same values
+    "floor_int": lambda d: torch.floor(torch.tensor([1, -2], device=d)),
+    "argmin_int": lambda d: torch.argmin(torch.tensor([3, 1, 2], device=d)),
+    "heaviside_same": lambda d: torch.heaviside(torch.tensor([1.0, 0.0], device=d), torch.tensor([0.5, 0.5], device=d)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_NO_KERNEL))
+def test_ops_cpu_has_no_kernel_for_raise_like_cpu(case):
+    same_as_cpu(lambda d: _NO_KERNEL[case](d).cpu())
 
 
 def test_fuzz_erf_saturates_to_one():
@@ -1022,3 +1081,72 @@ def test_pow_scalar_special_values_as_cpu(dtype, exponent):
         else:
             assert torch.equal(got[keep], want[keep]), (got, want)
         assert torch.equal(got[keep].signbit(), want[keep].signbit())
+
+
+# ---- numbers a dtype cannot hold (CPU: "value cannot be converted to type
+# uint8_t without overflow") ------------------------------------------------
+
+_FILL_OPS = {
+    "masked_fill_": lambda a, v: a.unsqueeze(1).masked_fill_(a.unsqueeze(1) > 0, v),
+    "masked_fill": lambda a, v: a.masked_fill(a > 0, v),
+    "masked_fill_tensor": lambda a, v: a.masked_fill(a > 0, torch.tensor(v)),
+    "fill_": lambda a, v: a.clone().fill_(v),
+    "index_fill_": lambda a, v: a.clone().index_fill_(0, torch.tensor([0], device=a.device), v),
+    "index_fill_tensor": lambda a, v: a.index_fill(0, torch.tensor([0], device=a.device), torch.tensor(v)),
+    "full": lambda a, v: torch.full((2,), v, dtype=a.dtype, device=a.device),
+    "full_like": lambda a, v: torch.full_like(a, v),
+    "new_full": lambda a, v: a.new_full((2,), v),
+    "scatter_": lambda a, v: a.clone().scatter_(0, torch.tensor([0], device=a.device), v),
+    "where": lambda a, v: torch.where(a > 0, a, v),
+    "setitem": lambda a, v: a.clone().__setitem__(0, v),
+    "setitem_mask": lambda a, v: a.clone().__setitem__(a > 0, v),
+    "clamp": lambda a, v: a.clamp(v),
+    "clamp_max": lambda a, v: a.clamp(max=v),
+    "clamp_min": lambda a, v: torch.clamp_min(a, v),
+    "add_alpha": lambda a, v: torch.add(a, a, alpha=v),
+    "addcmul_": lambda a, v: a.clone().addcmul_(a, a, value=v),
+    "threshold": lambda a, v: torch.nn.functional.threshold(a, v, v),
+    "hardtanh": lambda a, v: torch.nn.functional.hardtanh(a, v, 300),
+    "leaky_relu": lambda a, v: torch.nn.functional.leaky_relu(a, v),
+    "lerp": lambda a, v: a.lerp(a, v),
+    "pow": lambda a, v: torch.pow(a, v),
+}
+
+
+@pytest.mark.parametrize("op", sorted(_FILL_OPS))
+def test_numbers_the_dtype_cannot_hold_raise_like_cpu(op):
+    # the fuzzer's program is masked_fill_ of uint8 with -1.25; -1 (an int)
+    # wraps, a float does not; float16 refuses 70000 where CPU's kernel
+    # converts to float16 (not where(): it rounds to inf)
+    values = [-1.25, -1, 256, 300.0, float("inf"), float("nan"), 1e39, 70000.0, True, 0.5]
+    for dtype in (torch.uint8, torch.int8, torch.int32, torch.int64, torch.bool,
+                  torch.bfloat16, torch.float16, torch.float32):
+        for v in values:
+            def run(d):
+                r = _FILL_OPS[op](torch.tensor([3, 0], dtype=dtype, device=d), v)
+                return None if r is None else r.cpu()
+            try:
+                want = run("cpu")
+            except (RuntimeError, NotImplementedError, ValueError) as e:
+                if "overflow" not in str(e):
+                    continue  # another class (CPU has no kernel, bool alpha...)
+                with pytest.raises(type(e), match="without overflow"):
+                    run("tpu")
+                continue
+            if want is not None and not dtype.is_floating_point and want.dtype == dtype and \
+                    isinstance(v, float) and not (-1 < v < 256):
+                continue  # CPU's float-to-int cast of an out-of-range value is undefined
+            assert_close(run("tpu"), want, exact=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_fuzz_half_rsqrt_matches_cpu_bits(dtype):
+    # fuzzer seed 50237: rsqrt(2.75) in bfloat16; CPU's scalar loop (small
+    # tensors) rounds sqrt first, its vectorised loop (large ones) does not
+    x = torch.tensor([[1.75]], dtype=dtype)
+    same_as_cpu(lambda d: torch.rsqrt(x.to(d).abs() + 1).cpu())
+    g = torch.Generator().manual_seed(0)
+    small = (torch.rand(16, generator=g) * 100 + 1e-3).to(dtype)
+    same_as_cpu(lambda d: torch.rsqrt(small.to(d)).cpu())
+    large = (torch.rand(4096, generator=g) * 100 + 1e-3).to(dtype)
+    same_as_cpu(lambda d: torch.rsqrt(large.to(d)).cpu())

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from op_testing import check, make
+from op_testing import assert_close, check, make, same_as_cpu
 
 FLOATS = [torch.float32, torch.bfloat16]
 LAYOUTS = [False, True]  # noncontiguous
@@ -294,11 +294,52 @@ def test_histc_matches_cpu_including_integer_input():
 # --- Found by the random-program fuzzer (tests/fuzz_programs.py); xfail
 # until fixed, then the tag leaves KNOWN_MISMATCH_TAGS there.
 
-@pytest.mark.xfail(strict=True, reason="fuzz sort.topk_k0: topk with k=0 of a 0-d tensor fails to compile on tpu")
 def test_fuzz_topk_of_zero_elements_of_a_scalar():
+    # the fuzzer's program: topk(k=0) of a 0-d int64 matmul result; CPU's
+    # result of a 0-d input keeps its element (shape ()) for k = 0 as for 1
+    same_as_cpu(lambda d: tuple(t.cpu() for t in torch.topk(
+        -(torch.tensor([2], device=d) @ torch.tensor([2], device=d)), 0, dim=0, largest=False)))
     x = torch.tensor(1.5)
     got = torch.topk(x.to("tpu"), 0, dim=0).values.cpu()
     assert got.shape == torch.topk(x, 0, dim=0).values.shape
+
+
+@pytest.mark.parametrize("shape", [(), (0,), (0, 3), (3, 0), (3,), (2, 2)])
+def test_sorting_ops_of_scalars_and_empty_tensors_match_cpu(shape):
+    x = make(shape, seed=3)
+    fns = [lambda t: torch.topk(t, 0, dim=0, largest=False),
+           lambda t: torch.topk(t, 0),
+           lambda t: torch.topk(t, 1, dim=0),
+           lambda t: torch.sort(t),
+           lambda t: torch.sort(t, dim=0, descending=True),
+           lambda t: torch.sort(t, stable=True, dim=0),
+           lambda t: torch.argsort(t),
+           lambda t: torch.argsort(t, dim=0),
+           lambda t: torch.msort(t),
+           lambda t: torch.kthvalue(t, 1, dim=0),
+           lambda t: torch.kthvalue(t, 1, dim=0, keepdim=True),
+           lambda t: torch.kthvalue(t, 0)]
+    for fn in fns:
+        def run(d, fn=fn):
+            r = fn(x.to(d))
+            return tuple(t.cpu() for t in r) if isinstance(r, tuple) else r.cpu()
+        same_as_cpu(run)
+    # compiled graphs lower the same ops (those CPU computes for this shape)
+    ok = []
+    for fn in fns:
+        try:
+            fn(x)
+            ok.append(fn)
+        except (RuntimeError, IndexError):
+            pass
+
+    def flat(t):
+        out = []
+        for fn in ok:
+            r = fn(t)
+            out += list(r) if isinstance(r, tuple) else [r]
+        return out
+    assert_close([g.cpu() for g in torch.compile(flat, backend="tpu")(x.to("tpu"))], flat(x), exact=True)
 
 
 def test_fuzz_topk_of_bool_raises_like_cpu():

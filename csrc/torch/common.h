@@ -56,6 +56,12 @@ void delete_storage(void* ctx);
 // common prefix (used by resize_ and set_ when a storage must grow).
 void resize_storage_bytes(const c10::Storage& storage, size_t nbytes);
 
+// Raises CPU's error for an index op that ran on the device with an index
+// out of range (dispatch.cpp records a device-side "any index bad" flag per
+// op; it is read here, before a host read, so the error surfaces at the
+// next sync in strict and defer_and_fuse; debug raises at the op).
+void check_pending_index_errors();
+
 // Eager modes (debug.cpp): process-wide, with a per-thread override.
 enum class EagerMode { kStrict = 0, kDebug = 1, kDeferAndFuse = 2 };
 EagerMode eager_mode();  // the calling thread's

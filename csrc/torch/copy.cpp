@@ -25,6 +25,7 @@ namespace {
 
 // The whole storage as a CPU uint8 tensor.
 at::Tensor read_storage_image(const at::Tensor& t) {
+  check_pending_index_errors();
   tpu_storage_t* storage = storage_of(t.storage());
   size_t nbytes = tpu_storage_nbytes(storage);
   at::Tensor image = at::empty({static_cast<int64_t>(nbytes)},
@@ -77,6 +78,7 @@ void write_from_host(const at::Tensor& dst, const at::Tensor& src_any) {
 
 // Reads tpu tensor `src` into CPU tensor `dst` (converting dtype, broadcasting).
 void read_to_host(const at::Tensor& src, const at::Tensor& dst) {
+  check_pending_index_errors();
   if (dst.numel() == 0) return;
   to_tpu_dtype(src.scalar_type());
   if (covers_storage_densely(src) && src.is_contiguous() && dst.is_contiguous() &&

@@ -3,6 +3,7 @@
 // metadata comes from PyTorch's meta kernel (once per key); ops the table
 // does not lower, or calls a lowering declines, go to the CPU fallback.
 #include <ATen/ATen.h>
+#include <ATen/Dispatch_v2.h>
 #include <ATen/EmptyTensor.h>
 #include <ATen/MemoryOverlap.h>
 #include <ATen/TensorIterator.h>
@@ -89,6 +90,38 @@ ArgClass classify(const c10::Argument& schema_arg) {
 // What the boxed path needs to know about an operator, computed on its
 // first call: its name for the engine, whether the table lowers it, and
 // how to read each argument.
+// CPU kernels read some numbers with Scalar::to<scalar_t>(), which refuses
+// a value the dtype cannot hold ("value cannot be converted to type uint8_t
+// without overflow"): kSelf ops convert to self's dtype (fill_,
+// masked_fill_, threshold...), kResult ops to the computation dtype of
+// their operands (clamp's limits, pow's exponent, add's alpha...).
+// kSelfOpmath ops are float kernels that convert to float for float16 and
+// bfloat16 (lerp's weight, leaky_relu's slope, addcmul's value...).
+enum class ScalarFit { kNone, kSelf, kSelfOpmath, kResult, kResultOpmath };
+
+ScalarFit scalar_fit_of(const std::string& name) {
+  std::string base = name.substr(0, name.find('.'));
+  if (base.size() > 1 && base.back() == '_') base.pop_back();
+  static const std::pair<const char*, ScalarFit> kOps[] = {
+      {"aten::fill", ScalarFit::kSelf},          {"aten::masked_fill", ScalarFit::kSelf},
+      {"aten::index_fill", ScalarFit::kSelf},    {"aten::scatter", ScalarFit::kSelf},
+      {"aten::threshold", ScalarFit::kSelf},     {"aten::hardtanh", ScalarFit::kSelf},
+      {"aten::full_like", ScalarFit::kSelf},     {"aten::new_full", ScalarFit::kSelf},
+      {"aten::scalar_tensor", ScalarFit::kSelfOpmath},
+      {"aten::lerp", ScalarFit::kSelfOpmath},    {"aten::leaky_relu", ScalarFit::kSelfOpmath},
+      {"aten::elu", ScalarFit::kSelfOpmath},     {"aten::celu", ScalarFit::kSelfOpmath},
+      {"aten::hardshrink", ScalarFit::kSelfOpmath}, {"aten::softshrink", ScalarFit::kSelfOpmath},
+      {"aten::softplus", ScalarFit::kSelfOpmath},
+      {"aten::clamp", ScalarFit::kResult},       {"aten::clamp_min", ScalarFit::kResult},
+      {"aten::clamp_max", ScalarFit::kResult},   {"aten::pow", ScalarFit::kResult},
+      {"aten::add", ScalarFit::kResult},         {"aten::sub", ScalarFit::kResult},
+      {"aten::rsub", ScalarFit::kResult},
+      {"aten::addcmul", ScalarFit::kResultOpmath}, {"aten::addcdiv", ScalarFit::kResultOpmath}};
+  for (const auto& [k, fit] : kOps)
+    if (base == k) return fit;
+  return ScalarFit::kNone;
+}
+
 struct OpFacts {
   std::string name;  // "aten::add.Tensor"
   bool lowered = false;
@@ -99,6 +132,9 @@ struct OpFacts {
   // CPU kernels that allow an overlapping (expanded) self: nullptr, "" (no
   // warning) or the op named in PyTorch's deprecation warning.
   const char* overlap_ok = nullptr;
+  // How CPU's kernel converts this op's fill / limit / alpha numbers (see
+  // check_scalars_fit).
+  ScalarFit scalar_fit = ScalarFit::kNone;
   std::vector<ArgClass> args;
 };
 
@@ -152,6 +188,7 @@ const OpFacts& facts_of(const c10::OperatorHandle& op) {
     f->foreach = f->name.find("::_foreach_") != std::string::npos;
     f->int_division = is_int_division(f->name);
     f->overlap_ok = overlap_policy(f->name);
+    f->scalar_fit = scalar_fit_of(f->name);
     for (const auto& a : op.schema().arguments()) f->args.push_back(classify(a));
     slot = std::move(f);
   }
@@ -984,6 +1021,140 @@ static void check_inplace_cast(const c10::OperatorHandle& op, c10::ArrayRef<c10:
               " can't be cast to the desired output type ", self.scalar_type());
 }
 
+// Whether every value of dtype `from` fits `to` by c10's overflow rule
+// (bool and complex targets take anything; floats take their infinities
+// and NaN), so a device-resident 0-d value need not be read back.
+static bool always_fits(c10::ScalarType from, c10::ScalarType to) {
+  if (from == to || to == at::kBool || at::isComplexType(to) || from == at::kBool) return true;
+  if (at::isComplexType(from)) return false;
+  if (to == at::kDouble) return true;
+  if (to == at::kFloat) return from != at::kDouble;
+  if (to == at::kBFloat16) return !at::isFloatingType(from) || from == at::kHalf;
+  if (to == at::kHalf) return false;  // int16 and wider, float32 exceed 65504
+  if (at::isFloatingType(from)) return false;
+  return at::elementSize(from) < at::elementSize(to) &&
+         (at::isSignedType(to) || !at::isSignedType(from));
+}
+
+// Raises CPU's error for a number its kernel cannot convert to the dtype it
+// computes in (see ScalarFit). Checked on every call: numbers are not part
+// of the engine's key.
+static void check_scalars_fit(const c10::OperatorHandle& op, const OpFacts& facts,
+                              c10::ArrayRef<c10::IValue> inputs) {
+  const auto& schema_args = op.schema().arguments();
+  const ScalarFit fit = facts.scalar_fit;
+  const bool self_rule = fit == ScalarFit::kSelf || fit == ScalarFit::kSelfOpmath;
+  c10::ScalarType target = c10::ScalarType::Undefined;
+  if (self_rule) {
+    // The dtype argument of a factory, else self's.
+    for (size_t i = 0; i < inputs.size(); i++)
+      if (schema_args[i].name() == "dtype" && inputs[i].isInt())
+        target = static_cast<c10::ScalarType>(inputs[i].toInt());
+    if (target == c10::ScalarType::Undefined) {
+      if (schema_args[0].name() != "self" || !inputs[0].isTensor()) return;
+      target = inputs[0].toTensor().scalar_type();
+    }
+  } else {
+    at::native::ResultTypeState state{};
+    for (size_t i = 0; i < inputs.size(); i++) {
+      if (schema_args[i].kwarg_only()) break;  // alpha / value do not promote
+      if (inputs[i].isTensor() && inputs[i].toTensor().defined())
+        state = at::native::update_result_type_state(inputs[i].toTensor(), state);
+      else if (inputs[i].isScalar())
+        state = at::native::update_result_type_state(inputs[i].toScalar(), state);
+    }
+    target = at::native::result_type(state);
+  }
+  if (fit == ScalarFit::kSelfOpmath || fit == ScalarFit::kResultOpmath) {
+    // Float kernels: other dtypes have none (the lowering or fallback says
+    // so); half types compute in float.
+    if (fit == ScalarFit::kSelfOpmath && facts.name != "aten::scalar_tensor" &&
+        !at::isFloatingType(target))
+      return;
+    if (target == at::kHalf || target == at::kBFloat16) target = at::kFloat;
+  }
+  // pow's float and double kernels read the exponent as a double.
+  if (facts.name.rfind("aten::pow", 0) == 0 && (target == at::kFloat || target == at::kDouble))
+    return;
+  // Other dtypes (float8, complex32, quantized) are not checked.
+  const bool checked = at::isIntegralType(target, /*includeBool=*/true) || target == at::kHalf ||
+                       target == at::kBFloat16 || target == at::kFloat || target == at::kDouble ||
+                       target == at::kComplexFloat || target == at::kComplexDouble;
+  if (!checked) return;
+  auto fits = [&](const c10::Scalar& v) {
+    AT_DISPATCH_V2(target, "check_scalars_fit", AT_WRAP([&] { (void)v.to<scalar_t>(); }),
+                   AT_EXPAND(AT_ALL_TYPES_AND_COMPLEX), at::kHalf, at::kBFloat16, at::kBool,
+                   AT_EXPAND(AT_BAREBONES_UNSIGNED_TYPES));
+  };
+  for (size_t i = 0; i < inputs.size(); i++) {
+    const std::string& name = schema_args[i].name();
+    // The numbers the kernels convert: fills, limits, slopes, exponents and
+    // alpha / value multipliers (add.Scalar's `other` is wrapped instead).
+    static const char* const kConverted[] = {"value", "fill_value", "min", "max", "min_val",
+                                             "max_val", "threshold", "negative_slope", "weight",
+                                             "exponent", "alpha", "lambd", "beta", "scale",
+                                             "input_scale"};
+    bool converted = false;
+    for (const char* k : kConverted) converted |= name == k;
+    if (!converted) continue;
+    const c10::IValue& v = inputs[i];
+    if (v.isScalar()) {
+      const c10::Scalar s = v.toScalar();
+      if (!self_rule && name == "alpha" && s.isBoolean())
+        TORCH_CHECK(target == at::kBool, "Boolean alpha only supported for Boolean results.");
+      fits(s);
+    } else if (v.isTensor() && name == "value" &&
+               (facts.name.rfind("aten::masked_fill", 0) == 0 ||
+                facts.name.rfind("aten::index_fill", 0) == 0)) {
+      // A 0-d value tensor: these kernels read value.item() (fill_'s does
+      // not check); a device one is read back only when its dtype can hold
+      // a value the target cannot.
+      const at::Tensor& t = v.toTensor();
+      if (!t.defined() || t.dim() != 0) continue;
+      if (is_tpu(t) && always_fits(t.scalar_type(), target)) continue;
+      fits(t.item());
+    }
+  }
+}
+
+// Out-of-range indices: XLA clamps them, CPU raises. An index op that ran
+// on the device leaves a device-side flag (any index < 0 or >= size; it
+// fuses into the same run in defer_and_fuse), read before the next host
+// read; a true flag raises CPU's error for that op. Per thread: the op's
+// thread is the one that reads its results.
+struct PendingIndexCheck {
+  at::Tensor bad;    // 0-d bool on the device
+  at::Tensor index;  // for the RuntimeError's message
+  int64_t size;
+  bool index_error;  // IndexError "index out of range in self", else RuntimeError
+};
+thread_local std::vector<PendingIndexCheck> t_pending_index_checks;
+
+static void record_index_check(const OpFacts& facts, c10::ArrayRef<c10::IValue> inputs) {
+  // index_select(self, dim, index): CPU's 1-d / dim-0 kernel raises
+  // IndexError, the general one a RuntimeError naming the bad index.
+  // embedding(weight, indices): IndexError (rows of dim 0).
+  const bool select = facts.name == "aten::index_select" || facts.name == "aten::index_select.out";
+  if (!select && facts.name != "aten::embedding") return;
+  const size_t at = select ? 2 : 1;
+  if (select && inputs.size() > at && inputs[at].isTensor())
+    TORCH_CHECK_INDEX(inputs[at].toTensor().dim() <= 1,
+                      "index_select(): Index is supposed to be a vector");
+  if (eager_mode() == EagerMode::kDebug) return;  // Debug ran CPU's kernel first
+  if (inputs.size() <= at || !inputs[0].isTensor() || !inputs[at].isTensor()) return;
+  const at::Tensor& self = inputs[0].toTensor();
+  const at::Tensor& index = inputs[at].toTensor();
+  if (!index.defined() || index.numel() == 0 || !is_tpu(index)) return;
+  const int64_t rank = self.dim();
+  const int64_t dim =
+      select ? c10::maybe_wrap_dim(inputs[1].toInt(), std::max<int64_t>(rank, 1)) : 0;
+  const int64_t size = rank == 0 ? 1 : self.size(dim);
+  at::Tensor bad = at::logical_or(index.lt(0), index.ge(size)).any();
+  t_pending_index_checks.push_back({bad, index, size, rank <= 1 || dim == 0});
+  // Nothing reads results for a long time: check now rather than grow.
+  if (t_pending_index_checks.size() > 64) check_pending_index_errors();
+}
+
 static bool resolve_lazy_bits(const c10::OperatorHandle& op, torch::jit::Stack* stack, size_t num_args) {
   const auto& args = op.schema().arguments();
   const size_t first = stack->size() - num_args;
@@ -1009,6 +1180,7 @@ static bool resolve_lazy_bits(const c10::OperatorHandle& op, torch::jit::Stack* 
 bool try_run_on_device(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const OpFacts& facts = facts_of(op);
   if (!facts.lowered) return false;
+  if (facts.scalar_fit != ScalarFit::kNone) check_scalars_fit(op, facts, torch::jit::last(*stack, facts.args.size()));
   BuilderLease lease;
   CallBuilder& builder = *lease;
   builder.reset(facts);
@@ -1152,10 +1324,31 @@ bool try_run_on_device(const c10::OperatorHandle& op, torch::jit::Stack* stack) 
       results.emplace_back(tensor_of(idx.at(0)));  // may be undefined (a masked output)
     }
   }
+  record_index_check(facts, inputs);
   torch::jit::drop(*stack, num_args);
   for (auto& v : results) stack->push_back(std::move(v));
   tpu_metrics_bump(device_ops_counter(), 1);
   return true;
+}
+
+void check_pending_index_errors() {
+  if (t_pending_index_checks.empty()) return;
+  // Taken first: reading a flag is itself a host read.
+  std::vector<PendingIndexCheck> pending;
+  pending.swap(t_pending_index_checks);
+  for (const PendingIndexCheck& c : pending) {
+    if (!c.bad.item<bool>()) continue;
+    TORCH_CHECK_INDEX(!c.index_error, "index out of range in self");
+    at::Tensor host = c.index.cpu().reshape(-1).to(at::kLong);
+    const int64_t* v = host.const_data_ptr<int64_t>();
+    int64_t id = 0;
+    for (int64_t i = 0; i < host.numel(); i++)
+      if (v[i] < 0 || v[i] >= c.size) {
+        id = v[i];
+        break;
+      }
+    TORCH_CHECK(false, "INDICES element is out of DATA bounds, id=", id, " axis_dim=", c.size);
+  }
 }
 
 // tpu->tpu copy (or any device-side write of `src` into `dst`'s view).

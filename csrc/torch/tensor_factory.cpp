@@ -147,8 +147,26 @@ bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& 
   return self.unsafeGetTensorImpl()->has_compatible_shallow_copy_type(from.key_set());
 }
 
+// where(cond, x, number) and x[i] = number make the number a tensor here.
+// CPU's kernel rounds a float16 / bfloat16 one from double without the
+// overflow check fill_ makes (70000 is inf), and checks other dtypes as
+// fill_ does (256 into uint8 raises); PyTorch's composite is empty + fill_,
+// which would refuse the half-precision overflow too.
+at::Tensor scalar_tensor(const at::Scalar& s, std::optional<c10::ScalarType> dtype,
+                         std::optional<c10::Layout> layout, std::optional<c10::Device> device,
+                         std::optional<bool> pin_memory) {
+  auto type = c10::dtype_or_default(dtype);
+  at::Tensor out = empty_memory_format({}, type, layout, device, pin_memory, std::nullopt);
+  if (type == at::kHalf && !s.isComplex())
+    return out.fill_(static_cast<double>(static_cast<at::Half>(s.toDouble())));
+  if (type == at::kBFloat16 && !s.isComplex())
+    return out.fill_(static_cast<double>(static_cast<at::BFloat16>(s.toDouble())));
+  return out.fill_(s);
+}
+
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_has_compatible_shallow_copy_type", has_compatible_shallow_copy_type);
+  m.impl("scalar_tensor", scalar_tensor);
   m.impl("empty.memory_format", empty_memory_format);
   m.impl("empty_strided", empty_strided);
   m.impl("as_strided", as_strided);

@@ -41,13 +41,23 @@ static tpu_status_t lower_add_sub(tpu_lower_ctx_t* ctx, const char* op) {
   t.dtype = compute_dtype(ctx);
   if (out.dtype == TPU_DTYPE_BOOL || t.dtype == TPU_DTYPE_BOOL)
     return tpu_lower_decline(ctx, "bool arithmetic");
+  /* CPU refuses a bool operand of a subtraction (use ~ / logical_not);
+   * the fallback raises its error. */
+  if (strcmp(op, "stablehlo.subtract") == 0)
+    for (int i = 0; i < 2; i++)
+      if (tpu_lower_arg(ctx, i)->type.dtype == TPU_DTYPE_BOOL &&
+          (tpu_lower_arg(ctx, i)->kind == TPU_ARG_TENSOR || tpu_lower_arg(ctx, i)->kind == TPU_ARG_SCALAR))
+        return tpu_lower_decline(ctx, "subtraction of a bool");
   tpu_hlo_value_t x = operand_as(ctx, 0, t.dtype);
   tpu_hlo_value_t y = operand_as(ctx, 1, t.dtype);
   tpu_dtype_t common = t.dtype;
   t.dtype = opmath(common);
   if (tpu_lower_arg(ctx, 2)->kind == TPU_ARG_SCALAR ||
       tpu_lower_arg(ctx, 2)->kind == TPU_ARG_INT || tpu_lower_arg(ctx, 2)->kind == TPU_ARG_FLOAT) {
-    tpu_hlo_value_t alpha = tpu_emit_broadcast_to(b, tpu_lower_scalar(ctx, 2, t.dtype), &t);
+    /* CPU's kernel reads alpha as the operands' dtype (a bfloat16 alpha
+     * is rounded), then computes in opmath. */
+    tpu_hlo_value_t alpha = tpu_emit_convert(b, tpu_lower_scalar(ctx, 2, common), t.dtype);
+    alpha = tpu_emit_broadcast_to(b, alpha, &t);
     y = tpu_emit_binary(b, "stablehlo.multiply", y, alpha);
   }
   tpu_hlo_value_t r = tpu_emit_convert(b, tpu_emit_binary(b, op, x, y), common);
@@ -129,6 +139,8 @@ static tpu_status_t lower_mm(tpu_lower_ctx_t* ctx) {
   /* CPU refuses two dtypes; its kernel (on the fallback) raises that. */
   if (tpu_lower_arg(ctx, 0)->type.dtype != tpu_lower_arg(ctx, 1)->type.dtype)
     return tpu_lower_decline(ctx, "matmul of two dtypes");
+  /* CPU has no bool kernel (NotImplementedError). */
+  if (tpu_lower_arg(ctx, 0)->type.dtype == TPU_DTYPE_BOOL) return tpu_lower_decline(ctx, "matmul of bool");
   bool half = out.dtype == TPU_DTYPE_FLOAT16 || out.dtype == TPU_DTYPE_BFLOAT16;
   tpu_dtype_t acc = half ? TPU_DTYPE_FLOAT32 : out.dtype;
   tpu_hlo_value_t operands[2] = {tpu_emit_convert(b, tpu_lower_tensor(ctx, 0), acc),

@@ -41,6 +41,31 @@ static void test_div_floor_on_integers(void) {
   free(result[0]);
 }
 
+/* A bool operand promoted to float multiplies as IEEE does (False * NaN
+ * is NaN, False * -2 is -0.0): XLA's simplifier turned multiply(convert(
+ * pred), x) into a select of x and 0. A bool operand of sub declines (CPU
+ * raises). */
+static void test_bool_times_float_keeps_nan(void) {
+  int64_t d[1] = {3};
+  tpu_lower_arg_t args[2] = {tpu_test_tensor_arg(TPU_DTYPE_BOOL, 1, d),
+                             tpu_test_tensor_arg(TPU_DTYPE_FLOAT32, 1, d)};
+  bool a[3] = {false, true, false};
+  float b[3] = {NAN, INFINITY, -2.0f};
+  const void* data[2] = {a, b};
+  tpu_hlo_type_t out = tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 1, d);
+  void* result[1];
+  CHECK_OK(tpu_test_run_op("aten::mul.Tensor", args, 2, NULL, data, &out, 1, result));
+  float* r = result[0];
+  CHECK(isnan(r[0]) && r[1] == INFINITY && r[2] == 0 && signbit(r[2]));
+  free(result[0]);
+  char* text = NULL;
+  size_t len;
+  tpu_lower_arg_t sargs[3] = {args[1], args[0], tpu_test_scalar_arg(TPU_DTYPE_INT64, true)};
+  tpu_status_t s = tpu_lower_program_plain("aten::sub.Tensor", sargs, 3, NULL, &out, 1, &text, &len);
+  CHECK(s != NULL && tpu_status_code(s) == TPU_STATUS_UNIMPLEMENTED);
+  tpu_status_free(s);
+}
+
 static void test_wrong_output_type_is_reported(void) {
   int64_t d[1] = {4}, e[1] = {5};
   tpu_lower_arg_t args[1] = {tpu_test_tensor_arg(TPU_DTYPE_FLOAT32, 1, d)};
@@ -108,4 +133,4 @@ static void test_override_for_testing(void) {
 
 TPU_TEST_MAIN(TPU_TEST(test_add_with_alpha_scalar_and_broadcast), TPU_TEST(test_override_for_testing),
               TPU_TEST(test_div_floor_on_integers), TPU_TEST(test_wrong_output_type_is_reported),
-              TPU_TEST(test_table_lookup_names), TPU_TEST(test_result_type_rules))
+              TPU_TEST(test_table_lookup_names), TPU_TEST(test_result_type_rules), TPU_TEST(test_bool_times_float_keeps_nan))

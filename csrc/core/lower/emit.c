@@ -37,6 +37,13 @@ tpu_hlo_value_t tpu_emit_convert(tpu_hlo_builder_t* b, tpu_hlo_value_t value,
     tpu_hlo_value_t zero = tpu_emit_const_like(b, &type, 0.0);
     return tpu_emit_compare(b, "NE", value, zero);
   }
+  if (type.dtype == TPU_DTYPE_BOOL && (tpu_dtype_is_floating(dtype) || tpu_dtype_is_complex(dtype))) {
+    /* XLA's simplifier rewrites multiply(convert(pred), x) as a select of
+     * x and 0, which drops IEEE semantics (False * NaN is NaN, False / 0
+     * is NaN on CPU). Going through uint8 keeps it a real multiply. */
+    type.dtype = TPU_DTYPE_UINT8;
+    value = tpu_hlo_op(b, "stablehlo.convert", &value, 1, type, NULL);
+  }
   type.dtype = dtype;
   return tpu_hlo_op(b, "stablehlo.convert", &value, 1, type, NULL);
 }

@@ -254,7 +254,26 @@ MATH_ROW(asinh)
 MATH_ROW(acosh)
 MATH_ROW(atanh)
 MATH_ROW(sqrt)
-MATH_ROW(rsqrt)
+/* rsqrt: CPU's float16 / bfloat16 kernel is correctly rounded in its
+ * vectorised loop but its scalar loop computes 1 / sqrt(x) in the half
+ * type (sqrt rounded, then the quotient: 1 ulp off for 1 in 7 values).
+ * TensorIterator runs contiguous tensors of fewer than 32 elements (every
+ * x86 vector width) through the scalar loop only; those get its formula. */
+static tpu_status_t lower_rsqrt(tpu_lower_ctx_t* ctx) {
+  tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
+  tpu_dtype_t in = tpu_lower_arg(ctx, 0)->type.dtype;
+  int64_t n = 1;
+  for (int i = 0; i < out.rank; i++) n *= out.dims[i];
+  if (in != out.dtype || (in != TPU_DTYPE_BFLOAT16 && in != TPU_DTYPE_FLOAT16) || n >= 32)
+    return unary_math(ctx, f_rsqrt);
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  tpu_hlo_value_t x = tpu_emit_convert(b, tpu_lower_tensor(ctx, 0), TPU_DTYPE_FLOAT32);
+  tpu_hlo_value_t root = tpu_emit_convert(b, tpu_emit_convert(b, un(b, "stablehlo.sqrt", x), in),
+                                          TPU_DTYPE_FLOAT32);
+  tpu_hlo_type_t ft = tpu_hlo_value_type(b, root);
+  tpu_hlo_value_t r = tpu_emit_binary(b, "stablehlo.divide", tpu_emit_const_like(b, &ft, 1.0), root);
+  return finish(ctx, tpu_emit_convert(b, r, in));
+}
 MATH_ROW(reciprocal)
 MATH_ROW(erf)
 MATH_ROW(erfc)
@@ -304,6 +323,8 @@ static tpu_status_t rounding(tpu_lower_ctx_t* ctx, const char* op) {
   tpu_hlo_value_t x = tpu_lower_tensor(ctx, 0);
   tpu_dtype_t d = tpu_hlo_value_type(b, x).dtype;
   if (tpu_dtype_is_complex(d)) return tpu_lower_decline(ctx, "complex rounding");
+  /* CPU has no bool floor / ceil / trunc kernel (NotImplementedError). */
+  if (d == TPU_DTYPE_BOOL) return tpu_lower_decline(ctx, "rounding of bool");
   if (!is_float(d)) return finish(ctx, x);
   return finish(ctx, op ? un(b, op, x) : trunc_f(b, x));
 }
@@ -1029,6 +1050,8 @@ static tpu_status_t lower_hypot(tpu_lower_ctx_t* ctx) {
 /* logaddexp(2): equal infinities return themselves; else
  * max + log1p(exp(-|x - y|)) (base 2: exp2, scaled by 1/ln 2). */
 static tpu_status_t logaddexp_op(tpu_lower_ctx_t* ctx, bool base2) {
+  /* CPU has no integer or bool kernel (NotImplementedError). */
+  if (!is_float(tpu_lower_output_type(ctx, 0).dtype)) return tpu_lower_decline(ctx, "logaddexp of integers");
   tpu_hlo_value_t x, y;
   tpu_status_t s = float_operands(ctx, &x, &y);
   if (s) return s;
@@ -1060,6 +1083,10 @@ static tpu_status_t lower_heaviside(tpu_lower_ctx_t* ctx) {
   static const int idx[2] = {0, 1};
   tpu_dtype_t d = tpu_lower_result_type(ctx, idx, 2);
   if (tpu_dtype_is_complex(d)) return tpu_lower_decline(ctx, "complex heaviside");
+  /* CPU refuses operands of two dtypes (RuntimeError). */
+  if (tpu_lower_arg(ctx, 1)->kind == TPU_ARG_TENSOR &&
+      tpu_lower_arg(ctx, 0)->type.dtype != tpu_lower_arg(ctx, 1)->type.dtype)
+    return tpu_lower_decline(ctx, "heaviside of two dtypes");
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
   tpu_hlo_value_t x = operand(ctx, 0, d), zero = tpu_emit_splat(b, x, 0);
   tpu_hlo_value_t step = tpu_emit_convert(b, cmp(b, "GT", x, zero), d);

@@ -829,6 +829,18 @@ static void test_declines(void) {
   s = tpu_lower_program_plain("aten::hypot", iargs, 2, NULL, &iout, 1, &text, &len);
   CHECK(s != NULL && tpu_status_code(s) == TPU_STATUS_UNIMPLEMENTED);
   tpu_status_free(s);
+  /* floor of bool, logaddexp of integers, heaviside of two dtypes. */
+  s = tpu_lower_program_plain("aten::floor", args, 1, NULL, &out, 1, &text, &len);
+  CHECK(s != NULL && tpu_status_code(s) == TPU_STATUS_UNIMPLEMENTED);
+  tpu_status_free(s);
+  s = tpu_lower_program_plain("aten::logaddexp", iargs, 2, NULL, &iout, 1, &text, &len);
+  CHECK(s != NULL && tpu_status_code(s) == TPU_STATUS_UNIMPLEMENTED);
+  tpu_status_free(s);
+  tpu_lower_arg_t hargs[2] = {tensor(TPU_DTYPE_INT64), tensor(TPU_DTYPE_FLOAT32)};
+  tpu_hlo_type_t hout = out_type(TPU_DTYPE_FLOAT32);
+  s = tpu_lower_program_plain("aten::heaviside", hargs, 2, NULL, &hout, 1, &text, &len);
+  CHECK(s != NULL && tpu_status_code(s) == TPU_STATUS_UNIMPLEMENTED);
+  tpu_status_free(s);
 }
 
 TPU_TEST_MAIN(TPU_TEST(test_float_math_matches_libm), TPU_TEST(test_gelu_tanh_and_integer_input),

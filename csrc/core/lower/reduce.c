@@ -337,7 +337,11 @@ static tpu_status_t lower_arg_extreme(tpu_lower_ctx_t* ctx, bool is_max) {
   set_out(ctx, 0, i);
   return NULL;
 }
-static tpu_status_t lower_argmax(tpu_lower_ctx_t* ctx) { return lower_arg_extreme(ctx, true); }
+/* CPU refuses bool input (RuntimeError). */
+static tpu_status_t lower_argmax(tpu_lower_ctx_t* ctx) {
+  if (tpu_lower_arg(ctx, 0)->type.dtype == TPU_DTYPE_BOOL) return tpu_lower_decline(ctx, "argmax of bool");
+  return lower_arg_extreme(ctx, true);
+}
 static tpu_status_t lower_argmin(tpu_lower_ctx_t* ctx) { return lower_arg_extreme(ctx, false); }
 
 /* ---- var / std ---- */
@@ -449,6 +453,9 @@ static tpu_status_t lower_dist(tpu_lower_ctx_t* ctx) {
   tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
   if (!tpu_dtype_is_floating(out.dtype) || tpu_lower_arg(ctx, 1)->kind != TPU_ARG_TENSOR)
     return tpu_lower_decline(ctx, "dist of non-floating or non-tensor operands");
+  /* CPU subtracts the operands: a bool one raises there. */
+  if (tpu_lower_arg(ctx, 0)->type.dtype == TPU_DTYPE_BOOL || tpu_lower_arg(ctx, 1)->type.dtype == TPU_DTYPE_BOOL)
+    return tpu_lower_decline(ctx, "dist of bool");
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
   const tpu_lower_arg_t *a0 = tpu_lower_arg(ctx, 0), *a1 = tpu_lower_arg(ctx, 1);
   tpu_hlo_type_t shape = {.dtype = out.dtype, .rank = a0->type.rank > a1->type.rank
@@ -500,6 +507,9 @@ static tpu_status_t lower_cdist(tpu_lower_ctx_t* ctx) {
   tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
   if (!tpu_dtype_is_floating(out.dtype) || tpu_lower_arg(ctx, 2)->kind != TPU_ARG_FLOAT)
     return tpu_lower_decline(ctx, "cdist of non-floating inputs");
+  /* CPU has no bfloat16 / float16 kernel (NotImplementedError). */
+  if (out.dtype == TPU_DTYPE_BFLOAT16 || out.dtype == TPU_DTYPE_FLOAT16)
+    return tpu_lower_decline(ctx, "cdist of half types");
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
   tpu_hlo_value_t diff = pairwise_diff(ctx, 0, 1, &out);
   int64_t last = out.rank;
@@ -566,6 +576,8 @@ static tpu_status_t lower_cdist_backward(tpu_lower_ctx_t* ctx) {
 /* trace(self): the sum of a matrix's diagonal (ints promote to int64, as
  * the output type says). */
 static tpu_status_t lower_trace(tpu_lower_ctx_t* ctx) {
+  /* CPU has no bool kernel (NotImplementedError). */
+  if (tpu_lower_arg(ctx, 0)->type.dtype == TPU_DTYPE_BOOL) return tpu_lower_decline(ctx, "trace of bool");
   tpu_status_t s = decline_complex(ctx);
   if (s) return s;
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);

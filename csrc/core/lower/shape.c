@@ -589,14 +589,16 @@ static tpu_status_t lower_topk(tpu_lower_ctx_t* ctx) {
   int dim = wrap_dim(dim_arg->kind == TPU_ARG_INT ? dim_arg->i : -1, t.rank);
   bool largest = tpu_lower_arg(ctx, 3)->kind != TPU_ARG_BOOL || tpu_lower_arg(ctx, 3)->i;
   tpu_hlo_value_t x = tpu_lower_tensor(ctx, 0), v, i;
+  /* A 0-d input's result is the input itself for k = 0 as for k = 1 (CPU's
+   * kernel: the output keeps the input's one element). */
   if (t.rank == 0) {
-    int64_t one = 1;
-    x = tpu_emit_reshape(b, x, &one, 1);
+    tpu_lower_set_output(ctx, 0, x);
+    tpu_lower_set_output(ctx, 1, tpu_emit_const(b, TPU_DTYPE_INT64, 0));
+    return NULL;
   }
-  tpu_emit_sort(b, x, t.rank == 0 ? 0 : dim, largest ? TPU_SORT_DESCENDING : TPU_SORT_ASCENDING,
-                &v, &i);
-  v = slice_dim(b, v, t.rank == 0 ? 0 : dim, 0, k);
-  i = slice_dim(b, i, t.rank == 0 ? 0 : dim, 0, k);
+  tpu_emit_sort(b, x, dim, largest ? TPU_SORT_DESCENDING : TPU_SORT_ASCENDING, &v, &i);
+  v = slice_dim(b, v, dim, 0, k);
+  i = slice_dim(b, i, dim, 0, k);
   tpu_lower_set_output(ctx, 0, tpu_emit_reshape(b, v, out.dims, out.rank));
   tpu_lower_set_output(ctx, 1, tpu_emit_reshape(b, i, out.dims, out.rank));
   return NULL;
@@ -630,6 +632,8 @@ static tpu_status_t lower_kthvalue(tpu_lower_ctx_t* ctx) {
 static tpu_status_t lower_median(tpu_lower_ctx_t* ctx) {
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
   tpu_hlo_type_t t = tpu_lower_arg(ctx, 0)->type;
+  /* CPU has no bool kernel (NotImplementedError). */
+  if (t.dtype == TPU_DTYPE_BOOL) return tpu_lower_decline(ctx, "median of bool");
   tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
   bool has_dim = tpu_lower_arg(ctx, 1)->kind == TPU_ARG_INT;
   tpu_hlo_value_t x = tpu_lower_tensor(ctx, 0), v, i;

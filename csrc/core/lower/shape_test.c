@@ -181,6 +181,15 @@ static void test_sorting(void) {
   free(r[1]);
   tpu_hlo_type_t s_outs[2] = {tpu_hlo_type_scalar(TPU_DTYPE_FLOAT32),
                               tpu_hlo_type_scalar(TPU_DTYPE_INT64)};
+  /* topk of a 0-d input keeps its element for k = 0 as for k = 1 (CPU). */
+  float one_x = 1.5f;
+  const void* one_data[1] = {&one_x};
+  tpu_lower_arg_t t0args[5] = {tpu_test_tensor_arg(TPU_DTYPE_FLOAT32, 0, NULL), int_arg(0),
+                               int_arg(0), bool_arg(false), bool_arg(true)};
+  CHECK_OK(tpu_test_run_op("aten::topk", t0args, 5, NULL, one_data, s_outs, 2, r));
+  CHECK(*(float*)r[0] == 1.5f && *(int64_t*)r[1] == 0);
+  free(r[0]);
+  free(r[1]);
   tpu_lower_arg_t kargs[4] = {args[0], int_arg(4), int_arg(0), bool_arg(false)};
   CHECK_OK(tpu_test_run_op("aten::kthvalue", kargs, 4, NULL, data, s_outs, 2, r));
   CHECK(*(float*)r[0] == 2 && *(int64_t*)r[1] == 3);
