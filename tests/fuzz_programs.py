@@ -940,8 +940,17 @@ def _check_compiled(program, views_of_intermediates=True, check_strides=True):
             res_d, ed = None, e
     if ec is not None:
         if ed is None:
-            return [Mismatch("no-raise", "compiled", f"cpu raised {type(ec).__name__}: {str(ec)[:200]}",
-                             _raising_tag(program))]
+            m = Mismatch("no-raise", "compiled", f"cpu raised {type(ec).__name__}: {str(ec)[:200]}",
+                         _raising_tag(program))
+            # CPU eager's check that PyTorch's compile stack drops on the CPU
+            # too (functionalization has no overlapping writes to refuse)
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    torch.compile(build("cpu"), backend="aot_eager")(*make_inputs(program, "cpu").values())
+            except Exception:  # noqa: BLE001
+                return [m]
+            return [Mismatch("pytorch", m.var, m.detail, "pytorch")]
         return []  # Dynamo wraps exceptions in its own types: raising is the check
     if ed is not None:
         # a failure Dynamo/AOTAutograd have on CPU too is PyTorch's, not ours

@@ -578,3 +578,15 @@ def test_compiled_unfold_is_lowered_forward_and_backward():
     e = torch.compile(lambda x: (x.narrow(-1, 1, 0) * 2).unfold(0, 1, 2), backend="tpu")(
         x.to("tpu"))
     assert e.shape == (x.narrow(-1, 1, 0) * 2).unfold(0, 1, 2).shape
+
+
+def test_compiled_comparisons_of_folded_negative_integers():
+    # fuzz seed 100656: a comparison XLA folds (both sides constants after
+    # x * 0 - 1) compared si64 unsigned: -1 <= 0 was False. The comparison
+    # type is now spelled out.
+    x = torch.tensor([3, 0, 2])
+    fs = [lambda t: (t * 0 - 1) <= 0, lambda t: torch.full_like(t, -1.25) <= False,
+          lambda t: t.clone().fill_(-2) < (t * 0 + 1), lambda t: (t * 0 - 3).to(torch.int32) > -4,
+          lambda t: (t * 0 - 1).to(torch.int8).lt(0)]
+    for f in fs:
+        assert torch.equal(torch.compile(f, backend="tpu")(x.to("tpu")).cpu(), f(x))

@@ -100,10 +100,18 @@ tpu_hlo_value_t tpu_emit_splat(tpu_hlo_builder_t* b, tpu_hlo_value_t like, doubl
 tpu_hlo_value_t tpu_emit_compare(tpu_hlo_builder_t* b, const char* direction,
                                  tpu_hlo_value_t x, tpu_hlo_value_t y) {
   tpu_hlo_type_t t = tpu_hlo_value_type(b, x);
+  /* The comparison type spelled out: XLA's constant folder compared two
+   * folded si64 constants unsigned without it ((x * 0 - 1) <= 0 gave
+   * false in a compiled graph, while the run-time code compared signed). */
+  const char* kind = tpu_dtype_is_floating(t.dtype) || tpu_dtype_is_complex(t.dtype) ? "FLOAT"
+                     : tpu_dtype_is_unsigned(t.dtype) || t.dtype == TPU_DTYPE_BOOL ? "UNSIGNED"
+                                                                                    : "SIGNED";
   t.dtype = TPU_DTYPE_BOOL;
-  char attrs[96];
+  char attrs[160];
   snprintf(attrs, sizeof attrs,
-           "comparison_direction = #stablehlo<comparison_direction %s>", direction);
+           "comparison_direction = #stablehlo<comparison_direction %s>, "
+           "compare_type = #stablehlo<comparison_type %s>",
+           direction, kind);
   tpu_hlo_value_t operands[2] = {x, y};
   return tpu_hlo_op(b, "stablehlo.compare", operands, 2, t, attrs);
 }
