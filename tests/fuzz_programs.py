@@ -38,7 +38,6 @@ MODES = ("strict", "debug", "defer_and_fuse", "compiled")
 # does not generate them (see tests/test_fuzz.py). `make fuzz` generates
 # everything unless FUZZ_EXCLUDE says otherwise.
 KNOWN_MISMATCH_TAGS = frozenset({
-    "index.index_select@negative",  # compiled graphs: no IndexError (eager modes raise as CPU)
     # compiled graphs only: decompositions compute where CPU has no kernel
     # (frac of ints is x - trunc(x)); the eager modes decline to the
     # fallback, which raises CPU's error (tests in the op suites)

@@ -442,17 +442,30 @@ def test_lstm_module_compiles_with_allow_rnn():
 # --- Found by the random-program fuzzer (tests/fuzz_programs.py); xfail
 # until fixed, then the entry leaves KNOWN_MISMATCH_TAGS there.
 
-@pytest.mark.xfail(strict=True, reason="fuzz index.index_select@negative: a compiled graph's "
-                   "out-of-range index_select raises no IndexError (the eager modes do)")
-def test_fuzz_compiled_index_select_out_of_range_raises():
-    def f(a, i):
-        return (a * 2).index_select(0, i)
-
-    a, i = torch.tensor([1.0, 2.0]), torch.tensor([-1, 1])
-    with pytest.raises(IndexError):
-        f(a, i)
-    with pytest.raises(IndexError):
-        torch.compile(f, backend="tpu")(a.to("tpu"), i.to("tpu"))
+@pytest.mark.parametrize("case", ["negative", "too_large", "dim1", "embedding", "ok"])
+def test_fuzz_compiled_index_select_out_of_range_raises(case):
+    # fuzz index.index_select@negative: CPU (and the eager modes) raise for
+    # an index outside [0, size); so does a compiled graph (its program
+    # computes whether one is).
+    fs = {
+        "negative": (lambda a, i: (a * 2).index_select(0, i), torch.tensor([-1, 1])),
+        "too_large": (lambda a, i: (a + 1).index_select(0, i), torch.tensor([0, 2])),
+        "dim1": (lambda a, i: (a * 2)[None].expand(3, 2).index_select(1, i), torch.tensor([2])),
+        "embedding": (lambda a, i: F.embedding(i, (a * 2)[:, None]), torch.tensor([[0, 5]])),
+        "ok": (lambda a, i: (a * 2).index_select(0, i), torch.tensor([1, 0, 1])),
+    }
+    f, i = fs[case]
+    a = torch.tensor([1.0, 2.0])
+    try:
+        want, want_exc = f(a, i), None
+    except Exception as e:  # noqa: BLE001
+        want, want_exc = None, e
+    cf = torch.compile(f, backend="tpu")
+    if want_exc is None:
+        assert torch.equal(cf(a.to("tpu"), i.to("tpu")).cpu(), want)
+        return
+    with pytest.raises(type(want_exc)):
+        cf(a.to("tpu"), i.to("tpu"))
         torch.tpu.synchronize()
 
 

@@ -124,10 +124,11 @@ class _Builder:
         self.inputs = []     # ("arg", placeholder index) or ("const", tensor)
         self.input_specs = []
         self.with_rng = False
-        # integer divisions: value ids of "a divisor is 0" flags, with the
-        # op names; the ops dividing by a literal 0
-        self.zero_flags, self.zero_literals = [], []
-        self.zero_check = None  # (output index of the flag, op names)
+        # Run-time checks CPU's kernels make (_check_divisor,
+        # _check_indices): (value id of a "the check fails" flag, the
+        # exception class, its message); the ops dividing by a literal 0
+        self.flags, self.zero_literals = [], []
+        self.checks = []  # (output index of a flag, exception class, message)
 
     def _value(self, a):
         if isinstance(a, torch.fx.Node):
@@ -304,6 +305,7 @@ class _Builder:
             full = [next(it) if v is not None else None for v in vals]
             self.ids[n] = full if multi else full[0]
             self._check_divisor(graph, n, name)
+            self._check_indices(graph, n, name)
         for o in outputs:
             if o is not None and not isinstance(o, torch.fx.Node):
                 raise _Unsupported(f"a non-tensor output ({type(o).__name__})")
@@ -346,15 +348,20 @@ class _Builder:
             out_ids.append(v)
             out_specs.append(self.input_specs[i])
             self.out_writes.append(i)
-        if self.zero_flags:
-            flag = self.zero_flags[0][0]
+        # One flag output per (exception, message): the checks of one kind
+        # are or-ed together.
+        kinds = {}
+        for f, exc, msg in self.flags:
+            kinds.setdefault((exc, msg), []).append(f)
+        for (exc, msg), fs in kinds.items():
+            flag = fs[0]
             try:
-                for f, _ in self.zero_flags[1:]:
+                for f in fs[1:]:
                     flag = graph.add_node("aten::logical_or", [("tensor", flag), ("tensor", f)], [],
                                           [(torch.bool, [])])[0]
             except (RuntimeError, TypeError, ValueError) as e:
                 raise _Unsupported(str(e)) from None
-            self.zero_check = (len(out_ids), sorted({nm for _, nm in self.zero_flags}))
+            self.checks.append((len(out_ids), exc, msg))
             out_ids.append(flag)
             out_specs.append((torch.bool, []))
             self.out_writes.append(-1)
@@ -390,7 +397,46 @@ class _Builder:
             flag = graph.add_node("aten::any", [("tensor", eq)], [], [(torch.bool, [])])[0]
         except (RuntimeError, TypeError, ValueError) as e:
             raise _Unsupported(str(e)) from None
-        self.zero_flags.append((flag, name))
+        self.flags.append((flag, RuntimeError,
+                           "ZeroDivisionError (an integer division of a compiled graph)"))
+
+    def _check_indices(self, graph, n, name):
+        """index_select and embedding with an index outside [0, size) raise
+        on the CPU (the eager modes raise likewise): the program also
+        computes whether one is, and the runner raises CPU's error."""
+        if name == "aten::index_select":
+            src, dim, idx = (list(n.args) + [None] * 3)[:3]
+        elif name == "aten::embedding":
+            src, idx, dim = n.args[0], n.args[1], 0
+        else:
+            return
+        if not isinstance(src, torch.fx.Node) or not isinstance(idx, torch.fx.Node) or \
+                not isinstance(dim, int):
+            return
+        sv, iv = src.meta.get("val"), idx.meta.get("val")
+        if not isinstance(sv, torch.Tensor) or not isinstance(iv, torch.Tensor) or not iv.numel():
+            return
+        d = dim % max(sv.dim(), 1)
+        size = sv.shape[d] if sv.dim() else 1
+        shape = list(iv.shape)
+        try:
+            low = graph.add_node("aten::lt.Scalar", [("tensor", self._value(idx)), ("scalar", 0)],
+                                 [], [(torch.bool, shape)])[0]
+            high = graph.add_node("aten::ge.Scalar",
+                                  [("tensor", self._value(idx)), ("scalar", int(size))], [],
+                                  [(torch.bool, shape)])[0]
+            bad = graph.add_node("aten::logical_or", [("tensor", low), ("tensor", high)], [],
+                                 [(torch.bool, shape)])[0]
+            flag = graph.add_node("aten::any", [("tensor", bad)], [], [(torch.bool, [])])[0]
+        except (RuntimeError, TypeError, ValueError) as e:
+            raise _Unsupported(str(e)) from None
+        # CPU's errors: IndexError for a 1-D source or dim 0 (and embedding)
+        if name == "aten::embedding" or sv.dim() <= 1 or d == 0:
+            self.flags.append((flag, IndexError, "index out of range in self"))
+        else:
+            self.flags.append((flag, RuntimeError,
+                               "INDICES element is out of DATA bounds (index_select of a "
+                               "compiled graph)"))
 
     def _storage_layouts(self, graph, nodes, placeholders, outputs):
         """The outputs eager would return with a layout of their own: views
@@ -590,7 +636,7 @@ def _pointwise_strides(node, val):
 
 
 def _runner(compiled, inputs, out_slots, out_writes, out_cpu=(), out_aliases=None,
-            out_views=None, zero_check=None, zero_literals=()):
+            out_views=None, checks=(), zero_literals=()):
     consts = [t for kind, t in inputs if kind == "const"]
     arg_pos = [(i, kind == "cpu") for kind, i in inputs if kind in ("arg", "cpu")]
     # Output k -> the position, among the graph's tensors, of the input it
@@ -606,10 +652,10 @@ def _runner(compiled, inputs, out_slots, out_writes, out_cpu=(), out_aliases=Non
         tensors = [args[i].to("tpu") if up else args[i] for i, up in arg_pos]
         tensors.extend(consts)
         results = compiled.run(tensors, writes)
-        if zero_check is not None and results[zero_check[0]].item():
-            # (the program has run: inputs it writes are written)
-            raise RuntimeError(f"ZeroDivisionError (in {', '.join(zero_check[1])} of a "
-                               "compiled graph)")
+        for slot, exc, msg in checks:
+            if results[slot].item():
+                # (the program has run: inputs it writes are written)
+                raise exc(msg)
         for k, w in mutated:
             if results[k] is not tensors[w]:  # a view input: copy into it
                 tensors[w].copy_(results[k])
@@ -730,7 +776,7 @@ def _compile_static(gm, input_alias_outputs=None, layout_outputs=frozenset()):
     _bump("compiled_graphs")
     _bump("compiled_graph_ns", int((time.perf_counter() - t0) * 1e9))
     return _runner(compiled, b.inputs, b.out_slots, b.out_writes, b.out_cpu, b.out_aliases,
-                   b.out_views, b.zero_check, b.zero_literals)
+                   b.out_views, b.checks, b.zero_literals)
 
 
 def _specializing(gm, input_alias_outputs=None, layout_outputs=frozenset()):
