@@ -37,12 +37,7 @@ MODES = ("strict", "debug", "defer_and_fuse", "compiled")
 # Step tags whose mismatches are known and being fixed elsewhere; the CI run
 # does not generate them (see tests/test_fuzz.py). `make fuzz` generates
 # everything unless FUZZ_EXCLUDE says otherwise.
-KNOWN_MISMATCH_TAGS = frozenset({
-    # compiled graphs only: decompositions compute where CPU has no kernel
-    # (frac of ints is x - trunc(x)); the eager modes decline to the
-    # fallback, which raises CPU's error (tests in the op suites)
-    "@cpu_rejects_dtype",
-})
+KNOWN_MISMATCH_TAGS = frozenset()
 # Checks the CI run does not make (none now: eager and compiled strides,
 # offsets and shared storages are all checked).
 KNOWN_SKIPPED_CHECKS = frozenset()

@@ -863,11 +863,22 @@ def _compile_forward(gm, example_inputs):
 _DECOMPS = None
 
 
+# Ops the table lowers whose decompositions would compute where CPU has no
+# kernel (frac of an integer is x - trunc(x) once decomposed): kept whole,
+# their lowering declines those dtypes, so the graph runs eagerly and the
+# fallback raises CPU's error, as in eager.
+_KEEP_WHOLE = ("frac", "heaviside", "logaddexp", "logaddexp2", "trace")
+
+
 def _decompositions():
     global _DECOMPS
     if _DECOMPS is None:
         from torch._decomp import core_aten_decompositions
-        _DECOMPS = core_aten_decompositions()
+        decomps = core_aten_decompositions()
+        keep = {getattr(torch.ops.aten, n) for n in _KEEP_WHOLE}
+        _DECOMPS = {op: fn for op, fn in decomps.items()
+                    if not (getattr(op, "overloadpacket", None) in keep
+                            and _C._graph_op_supported(_op_name(op)))}
     return _DECOMPS
 
 
