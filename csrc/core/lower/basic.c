@@ -151,7 +151,7 @@ static tpu_status_t lower_mm(tpu_lower_ctx_t* ctx) {
                                  "dot_dimension_numbers = #stablehlo.dot<"
                                  "lhs_contracting_dimensions = [1], "
                                  "rhs_contracting_dimensions = [0]>");
-  tpu_lower_set_output(ctx, 0, tpu_emit_convert(b, tpu_emit_positive_zeros(b, r), out.dtype));
+  tpu_lower_set_output(ctx, 0, tpu_emit_convert(b, r, out.dtype));
   return NULL;
 }
 

@@ -61,14 +61,11 @@ static tpu_hlo_value_t dot(tpu_lower_ctx_t* ctx, int l, int r, const char* batch
   return tpu_hlo_op(b, "stablehlo.dot_general", ops, 2, out, attrs);
 }
 
-/* The result of a plain product: rounded to the output dtype, its zeros
- * +0.0 as BLAS's zeroed accumulator gives them. (The add* ops accumulate
- * into beta * self on CPU: self + the dot's sum gives the same signed
- * zeros, so set_scaled_sum keeps the dot's.) */
+/* The result of a plain product: rounded to the output dtype. */
 static tpu_status_t set_product(tpu_lower_ctx_t* ctx, tpu_hlo_value_t p) {
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
   tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
-  p = tpu_emit_convert(b, tpu_emit_positive_zeros(b, p), out.dtype);
+  p = tpu_emit_convert(b, p, out.dtype);
   tpu_lower_set_output(ctx, 0, tpu_emit_reshape(b, p, out.dims, out.rank));
   return NULL;
 }
