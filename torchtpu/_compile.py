@@ -502,14 +502,17 @@ class _Builder:
                         for k, v in members]
             layout = (tuple(owner.stride()) if _physical_order(owner.shape, owner.stride(), owner)
                       is not None else None)
+            # A pointwise result gets eager's strides, which a Python meta
+            # kernel (a decomposition: copysign is where(signbit(b), ...);
+            # floor_divide's) may not have picked; the outputs viewing it
+            # are its views replayed over that layout.
+            eager = _pointwise_strides(node, owner)
+            if eager is not None:
+                replayed = [(k, _replay_views(node, outputs[k], owner, eager))
+                            for k, _ in members]
+                if all(geo is not None for _, geo in replayed):
+                    layout, geometry = eager, replayed
             if len(members) == 1 and outputs[members[0][0]] is node:
-                # The result itself: eager's strides, which a Python meta
-                # kernel (a decomposition: copysign is where(signbit(b),
-                # ...)) may not have picked.
-                eager = _pointwise_strides(node, owner)
-                if eager is not None:
-                    layout = eager
-                    geometry = [(members[0][0], (tuple(owner.shape), eager, 0))]
                 if layout is None or _is_contiguous(owner.shape, layout):
                     continue  # the common case: the plain result is eager's layout
             if layout is None:
@@ -611,12 +614,17 @@ def _is_contiguous(shape, stride):
     return True
 
 
+# TensorIterator ops whose overloads lack the pointwise tag
+_UNTAGGED_POINTWISE = ("aten::floor_divide", "aten::rsub")
+
+
 def _pointwise_strides(node, val):
     """The strides CPU's TensorIterator gives the result of a pointwise op
     node (its tensor operands' layouts, in argument order), where they
     differ from the traced ones; else None."""
-    if not isinstance(node.target, torch._ops.OpOverload) or \
-            torch.Tag.pointwise not in node.target.tags:
+    if not isinstance(node.target, torch._ops.OpOverload) or not (
+            torch.Tag.pointwise in node.target.tags or
+            node.target._schema.name in _UNTAGGED_POINTWISE):
         return None
     from torch._prims_common import compute_elementwise_output_strides
     ops = [a.meta["val"] for a in node.all_input_nodes
@@ -633,6 +641,31 @@ def _pointwise_strides(node, val):
     if strides == tuple(val.stride()) or _physical_order(val.shape, strides) is None:
         return None
     return strides
+
+
+def _replay_views(node, out, val, strides):
+    """(size, stride, offset) of the output node out -- node itself or a
+    chain of view ops of it -- when node's value val has the given strides
+    instead of its traced ones; None where the chain is not plain views."""
+    chain = []
+    while out is not node:
+        target = getattr(out, "target", None)
+        if (not isinstance(target, torch._ops.OpOverload) or not out.args
+                or not target._schema.returns or target._schema.returns[0].alias_info is None
+                or target._schema.returns[0].alias_info.is_write):
+            return None
+        chain.append(out)
+        out = out.args[0]
+    t = torch.empty_strided(tuple(val.shape), strides, dtype=val.dtype, device="meta")
+    try:
+        for n in reversed(chain):
+            args = [a.meta["val"] if isinstance(a, torch.fx.Node) else a for a in n.args[1:]]
+            t = n.target(t, *args, **n.kwargs)
+    except Exception:  # noqa: BLE001 - no opinion: the traced layout stands
+        return None
+    if not isinstance(t, torch.Tensor):
+        return None
+    return (tuple(t.shape), tuple(t.stride()), t.storage_offset())
 
 
 def _runner(compiled, inputs, out_slots, out_writes, out_cpu=(), out_aliases=None,
