@@ -210,3 +210,40 @@ def test_this_session_uses_the_directory_conftest_chose():
     local, _, max_bytes = _C._cache_dirs()
     assert local == os.environ["TORCHTPU_CACHE_DIR"]  # a temp dir unless set explicitly
     assert max_bytes == 10 << 30 or "TORCHTPU_CACHE_MAX_BYTES" in os.environ
+
+
+# Many shapes through every eager mode and compiled graphs, with a cap of 16
+# loaded executables: each result as on CPU, the cap held, programs
+# unloaded and loaded again (a process compiling without end would run out
+# of memory maps, each executable holding its own).
+CAPPED = r"""
+import json, torch, torchtpu
+from torchtpu import _C
+torch.manual_seed(0)
+bad, peak = [], 0
+g = torch.compile(lambda a, b: (a * b).sin().sum(0), backend="tpu", dynamic=False)
+for rnd in range(2):  # the second round loads again what the cap unloaded
+    for mode in ("strict", "defer_and_fuse", "debug"):
+        _C._set_eager_mode(mode)
+        for n in range(1, 13):
+            x, y = torch.randn(n, 3), torch.randn(3)
+            want = [(x * y + 1).relu().sum(1), x.t() @ x, g(x, y)]
+            xt, yt = x.to("tpu"), y.to("tpu")
+            got = [t.cpu() for t in [(xt * yt + 1).relu().sum(1), xt.t() @ xt, g(xt, yt)]]
+            if not all(torch.allclose(a, b, rtol=1e-5, atol=1e-5) for a, b in zip(got, want)):
+                bad.append((rnd, mode, n))
+            peak = max(peak, _C._program_cache_size())
+m = torchtpu.metrics.metrics()
+print(json.dumps({"bad": bad, "peak": peak, "evicted": m.get("program_cache_evictions", 0)}))
+"""
+
+
+def test_loaded_executables_stay_under_the_cap(tmp_path):
+    proc = subprocess.run([sys.executable, "-c", CAPPED], capture_output=True, text=True,
+                          env=_env(tmp_path, TORCHTPU_PROGRAM_CACHE_MAX=16), timeout=600,
+                          cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["bad"] == []
+    assert out["peak"] <= 16
+    assert out["evicted"] > 0

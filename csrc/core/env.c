@@ -72,6 +72,11 @@ static const tpu_env_var_t kEnvVars[] = {
      "Size cap of each executable cache directory; least recently used "
      "entries are evicted beyond it. 0: no cap.",
      "stable"},
+    {"TORCHTPU_PROGRAM_CACHE_MAX", "4096",
+     "Most executables kept loaded in a process; those unused longest are "
+     "unloaded beyond it (each holds code and memory maps: a process that "
+     "compiles without end would run out). 0: no cap.",
+     "stable"},
     {"TORCHTPU_DTYPE_PLATFORM", "",
      "Testing: answer which dtypes the device holds as this PJRT platform "
      "would ('tpu': no complex128) instead of the plugin's own platform.",

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "diskcache.h"
+#include "env.h"
 #include "launcher.h"
 #include "metrics.h"
 #include "runtime.h"
@@ -29,13 +30,57 @@ struct tpu_program_s {
   _Atomic unsigned runs;
 };
 
+/* The cap on loaded executables. Each holds code and memory maps of its
+ * own (the CPU plugin's JIT: about four maps per program), and a process
+ * that compiles without end -- a shape per call, a fuzzer -- runs out of
+ * maps (65530) after some 15,000 programs, where LLVM fails with "Cannot
+ * allocate memory". So the cache keeps two sets: the live one and the one
+ * before it. When the live set reaches half the cap it becomes the old
+ * one and the old one is destroyed; a lookup that finds a program in the
+ * old set moves it back to the live one. A program is destroyed only
+ * after a whole period (cap/2 new programs) without use: a second-chance
+ * LRU at the granularity of a period.
+ *
+ * Holders of program pointers (eager entries, fused runs, compiled
+ * graphs) keep the generation they fetched under and fetch again when it
+ * changed; every rotation bumps it. A pointer fetched in one period stays
+ * valid through the next (it is then in the old set, not yet destroyed),
+ * so an op between its fetch and its launch survives one rotation; queued
+ * launches are drained before the old set is destroyed. */
 #define BUCKETS 1024
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static tpu_program_t* g_buckets[BUCKETS];
-static size_t g_count;
+static tpu_program_t* g_old_buckets[BUCKETS];
+static size_t g_count, g_old_count;
 static _Atomic unsigned g_generation = 1;
 
 unsigned tpu_program_cache_generation(void) { return g_generation; }
+
+static _Atomic long long g_cap = -1; /* -1: not read yet */
+
+static size_t cache_cap(void) {
+  long long c = atomic_load_explicit(&g_cap, memory_order_relaxed);
+  if (c < 0) {
+    c = tpu_env_get_int("TORCHTPU_PROGRAM_CACHE_MAX", 4096);
+    if (c < 0) c = 0;
+    atomic_store_explicit(&g_cap, c, memory_order_relaxed);
+  }
+  return (size_t)c;
+}
+
+void tpu_program_cache_set_max(size_t max) {
+  atomic_store_explicit(&g_cap, (long long)max, memory_order_relaxed);
+}
+
+static void destroy_chain(tpu_program_t* p) {
+  while (p) {
+    tpu_program_t* next = p->next;
+    tpu_executable_destroy(p->executable);
+    free(p->text);
+    free(p);
+    p = next;
+  }
+}
 
 static uint64_t hash_text(const char* s, size_t n) {
   uint64_t h = 1469598103934665603ull; /* FNV-1a */
@@ -43,11 +88,46 @@ static uint64_t hash_text(const char* s, size_t n) {
   return h;
 }
 
-static tpu_program_t* lookup(uint64_t hash, const char* mlir, size_t len) {
-  for (tpu_program_t* p = g_buckets[hash % BUCKETS]; p; p = p->next)
+static tpu_program_t* find(tpu_program_t* const* buckets, uint64_t hash, const char* mlir,
+                           size_t len) {
+  for (tpu_program_t* p = buckets[hash % BUCKETS]; p; p = p->next)
     if (p->hash == hash && p->len == len && memcmp(p->text, mlir, len) == 0)
       return p;
   return NULL;
+}
+
+/* The program for this text, live or old (moved back to the live set).
+ * Under g_lock. */
+static tpu_program_t* lookup(uint64_t hash, const char* mlir, size_t len) {
+  tpu_program_t* p = find(g_buckets, hash, mlir, len);
+  if (p || !g_old_count) return p;
+  for (tpu_program_t** at = &g_old_buckets[hash % BUCKETS]; *at; at = &(*at)->next) {
+    p = *at;
+    if (p->hash == hash && p->len == len && memcmp(p->text, mlir, len) == 0) {
+      *at = p->next;
+      g_old_count--;
+      p->next = g_buckets[hash % BUCKETS];
+      g_buckets[hash % BUCKETS] = p;
+      g_count++;
+      return p;
+    }
+  }
+  return NULL;
+}
+
+/* The live set becomes the old one; the old one is destroyed. Under
+ * g_lock, with the launch queue drained. */
+static void rotate(void) {
+  size_t dropped = g_old_count;
+  for (size_t b = 0; b < BUCKETS; b++) {
+    destroy_chain(g_old_buckets[b]);
+    g_old_buckets[b] = g_buckets[b];
+    g_buckets[b] = NULL;
+  }
+  g_old_count = g_count;
+  g_count = 0;
+  g_generation++;
+  TPU_METRICS_BUMP("program_cache_evictions", (int64_t)dropped);
 }
 
 tpu_compile_options_t tpu_program_compile_options(const tpu_client_t* client) {
@@ -95,8 +175,19 @@ tpu_status_t tpu_program_get(const char* mlir, size_t mlir_len,
   program->len = mlir_len;
   program->hash = hash;
   program->executable = executable;
+  size_t cap = cache_cap();
+  if (cap) {
+    /* Queued launches hold program pointers: drain them before a rotation
+     * destroys any (outside the lock: the queue's thread never takes it,
+     * but a drain can take a while). */
+    pthread_mutex_lock(&g_lock);
+    bool full = g_count + 1 > cap / 2;
+    pthread_mutex_unlock(&g_lock);
+    if (full) tpu_launcher_drain();
+  }
   pthread_mutex_lock(&g_lock);
   found = lookup(hash, mlir, mlir_len);
+  if (!found && cap && g_count + 1 > cap / 2) rotate();
   if (!found) {
     program->next = g_buckets[hash % BUCKETS];
     g_buckets[hash % BUCKETS] = program;
@@ -221,7 +312,7 @@ tpu_status_t tpu_program_execute_sync(tpu_program_t* program, int device_index,
 
 size_t tpu_program_cache_size(void) {
   pthread_mutex_lock(&g_lock);
-  size_t n = g_count;
+  size_t n = g_count + g_old_count;
   pthread_mutex_unlock(&g_lock);
   return n;
 }
@@ -230,17 +321,11 @@ void tpu_program_cache_clear(void) {
   tpu_launcher_drain(); /* queued executions hold program pointers */
   pthread_mutex_lock(&g_lock);
   for (size_t b = 0; b < BUCKETS; b++) {
-    tpu_program_t* p = g_buckets[b];
-    while (p) {
-      tpu_program_t* next = p->next;
-      tpu_executable_destroy(p->executable);
-      free(p->text);
-      free(p);
-      p = next;
-    }
-    g_buckets[b] = NULL;
+    destroy_chain(g_buckets[b]);
+    destroy_chain(g_old_buckets[b]);
+    g_buckets[b] = g_old_buckets[b] = NULL;
   }
-  g_count = 0;
+  g_count = g_old_count = 0;
   g_generation++;
   pthread_mutex_unlock(&g_lock);
 }

@@ -1,7 +1,10 @@
 /* Compiled programs and the in-process executable cache (tier 1): a
  * StableHLO text is compiled at most once per process; later requests for
- * the same text return the same program. Programs live until
- * tpu_program_cache_clear (they are few and small). Behind this tier sit
+ * the same text return the same program. At most
+ * TORCHTPU_PROGRAM_CACHE_MAX programs stay loaded: those unused for a
+ * period are destroyed (program.c), and every such rotation bumps
+ * tpu_program_cache_generation, so holders of program pointers fetch
+ * theirs again. Behind this tier sit
  * the persistent ones (diskcache.h). Execution is asynchronous; its
  * completion is tracked for tpu_runtime_synchronize. */
 #ifndef TORCHTPU_CORE_PROGRAM_H_
@@ -56,11 +59,13 @@ tpu_status_t tpu_program_execute_sync(tpu_program_t* program, int device_index,
  * ready); such executions skip their completion events (program.c). */
 bool tpu_program_runs_inline(const tpu_program_t* program);
 
-/* Number of cached programs. */
+/* Number of loaded programs. */
 size_t tpu_program_cache_size(void);
+/* Overrides TORCHTPU_PROGRAM_CACHE_MAX (tests); 0: no cap. */
+void tpu_program_cache_set_max(size_t max);
 /* Destroys every cached program (tests and shutdown only). */
 void tpu_program_cache_clear(void);
-/* Bumped by every clear: holders of program pointers (engine entries,
+/* Bumped by every clear and rotation: holders of program pointers (engine entries,
  * fused runs) compare it to know theirs are gone. */
 unsigned tpu_program_cache_generation(void);
 

@@ -128,6 +128,48 @@ static void test_single_device_programs_are_bound(void) {
   for (int i = 0; i < 3; i++) CHECK(r[i] == a[i] - b[i]);
 }
 
+/* The cap: programs unused for a period (cap/2 new ones) are unloaded; a
+ * program used in the period before is kept (the same pointer) and one
+ * unloaded compiles again; each rotation bumps the generation. */
+static void test_cap_unloads_programs_unused_for_a_period(void) {
+  CHECK_OK(tpu_runtime_init(NULL));
+  tpu_program_cache_clear();
+  tpu_program_cache_set_max(8);
+  tpu_program_t* p[10] = {0};
+  int64_t evicted = tpu_metrics_get("program_cache_evictions");
+  for (int i = 1; i <= 4; i++) CHECK_OK(binary_f32_program("aten::add.Tensor", 100 + i, &p[i]));
+  CHECK_EQ(tpu_program_cache_size(), 4);
+  unsigned gen = tpu_program_cache_generation();
+  CHECK_OK(binary_f32_program("aten::add.Tensor", 105, &p[5])); /* rotation: 1..4 old */
+  CHECK(tpu_program_cache_generation() != gen);
+  CHECK_EQ(tpu_program_cache_size(), 5);
+  tpu_program_t* again = NULL;
+  CHECK_OK(binary_f32_program("aten::add.Tensor", 102, &again)); /* back to the live set */
+  CHECK(again == p[2]);
+  for (int i = 6; i <= 7; i++) CHECK_OK(binary_f32_program("aten::add.Tensor", 100 + i, &p[i]));
+  CHECK_EQ(tpu_program_cache_size(), 7); /* live 5, 2, 6, 7; old 1, 3, 4 */
+  CHECK_OK(binary_f32_program("aten::add.Tensor", 108, &p[8])); /* 1, 3, 4 unloaded */
+  CHECK_EQ(tpu_program_cache_size(), 5);
+  CHECK_EQ(tpu_metrics_get("program_cache_evictions") - evicted, 3);
+  CHECK_OK(binary_f32_program("aten::add.Tensor", 102, &again));
+  CHECK(again == p[2]);
+  CHECK_OK(binary_f32_program("aten::add.Tensor", 101, &again)); /* loaded anew, and runs */
+  int64_t n = 101;
+  float x[101];
+  for (int i = 0; i < 101; i++) x[i] = (float)i;
+  tpu_buffer_t* in = NULL;
+  CHECK_OK(tpu_buffer_from_host(tpu_runtime_client(), 0, x, TPU_DTYPE_FLOAT32, &n, 1, NULL, &in));
+  tpu_buffer_t* args[2] = {in, in};
+  tpu_buffer_t* out = NULL;
+  CHECK_OK(tpu_program_execute_sync(again, 0, args, 2, &out));
+  float y[101];
+  CHECK_OK(tpu_buffer_to_host(out, y, sizeof y));
+  for (int i = 0; i < 101; i++) CHECK(y[i] == 2.0f * (float)i);
+  tpu_buffer_destroy(out);
+  tpu_buffer_destroy(in);
+  tpu_program_cache_set_max(0);
+}
+
 static void test_cleanup(void) {
   tpu_program_cache_clear();
   tpu_runtime_shutdown();
@@ -136,4 +178,5 @@ static void test_cleanup(void) {
 TPU_TEST_MAIN(TPU_TEST(test_same_text_compiles_once), TPU_TEST(test_scalar_is_a_runtime_argument),
               TPU_TEST(test_bad_program_is_not_cached),
               TPU_TEST(test_inline_programs_skip_completion_events),
-              TPU_TEST(test_single_device_programs_are_bound), TPU_TEST(test_cleanup))
+              TPU_TEST(test_single_device_programs_are_bound),
+              TPU_TEST(test_cap_unloads_programs_unused_for_a_period), TPU_TEST(test_cleanup))

@@ -19,6 +19,7 @@ extern "C" {
 #include "core/launcher.h"
 #include "core/metrics.h"
 #include "core/pjrt/pjrt.h"
+#include "core/program.h"
 #include "core/runtime.h"
 }
 
@@ -223,6 +224,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("_register_lowered_ops", &torchtpu::register_lowered_ops);
   m.def("_eager_cache_size", [] { return tpu_eager_cache_size(); });
   m.def("_eager_cache_clear", [] { tpu_eager_cache_clear(); });
+  m.def("_program_cache_size", [] { return tpu_program_cache_size(); });
   m.def("_get_eager_mode", &torchtpu::get_eager_mode_name);
   m.def("_set_eager_mode", &torchtpu::set_eager_mode, py::arg("mode"),
         py::arg("this_thread_only") = false);
