@@ -37,13 +37,7 @@ MODES = ("strict", "debug", "defer_and_fuse", "compiled")
 # Step tags whose mismatches are known and being fixed elsewhere; the CI run
 # does not generate them (see tests/test_fuzz.py). `make fuzz` generates
 # everything unless FUZZ_EXCLUDE says otherwise.
-KNOWN_MISMATCH_TAGS = frozenset({
-    # signed zeros: a matmul summing -0.0 products gives -0.0 on tpu (+0.0
-    # in CPU's BLAS); these ops turn the sign into a different value.
-    # (Normalising the dot's zeros changed XLA's fusion of the dot, and with
-    # it float32 results between strict and defer_and_fuse.)
-    "binary.atan2", "binary.copysign", "unary.signbit",
-})
+KNOWN_MISMATCH_TAGS = frozenset()
 # Checks the CI run does not make (none now: eager and compiled strides,
 # offsets and shared storages are all checked).
 KNOWN_SKIPPED_CHECKS = frozenset()

@@ -156,10 +156,40 @@ def test_fuzz_matmul_of_two_dtypes_raises_like_cpu():
         torch.matmul(x.to("tpu"), y.to("tpu")).cpu()
 
 
-@pytest.mark.xfail(strict=True, reason="fuzz binary.atan2: a matmul summing -0.0 products gives +0.0 on tpu (atan2 then gives pi for -pi)")
 def test_fuzz_matmul_keeps_negative_zero():
+    # fuzz binary.atan2: a bmm of one -0.0 product per element is +0.0 on
+    # CPU (a zeroed accumulator); atan2 turns the sign into pi or -pi
     a = torch.tensor([[[2.0], [-1.0], [-1.75], [2.0]], [[-0.25], [1.75], [0.25], [0.0]]])
     want = torch.atan2(a @ a.mT, a)
     t = a.to("tpu")
     got = torch.atan2(t @ t.mT, t).cpu()
     torch.testing.assert_close(got, want)
+
+
+@pytest.mark.parametrize("n", [2, 5, 19, 20, 30])
+def test_single_product_sums_have_cpus_signed_zeros(n):
+    # Contraction size 1, every product -0.0: CPU gives +0.0 where its
+    # kernel sums into a zeroed accumulator (dot, mv, small or batched
+    # bmm) and -0.0 where it calls gemm (mm, a single bmm of >= 400
+    # outputs); the sign shows in signbit/copysign/atan2.
+    a, b = torch.zeros(n, 1), -torch.ones(1, n)
+    cases = {
+        "mm": lambda a, b: a @ b,
+        "bmm": lambda a, b: torch.bmm(a[None], b[None]),
+        "bmm_batched": lambda a, b: torch.bmm(a[None].expand(4, n, 1).contiguous(),
+                                              b[None].expand(4, 1, n).contiguous()),
+        "mv": lambda a, b: b.t() @ a[:1, 0],
+        "dot": lambda a, b: torch.dot(a[0], b[:, 0]),
+        "linear": lambda a, b: torch.nn.functional.linear(a, b.t()),
+        "einsum": lambda a, b: torch.einsum("ik,kj->ij", a, b),
+        "matmul_3d": lambda a, b: a[None] @ b,
+        "matmul_batched": lambda a, b: a[None].expand(3, n, 1) @ b[None].expand(3, 1, n),
+        "outer": lambda a, b: torch.outer(a[:, 0], b[0]),
+    }
+    for name, f in cases.items():
+        want = torch.signbit(f(a, b))
+        got = torch.signbit(f(a.to("tpu"), b.to("tpu"))).cpu()
+        assert torch.equal(got, want), name
+        if n in (5, 20):  # the same lowerings under torch.compile
+            got = torch.signbit(torch.compile(f, backend="tpu")(a.to("tpu"), b.to("tpu"))).cpu()
+            assert torch.equal(got, want), f"compiled {name}"

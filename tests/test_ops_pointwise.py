@@ -885,9 +885,15 @@ _NO_KERNEL = {
                                         torch.ones(2, 2, dtype=torch.bfloat16, device=d)),
     "frac_int": lambda d: torch.frac(torch.tensor([1, 2], device=d)),
     "sub_bool": lambda d: torch.tensor(_B, device=d) - torch.tensor(_B, device=d),
+    "argmin_bool": lambda d: torch.argmin(torch.tensor(_B, device=d)),  # fuzz seed 301387
+    "argmin_bool_0d": lambda d: torch.argmin(torch.tensor(True, device=d), 0),
+    "kthvalue_bool": lambda d: torch.kthvalue(torch.tensor(_B, device=d), 1)[0],
+    "histc_bool": lambda d: torch.histc(torch.tensor(_B, device=d), bins=3),
     # still computed where CPU has kernels: same values
     "floor_int": lambda d: torch.floor(torch.tensor([1, -2], device=d)),
     "argmin_int": lambda d: torch.argmin(torch.tensor([3, 1, 2], device=d)),
+    "histc_bf16": lambda d: torch.histc(torch.tensor([1, 2, 2], dtype=torch.bfloat16, device=d), bins=3),
+    "kthvalue_uint8": lambda d: torch.kthvalue(torch.tensor([3, 1, 2], dtype=torch.uint8, device=d), 2)[0],
     "heaviside_same": lambda d: torch.heaviside(torch.tensor([1.0, 0.0], device=d), torch.tensor([0.5, 0.5], device=d)),
 }
 

@@ -899,8 +899,10 @@ _DECOMPS = None
 # Ops the table lowers whose decompositions would compute where CPU has no
 # kernel (frac of an integer is x - trunc(x) once decomposed): kept whole,
 # their lowering declines those dtypes, so the graph runs eagerly and the
-# fallback raises CPU's error, as in eager.
-_KEEP_WHOLE = ("frac", "heaviside", "logaddexp", "logaddexp2", "trace")
+# fallback raises CPU's error, as in eager. mv and dot decompose into a
+# multiply and a sum, whose one-product sums keep a -0.0 that CPU's zeroed
+# accumulator (and their lowering) makes +0.0.
+_KEEP_WHOLE = ("frac", "heaviside", "logaddexp", "logaddexp2", "trace", "mv", "dot", "vdot")
 
 
 def _decompositions():

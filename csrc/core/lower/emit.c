@@ -442,3 +442,10 @@ tpu_hlo_value_t tpu_emit_floor_divide_float(tpu_hlo_builder_t* b, tpu_hlo_value_
   fl = tpu_emit_select(b, tpu_emit_compare(b, "EQ", div, zero), signed_zero, fl);
   return tpu_emit_select(b, tpu_emit_compare(b, "EQ", y, zero), q, fl);
 }
+
+tpu_hlo_value_t tpu_emit_positive_zeros(tpu_hlo_builder_t* b, tpu_hlo_value_t value) {
+  tpu_hlo_type_t t = tpu_hlo_value_type(b, value);
+  if (!tpu_dtype_is_floating(t.dtype)) return value;
+  tpu_hlo_value_t zero = tpu_emit_const_like(b, &t, 0);
+  return tpu_emit_select(b, tpu_emit_compare(b, "EQ", value, zero), zero, value);
+}

@@ -42,6 +42,10 @@ tpu_hlo_value_t tpu_emit_compare(tpu_hlo_builder_t* b, const char* direction,
                                  tpu_hlo_value_t x, tpu_hlo_value_t y);
 tpu_hlo_value_t tpu_emit_select(tpu_hlo_builder_t* b, tpu_hlo_value_t pred,
                                 tpu_hlo_value_t on_true, tpu_hlo_value_t on_false);
+
+/* value with its zeros +0.0 (floating dtypes; others as they are). A
+ * select, not "+ 0.0": XLA folds x + 0 away. */
+tpu_hlo_value_t tpu_emit_positive_zeros(tpu_hlo_builder_t* b, tpu_hlo_value_t value);
 /* Reduces `value` over `dims` with the binary op `op` ("stablehlo.add",
  * "stablehlo.maximum", ...) starting from `init` (a scalar of the value's
  * dtype). Result drops the reduced dims. */

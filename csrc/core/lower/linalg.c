@@ -4,6 +4,7 @@
  *
  * Half types are converted to float32, multiplied and combined with
  * beta/alpha there, and rounded once, as PyTorch's CPU kernels do. */
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -61,10 +62,19 @@ static tpu_hlo_value_t dot(tpu_lower_ctx_t* ctx, int l, int r, const char* batch
   return tpu_hlo_op(b, "stablehlo.dot_general", ops, 2, out, attrs);
 }
 
-/* The result of a plain product: rounded to the output dtype. */
-static tpu_status_t set_product(tpu_lower_ctx_t* ctx, tpu_hlo_value_t p) {
+/* The result of a plain product: rounded to the output dtype.
+ *
+ * positive_zeros: a sum of one product (contraction size 1), which XLA
+ * turns into a plain multiply, keeps a product's -0.0; CPU's kernels for
+ * dot, mv and the small or batched bmm add it to a zeroed accumulator,
+ * giving +0.0 (its gemm, used by mm and a large single bmm, gives -0.0 as
+ * XLA does). signbit, copysign and atan2 turn the sign into another value.
+ * Longer sums start from +0.0 in XLA as on CPU, and their dots are left
+ * alone: anything after a dot changes how XLA fuses it. */
+static tpu_status_t set_product(tpu_lower_ctx_t* ctx, tpu_hlo_value_t p, bool positive_zeros) {
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
   tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
+  if (positive_zeros) p = tpu_emit_positive_zeros(b, p);
   p = tpu_emit_convert(b, p, out.dtype);
   tpu_lower_set_output(ctx, 0, tpu_emit_reshape(b, p, out.dims, out.rank));
   return NULL;
@@ -109,7 +119,14 @@ static int beta_index(tpu_lower_ctx_t* ctx) {
 static tpu_status_t lower_bmm(tpu_lower_ctx_t* ctx) {
   tpu_status_t s = check_dtype(ctx, 0, 1);
   if (s) return s;
-  return set_product(ctx, dot(ctx, 0, 1, "0", "0", "2", "1"));
+  /* CPU: a single [n,1] x [1,p] of n*p >= 400 goes to gemm (-0.0 kept),
+   * the rest to a loop summing from zero. */
+  const tpu_hlo_type_t* l = &tpu_lower_arg(ctx, 0)->type;
+  const tpu_hlo_type_t* r = &tpu_lower_arg(ctx, 1)->type;
+  bool one = l->rank == 3 && r->rank == 3 && l->dims[2] == 1;
+  bool gemm = one && l->dims[0] == 1 &&
+              (l->dims[1] < 0 || r->dims[2] < 0 || l->dims[1] * r->dims[2] >= 400);
+  return set_product(ctx, dot(ctx, 0, 1, "0", "0", "2", "1"), one && !gemm);
 }
 
 /* addmm(self, mat1, mat2[, out_dtype], *, beta, alpha). */
@@ -139,14 +156,16 @@ static tpu_status_t lower_addbmm(tpu_lower_ctx_t* ctx) {
 static tpu_status_t lower_dot(tpu_lower_ctx_t* ctx) {
   tpu_status_t s = check_dtype(ctx, 0, 1);
   if (s) return s;
-  return set_product(ctx, dot(ctx, 0, 1, "", "", "0", "0"));
+  const tpu_hlo_type_t* l = &tpu_lower_arg(ctx, 0)->type;
+  return set_product(ctx, dot(ctx, 0, 1, "", "", "0", "0"), l->rank == 1 && l->dims[0] == 1);
 }
 
 /* mv(self, vec): [n,m] x [m]. */
 static tpu_status_t lower_mv(tpu_lower_ctx_t* ctx) {
   tpu_status_t s = check_dtype(ctx, 0, 1);
   if (s) return s;
-  return set_product(ctx, dot(ctx, 0, 1, "", "", "1", "0"));
+  const tpu_hlo_type_t* l = &tpu_lower_arg(ctx, 0)->type;
+  return set_product(ctx, dot(ctx, 0, 1, "", "", "1", "0"), l->rank == 2 && l->dims[1] == 1);
 }
 
 /* addmv(self, mat, vec, *, beta, alpha). */

@@ -242,7 +242,50 @@ static void test_bool_declines(void) {
   tpu_status_free(s);
 }
 
-TPU_TEST_MAIN(TPU_TEST(test_bmm), TPU_TEST(test_addmm_beta_alpha),
+/* Whether any element of op(+0.0s, -1.0s) -- every product -0.0 -- is
+ * -0.0 (-1: the op failed). */
+static int negative_zero_of(const char* op, int rank_a, const int64_t* da, int rank_b,
+                            const int64_t* db, int rank_out, const int64_t* dout) {
+  static float zeros[512], minus[512];
+  for (int k = 0; k < 512; k++) zeros[k] = 0.0f, minus[k] = -1.0f;
+  tpu_lower_arg_t args[2] = {tpu_test_tensor_arg(TPU_DTYPE_FLOAT32, rank_a, da),
+                             tpu_test_tensor_arg(TPU_DTYPE_FLOAT32, rank_b, db)};
+  const void* data[2] = {zeros, minus};
+  tpu_hlo_type_t out = tpu_hlo_type_make(TPU_DTYPE_FLOAT32, rank_out, dout);
+  void* r[1];
+  tpu_status_t s = tpu_test_run_op(op, args, 2, NULL, data, &out, 1, r);
+  if (s) {
+    tpu_status_free(s);
+    return -1;
+  }
+  int64_t n = 1;
+  for (int d = 0; d < rank_out; d++) n *= dout[d];
+  int neg = 0;
+  for (int64_t k = 0; k < n; k++) neg |= signbit(((float*)r[0])[k]) != 0;
+  free(r[0]);
+  return neg;
+}
+
+/* A sum of one -0.0 product: +0.0 where CPU's kernel adds it to a zeroed
+ * accumulator (dot, mv, small or batched bmm), -0.0 where it takes gemm
+ * (a single bmm of 400 or more outputs, mm). */
+static void test_single_product_signed_zeros_as_cpu(void) {
+  int64_t v1[1] = {1}, m31[2] = {3, 1}, v3[1] = {3};
+  CHECK_EQ(negative_zero_of("aten::dot", 1, v1, 1, v1, 0, NULL), 0);
+  CHECK_EQ(negative_zero_of("aten::mv", 2, m31, 1, v1, 1, v3), 0);
+  int64_t a[3] = {2, 3, 1}, b[3] = {2, 1, 3}, o[3] = {2, 3, 3};
+  CHECK_EQ(negative_zero_of("aten::bmm", 3, a, 3, b, 3, o), 0);
+  int64_t a1[3] = {1, 19, 1}, b1[3] = {1, 1, 21}, o1[3] = {1, 19, 21}; /* 399 outputs */
+  CHECK_EQ(negative_zero_of("aten::bmm", 3, a1, 3, b1, 3, o1), 0);
+  int64_t a2[3] = {1, 20, 1}, b2[3] = {1, 1, 20}, o2[3] = {1, 20, 20}; /* 400 */
+  CHECK_EQ(negative_zero_of("aten::bmm", 3, a2, 3, b2, 3, o2), 1);
+  int64_t a3[3] = {2, 20, 1}, b3[3] = {2, 1, 20}, o3[3] = {2, 20, 20};
+  CHECK_EQ(negative_zero_of("aten::bmm", 3, a3, 3, b3, 3, o3), 0);
+  int64_t ma[2] = {3, 1}, mb[2] = {1, 3}, mo[2] = {3, 3};
+  CHECK_EQ(negative_zero_of("aten::mm", 2, ma, 2, mb, 2, mo), 1);
+}
+
+TPU_TEST_MAIN(TPU_TEST(test_bmm), TPU_TEST(test_single_product_signed_zeros_as_cpu), TPU_TEST(test_addmm_beta_alpha),
               TPU_TEST(test_baddbmm_bf16_rounds_once), TPU_TEST(test_addbmm_sums_batches),
               TPU_TEST(test_dot_vdot_mv_addmv), TPU_TEST(test_addr), TPU_TEST(test_unsafe_view),
               TPU_TEST(test_bool_declines))

@@ -342,7 +342,10 @@ static tpu_status_t lower_argmax(tpu_lower_ctx_t* ctx) {
   if (tpu_lower_arg(ctx, 0)->type.dtype == TPU_DTYPE_BOOL) return tpu_lower_decline(ctx, "argmax of bool");
   return lower_arg_extreme(ctx, true);
 }
-static tpu_status_t lower_argmin(tpu_lower_ctx_t* ctx) { return lower_arg_extreme(ctx, false); }
+static tpu_status_t lower_argmin(tpu_lower_ctx_t* ctx) {
+  if (tpu_lower_arg(ctx, 0)->type.dtype == TPU_DTYPE_BOOL) return tpu_lower_decline(ctx, "argmin of bool");
+  return lower_arg_extreme(ctx, false);
+}
 
 /* ---- var / std ---- */
 
@@ -841,6 +844,9 @@ static tpu_status_t lower_histc(tpu_lower_ctx_t* ctx) {
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
   tpu_hlo_type_t xt = tpu_lower_arg(ctx, 0)->type, out = tpu_lower_output_type(ctx, 0);
   int64_t bins = tpu_lower_arg(ctx, 1)->i;
+  /* Integers are counted as CUDA does (MoE routers count tokens per
+   * expert; CPU has floating kernels only); bool has no kernel on either. */
+  if (xt.dtype == TPU_DTYPE_BOOL) return tpu_lower_decline(ctx, "histc of bool");
   if (bins <= 0 || out.rank != 1 || out.dims[0] != bins)
     return tpu_lower_decline(ctx, "bins must be positive");
   int64_t n = 1;

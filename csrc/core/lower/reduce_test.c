@@ -215,8 +215,8 @@ static void test_argmax_argmin(void) {
   ok = i[0] == 0 && i[1] == 1 && i[2] == 0;
   free(r[0]);
   CHECK(ok);
-  /* bool argmax declines: CPU refuses it ("argmax(): does not support
-   * bool input"), which the fallback raises. */
+  /* bool argmax and argmin decline: CPU refuses them ("argmax(): does not
+   * support bool input"), which the fallback raises. */
   args[0] = tpu_test_tensor_arg(TPU_DTYPE_BOOL, 2, d);
   args[1] = kNone;
   args[2] = bool_arg(false);
@@ -224,6 +224,23 @@ static void test_argmax_argmin(void) {
   char* text = NULL;
   size_t len;
   tpu_status_t s = tpu_lower_program_plain("aten::argmax", args, 3, NULL, &out, 1, &text, &len);
+  CHECK(s != NULL && tpu_status_code(s) == TPU_STATUS_UNIMPLEMENTED);
+  tpu_status_free(s);
+  s = tpu_lower_program_plain("aten::argmin", args, 3, NULL, &out, 1, &text, &len);
+  CHECK(s != NULL && tpu_status_code(s) == TPU_STATUS_UNIMPLEMENTED);
+  tpu_status_free(s);
+}
+
+/* histc of bool declines: neither CPU nor CUDA has a kernel for it. */
+static void test_histc_of_bool_declines(void) {
+  int64_t d[1] = {4}, bins = 3;
+  tpu_lower_arg_t args[4] = {tpu_test_tensor_arg(TPU_DTYPE_BOOL, 1, d), int_arg(bins),
+                             tpu_test_scalar_arg(TPU_DTYPE_FLOAT64, false),
+                             tpu_test_scalar_arg(TPU_DTYPE_FLOAT64, false)};
+  tpu_hlo_type_t out = tpu_hlo_type_make(TPU_DTYPE_INT64, 1, &bins);
+  char* text = NULL;
+  size_t len;
+  tpu_status_t s = tpu_lower_program_plain("aten::histc", args, 4, NULL, &out, 1, &text, &len);
   CHECK(s != NULL && tpu_status_code(s) == TPU_STATUS_UNIMPLEMENTED);
   tpu_status_free(s);
 }
@@ -567,7 +584,7 @@ static void test_cdist_forward_backward(void) {
 TPU_TEST_MAIN(TPU_TEST(test_cdist_forward_backward), TPU_TEST(test_trace_and_dist), TPU_TEST(test_dtype_in_dim_slot_reduces_everything), TPU_TEST(test_cummax_cummin_ties_and_nan), TPU_TEST(test_logcumsumexp_count_nonzero_aminmax), TPU_TEST(test_sum_dims_keepdim_negative), TPU_TEST(test_sum_promotes_ints_and_bools),
               TPU_TEST(test_bf16_sum_and_mean_accumulate_in_f32), TPU_TEST(test_nansum_prod_mean),
               TPU_TEST(test_amax_amin_propagate_nan), TPU_TEST(test_max_dim_first_index_and_nan),
-              TPU_TEST(test_argmax_argmin), TPU_TEST(test_var_std_correction),
+              TPU_TEST(test_argmax_argmin), TPU_TEST(test_histc_of_bool_declines), TPU_TEST(test_var_std_correction),
               TPU_TEST(test_norms_with_runtime_p), TPU_TEST(test_logsumexp),
               TPU_TEST(test_cumsum_cumprod_any_dim), TPU_TEST(test_all_any),
               TPU_TEST(test_binary_max_out))

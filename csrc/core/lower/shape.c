@@ -608,6 +608,8 @@ static tpu_status_t lower_topk(tpu_lower_ctx_t* ctx) {
 static tpu_status_t lower_kthvalue(tpu_lower_ctx_t* ctx) {
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
   tpu_hlo_type_t t = tpu_lower_arg(ctx, 0)->type;
+  /* CPU has no bool kernel (NotImplementedError). */
+  if (t.dtype == TPU_DTYPE_BOOL) return tpu_lower_decline(ctx, "kthvalue of bool");
   tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0), iout = tpu_lower_output_type(ctx, 1);
   int64_t k = tpu_lower_arg(ctx, 1)->i;
   const tpu_lower_arg_t* dim_arg = tpu_lower_arg(ctx, 2);
