@@ -602,6 +602,28 @@ def test_compiled_integer_division_by_zero_raises_as_cpu(case):
                                    equal_nan=True)
 
 
+@pytest.mark.parametrize("case", ["literal_256", "zero_dim_256", "rem_512", "pow_negative"])
+def test_compiled_wrapped_divisors_and_negative_powers_raise_as_cpu(case):
+    # CPU reads a divisor as the result dtype (uint8: 256 is 0) and refuses
+    # an integer to a negative integer power; nonzero wrapped divisors
+    # compute as on CPU.
+    fs = {
+        "literal_256": (lambda a: a // 256, "ZeroDivisionError"),
+        "zero_dim_256": (lambda a: a // torch.tensor(256, device=a.device), "ZeroDivisionError"),
+        "rem_512": (lambda a: a % 512, "ZeroDivisionError"),
+        "pow_negative": (lambda a: a.long() ** -1, "negative integer powers"),
+    }
+    f, msg = fs[case]
+    a = torch.tensor([5, 7, 255], dtype=torch.uint8)
+    with pytest.raises(RuntimeError, match=msg):
+        f(a)
+    with pytest.raises(RuntimeError, match=msg):
+        torch.compile(f, backend="tpu")(a.to("tpu"))
+    g = lambda a: (a // 257, a // torch.tensor([3, 1, 2], device=a.device), a.long() ** 2)  # noqa: E731
+    for x, y in zip(torch.compile(g, backend="tpu")(a.to("tpu")), g(a)):
+        assert torch.equal(x.cpu(), y)
+
+
 def test_compiled_unfold_is_lowered_forward_and_backward():
     # unfold (overlapping and gapped windows, a 2-D input) compiles into the
     # program instead of sending the graph to eager; grads as on CPU.

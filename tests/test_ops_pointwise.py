@@ -885,6 +885,19 @@ _NO_KERNEL = {
                                         torch.ones(2, 2, dtype=torch.bfloat16, device=d)),
     "frac_int": lambda d: torch.frac(torch.tensor([1, 2], device=d)),
     "sub_bool": lambda d: torch.tensor(_B, device=d) - torch.tensor(_B, device=d),
+    # CPU reads a divisor as the result dtype (uint8: 256 is 0)
+    "floordiv_uint8_256": lambda d: torch.tensor([5, 7], dtype=torch.uint8, device=d) // 256,
+    "floordiv_int8_0d_256": lambda d: torch.tensor([5, 7], dtype=torch.int8, device=d)
+    // torch.tensor(256, device=d),
+    "trunc_div_int32_2p32": lambda d: torch.div(torch.tensor([5, 7], dtype=torch.int32, device=d),
+                                                2 ** 32, rounding_mode="trunc"),
+    "floordiv_uint8_257": lambda d: torch.tensor([5, 7], dtype=torch.uint8, device=d) // 257,
+    # an integer or bool to a negative integer power
+    "pow_int_negative": lambda d: torch.tensor([2, 3], device=d) ** -1,
+    "pow_bool_negative": lambda d: torch.pow(torch.tensor(_B, device=d), -2),
+    "pow_int_negative_inplace": lambda d: torch.tensor([2, 3], device=d).pow_(-1),
+    "pow_int_negative_float": lambda d: torch.tensor([2, 3], device=d) ** -1.0,
+    "pow_int_negative_tensor": lambda d: torch.tensor([2, 3], device=d) ** torch.tensor([-1, 2], device=d),
     "argmin_bool": lambda d: torch.argmin(torch.tensor(_B, device=d)),  # fuzz seed 301387
     "argmin_bool_0d": lambda d: torch.argmin(torch.tensor(True, device=d), 0),
     "kthvalue_bool": lambda d: torch.kthvalue(torch.tensor(_B, device=d), 1)[0],

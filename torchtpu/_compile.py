@@ -126,8 +126,10 @@ class _Builder:
         self.with_rng = False
         # Run-time checks CPU's kernels make (_check_divisor,
         # _check_indices): (value id of a "the check fails" flag, the
-        # exception class, its message); the ops dividing by a literal 0
-        self.flags, self.zero_literals = [], []
+        # exception class, its message). Then the errors CPU raises for a
+        # literal argument (a divisor that reads as 0, an integer to a
+        # negative power): raised when the graph runs.
+        self.flags, self.literal_errors = [], []
         self.checks = []  # (output index of a flag, exception class, message)
 
     def _value(self, a):
@@ -305,6 +307,7 @@ class _Builder:
             full = [next(it) if v is not None else None for v in vals]
             self.ids[n] = full if multi else full[0]
             self._check_divisor(graph, n, name)
+            self._check_pow_exponent(n, name)
             self._check_indices(graph, n, name)
         for o in outputs:
             if o is not None and not isinstance(o, torch.fx.Node):
@@ -383,22 +386,43 @@ class _Builder:
         if not isinstance(val, torch.Tensor) or val.numel() == 0 or \
                 val.dtype.is_floating_point or val.dtype.is_complex or val.dtype == torch.bool:
             return
+        # CPU's kernel reads the divisor as the result dtype, wrapping: a
+        # uint8 tensor // 256 divides by 0.
         y = n.args[1] if len(n.args) > 1 else n.kwargs.get("other")
         if isinstance(y, (int, float, bool)):
-            if y == 0:
-                self.zero_literals.append(name)
+            try:
+                zero = torch.tensor(y).to(val.dtype).item() == 0
+            except (RuntimeError, OverflowError):
+                zero = y == 0
+            if zero:
+                self.literal_errors.append(f"ZeroDivisionError (in {name} of a compiled graph)")
             return
         if not isinstance(y, torch.fx.Node) or not isinstance(y.meta.get("val"), torch.Tensor):
             return
         yv = y.meta["val"]
         try:
-            eq = graph.add_node("aten::eq.Scalar", [("tensor", self._value(y)), ("scalar", 0)], [],
+            yid = self._value(y)
+            if yv.dtype != val.dtype:
+                yid = graph.add_node("aten::_to_copy", [("tensor", yid), ("dtype", val.dtype)], [],
+                                     [(val.dtype, list(yv.shape))])[0]
+            eq = graph.add_node("aten::eq.Scalar", [("tensor", yid), ("scalar", 0)], [],
                                 [(torch.bool, list(yv.shape))])[0]
             flag = graph.add_node("aten::any", [("tensor", eq)], [], [(torch.bool, [])])[0]
         except (RuntimeError, TypeError, ValueError) as e:
             raise _Unsupported(str(e)) from None
         self.flags.append((flag, RuntimeError,
                            "ZeroDivisionError (an integer division of a compiled graph)"))
+
+    def _check_pow_exponent(self, n, name):
+        """CPU's pow refuses an integer self to a negative integer literal
+        power (its meta check, which the traced decomposition skips)."""
+        if name not in ("aten::pow.Tensor_Scalar", "aten::pow_.Scalar"):
+            return
+        x, e = (list(n.args) + [None, None])[:2]
+        xv = x.meta.get("val") if isinstance(x, torch.fx.Node) else None
+        if (isinstance(xv, torch.Tensor) and not xv.dtype.is_floating_point
+                and not xv.dtype.is_complex and isinstance(e, (int, bool)) and e < 0):
+            self.literal_errors.append("Integers to negative integer powers are not allowed.")
 
     def _check_indices(self, graph, n, name):
         """index_select and embedding with an index outside [0, size) raise
@@ -669,7 +693,7 @@ def _replay_views(node, out, val, strides):
 
 
 def _runner(compiled, inputs, out_slots, out_writes, out_cpu=(), out_aliases=None,
-            out_views=None, checks=(), zero_literals=()):
+            out_views=None, checks=(), literal_errors=()):
     consts = [t for kind, t in inputs if kind == "const"]
     arg_pos = [(i, kind == "cpu") for kind, i in inputs if kind in ("arg", "cpu")]
     # Output k -> the position, among the graph's tensors, of the input it
@@ -680,8 +704,8 @@ def _runner(compiled, inputs, out_slots, out_writes, out_cpu=(), out_aliases=Non
     views = sorted((out_views or {}).items())
 
     def run(args):
-        if zero_literals:
-            raise RuntimeError(f"ZeroDivisionError (in {', '.join(zero_literals)} of a compiled graph)")
+        if literal_errors:
+            raise RuntimeError(literal_errors[0])
         tensors = [args[i].to("tpu") if up else args[i] for i, up in arg_pos]
         tensors.extend(consts)
         results = compiled.run(tensors, writes)
@@ -809,7 +833,7 @@ def _compile_static(gm, input_alias_outputs=None, layout_outputs=frozenset()):
     _bump("compiled_graphs")
     _bump("compiled_graph_ns", int((time.perf_counter() - t0) * 1e9))
     return _runner(compiled, b.inputs, b.out_slots, b.out_writes, b.out_cpu, b.out_aliases,
-                   b.out_views, b.checks, b.zero_literals)
+                   b.out_views, b.checks, b.literal_errors)
 
 
 def _specializing(gm, input_alias_outputs=None, layout_outputs=frozenset()):

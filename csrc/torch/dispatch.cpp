@@ -129,6 +129,9 @@ struct OpFacts {
   // Integer division, modulo or rounding division: a zero divisor raises
   // (see check_integer_divisor).
   bool int_division = false;
+  // pow(Tensor, Scalar): an integer self to a negative integer power raises
+  // (see check_pow_exponent).
+  bool pow_scalar = false;
   // CPU kernels that allow an overlapping (expanded) self: nullptr, "" (no
   // warning) or the op named in PyTorch's deprecation warning.
   const char* overlap_ok = nullptr;
@@ -187,6 +190,8 @@ const OpFacts& facts_of(const c10::OperatorHandle& op) {
     f->lowered = tpu_lowering_find(f->name.c_str()) != nullptr;
     f->foreach = f->name.find("::_foreach_") != std::string::npos;
     f->int_division = is_int_division(f->name);
+    f->pow_scalar = f->name == "aten::pow.Tensor_Scalar" || f->name == "aten::pow_.Scalar" ||
+                    f->name == "aten::pow.Tensor_Scalar_out";
     f->overlap_ok = overlap_policy(f->name);
     f->scalar_fit = scalar_fit_of(f->name);
     for (const auto& a : op.schema().arguments()) f->args.push_back(classify(a));
@@ -971,10 +976,33 @@ void check_integer_divisor(const OpFacts& facts, c10::ArrayRef<c10::IValue> inpu
   for (const c10::IValue* v : {&x, &y})
     if (v->isTensor() && v->toTensor().defined() && v->toTensor().numel() == 0) return;
   bool zero;
-  if (y.isScalar()) zero = y.toScalar().toLong() == 0;
+  if (y.isScalar()) {
+    // CPU's kernel reads the divisor as the common dtype, wrapping: a
+    // uint8 tensor // 256 divides by 0 (so does one by a 0-dim 256).
+    int64_t v = y.toScalar().toLong();
+    switch (common) {
+      case c10::ScalarType::Byte: zero = static_cast<uint8_t>(v) == 0; break;
+      case c10::ScalarType::Char: zero = static_cast<int8_t>(v) == 0; break;
+      case c10::ScalarType::Short: zero = static_cast<int16_t>(v) == 0; break;
+      case c10::ScalarType::Int: zero = static_cast<int32_t>(v) == 0; break;
+      case c10::ScalarType::UInt16: zero = static_cast<uint16_t>(v) == 0; break;
+      case c10::ScalarType::UInt32: zero = static_cast<uint32_t>(v) == 0; break;
+      default: zero = v == 0;
+    }
+  }
   else if (!y.toTensor().defined() || y.toTensor().numel() == 0) return;
-  else zero = y.toTensor().eq(0).any().item<bool>();
+  else zero = y.toTensor().to(common).eq(0).any().item<bool>();  // (as read: wrapped too)
   TORCH_CHECK(!zero, "ZeroDivisionError");
+}
+
+// CPU's pow meta refuses an integer (or bool) self to a negative integer
+// Scalar power; the engine runs meta kernels once per key, not per value.
+void check_pow_exponent(c10::ArrayRef<c10::IValue> inputs) {
+  if (inputs.size() < 2 || !inputs[0].isTensor() || !inputs[1].isScalar()) return;
+  const c10::Scalar e = inputs[1].toScalar();
+  TORCH_CHECK(!(at::isIntegralType(inputs[0].toTensor().scalar_type(), /*includeBool=*/true) &&
+                e.isIntegral(/*includeBool=*/true) && e.toLong() < 0),
+              "Integers to negative integer powers are not allowed.");
 }
 
 tpu_metrics_counter_t* device_ops_counter() {
@@ -1258,6 +1286,7 @@ bool try_run_on_device(const c10::OperatorHandle& op, torch::jit::Stack* stack) 
   TORCH_INTERNAL_ASSERT(plan, "torchtpu: ", facts.name, ": cached entry without a return plan");
   const int n = tpu_eager_entry_num_outputs(entry);
   if (facts.int_division) check_integer_divisor(facts, inputs);
+  if (facts.pow_scalar) check_pow_exponent(inputs);
   // Writes into a tensor whose elements share memory (an expanded view)
   // are refused exactly as PyTorch's CPU kernels refuse them; the few that
   // allow it write through the view (duplicates take a changed value).
