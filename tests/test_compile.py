@@ -442,7 +442,8 @@ def test_lstm_module_compiles_with_allow_rnn():
 # --- Found by the random-program fuzzer (tests/fuzz_programs.py); xfail
 # until fixed, then the entry leaves KNOWN_MISMATCH_TAGS there.
 
-@pytest.mark.parametrize("case", ["negative", "too_large", "dim1", "embedding", "ok"])
+@pytest.mark.parametrize("case", ["negative", "too_large", "dim1", "dim2", "last_of_4d", "embedding",
+                                  "ok"])
 def test_fuzz_compiled_index_select_out_of_range_raises(case):
     # fuzz index.index_select@negative: CPU (and the eager modes) raise for
     # an index outside [0, size); so does a compiled graph (its program
@@ -451,6 +452,11 @@ def test_fuzz_compiled_index_select_out_of_range_raises(case):
         "negative": (lambda a, i: (a * 2).index_select(0, i), torch.tensor([-1, 1])),
         "too_large": (lambda a, i: (a + 1).index_select(0, i), torch.tensor([0, 2])),
         "dim1": (lambda a, i: (a * 2)[None].expand(3, 2).index_select(1, i), torch.tensor([2])),
+        # CPU's RuntimeError is for dim 1 only (fuzz seed 500663)
+        "dim2": (lambda a, i: (a * 2)[None, None].expand(2, 3, 2).index_select(2, i),
+                 torch.tensor([2])),
+        "last_of_4d": (lambda a, i: (a * 2)[:1].reshape(1, 1, 1, 1).index_select(-1, i),
+                       torch.tensor([0, -2])),
         "embedding": (lambda a, i: F.embedding(i, (a * 2)[:, None]), torch.tensor([[0, 5]])),
         "ok": (lambda a, i: (a * 2).index_select(0, i), torch.tensor([1, 0, 1])),
     }

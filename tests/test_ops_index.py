@@ -617,9 +617,19 @@ def test_fuzz_index_put_of_other_dtype_raises_like_cpu():
 
 @pytest.mark.parametrize("mode", ["strict", "debug", "defer_and_fuse"])
 def test_fuzz_index_select_out_of_range_raises_like_cpu(mode):
-    # CPU: IndexError for a 1-d self or dim 0, RuntimeError otherwise; the
-    # device raises at the op (debug) or at the next host read
+    # CPU: a RuntimeError for dim 1 of an n-d self (its dim-1 kernel) and
+    # for an empty n-d self, IndexError otherwise; the device raises at the
+    # op (debug) or at the next host read
     cases = [
+        # fuzz seed 500663: the last dim of a 4-d self is no dim-1 kernel
+        lambda d: torch.tensor([[[[-1]]]], device=d).index_select(-1, torch.tensor([0, -2], device=d)),
+        lambda d: torch.zeros(2, 3, 4, device=d).index_select(2, torch.tensor([4], device=d)),
+        lambda d: torch.zeros(2, 3, 4, device=d).index_select(1, torch.tensor([3], device=d)),
+        lambda d: torch.zeros(0, 3, device=d).index_select(1, torch.tensor([5], device=d)),
+        lambda d: torch.zeros(0, 3, device=d).index_select(0, torch.tensor([5], device=d)),
+        lambda d: torch.zeros(2, 0, device=d).index_select(0, torch.tensor([5], device=d)),
+        lambda d: torch.zeros(0, 3, 4, device=d).index_select(2, torch.tensor([7], device=d)),
+        lambda d: torch.zeros(0, device=d).index_select(0, torch.tensor([1], device=d)),
         lambda d: torch.tensor([1.0], dtype=torch.bfloat16, device=d).index_select(
             0, torch.tensor([-2, 2, 1, -3], device=d)),
         lambda d: torch.zeros(3, device=d).index_select(0, torch.tensor([-1], device=d)),

@@ -454,8 +454,9 @@ class _Builder:
             flag = graph.add_node("aten::any", [("tensor", bad)], [], [(torch.bool, [])])[0]
         except (RuntimeError, TypeError, ValueError) as e:
             raise _Unsupported(str(e)) from None
-        # CPU's errors: IndexError for a 1-D source or dim 0 (and embedding)
-        if name == "aten::embedding" or sv.dim() <= 1 or d == 0:
+        # CPU's errors: a RuntimeError for dim 1 of an n-d source and for an
+        # empty n-d source, else IndexError (embedding too)
+        if name == "aten::embedding" or sv.dim() <= 1 or (d != 1 and sv.numel()):
             self.flags.append((flag, IndexError, "index out of range in self"))
         else:
             self.flags.append((flag, RuntimeError,

@@ -1159,8 +1159,9 @@ struct PendingIndexCheck {
 thread_local std::vector<PendingIndexCheck> t_pending_index_checks;
 
 static void record_index_check(const OpFacts& facts, c10::ArrayRef<c10::IValue> inputs) {
-  // index_select(self, dim, index): CPU's 1-d / dim-0 kernel raises
-  // IndexError, the general one a RuntimeError naming the bad index.
+  // index_select(self, dim, index): CPU raises a RuntimeError naming the
+  // bad index for dim 1 of an n-d self (into a contiguous result) and for
+  // an empty n-d self, IndexError for the rest.
   // embedding(weight, indices): IndexError (rows of dim 0).
   const bool select = facts.name == "aten::index_select" || facts.name == "aten::index_select.out";
   if (!select && facts.name != "aten::embedding") return;
@@ -1177,8 +1178,13 @@ static void record_index_check(const OpFacts& facts, c10::ArrayRef<c10::IValue> 
   const int64_t dim =
       select ? c10::maybe_wrap_dim(inputs[1].toInt(), std::max<int64_t>(rank, 1)) : 0;
   const int64_t size = rank == 0 ? 1 : self.size(dim);
+  const bool contiguous_out = facts.name == "aten::index_select" ||
+                              (inputs.size() > 3 && inputs[3].isTensor() &&
+                               inputs[3].toTensor().is_contiguous());
+  const bool runtime_error =
+      select && rank > 1 && ((dim == 1 && contiguous_out) || self.numel() == 0);
   at::Tensor bad = at::logical_or(index.lt(0), index.ge(size)).any();
-  t_pending_index_checks.push_back({bad, index, size, rank <= 1 || dim == 0});
+  t_pending_index_checks.push_back({bad, index, size, !runtime_error});
   // Nothing reads results for a long time: check now rather than grow.
   if (t_pending_index_checks.size() > 64) check_pending_index_errors();
 }

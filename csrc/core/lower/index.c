@@ -400,11 +400,25 @@ static tpu_status_t lower_index_put(tpu_lower_ctx_t* ctx) {
 }
 
 /* index_select(self, dim, index). */
+/* Indices into an empty axis: every one is out of range, and a gather or
+ * scatter of slices from nothing does not compile. CPU's kernel raises its
+ * own error (IndexError, or "self indexing axis dim should be positive"),
+ * which the fallback gives. */
+static tpu_status_t decline_empty_axis(tpu_lower_ctx_t* ctx, const tpu_hlo_type_t* xt, int dim) {
+  const tpu_hlo_type_t* it = &tpu_lower_arg(ctx, 2)->type;
+  int64_t n = 1;
+  for (int d = 0; d < it->rank; d++) n *= it->dims[d];
+  if (xt->dims[dim] == 0 && n > 0) return tpu_lower_decline(ctx, "indices into an empty axis");
+  return NULL;
+}
+
 static tpu_status_t lower_index_select(tpu_lower_ctx_t* ctx) {
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
   tpu_hlo_value_t x = at_least_1d(b, tpu_lower_tensor(ctx, 0));
   tpu_hlo_type_t xt = tpu_hlo_value_type(b, x);
   int dim = wrap_dim(tpu_lower_arg(ctx, 1)->i, xt.rank);
+  tpu_status_t s = decline_empty_axis(ctx, &xt, dim);
+  if (s) return s;
   tpu_hlo_value_t idx = at_least_1d(b, tpu_lower_tensor(ctx, 2));
   adv_t a = adv_one(b, idx, dim, xt.dims[dim]);
   set_output_reshaped(ctx, adv_gather(b, x, &a, NULL));
@@ -418,6 +432,8 @@ static tpu_status_t lower_index_update(tpu_lower_ctx_t* ctx, const char* op, boo
   tpu_hlo_value_t x = at_least_1d(b, tpu_lower_tensor(ctx, 0));
   tpu_hlo_type_t xt = tpu_hlo_value_type(b, x);
   int dim = wrap_dim(tpu_lower_arg(ctx, 1)->i, xt.rank);
+  tpu_status_t s = decline_empty_axis(ctx, &xt, dim);
+  if (s) return s;
   tpu_hlo_value_t idx = at_least_1d(b, tpu_lower_tensor(ctx, 2));
   adv_t a = adv_one(b, idx, dim, xt.dims[dim]);
   tpu_hlo_value_t upd;

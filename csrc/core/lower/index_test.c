@@ -295,7 +295,25 @@ static void test_masked_scatter_and_index_reduce(void) {
   free(r[0]);
 }
 
-TPU_TEST_MAIN(TPU_TEST(test_masked_scatter_and_index_reduce), TPU_TEST(test_gather), TPU_TEST(test_scatter_variants),
+/* Indices into an empty axis decline (CPU's kernel raises its error);
+ * an empty index into one still lowers. */
+static void test_empty_axis_declines(void) {
+  int64_t xd[2] = {0, 3}, id[1] = {1}, none[1] = {0}, od[2] = {1, 3}, eod[2] = {0, 3};
+  tpu_lower_arg_t args[3] = {tpu_test_tensor_arg(TPU_DTYPE_FLOAT32, 2, xd), int_arg(0),
+                             tpu_test_tensor_arg(TPU_DTYPE_INT64, 1, id)};
+  tpu_hlo_type_t out = tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 2, od);
+  char* text = NULL;
+  size_t len;
+  tpu_status_t s = tpu_lower_program_plain("aten::index_select", args, 3, NULL, &out, 1, &text, &len);
+  CHECK(s != NULL && tpu_status_code(s) == TPU_STATUS_UNIMPLEMENTED);
+  tpu_status_free(s);
+  args[2] = tpu_test_tensor_arg(TPU_DTYPE_INT64, 1, none);
+  out = tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 2, eod);
+  CHECK_OK(tpu_lower_program_plain("aten::index_select", args, 3, NULL, &out, 1, &text, &len));
+  free(text);
+}
+
+TPU_TEST_MAIN(TPU_TEST(test_masked_scatter_and_index_reduce), TPU_TEST(test_empty_axis_declines), TPU_TEST(test_gather), TPU_TEST(test_scatter_variants),
               TPU_TEST(test_scatter_reduce), TPU_TEST(test_index_tensor), TPU_TEST(test_index_tensor_with_none),
               TPU_TEST(test_index_put), TPU_TEST(test_index_dim_ops),
               TPU_TEST(test_take), TPU_TEST(test_put), TPU_TEST(test_mask_index_declines))
