@@ -554,6 +554,32 @@ def test_compiled_views_of_intermediates_and_layouts_as_eager():
     assert torch.equal(got[1].cpu(), torch.full((4, 2), 5.0))
 
 
+def test_fuzz_compiled_layouts_follow_eager_through_writes_and_operands():
+    # fuzz seeds 500237 and 500947: a pointwise result takes its operands'
+    # eager layouts (a view of a transposed, filled tensor), keeps it
+    # through an in-place write, and passes it on to the next pointwise op
+    def f(a, s):
+        v = a.unfold(0, 1, 1)
+        w = torch.logical_and(a, v)
+        w.narrow(1, 0, 1).zero_()
+        return v, w
+
+    def g(b, s):
+        v0 = b ^ b
+        v1 = v0.transpose(1, -1).fill_(-1.25)
+        v2 = v1.view(2, 1, 2, 2, 2, 5)
+        v3 = torch.logical_and(s, v2)
+        return v0, v1, v2, v3, torch.atan(v3), v1.long()
+
+    a, b, s = torch.rand(1, 3, 1, 1), torch.rand(2, 5, 4, 2) > 0.5, torch.tensor(0.3)
+    for fn, x in ((f, a), (g, b)):
+        want = fn(x.clone(), s)
+        got = torch.compile(fn, backend="tpu")(x.to("tpu"), s.to("tpu"))
+        for y, w in zip(got, want):
+            assert torch.equal(y.cpu(), w)
+        assert _geometry(got) == _geometry(want)
+
+
 def test_compiled_training_user_outputs_layout_grads_match():
     # Training graphs: the user's outputs get eager's layout (the saved
     # activations stay internal); grads and values as on CPU.

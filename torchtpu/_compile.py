@@ -521,22 +521,24 @@ class _Builder:
                 continue  # (a view with another dtype: the computed value stands)
             groups.setdefault(g, []).append((k, v))
         layouts, values = {}, {}
+        eager = _eager_values(nodes) if groups else {}
         for g, members in groups.items():
             vid, owner, node = owners[g]
             geometry = [(k, (tuple(v.shape), tuple(v.stride()), v.storage_offset()))
                         for k, v in members]
             layout = (tuple(owner.stride()) if _physical_order(owner.shape, owner.stride(), owner)
                       is not None else None)
-            # A pointwise result gets eager's strides, which a Python meta
-            # kernel (a decomposition: copysign is where(signbit(b), ...);
-            # floor_divide's) may not have picked; the outputs viewing it
-            # are its views replayed over that layout.
-            eager = _pointwise_strides(node, owner)
-            if eager is not None:
-                replayed = [(k, _replay_views(node, outputs[k], owner, eager))
-                            for k, _ in members]
-                if all(geo is not None for _, geo in replayed):
-                    layout, geometry = eager, replayed
+            # Eager's strides where a Python meta kernel (a decomposition:
+            # copysign is where(signbit(b), ...); floor_divide's) or an
+            # operand's layout made the traced ones differ (_eager_values);
+            # the outputs viewing it then have their views' eager geometry.
+            ev = eager.get(node)
+            if ev is not None and _physical_order(ev.shape, ev.stride()) is not None:
+                geos = [(k, eager.get(outputs[k])) for k, _ in members]
+                if all(e is not None for _, e in geos):
+                    layout = tuple(ev.stride())
+                    geometry = [(k, (tuple(e.shape), tuple(e.stride()), e.storage_offset()))
+                                for k, e in geos]
             if len(members) == 1 and outputs[members[0][0]] is node:
                 if layout is None or _is_contiguous(owner.shape, layout):
                     continue  # the common case: the plain result is eager's layout
@@ -668,29 +670,67 @@ def _pointwise_strides(node, val):
     return strides
 
 
-def _replay_views(node, out, val, strides):
-    """(size, stride, offset) of the output node out -- node itself or a
-    chain of view ops of it -- when node's value val has the given strides
-    instead of its traced ones; None where the chain is not plain views."""
-    chain = []
-    while out is not node:
-        target = getattr(out, "target", None)
-        if (not isinstance(target, torch._ops.OpOverload) or not out.args
-                or not target._schema.returns or target._schema.returns[0].alias_info is None
-                or target._schema.returns[0].alias_info.is_write):
-            return None
-        chain.append(out)
-        out = out.args[0]
-    t = torch.empty_strided(tuple(val.shape), strides, dtype=val.dtype, device="meta")
-    try:
-        for n in reversed(chain):
-            args = [a.meta["val"] if isinstance(a, torch.fx.Node) else a for a in n.args[1:]]
-            t = n.target(t, *args, **n.kwargs)
-    except Exception:  # noqa: BLE001 - no opinion: the traced layout stands
-        return None
-    if not isinstance(t, torch.Tensor):
-        return None
-    return (tuple(t.shape), tuple(t.stride()), t.storage_offset())
+# The functional forms of in-place writes (functionalization's): the result
+# is the written tensor, which keeps its own layout in eager.
+_WRITES_INTO_FIRST = ("aten::slice_scatter", "aten::select_scatter", "aten::diagonal_scatter",
+                      "aten::as_strided_scatter", "aten::copy")
+
+
+def _eager_values(nodes):
+    """{node: a meta tensor with the geometry eager gives its value}, for
+    the nodes where that differs from the traced value's: pointwise results
+    laid out by CPU's TensorIterator over their operands' eager layouts,
+    views of those replayed, functional in-place writes keeping their
+    target's. Other nodes keep the traced geometry."""
+    from torch._prims_common import compute_elementwise_output_strides
+
+    eager = {}
+
+    def ev(a):
+        if not isinstance(a, torch.fx.Node):
+            return a
+        e = eager.get(a)
+        return e if e is not None else a.meta.get("val")
+
+    for n in nodes:
+        target = n.target if n.op == "call_function" else None
+        val = n.meta.get("val")
+        if not isinstance(target, torch._ops.OpOverload) or not isinstance(val, torch.Tensor) \
+                or not n.args or val.layout != torch.strided:
+            continue
+        schema = target._schema
+        try:
+            if torch.Tag.pointwise in target.tags or schema.name in _UNTAGGED_POINTWISE:
+                ops = [ev(a) for a in n.args if isinstance(a, torch.fx.Node)]
+                ops = [t for t in ops if isinstance(t, torch.Tensor)]
+                if not ops or not any(isinstance(a, torch.fx.Node) and a in eager for a in n.args) \
+                        and _pointwise_strides(n, val) is None:
+                    continue  # operands as traced, and their meta agrees with CPU
+                shape = tuple(val.shape)
+                if tuple(torch.broadcast_shapes(*[t.shape for t in ops])) != shape:
+                    continue
+                strides = tuple(compute_elementwise_output_strides(*[t.expand(shape) for t in ops]))
+                e = torch.empty_strided(shape, strides, dtype=val.dtype, device="meta")
+            elif schema.returns and schema.returns[0].alias_info is not None \
+                    and not schema.returns[0].alias_info.is_write:
+                if n.args[0] not in eager:
+                    continue
+                e = target(ev(n.args[0]), *[ev(a) for a in n.args[1:]], **n.kwargs)
+            elif schema.name in _WRITES_INTO_FIRST:
+                base = ev(n.args[0])
+                if n.args[0] not in eager or tuple(base.shape) != tuple(val.shape):
+                    continue
+                e = torch.empty_strided(tuple(base.shape), base.stride(), dtype=val.dtype,
+                                        device="meta")
+            else:
+                continue
+        except Exception:  # noqa: BLE001 - no opinion: the traced layout stands
+            continue
+        if isinstance(e, torch.Tensor) and (tuple(e.stride()) != tuple(val.stride()) or
+                                            e.storage_offset() != val.storage_offset()
+                                            or n.args[0] in eager):
+            eager[n] = e
+    return eager
 
 
 def _runner(compiled, inputs, out_slots, out_writes, out_cpu=(), out_aliases=None,
