@@ -229,3 +229,79 @@ print(_C._launcher_queued(), x.cpu().tolist())
     r = run_python(code, {"TORCHTPU_LAUNCHER": "0"})
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["0", "[500.0,", "500.0,", "500.0,", "500.0]"]
+
+
+FORK_CHILD = r"""
+import json, os, torch, torchtpu, multiprocessing as mp
+x = torch.ones(3, device="tpu")
+x.cpu()
+
+def uses():
+    return {
+        "op": lambda: (x + 1).cpu(), "read": lambda: x.cpu(), "item": lambda: x.sum().item(),
+        "factory": lambda: torch.zeros(2, device="tpu"), "upload": lambda: torch.ones(2).to("tpu"),
+        "inplace": lambda: x.add_(1), "sync": lambda: torch.tpu.synchronize(),
+        "compiled": lambda: torch.compile(lambda t: t * 2, backend="tpu")(x),
+    }
+
+def child(q):
+    out = {"bad_fork": torch.tpu._is_in_bad_fork(), "cpu": torch.arange(4).sum().item()}
+    for name, f in uses().items():
+        try:
+            f()
+            out[name] = "no error"
+        except RuntimeError as e:
+            out[name] = str(e)
+    q.put(out)
+
+class CpuData(torch.utils.data.Dataset):
+    def __len__(self):
+        return 4
+    def __getitem__(self, i):
+        return torch.full((2,), float(i))
+
+if __name__ == "__main__":
+    ctx = mp.get_context("fork")
+    q = ctx.Queue()
+    p = ctx.Process(target=child, args=(q,))
+    p.start()
+    res = q.get(timeout=120)
+    p.join(60)
+    pid = os.fork()  # os.fork too: the child exits with 0 when it raised
+    if pid == 0:
+        try:
+            (x * 3).cpu()
+            os._exit(3)
+        except RuntimeError as e:
+            os._exit(0 if "forked subprocess" in str(e) else 4)
+    _, status = os.waitpid(pid, 0)
+    # DataLoader workers (fork on Linux) that build CPU tensors keep working
+    batches = [b.to("tpu").sum().item() for b in torch.utils.data.DataLoader(
+        CpuData(), batch_size=2, num_workers=2, multiprocessing_context="fork")]
+    print(json.dumps({"child": res, "exit": p.exitcode, "os_fork": os.waitstatus_to_exitcode(status),
+                      "parent": (x * 2).cpu().tolist(), "parent_bad_fork": torch.tpu._is_in_bad_fork(),
+                      "loader": batches}))
+"""
+
+
+def test_forked_child_refuses_the_device_as_cuda_does(tmp_path):
+    # CUDA: "Cannot re-initialize CUDA in forked subprocess. To use CUDA
+    # with multiprocessing, you must use the 'spawn' start method". The
+    # child's inherited client would hang at its first wait; every device
+    # use raises at once instead, CPU work and the parent carry on.
+    import json
+    script = tmp_path / "fork_child.py"
+    script.write_text(FORK_CHILD)
+    r = run_python(f"import runpy; runpy.run_path({str(script)!r}, run_name='__main__')",
+                   timeout=240)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    want = ("Cannot re-initialize TPU in forked subprocess. To use TPU with multiprocessing, "
+            "you must use the 'spawn' start method")
+    child = out["child"]
+    assert child.pop("bad_fork") is True and child.pop("cpu") == 6
+    for name, msg in child.items():
+        assert want in msg, (name, msg)
+    assert out["exit"] == 0 and out["os_fork"] == 0
+    assert out["parent"] == [2.0, 2.0, 2.0] and out["parent_bad_fork"] is False
+    assert out["loader"] == [2.0, 10.0]

@@ -29,6 +29,9 @@ def is_initialized():
 def _lazy_init():
     """Start the runtime; raises RuntimeError with the plugin's message."""
     global _initialized
+    if _C._is_in_bad_fork():
+        raise RuntimeError("Cannot re-initialize TPU in forked subprocess. To use TPU with "
+                           "multiprocessing, you must use the 'spawn' start method")
     if _initialized:
         return
     with _init_lock:
@@ -42,7 +45,9 @@ def init():
 
 
 def _is_in_bad_fork():
-    return False
+    """True in a child forked after the parent started the device: its
+    inherited runtime cannot be used (use the 'spawn' start method)."""
+    return _C._is_in_bad_fork()
 
 
 def current_device():

@@ -31,6 +31,17 @@ static void keep_first_error(pending_t* p, tpu_status_t failed) {
 
 static int g_default_device;
 
+/* A child forked after the runtime started inherits a client whose threads
+ * (the plugin's, the launch queue's) did not come along: its first wait
+ * would never return. It is marked here, and every device use in it
+ * refuses (as CUDA does: use the 'spawn' start method). */
+static volatile bool g_in_bad_fork;
+static void mark_bad_fork(void) { g_in_bad_fork = true; }
+static pthread_once_t g_fork_once = PTHREAD_ONCE_INIT;
+static void register_fork_handler(void) { pthread_atfork(NULL, NULL, mark_bad_fork); }
+
+bool tpu_runtime_in_bad_fork(void) { return g_in_bad_fork; }
+
 /* torchrun starts one process per device on a host and tells each its
  * LOCAL_RANK; spreading them over the devices needs no code in the script.
  * Not one of our variables (not in the registry); ignored unless it is a
@@ -92,6 +103,7 @@ tpu_status_t tpu_runtime_init(const char* fallback_plugin_path) {
       visible_count > 0 ? 0 : local_rank_device(tpu_client_device_count(client));
   g_plugin = plugin;
   g_client = client;
+  pthread_once(&g_fork_once, register_fork_handler);
 done:
   pthread_mutex_unlock(&g_lock);
   return status;

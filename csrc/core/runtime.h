@@ -26,6 +26,10 @@ bool tpu_runtime_is_initialized(void);
 
 /* Borrowed; NULL before a successful init. */
 tpu_client_t* tpu_runtime_client(void);
+
+/* Whether this process is a child forked after the runtime started in its
+ * parent: the inherited client cannot be used (runtime.c). */
+bool tpu_runtime_in_bad_fork(void);
 tpu_plugin_t* tpu_runtime_plugin(void);
 int tpu_runtime_device_count(void); /* 0 before init */
 /* The device a thread starts on: LOCAL_RANK % device count when LOCAL_RANK

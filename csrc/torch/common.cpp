@@ -35,7 +35,14 @@ void set_default_plugin_path(const std::string& path) {
   g_default_plugin_path = path;
 }
 
+void check_not_forked() {
+  TORCH_CHECK(!tpu_runtime_in_bad_fork(),
+              "Cannot re-initialize TPU in forked subprocess. To use TPU with "
+              "multiprocessing, you must use the 'spawn' start method");
+}
+
 void ensure_runtime() {
+  check_not_forked();
   if (g_runtime_ready.load(std::memory_order_acquire)) return;
   std::string path;
   {

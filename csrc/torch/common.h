@@ -29,6 +29,9 @@ namespace torchtpu {
 
 // Loads the plugin and creates the client on first use; throws on failure.
 void ensure_runtime();
+// Raises CUDA's "Cannot re-initialize ... in forked subprocess" error in a
+// child forked after the runtime started (its client cannot be used).
+void check_not_forked();
 // The plugin path Python found (installed xla-cpu-pjrt); may be empty.
 void set_default_plugin_path(const std::string& path);
 

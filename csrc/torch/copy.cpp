@@ -98,6 +98,7 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst,
                      bool non_blocking) {
   TORCH_CHECK(self.defined() && dst.defined(),
               "torchtpu: copy_ needs defined tensors");
+  check_not_forked();
   // The conjugate and negative bits are _copy_from's to honour. A bit on
   // dst: write its raw (bit-free) alias with the source toggled alike. A bit
   // on the source: copy its raw values, then apply the bit to dst.
@@ -139,6 +140,7 @@ at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
 at::Scalar local_scalar_dense(const at::Tensor& self) {
   TORCH_CHECK(self.numel() == 1, "torchtpu: a Tensor with ", self.numel(),
               " elements cannot be converted to Scalar");
+  check_not_forked();
   at::Tensor host = at::empty({}, at::TensorOptions().dtype(self.scalar_type()));
   read_to_host(self.reshape({}), host);
   tpu_metrics_add("host_syncs", 1);

@@ -1212,6 +1212,7 @@ static bool resolve_lazy_bits(const c10::OperatorHandle& op, torch::jit::Stack* 
 // Runs `op` on the device if the table lowers it; returns false to mean "use
 // the CPU fallback" (stack untouched).
 bool try_run_on_device(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  check_not_forked();
   const OpFacts& facts = facts_of(op);
   if (!facts.lowered) return false;
   if (facts.scalar_fit != ScalarFit::kNone) check_scalars_fit(op, facts, torch::jit::last(*stack, facts.args.size()));

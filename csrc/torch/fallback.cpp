@@ -57,6 +57,7 @@ void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 void debug_boxed_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
 void tpu_boxed_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  check_not_forked();
   if (eager_mode() == EagerMode::kDebug) return debug_boxed_kernel(op, stack);
   if (try_run_on_device(op, stack)) return;
   cpu_fallback(op, stack);

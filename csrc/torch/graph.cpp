@@ -254,6 +254,7 @@ class Compiled {
   // input mutation): installed as that input's storage's next buffer, so
   // every view of it sees the write, with no copy.
   std::vector<at::Tensor> run(const std::vector<at::Tensor>& args, const std::vector<int>& writes) {
+    check_not_forked();
     if (args.size() != inputs_.size())
       throw py::value_error("torchtpu: compiled graph takes " + std::to_string(inputs_.size()) +
                             " tensors, got " + std::to_string(args.size()));

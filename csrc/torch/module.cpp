@@ -168,6 +168,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("_set_default_plugin_path", &torchtpu::set_default_plugin_path);
   m.def("_init", &init_runtime, "Start the runtime (load plugin, create client)");
   m.def("_is_initialized", [] { return tpu_runtime_is_initialized(); });
+  m.def("_is_in_bad_fork", [] { return tpu_runtime_in_bad_fork(); });
   m.def("_device_count", [] {
     try {
       init_runtime();
