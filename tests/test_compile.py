@@ -656,6 +656,28 @@ def test_compiled_wrapped_divisors_and_negative_powers_raise_as_cpu(case):
         assert torch.equal(x.cpu(), y)
 
 
+@pytest.mark.parametrize("case", ["too_large", "negative", "ignored", "bad_after_ignored", "spatial",
+                                  "valid"])
+def test_compiled_nll_loss_target_out_of_bounds_raises(case):
+    # CPU raises IndexError for a class index outside [0, C) other than
+    # ignore_index; the graph keeps nll_loss whole and checks its targets
+    x2, x4 = torch.randn(2, 3), torch.randn(1, 3, 2, 2)
+    x, t, kw = {"too_large": (x2, [0, 3], {}), "negative": (x2, [-1, 0], {}),
+                "ignored": (x2, [5, 1], {"ignore_index": 5}),
+                "bad_after_ignored": (x2, [5, -100], {"ignore_index": 5}),
+                "spatial": (x4, [[[0, 3], [1, 2]]], {}), "valid": (x2, [2, -100], {})}[case]
+    f = lambda a, b: F.cross_entropy(a * 2, b, **kw)  # noqa: E731
+    t = torch.tensor(t)
+    cf = torch.compile(f, backend="tpu")
+    try:
+        want = f(x, t)
+    except IndexError:
+        with pytest.raises(IndexError):
+            cf(x.to("tpu"), t.to("tpu"))
+        return
+    torch.testing.assert_close(cf(x.to("tpu"), t.to("tpu")).cpu(), want)
+
+
 def test_compiled_unfold_is_lowered_forward_and_backward():
     # unfold (overlapping and gapped windows, a 2-D input) compiles into the
     # program instead of sending the graph to eager; grads as on CPU.

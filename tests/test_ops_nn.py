@@ -562,3 +562,36 @@ def test_lstm_training_loop_matches_cpu():
     assert got[-1] < got[0]
     for p, q in zip(got_params, want_params):
         torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5)
+
+
+_X2, _X4 = torch.randn(2, 3, generator=torch.Generator().manual_seed(0)), \
+    torch.randn(1, 3, 2, 2, generator=torch.Generator().manual_seed(1))
+_TARGETS = {
+    "too_large": (_X2, [0, 3], {}),
+    "negative": (_X2, [-1, 0], {}),
+    "ignored_default": (_X2, [-100, 1], {}),
+    "ignored_other": (_X2, [5, 1], {"ignore_index": 5}),
+    "bad_after_ignored": (_X2, [5, -100], {"ignore_index": 5}),
+    "reduction_none": (_X2, [0, 3], {"reduction": "none"}),
+    "spatial": (_X4, [[[0, 3], [1, 2]]], {}),
+    "unbatched": (_X2[0], 3, {}),
+    "valid": (_X2, [2, 1], {}),
+}
+
+
+@pytest.mark.parametrize("mode", ["strict", "debug", "defer_and_fuse"])
+@pytest.mark.parametrize("case", sorted(_TARGETS))
+def test_nll_loss_target_out_of_bounds_raises_as_cpu(case, mode):
+    # CPU: IndexError "Target 3 is out of bounds." for a class index
+    # outside [0, C) other than ignore_index; the one-hot lowering had
+    # given such a target no class, a wrong loss (issue 23, item 8)
+    from op_testing import same_as_cpu
+    x, t, kw = _TARGETS[case]
+    with torchtpu.eager_mode(mode):
+        for f in (F.cross_entropy, lambda a, b, **k: F.nll_loss(a.log_softmax(-1 if a.dim() == 1 else 1), b, **k)):
+            run = lambda d: f(x.to(d), torch.tensor(t, device=d), **kw).cpu()  # noqa: E731
+            err = same_as_cpu(run, exact=False)
+            if isinstance(err, Exception):
+                with pytest.raises(IndexError) as want:
+                    run("cpu")
+                assert str(err).split(" (torchtpu")[0] == str(want.value)

@@ -309,6 +309,7 @@ class _Builder:
             self._check_divisor(graph, n, name)
             self._check_pow_exponent(n, name)
             self._check_indices(graph, n, name)
+            self._check_targets(graph, n, name)
         for o in outputs:
             if o is not None and not isinstance(o, torch.fx.Node):
                 raise _Unsupported(f"a non-tensor output ({type(o).__name__})")
@@ -423,6 +424,39 @@ class _Builder:
         if (isinstance(xv, torch.Tensor) and not xv.dtype.is_floating_point
                 and not xv.dtype.is_complex and isinstance(e, (int, bool)) and e < 0):
             self.literal_errors.append("Integers to negative integer powers are not allowed.")
+
+    def _check_targets(self, graph, n, name):
+        """nll_loss with a target outside [0, classes) (other than
+        ignore_index) raises IndexError on the CPU, as in the eager modes."""
+        if name not in ("aten::nll_loss_forward", "aten::nll_loss2d_forward"):
+            return
+        x, t = n.args[0], n.args[1]
+        ignore = n.args[4] if len(n.args) > 4 else n.kwargs.get("ignore_index", -100)
+        if not isinstance(x, torch.fx.Node) or not isinstance(t, torch.fx.Node) or \
+                not isinstance(ignore, int):
+            return
+        xv, tv = x.meta.get("val"), t.meta.get("val")
+        if not isinstance(xv, torch.Tensor) or not isinstance(tv, torch.Tensor) or \
+                not tv.numel() or xv.dim() < 1:
+            return
+        classes = xv.shape[0 if xv.dim() == 1 else 1]
+        shape = list(tv.shape)
+        tid = self._value(t)
+        try:
+            low = graph.add_node("aten::lt.Scalar", [("tensor", tid), ("scalar", 0)], [],
+                                 [(torch.bool, shape)])[0]
+            high = graph.add_node("aten::ge.Scalar", [("tensor", tid), ("scalar", int(classes))],
+                                  [], [(torch.bool, shape)])[0]
+            out = graph.add_node("aten::logical_or", [("tensor", low), ("tensor", high)], [],
+                                 [(torch.bool, shape)])[0]
+            kept = graph.add_node("aten::ne.Scalar", [("tensor", tid), ("scalar", ignore)], [],
+                                  [(torch.bool, shape)])[0]
+            bad = graph.add_node("aten::logical_and", [("tensor", out), ("tensor", kept)], [],
+                                 [(torch.bool, shape)])[0]
+            flag = graph.add_node("aten::any", [("tensor", bad)], [], [(torch.bool, [])])[0]
+        except (RuntimeError, TypeError, ValueError) as e:
+            raise _Unsupported(str(e)) from None
+        self.flags.append((flag, IndexError, "Target is out of bounds (nll_loss of a compiled graph)"))
 
     def _check_indices(self, graph, n, name):
         """index_select and embedding with an index outside [0, size) raise
@@ -966,8 +1000,10 @@ _DECOMPS = None
 # their lowering declines those dtypes, so the graph runs eagerly and the
 # fallback raises CPU's error, as in eager. mv and dot decompose into a
 # multiply and a sum, whose one-product sums keep a -0.0 that CPU's zeroed
-# accumulator (and their lowering) makes +0.0.
-_KEEP_WHOLE = ("frac", "heaviside", "logaddexp", "logaddexp2", "trace", "mv", "dot", "vdot")
+# accumulator (and their lowering) makes +0.0. nll_loss stays whole for its
+# target check (_check_targets), which the decomposed gather cannot make.
+_KEEP_WHOLE = ("frac", "heaviside", "logaddexp", "logaddexp2", "trace", "mv", "dot", "vdot",
+               "nll_loss_forward", "nll_loss2d_forward")
 
 
 def _decompositions():

@@ -141,7 +141,8 @@ bool is_index_op(const std::string& base) {
       "aten::scatter_reduce_", "aten::embedding",     "aten::take",       "aten::index_add",
       "aten::index_add_",   "aten::index_copy",       "aten::index_copy_", "aten::index_fill",
       "aten::index_fill_",  "aten::one_hot",          "aten::embedding_dense_backward",
-      "aten::take_along_dim"};
+      "aten::take_along_dim", "aten::nll_loss_forward", "aten::nll_loss2d_forward",
+      "aten::nll_loss_backward", "aten::nll_loss2d_backward"};
   for (const char* op : kOps)
     if (base == op) return true;
   return false;

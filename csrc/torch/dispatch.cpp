@@ -1158,7 +1158,57 @@ struct PendingIndexCheck {
 };
 thread_local std::vector<PendingIndexCheck> t_pending_index_checks;
 
+// nll_loss(self, target, weight, reduction, ignore_index): a target outside
+// [0, classes) other than ignore_index raises IndexError "Target 3 is out
+// of bounds." on CPU; XLA's one-hot would give it no class (a wrong loss).
+// One flag per thread, or-ed with each new check: a training loop that
+// never reads the host adds the same ops every step (a defer_and_fuse run
+// keeps its shape) instead of reading a pile of flags now and then. The
+// last targets are kept for the message.
+struct PendingTargetCheck {
+  at::Tensor target;
+  int64_t classes, ignore;
+};
+thread_local at::Tensor t_target_bad;
+thread_local std::deque<PendingTargetCheck> t_target_checks;
+
+static void record_target_check(c10::ArrayRef<c10::IValue> inputs) {
+  if (inputs.size() < 5 || !inputs[0].isTensor() || !inputs[1].isTensor() || !inputs[4].isInt())
+    return;
+  const at::Tensor& self = inputs[0].toTensor();
+  const at::Tensor& target = inputs[1].toTensor();
+  if (!target.defined() || target.numel() == 0 || !is_tpu(target) || self.dim() < 1) return;
+  const int64_t classes = self.size(self.dim() == 1 ? 0 : 1);
+  const int64_t ignore = inputs[4].toInt();
+  at::Tensor bad =
+      at::logical_and(at::logical_or(target.lt(0), target.ge(classes)), target.ne(ignore)).any();
+  t_target_bad = t_target_bad.defined() ? at::logical_or(t_target_bad, bad) : bad;
+  t_target_checks.push_back({target, classes, ignore});
+  if (t_target_checks.size() > 64) t_target_checks.pop_front();
+}
+
+static void check_pending_target_errors() {
+  if (!t_target_bad.defined()) return;
+  at::Tensor bad = std::move(t_target_bad);
+  t_target_bad = at::Tensor();
+  std::deque<PendingTargetCheck> kept;
+  kept.swap(t_target_checks);
+  if (!bad.item<bool>()) return;
+  for (const PendingTargetCheck& c : kept) {
+    at::Tensor host = c.target.cpu().reshape(-1).to(at::kLong);
+    const int64_t* v = host.const_data_ptr<int64_t>();
+    for (int64_t i = 0; i < host.numel(); i++)
+      TORCH_CHECK_INDEX((v[i] >= 0 && v[i] < c.classes) || v[i] == c.ignore, "Target ", v[i],
+                        " is out of bounds.");
+  }
+  TORCH_CHECK_INDEX(false, "Target is out of bounds.");  // (its targets are no longer kept)
+}
+
 static void record_index_check(const OpFacts& facts, c10::ArrayRef<c10::IValue> inputs) {
+  if (facts.name == "aten::nll_loss_forward" || facts.name == "aten::nll_loss2d_forward") {
+    if (eager_mode() != EagerMode::kDebug) record_target_check(inputs);
+    return;
+  }
   // index_select(self, dim, index): CPU raises a RuntimeError naming the
   // bad index for dim 1 of an n-d self (into a contiguous result) and for
   // an empty n-d self, IndexError for the rest.
@@ -1368,6 +1418,7 @@ bool try_run_on_device(const c10::OperatorHandle& op, torch::jit::Stack* stack) 
 }
 
 void check_pending_index_errors() {
+  check_pending_target_errors();
   if (t_pending_index_checks.empty()) return;
   // Taken first: reading a flag is itself a host read.
   std::vector<PendingIndexCheck> pending;
