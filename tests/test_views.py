@@ -278,3 +278,32 @@ def test_fuzz_inplace_float_scalar_on_integer_target_raises_like_cpu():
             with pytest.raises(RuntimeError, match="can't be cast"):
                 t.mul_(0.5)
                 t.cpu()
+
+
+@pytest.mark.parametrize("op", ["masked_fill_", "masked_fill_broadcast", "index_fill_", "fill_rows"])
+def test_fuzz_writes_through_overlapping_windows_land_where_cpu_writes(op):
+    # fuzz seed 603616: an element in two unfold windows, written in one
+    # and left alone in the other, takes the write (CPU's kernels write only
+    # what they change; the scatter had let the unchanged copy win)
+    import warnings
+
+    def fn(d):
+        a = torch.tensor([[-2.0, -1.0, 1.0], [-1.75, 1.5, -0.25], [-1.25, -0.5, 1.75], [2.0, -2.0, 1.5]],
+                         dtype=torch.bfloat16, device=d)
+        v = a.unfold(-2, 2, 1)  # (3, 3, 2): rows k and k + 1 in window k
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            if op == "masked_fill_":
+                v.masked_fill_(v.sum(2, keepdim=True, dtype=torch.float32).expand(3, 3, 2) > 0, 0.0)
+            elif op == "masked_fill_broadcast":
+                v.masked_fill_(torch.sum(v, dim=(2,), keepdim=True, dtype=torch.float32) > 0, False)
+            elif op == "index_fill_":
+                v.index_fill_(2, torch.tensor([1], device=d), 7.0)
+            else:
+                v[1].fill_(5.0)
+        return a
+
+    want = fn("cpu")
+    with no_fallback():
+        got = fn("tpu")
+    assert torch.equal(got.cpu(), want)

@@ -61,6 +61,30 @@ static tpu_hlo_value_t index_tensor(tpu_hlo_builder_t* b, const tpu_view_t* v) {
 }
 
 /* Indices reshaped to [numel, 1] for gather/scatter. */
+/* Whether two elements of the view can share a location: a stride-0
+ * dimension, or (its dimensions sorted by stride) one whose stride is less
+ * than the extent of the ones inside it (unfold's overlapping windows). */
+static bool may_overlap(const tpu_view_t* v) {
+  int order[TPU_HLO_MAX_RANK], m = 0;
+  for (int d = 0; d < v->rank; d++) {
+    if (v->sizes[d] <= 1) continue;
+    if (v->strides[d] == 0) return true;
+    int k = m++;
+    while (k > 0 && v->strides[order[k - 1]] > v->strides[d]) {
+      order[k] = order[k - 1];
+      k--;
+    }
+    order[k] = d;
+  }
+  int64_t extent = 1; /* one past the largest offset the inner dims reach */
+  for (int i = 0; i < m; i++) {
+    int d = order[i];
+    if (v->strides[d] < extent) return true;
+    extent = v->strides[d] * (v->sizes[d] - 1) + extent;
+  }
+  return false;
+}
+
 static tpu_hlo_value_t index_column(tpu_hlo_builder_t* b, const tpu_view_t* v) {
   int64_t dims[2] = {tpu_view_numel(v), 1};
   return tpu_emit_reshape(b, index_tensor(b, v), dims, 2);
@@ -188,13 +212,13 @@ tpu_hlo_value_t tpu_view_emit_write(tpu_hlo_builder_t* b, tpu_hlo_value_t flat,
   /* General: scatter each element to its flat index (replace). */
   tpu_hlo_value_t updates = tpu_emit_reshape(b, value, &numel, 1);
   tpu_hlo_value_t indices = index_column(b, v);
-  bool overlapping = false;
-  for (int d = 0; d < v->rank; d++) overlapping |= v->sizes[d] > 1 && v->strides[d] == 0;
-  if (overlapping) {
-    /* An expanded view (fill_, masked_fill_, index_put_ ... allow it, as
-     * on the CPU): several elements share one location, and only those
-     * the op changed may land there, or an unchanged duplicate could undo
-     * the write. Unchanged elements get an out-of-range index (dropped). */
+  if (may_overlap(v)) {
+    /* An expanded view or overlapping windows (unfold; fill_, masked_fill_,
+     * index_put_ ... allow writes through them, as on the CPU): several
+     * elements share one location, and only those the op changed may land
+     * there, or an unchanged duplicate could undo the write (CPU's kernels
+     * write only what they change). Unchanged elements get an out-of-range
+     * index (dropped). */
     tpu_hlo_value_t old = tpu_emit_reshape(b, tpu_view_emit_read(b, flat, v), &numel, 1);
     int64_t dims[2] = {numel, 1};
     tpu_hlo_value_t changed =

@@ -137,6 +137,25 @@ static void test_expanded_write_keeps_changed_values(void) {
   }
 }
 
+/* Overlapping windows (unfold(0, 2, 1) of flat[0..4): sizes {4, 2},
+ * strides {1, 1}): flat[k] is window k's element 0 and window k-1's
+ * element 1. A write changing only window 1's element 1 (flat[2]) lands,
+ * though window 2's element 0 (also flat[2]) is written unchanged. */
+static void test_overlapping_windows_write_keeps_changed_values(void) {
+  int64_t sizes[2] = {4, 2}, strides[2] = {1, 1};
+  tpu_view_t v = view(2, sizes, strides, 0);
+  float values[N] = {0}, out[N];
+  for (int w = 0; w < 4; w++)
+    for (int j = 0; j < 2; j++) values[w * 2 + j] = (float)(w + j); /* unchanged */
+  values[1 * 2 + 1] = 700.0f;
+  CHECK_OK(run_values(&v, true, values, out, N));
+  for (int i = 0; i < N; i++) {
+    float want = i == 2 ? 700.0f : (float)i;
+    if (out[i] != want) fprintf(stderr, "flat[%d] is %g, want %g\n", i, out[i], want);
+    CHECK(out[i] == want);
+  }
+}
+
 static void test_cleanup(void) {
   tpu_program_cache_clear();
   tpu_runtime_shutdown();
@@ -144,4 +163,5 @@ static void test_cleanup(void) {
 
 TPU_TEST_MAIN(TPU_TEST(test_reads_match_strided_indexing),
               TPU_TEST(test_writes_touch_exactly_the_view),
-              TPU_TEST(test_expanded_write_keeps_changed_values), TPU_TEST(test_cleanup))
+              TPU_TEST(test_expanded_write_keeps_changed_values),
+              TPU_TEST(test_overlapping_windows_write_keeps_changed_values), TPU_TEST(test_cleanup))
