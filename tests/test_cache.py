@@ -247,3 +247,119 @@ def test_loaded_executables_stay_under_the_cap(tmp_path):
     assert out["bad"] == []
     assert out["peak"] <= 16
     assert out["evicted"] > 0
+
+
+_M = (1 << 64) - 1
+_P1, _P2, _P3, _P4, _P5 = (0x9E3779B185EBCA87, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9,
+                           0x85EBCA77C2B2AE63, 0x27D4EB2F165667C5)
+
+
+def _xxh64(data, seed=0):
+    """XXH64, the entry format's checksum: what a tool forging an entry computes."""
+    def rotl(x, r):
+        return ((x << r) | (x >> (64 - r))) & _M
+
+    def rnd(acc, v):
+        return rotl((acc + v * _P2) & _M, 31) * _P1 & _M
+
+    def merge(acc, v):
+        return ((acc ^ rnd(0, v)) * _P1 + _P4) & _M
+
+    n, p = len(data), 0
+    if n >= 32:
+        v = [(seed + _P1 + _P2) & _M, (seed + _P2) & _M, seed, (seed - _P1) & _M]
+        while p + 32 <= n:
+            for i in range(4):
+                v[i] = rnd(v[i], int.from_bytes(data[p + 8 * i:p + 8 * i + 8], "little"))
+            p += 32
+        h = (rotl(v[0], 1) + rotl(v[1], 7) + rotl(v[2], 12) + rotl(v[3], 18)) & _M
+        for x in v:
+            h = merge(h, x)
+    else:
+        h = (seed + _P5) & _M
+    h = (h + n) & _M
+    while p + 8 <= n:
+        h = (rotl(h ^ rnd(0, int.from_bytes(data[p:p + 8], "little")), 27) * _P1 + _P4) & _M
+        p += 8
+    if p + 4 <= n:
+        h = (rotl(h ^ (int.from_bytes(data[p:p + 4], "little") * _P1 & _M), 23) * _P2 + _P3) & _M
+        p += 4
+    while p < n:
+        h = rotl(h ^ (data[p] * _P5 & _M), 11) * _P1 & _M
+        p += 1
+    h ^= h >> 33
+    h = h * _P2 & _M
+    h ^= h >> 29
+    h = h * _P3 & _M
+    return h ^ (h >> 32)
+
+
+def _forge(entry, payload):
+    """entry's header with another payload, both checksums made valid."""
+    head = bytearray(entry[:80])
+    head[48:56] = len(payload).to_bytes(8, "little")
+    head[56:64] = _xxh64(payload).to_bytes(8, "little")
+    head[72:80] = _xxh64(bytes(head[:72])).to_bytes(8, "little")
+    return bytes(head) + payload
+
+
+SWAPPED = r"""
+import json, torch, torchtpu
+x = torch.tensor([0.5, 1.0, 2.0])
+got = {"exp": torch.exp(x.to("tpu")).cpu().tolist(), "sin": torch.sin(x.to("tpu")).cpu().tolist()}
+m = torchtpu.metrics.metrics()
+print(json.dumps({"got": got, "want": {"exp": torch.exp(x).tolist(), "sin": torch.sin(x).tolist()},
+                  "foreign": m.get("cache_entries_foreign", 0),
+                  "rejected": m.get("cache_entries_rejected", 0), "compiles": m.get("compiles", 0)}))
+"""
+
+
+def _run(code, directory, timeout=120):
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=_env(directory), timeout=timeout, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _entry_of(op, directory):
+    """The name of the entry holding `op`'s program (its only one)."""
+    code = ("import torch, torchtpu\nx = torch.tensor([0.5, 1.0, 2.0])\n"
+            f"print(torch.{op}(x.to('tpu')).cpu().tolist())\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=_env(directory), timeout=120, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return set(entries(directory))
+
+
+def test_entries_with_swapped_payloads_are_foreign_and_recompiled(tmp_path):
+    # Swapping the payloads of exp's and sin's entries (headers and
+    # checksums made valid) made exp return sin(x). Each payload starts with
+    # an independent hash of its key, compared on load: such an entry is
+    # foreign, counted, recompiled and replaced.
+    exp_names, sin_names = _entry_of("exp", tmp_path / "e"), _entry_of("sin", tmp_path / "s")
+    (exp_name,), (sin_name,) = exp_names - sin_names, sin_names - exp_names
+    d = tmp_path / "shared"
+    first = _run(SWAPPED, d)
+    assert first["got"] == first["want"]
+    e, s = (d / exp_name).read_bytes(), (d / sin_name).read_bytes()
+    assert _xxh64(e[:72]) == int.from_bytes(e[72:80], "little")  # the format's own XXH64
+    (d / exp_name).write_bytes(_forge(e, s[80:]))
+    (d / sin_name).write_bytes(_forge(s, e[80:]))
+    second = _run(SWAPPED, d)
+    assert second["got"] == second["want"]
+    assert second["foreign"] == 2 and second["rejected"] == 2 and second["compiles"] == 2
+    third = _run(SWAPPED, d)  # the replacements are sound
+    assert third["got"] == third["want"] and third["foreign"] == 0 and third["compiles"] == 0
+
+
+def test_special_file_at_an_entry_path_is_rejected_without_blocking(tmp_path):
+    # A FIFO at an entry's path blocked the process in open()
+    first = _run(SWAPPED, tmp_path)
+    names = list(entries(tmp_path))
+    for name in names:
+        (tmp_path / name).unlink()
+        os.mkfifo(tmp_path / name)
+    second = _run(SWAPPED, tmp_path, timeout=60)  # a hang fails here
+    assert second["got"] == second["want"] == first["want"]
+    assert second["rejected"] >= len(names)
+    assert all((tmp_path / n).is_file() for n in names)  # replaced by sound entries

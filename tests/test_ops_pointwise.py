@@ -1169,3 +1169,26 @@ def test_fuzz_half_rsqrt_matches_cpu_bits(dtype):
     same_as_cpu(lambda d: torch.rsqrt(small.to(d)).cpu())
     large = (torch.rand(4096, generator=g) * 100 + 1e-3).to(dtype)
     same_as_cpu(lambda d: torch.rsqrt(large.to(d)).cpu())
+
+
+def test_fuzz_integer_pow_fused_in_a_run_compiles_quickly():
+    # fuzz seed 604486 (defer_and_fuse): an integer power fused with other
+    # ops took XLA's CPU compiler minutes while it was unrolled over the
+    # exponent's 63 bits (now a loop); values as on CPU. A hang fails here.
+    from conftest import run_python
+    code = r"""
+import torch, torchtpu
+def prog(d):
+    a0, a1 = torch.tensor([0.3], device=d), torch.tensor([[0.1], [-0.2], [0.4]], device=d)
+    v0 = torch.take(a0, torch.tensor([-1, 0, 0, 0], device=d))
+    a0[a0 > 0] = False
+    v3 = v0 + -2
+    v4 = v3 >= a1
+    return [v4 ** 2, (v3 * 3).long() ** 5, torch.tensor([3, -2, 7], device=d) ** torch.tensor([64, 63, 5], device=d)]
+with torchtpu.eager_mode("defer_and_fuse"):
+    got = [t.cpu() for t in prog("tpu")]
+assert all(torch.equal(g, w) for g, w in zip(got, prog("cpu"))), (got, prog("cpu"))
+print("ok")
+"""
+    r = run_python(code, {"TORCHTPU_CACHE": "0"}, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-3000:]

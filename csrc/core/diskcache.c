@@ -92,6 +92,9 @@ static uint8_t* put_field(uint8_t* out, const void* data, size_t len) {
   return out + 8 + len;
 }
 
+/* Seeds of the key's independent check: not the name's hashes. */
+static const uint64_t kCheckSeeds[2] = {0x6b6579636865636bull, 0x746f726368747075ull};
+
 void tpu_diskcache_key_make(const char* mlir, size_t mlir_len,
                             const uint8_t* options, size_t options_len,
                             const char* identity,
@@ -109,14 +112,21 @@ void tpu_diskcache_key_make(const char* mlir, size_t mlir_len,
     for (size_t i = 0; i < 5; i++) at = put_field(at, fields[i], lens[i]);
     a = xxh64(buffer, total, 0);
     b = fnv1a64(buffer, total);
+    out_key->check[0] = xxh64(buffer, total, kCheckSeeds[0]);
+    out_key->check[1] = xxh64(buffer, total, kCheckSeeds[1]);
     free(buffer);
   } else {
     /* Out of memory: hash the fields one by one (still deterministic). */
     a = b = 0;
+    uint64_t c0 = kCheckSeeds[0], c1 = kCheckSeeds[1];
     for (size_t i = 0; i < 5; i++) {
       a = xxh64(fields[i], lens[i], a + lens[i]);
       b = b * 31 + fnv1a64(fields[i], lens[i]) + lens[i];
+      c0 = xxh64(fields[i], lens[i], c0 + lens[i]);
+      c1 = xxh64(fields[i], lens[i], c1 ^ lens[i]);
     }
+    out_key->check[0] = c0;
+    out_key->check[1] = c1;
   }
   snprintf(out_key->hex, sizeof out_key->hex, "%016llx%016llx",
            (unsigned long long)a, (unsigned long long)b);
@@ -153,11 +163,15 @@ size_t tpu_diskcache_identity(const tpu_client_t* client, char* out_text,
  *   8  format version u32      12  header length u32
  *   16 key (32 hex digits)
  *   48 payload length u64      56 payload checksum (xxh64) u64
- *   64 compile time ns i64     72 header checksum (xxh64 of bytes 0..71) */
+ *   64 compile time ns i64     72 header checksum (xxh64 of bytes 0..71)
+ * The payload (covered by its checksum): the key's check (2 x u64), then
+ * the serialized executable. Version 1 entries had no check: they are
+ * rejected and rewritten. */
 
 #define MAGIC "TORCHTPU"
-#define FORMAT_VERSION 1u
+#define FORMAT_VERSION 2u
 #define HEADER_LEN 80
+#define CHECK_LEN 16
 #define ENTRY_SUFFIX ".entry"
 #define LOCK_SUFFIX ".lock"
 #define TEMP_SUFFIX ".tmp"
@@ -181,6 +195,7 @@ static uint64_t get_u64(const uint8_t* p) {
   return v;
 }
 
+/* payload: the check then the executable (len bytes in all). */
 static void encode_header(uint8_t header[HEADER_LEN],
                           const tpu_diskcache_key_t* key, const void* payload,
                           size_t len, int64_t compile_ns) {
@@ -344,7 +359,9 @@ bool tpu_diskcache_read(tpu_diskcache_t* cache, const tpu_diskcache_key_t* key,
   *out_compile_ns = 0;
   char path[4096];
   if (!key_path(cache, key, ENTRY_SUFFIX, path, sizeof path)) return false;
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  /* Non-blocking: a FIFO (or a device) at the entry's path would block the
+   * open until a writer came; it is no entry. (No effect on a file.) */
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return false; /* a miss (or unreadable: the same to us) */
   struct stat st;
   if (fstat(fd, &st) != 0) {
@@ -352,7 +369,7 @@ bool tpu_diskcache_read(tpu_diskcache_t* cache, const tpu_diskcache_key_t* key,
     return false;
   }
   uint8_t header[HEADER_LEN];
-  bool ok = S_ISREG(st.st_mode) && st.st_size >= HEADER_LEN &&
+  bool ok = S_ISREG(st.st_mode) && st.st_size >= HEADER_LEN + CHECK_LEN &&
             read_all(fd, header, HEADER_LEN, 0) && header_valid(header, key, st.st_size);
   size_t len = ok ? (size_t)get_u64(header + 48) : 0;
   uint8_t* payload = ok ? malloc(len ? len : 1) : NULL;
@@ -362,12 +379,19 @@ bool tpu_diskcache_read(tpu_diskcache_t* cache, const tpu_diskcache_key_t* key,
   }
   ok = ok && read_all(fd, payload, len, HEADER_LEN) &&
        xxh64(payload, len, 0) == get_u64(header + 56);
+  if (ok && (get_u64(payload) != key->check[0] || get_u64(payload + 8) != key->check[1])) {
+    /* Sound, but another program's executable. */
+    TPU_METRICS_BUMP("cache_entries_foreign", 1);
+    ok = false;
+  }
   if (!ok) {
     free(payload);
     remove_rejected(path, &st);
     close(fd);
     return false;
   }
+  len -= CHECK_LEN;
+  memmove(payload, payload + CHECK_LEN, len);
   /* Mark it recently used for LRU eviction (fails harmlessly on a read-only
    * shared directory). */
   futimens(fd, NULL);
@@ -495,7 +519,7 @@ tpu_status_t tpu_diskcache_write(tpu_diskcache_t* cache,
                                  const tpu_diskcache_key_t* key,
                                  const void* payload, size_t len,
                                  int64_t compile_ns) {
-  int64_t bytes = (int64_t)(HEADER_LEN + len);
+  int64_t bytes = (int64_t)(HEADER_LEN + CHECK_LEN + len);
   if (cache->max_bytes > 0 && bytes > cache->max_bytes) return NULL;
   char path[4096], temp[4096];
   int n = snprintf(temp, sizeof temp, "%s/.%s.%ld.%llu%s", cache->dir, key->hex,
@@ -507,13 +531,23 @@ tpu_status_t tpu_diskcache_write(tpu_diskcache_t* cache,
     return tpu_status_make(TPU_STATUS_INVALID_ARGUMENT,
                            "cache directory path too long: %s", cache->dir);
   }
+  uint8_t* body = malloc(CHECK_LEN + len);
+  if (!body)
+    return tpu_status_make(TPU_STATUS_RESOURCE_EXHAUSTED, "out of host memory writing %s", path);
+  put_u64(body, key->check[0]);
+  put_u64(body + 8, key->check[1]);
+  if (len) memcpy(body + CHECK_LEN, payload, len);
   uint8_t header[HEADER_LEN];
-  encode_header(header, key, payload, len, compile_ns);
+  encode_header(header, key, body, CHECK_LEN + len, compile_ns);
   int fd = open(temp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0) return errno_status("cannot create", temp);
+  if (fd < 0) {
+    free(body);
+    return errno_status("cannot create", temp);
+  }
   /* No fsync: after a crash a torn entry fails its checksum and is
    * recompiled, which is cheaper than syncing every compile. */
-  bool ok = write_all(fd, header, HEADER_LEN) && write_all(fd, payload, len);
+  bool ok = write_all(fd, header, HEADER_LEN) && write_all(fd, body, CHECK_LEN + len);
+  free(body);
   tpu_status_t status = ok ? NULL : errno_status("cannot write", temp);
   if (close(fd) != 0 && !status) status = errno_status("cannot write", temp);
   if (!status && rename(temp, path) != 0) status = errno_status("cannot rename", temp);

@@ -5,7 +5,8 @@
  *
  * An entry is one file, <key>.entry: a fixed header (magic, format version,
  * key, payload length and checksum, the original compile time, a header
- * checksum) then the plugin's serialized executable. Entries are written to
+ * checksum) then the payload: the key's independent check (16 bytes) and
+ * the plugin's serialized executable. Entries are written to
  * a temporary file in the same directory and renamed into place, so readers
  * see a whole entry or none. An entry that fails any check is deleted and
  * treated as a miss: the cache is never trusted and never fatal.
@@ -32,6 +33,11 @@ extern "C" {
 #define TPU_DISKCACHE_KEY_HEX 32
 typedef struct tpu_diskcache_key_s {
   char hex[TPU_DISKCACHE_KEY_HEX + 1];
+  /* A second, independent hash of the same key material, stored at the
+   * start of the entry's payload and compared on load: an entry whose
+   * payload is another program's (moved, swapped, or a colliding name) is
+   * foreign ("cache_entries_foreign"), rejected and recompiled. */
+  uint64_t check[2];
 } tpu_diskcache_key_t;
 
 /* The key of compiling `mlir` with `options` bytes for the plugin named by

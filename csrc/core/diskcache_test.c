@@ -332,9 +332,47 @@ static void replace_payload_with_garbage(const char* path) {
   const char* name = strrchr(path, '/') + 1;
   memcpy(key.hex, name, TPU_DISKCACHE_KEY_HEX);
   key.hex[TPU_DISKCACHE_KEY_HEX] = '\0';
+  /* The entry's own key check (after the 80-byte header): sound, not
+   * foreign, only its executable is garbage. */
+  int fd = open(path, O_RDONLY);
+  bool read_check = fd >= 0 && pread(fd, key.check, sizeof key.check, 80) == sizeof key.check;
+  if (fd >= 0) close(fd);
+  if (!read_check) fprintf(stderr, "cannot read the key check of %s\n", path);
   static const char kGarbage[] = "this is not an executable";
   tpu_status_free(tpu_diskcache_write(cache, &key, kGarbage, sizeof kGarbage, 1));
   tpu_diskcache_close(cache);
+}
+
+/* The entry's payload (key check and executable) swapped for another
+ * program's under a sound header: foreign. */
+static void swap_in_foreign_payload(const char* path) {
+  char other_text[512];
+  program_text(98, other_text, sizeof other_text);
+  if (run_program(98) != NULL) return;
+  tpu_diskcache_t* cache = NULL;
+  tpu_status_t s = tpu_diskcache_open(tpu_diskcache_local_dir(), 0, &cache);
+  if (s) {
+    tpu_status_free(s);
+    return;
+  }
+  tpu_diskcache_key_t other;
+  key_of(other_text, &other);
+  void* payload = NULL;
+  size_t len = 0;
+  int64_t ns = 0;
+  if (tpu_diskcache_read(cache, &other, &payload, &len, &ns)) {
+    tpu_diskcache_key_t forged = other; /* the other's check, under this name */
+    const char* name = strrchr(path, '/') + 1;
+    memcpy(forged.hex, name, TPU_DISKCACHE_KEY_HEX);
+    tpu_status_free(tpu_diskcache_write(cache, &forged, payload, len, ns));
+  }
+  free(payload);
+  tpu_diskcache_close(cache);
+}
+/* A FIFO at the entry's path: rejected without blocking in open(). */
+static void make_fifo(const char* path) {
+  unlink(path);
+  if (mkfifo(path, 0644) != 0) fprintf(stderr, "mkfifo failed\n");
 }
 
 static void test_damaged_entries_are_recompiled(void) {
@@ -348,6 +386,10 @@ static void test_damaged_entries_are_recompiled(void) {
   expect_rejected_and_replaced(4, make_empty);
   expect_rejected_and_replaced(4, replace_with_foreign);
   expect_rejected_and_replaced(4, replace_payload_with_garbage);
+  int64_t foreign = tpu_metrics_get("cache_entries_foreign");
+  expect_rejected_and_replaced(4, swap_in_foreign_payload);
+  CHECK_EQ(tpu_metrics_get("cache_entries_foreign"), foreign + 1);
+  expect_rejected_and_replaced(4, make_fifo);
 }
 
 static void test_shared_tier(void) {
@@ -413,7 +455,7 @@ static void sleep_ms(int ms) {
 
 static void test_lru_eviction(void) {
   const size_t kPayload = 1000;
-  const int64_t entry = 80 + (int64_t)kPayload;
+  const int64_t entry = 80 + 16 + (int64_t)kPayload; /* header, key check, payload */
   tpu_diskcache_t* cache = NULL;
   CHECK_OK(tpu_diskcache_open(fresh_dir("lru"), 3 * entry + entry / 2, &cache));
   char payload[1000];
@@ -460,7 +502,7 @@ static void test_lru_eviction(void) {
 }
 
 static void test_recently_used_entry_survives(void) {
-  const int64_t entry = 80 + 100;
+  const int64_t entry = 80 + 16 + 100;
   tpu_diskcache_t* cache = NULL;
   CHECK_OK(tpu_diskcache_open(fresh_dir("lru_touch"), 3 * entry, &cache));
   char payload[100] = {1};

@@ -789,21 +789,31 @@ static tpu_status_t lower_copysign(tpu_lower_ctx_t* ctx) {
 
 /* x ** y for integers, y >= 0: square-and-multiply over every bit of y
  * with wrapping products, as PyTorch's powi. (XLA's integer power looks at
- * only the low 6 bits of the exponent: 3 ** 64 gave 1.) Unrolled over the
- * dtype's value bits; XLA fuses it into one elementwise loop. */
+ * only the low 6 bits of the exponent: 3 ** 64 gave 1.) A loop over the
+ * dtype's value bits: unrolled, its 63 steps of int64 made XLA's CPU
+ * compiler take minutes once fused with other ops (a defer_and_fuse run). */
 static tpu_hlo_value_t int_power(tpu_hlo_builder_t* b, tpu_hlo_value_t x, tpu_hlo_value_t y) {
   tpu_dtype_t d = tpu_hlo_value_type(b, x).dtype;
   int bits = 8 * (int)tpu_dtype_size(d) - (d == TPU_DTYPE_UINT8 ? 0 : 1);
-  tpu_hlo_value_t zero = tpu_emit_splat(b, y, 0), one = tpu_emit_splat(b, y, 1);
-  tpu_hlo_value_t result = tpu_emit_splat(b, x, 1), base = x, e = y;
-  for (int i = 0; i < bits; i++) {
-    tpu_hlo_value_t bit = cmp(b, "NE", tpu_emit_binary(b, "stablehlo.and", e, one), zero);
-    result = sel(b, bit, tpu_emit_mul(b, result, base), result);
-    if (i + 1 == bits) break;
-    base = tpu_emit_mul(b, base, base);
-    e = tpu_emit_binary(b, "stablehlo.shift_right_logical", e, one);
-  }
-  return result;
+  tpu_hlo_type_t types[4] = {tpu_hlo_value_type(b, x), tpu_hlo_value_type(b, x),
+                             tpu_hlo_value_type(b, y), tpu_hlo_type_scalar(TPU_DTYPE_INT32)};
+  tpu_hlo_value_t init[4] = {tpu_emit_splat(b, x, 1), x, y, tpu_emit_const(b, TPU_DTYPE_INT32, 0)};
+  tpu_hlo_region_op_begin(b, "stablehlo.while", init, 4, types, 4, NULL);
+  tpu_hlo_value_t s[4];
+  tpu_hlo_block_begin(b, types, 4, s); /* cond: step < bits */
+  tpu_hlo_value_t more = cmp(b, "LT", s[3], tpu_emit_const(b, TPU_DTYPE_INT32, bits));
+  tpu_hlo_block_return(b, &more, 1);
+  tpu_hlo_block_begin(b, types, 4, s); /* body: one bit of e */
+  tpu_hlo_value_t zero = tpu_emit_splat(b, s[2], 0), one = tpu_emit_splat(b, s[2], 1);
+  tpu_hlo_value_t bit = cmp(b, "NE", tpu_emit_binary(b, "stablehlo.and", s[2], one), zero);
+  tpu_hlo_value_t next[4] = {
+      sel(b, bit, tpu_emit_mul(b, s[0], s[1]), s[0]), tpu_emit_mul(b, s[1], s[1]),
+      tpu_emit_binary(b, "stablehlo.shift_right_logical", s[2], one),
+      tpu_emit_add(b, s[3], tpu_emit_const(b, TPU_DTYPE_INT32, 1))};
+  tpu_hlo_block_return(b, next, 4);
+  tpu_hlo_value_t out[4];
+  tpu_hlo_region_op_end(b, out);
+  return out[0];
 }
 
 /* pow(tensor, scalar) of floats: CPU's kernel (PowKernel.cpp) computes
