@@ -307,3 +307,20 @@ def test_fuzz_writes_through_overlapping_windows_land_where_cpu_writes(op):
     with no_fallback():
         got = fn("tpu")
     assert torch.equal(got.cpu(), want)
+
+
+def test_writes_of_negative_zero_through_expanded_and_overlapping_views():
+    # "changed" compares bits: -0.0 written over 0.0 lands (it compared
+    # equal, so the write was dropped), as on CPU
+    def fn(d):
+        x = torch.zeros(2, device=d)
+        x[:1].expand(3).fill_(-0.0)
+        y = torch.zeros(4, device=d)
+        y.unfold(0, 2, 1).masked_fill_(torch.ones(3, 2, dtype=torch.bool, device=d), -0.0)
+        return x, y
+
+    want = fn("cpu")
+    with no_fallback():
+        got = fn("tpu")
+    for g, w in zip(got, want):
+        assert torch.equal(torch.signbit(g.cpu()), torch.signbit(w)) and torch.equal(g.cpu(), w)

@@ -61,6 +61,17 @@ static tpu_hlo_value_t index_tensor(tpu_hlo_builder_t* b, const tpu_view_t* v) {
 }
 
 /* Indices reshaped to [numel, 1] for gather/scatter. */
+/* Floats as same-width integers: "changed" means other bits, so writing
+ * -0.0 over 0.0 is a change and an unchanged NaN is not. */
+static tpu_hlo_value_t as_bits(tpu_hlo_builder_t* b, tpu_hlo_value_t x) {
+  tpu_hlo_type_t t = tpu_hlo_value_type(b, x);
+  if (!tpu_dtype_is_floating(t.dtype) && !tpu_dtype_is_complex(t.dtype)) return x;
+  if (tpu_dtype_is_complex(t.dtype)) return x; /* (no same-width integer: values) */
+  size_t size = tpu_dtype_size(t.dtype);
+  t.dtype = size == 8 ? TPU_DTYPE_INT64 : size == 4 ? TPU_DTYPE_INT32 : TPU_DTYPE_INT16;
+  return tpu_hlo_op(b, "stablehlo.bitcast_convert", &x, 1, t, NULL);
+}
+
 /* Whether two elements of the view can share a location: a stride-0
  * dimension, or (its dimensions sorted by stride) one whose stride is less
  * than the extent of the ones inside it (unfold's overlapping windows). */
@@ -222,7 +233,7 @@ tpu_hlo_value_t tpu_view_emit_write(tpu_hlo_builder_t* b, tpu_hlo_value_t flat,
     tpu_hlo_value_t old = tpu_emit_reshape(b, tpu_view_emit_read(b, flat, v), &numel, 1);
     int64_t dims[2] = {numel, 1};
     tpu_hlo_value_t changed =
-        tpu_emit_reshape(b, tpu_emit_compare(b, "NE", updates, old), dims, 2);
+        tpu_emit_reshape(b, tpu_emit_compare(b, "NE", as_bits(b, updates), as_bits(b, old)), dims, 2);
     tpu_hlo_type_t idx_type = tpu_hlo_type_make(TPU_DTYPE_INT64, 2, dims);
     indices = tpu_emit_select(b, changed, indices, tpu_emit_const_like(b, &idx_type, (double)n));
   }
