@@ -678,6 +678,30 @@ def test_compiled_nll_loss_target_out_of_bounds_raises(case):
     torch.testing.assert_close(cf(x.to("tpu"), t.to("tpu")).cpu(), want)
 
 
+@pytest.mark.parametrize("case", ["masked_fill", "fill", "masked_fill_ok", "fill_float", "index_fill_wraps"])
+def test_compiled_fill_values_the_dtype_cannot_hold_raise_as_cpu(case):
+    # fuzz seed 701287: uint8.masked_fill_(m, -1.25) raises CPU's overflow
+    # error (so does eager); the graph keeps the fills whole and checks them
+    f, x = {
+        "masked_fill": (lambda a: a.reshape(3, 1).masked_fill_(a.reshape(3, 1) > 1, -1.25),
+                        torch.tensor([[1, 2, 3]], dtype=torch.uint8)),
+        "fill": (lambda a: (a * 2).fill_(300), torch.tensor([1, 2], dtype=torch.uint8)),
+        "masked_fill_ok": (lambda a: a.masked_fill(a > 1, 7) * 2, torch.tensor([[1, 2, 3]], dtype=torch.uint8)),
+        "fill_float": (lambda a: (a * 2).fill_(-1.5), torch.tensor([1.0, 2.0])),
+        "index_fill_wraps": (lambda a: (a + 1).index_fill_(0, torch.tensor([0], device=a.device), -3),
+                             torch.tensor([1, 2], dtype=torch.uint8)),
+    }[case]
+    cf = torch.compile(f, backend="tpu")
+    try:
+        want = f(x.clone())
+    except RuntimeError as e:
+        with pytest.raises(RuntimeError, match="cannot be converted"):
+            cf(x.to("tpu"))
+        assert "cannot be converted" in str(e)
+        return
+    assert torch.equal(cf(x.to("tpu")).cpu(), want)
+
+
 def test_compiled_unfold_is_lowered_forward_and_backward():
     # unfold (overlapping and gapped windows, a 2-D input) compiles into the
     # program instead of sending the graph to eager; grads as on CPU.

@@ -308,6 +308,7 @@ class _Builder:
             self.ids[n] = full if multi else full[0]
             self._check_divisor(graph, n, name)
             self._check_pow_exponent(n, name)
+            self._check_fill_value(n, name)
             self._check_indices(graph, n, name)
             self._check_targets(graph, n, name)
         for o in outputs:
@@ -391,8 +392,10 @@ class _Builder:
         # uint8 tensor // 256 divides by 0.
         y = n.args[1] if len(n.args) > 1 else n.kwargs.get("other")
         if isinstance(y, (int, float, bool)):
+            from torch._subclasses.fake_tensor import unset_fake_temporarily
             try:
-                zero = torch.tensor(y).to(val.dtype).item() == 0
+                with unset_fake_temporarily():  # (the graph is built under fake mode)
+                    zero = torch.tensor(y).to(val.dtype).item() == 0
             except (RuntimeError, OverflowError):
                 zero = y == 0
             if zero:
@@ -413,6 +416,24 @@ class _Builder:
             raise _Unsupported(str(e)) from None
         self.flags.append((flag, RuntimeError,
                            "ZeroDivisionError (an integer division of a compiled graph)"))
+
+    def _check_fill_value(self, n, name):
+        """A fill value its tensor's dtype cannot hold
+        (`uint8.masked_fill_(m, -1.25)`) raises CPU's overflow error, as in
+        eager; the meta kernels traced do not check."""
+        at = {"aten::fill.Scalar": 1, "aten::masked_fill.Scalar": 2,
+              "aten::index_fill.int_Scalar": 3}.get(name)
+        if at is None or len(n.args) <= at or not isinstance(n.args[at], (int, float, bool)):
+            return
+        x = n.args[0].meta.get("val") if isinstance(n.args[0], torch.fx.Node) else None
+        if not isinstance(x, torch.Tensor) or not x.numel():
+            return  # (nothing is filled)
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
+        try:
+            with unset_fake_temporarily():  # (the graph is built under fake mode)
+                torch.empty(1, dtype=x.dtype).fill_(n.args[at])
+        except RuntimeError as e:
+            self.literal_errors.append(str(e).split("\n")[0])
 
     def _check_pow_exponent(self, n, name):
         """CPU's pow refuses an integer self to a negative integer literal
@@ -1001,9 +1022,11 @@ _DECOMPS = None
 # fallback raises CPU's error, as in eager. mv and dot decompose into a
 # multiply and a sum, whose one-product sums keep a -0.0 that CPU's zeroed
 # accumulator (and their lowering) makes +0.0. nll_loss stays whole for its
-# target check (_check_targets), which the decomposed gather cannot make.
+# target check (_check_targets), which the decomposed gather cannot make,
+# and the fills for their value's (_check_fill_value: decomposed, the value
+# is a folded constant).
 _KEEP_WHOLE = ("frac", "heaviside", "logaddexp", "logaddexp2", "trace", "mv", "dot", "vdot",
-               "nll_loss_forward", "nll_loss2d_forward")
+               "nll_loss_forward", "nll_loss2d_forward", "masked_fill", "fill", "index_fill")
 
 
 def _decompositions():
