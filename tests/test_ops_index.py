@@ -774,3 +774,20 @@ def test_masked_select_out_dtype_as_cpu(out_dtype):
                             torch.tensor([True, False, True], device=d), out=out)
         return out
     same_as_cpu(run)
+
+
+@pytest.mark.parametrize("mode", ["strict", "defer_and_fuse"])
+def test_synchronize_raises_a_pending_index_error(mode):
+    # an out-of-range index raises at the next host read, or at a
+    # synchronize (as CUDA's device-side asserts do); later ops are fine
+    with torchtpu.eager_mode(mode):
+        x = torch.zeros(3, device="tpu").index_select(0, torch.tensor([7], device="tpu"))
+        with pytest.raises(IndexError):
+            torch.tpu.synchronize()
+        del x
+        torch.tpu.synchronize()
+        loss = F.cross_entropy(torch.zeros(2, 3, device="tpu"), torch.tensor([0, 3], device="tpu"))
+        with pytest.raises(IndexError, match="Target 3 is out of bounds"):
+            torch.tpu.synchronize()
+        assert torch.equal(torch.arange(3, device="tpu").cpu(), torch.arange(3))
+        del loss

@@ -26,6 +26,7 @@ extern "C" {
 namespace torchtpu {
 void set_default_plugin_path(const std::string& path);
 void ensure_runtime();
+void check_pending_index_errors();  // dispatch.cpp
 void set_fallback_quiet(bool quiet);
 int register_lowered_ops();
 // Eager modes (debug.cpp); names rather than the enum keep this file free
@@ -263,5 +264,9 @@ PYBIND11_MODULE(_C, m) {
       py::gil_scoped_acquire acquire;
       raise_status(s, "synchronize");
     }
+    // The ops' own checks (an index out of range, a class target) raise
+    // here too, as CUDA's device-side asserts do at a synchronize.
+    py::gil_scoped_acquire acquire;
+    torchtpu::check_pending_index_errors();
   });
 }
