@@ -13,10 +13,14 @@ def test_allocation_is_counted_and_freed():
     torch.tpu.synchronize()
     before = torch.tpu.memory_allocated()
     x = torch.empty(1000, dtype=torch.float32, device="tpu")
-    assert torch.tpu.memory_allocated() - before == 4000
+    held = torch.tpu.memory_allocated()
+    assert held - before == 4000
     del x
     gc.collect()
-    assert torch.tpu.memory_allocated() == before
+    after = torch.tpu.memory_allocated()
+    # its 4000 bytes are released (anything an earlier test still held may
+    # go too, never come)
+    assert held - after >= 4000 and after <= before
 
 
 def test_peak_and_reset():
