@@ -446,6 +446,25 @@ class _Builder:
                 and not xv.dtype.is_complex and isinstance(e, (int, bool)) and e < 0):
             self.literal_errors.append("Integers to negative integer powers are not allowed.")
 
+    def _out_of_range_flag(self, graph, idx, size, ignore=None):
+        """A 0-d bool value: whether an element of the index node idx lies
+        outside [0, size) (an element equal to ignore aside)."""
+        vid, shape = self._value(idx), list(idx.meta["val"].shape)
+
+        def node(op, args, out_shape=shape):
+            return graph.add_node(op, args, [], [(torch.bool, out_shape)])[0]
+
+        try:
+            low = node("aten::lt.Scalar", [("tensor", vid), ("scalar", 0)])
+            high = node("aten::ge.Scalar", [("tensor", vid), ("scalar", size)])
+            bad = node("aten::logical_or", [("tensor", low), ("tensor", high)])
+            if ignore is not None:
+                kept = node("aten::ne.Scalar", [("tensor", vid), ("scalar", ignore)])
+                bad = node("aten::logical_and", [("tensor", bad), ("tensor", kept)])
+            return node("aten::any", [("tensor", bad)], [])
+        except (RuntimeError, TypeError, ValueError) as e:
+            raise _Unsupported(str(e)) from None
+
     def _check_targets(self, graph, n, name):
         """nll_loss with a target outside [0, classes) (other than
         ignore_index) raises IndexError on the CPU, as in the eager modes."""
@@ -461,22 +480,7 @@ class _Builder:
                 not tv.numel() or xv.dim() < 1:
             return
         classes = xv.shape[0 if xv.dim() == 1 else 1]
-        shape = list(tv.shape)
-        tid = self._value(t)
-        try:
-            low = graph.add_node("aten::lt.Scalar", [("tensor", tid), ("scalar", 0)], [],
-                                 [(torch.bool, shape)])[0]
-            high = graph.add_node("aten::ge.Scalar", [("tensor", tid), ("scalar", int(classes))],
-                                  [], [(torch.bool, shape)])[0]
-            out = graph.add_node("aten::logical_or", [("tensor", low), ("tensor", high)], [],
-                                 [(torch.bool, shape)])[0]
-            kept = graph.add_node("aten::ne.Scalar", [("tensor", tid), ("scalar", ignore)], [],
-                                  [(torch.bool, shape)])[0]
-            bad = graph.add_node("aten::logical_and", [("tensor", out), ("tensor", kept)], [],
-                                 [(torch.bool, shape)])[0]
-            flag = graph.add_node("aten::any", [("tensor", bad)], [], [(torch.bool, [])])[0]
-        except (RuntimeError, TypeError, ValueError) as e:
-            raise _Unsupported(str(e)) from None
+        flag = self._out_of_range_flag(graph, t, int(classes), ignore)
         self.flags.append((flag, IndexError, "Target is out of bounds (nll_loss of a compiled graph)"))
 
     def _check_indices(self, graph, n, name):
@@ -497,18 +501,7 @@ class _Builder:
             return
         d = dim % max(sv.dim(), 1)
         size = sv.shape[d] if sv.dim() else 1
-        shape = list(iv.shape)
-        try:
-            low = graph.add_node("aten::lt.Scalar", [("tensor", self._value(idx)), ("scalar", 0)],
-                                 [], [(torch.bool, shape)])[0]
-            high = graph.add_node("aten::ge.Scalar",
-                                  [("tensor", self._value(idx)), ("scalar", int(size))], [],
-                                  [(torch.bool, shape)])[0]
-            bad = graph.add_node("aten::logical_or", [("tensor", low), ("tensor", high)], [],
-                                 [(torch.bool, shape)])[0]
-            flag = graph.add_node("aten::any", [("tensor", bad)], [], [(torch.bool, [])])[0]
-        except (RuntimeError, TypeError, ValueError) as e:
-            raise _Unsupported(str(e)) from None
+        flag = self._out_of_range_flag(graph, idx, int(size))
         # CPU's errors: a RuntimeError for dim 1 of an n-d source and for an
         # empty n-d source, else IndexError (embedding too)
         if name == "aten::embedding" or sv.dim() <= 1 or (d != 1 and sv.numel()):
