@@ -168,3 +168,38 @@ def test_unsupported_dtype_raises_clearly_and_process_continues(dtype):
     with pytest.raises(TypeError, match="not supported on the tpu device"):
         torch.zeros(3, dtype=dtype).to("tpu")
     assert torch.ones(2, device="tpu").cpu().tolist() == [1.0, 1.0]
+
+
+def _bytes_to_host(fn):
+    import torchtpu.metrics
+    torch.tpu.synchronize()
+    before = torchtpu.metrics.metrics().get("bytes_to_host", 0)
+    out = fn()
+    return out, torchtpu.metrics.metrics().get("bytes_to_host", 0) - before
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.bool, torch.int64])
+def test_element_and_slice_reads_move_only_their_bytes(dtype):
+    """x[5].item() and x[:3].cpu() of a large tensor transfer the element or the
+    slice, not the storage; the values are CPU's (bit-exact)."""
+    cpu = make(dtype, (1 << 18,), seed=3)
+    x = cpu.to("tpu")
+    item = cpu.element_size()
+    got, moved = _bytes_to_host(lambda: x[5].item())
+    assert moved == item
+    assert got == cpu[5].item() or (got != got and cpu[5].item() != cpu[5].item())
+    got, moved = _bytes_to_host(lambda: x[7:10].cpu())
+    assert moved == 3 * item
+    assert torch.equal(bits(got), bits(cpu[7:10]))
+    # A column of a matrix spans its rows: the rows from the first to the last.
+    m, mc = x.view(512, -1), cpu.view(512, -1)
+    got, moved = _bytes_to_host(lambda: m[3:5, 2].cpu())
+    assert moved == (mc.stride(0) + 1) * item
+    assert torch.equal(bits(got), bits(mc[3:5, 2]))
+    # The result of an op, read through a view, and an expanded scalar.
+    got, moved = _bytes_to_host(lambda: (x[:10].clone())[4].item())
+    assert moved == item
+    e = x[9].expand(6, 6)
+    got, moved = _bytes_to_host(lambda: e.cpu())
+    assert moved == item
+    assert torch.equal(bits(got), bits(cpu[9].expand(6, 6)))

@@ -189,6 +189,34 @@ tpu_status_t tpu_storage_read_bytes(tpu_storage_t* storage, void* dst,
   return tpu_buffer_to_host(storage->buffer, dst, nbytes);
 }
 
+tpu_status_t tpu_storage_read_range(tpu_storage_t* storage, size_t offset,
+                                    void* dst, size_t size) {
+  if (offset > storage->nbytes || size > storage->nbytes - offset)
+    return tpu_status_make(TPU_STATUS_OUT_OF_RANGE,
+                           "bytes [%zu, %zu) are outside a storage of %zu bytes",
+                           offset, offset + size, storage->nbytes);
+  if (size == storage->nbytes) return tpu_storage_read_bytes(storage, dst, size);
+  TPU_RETURN_IF_ERROR(settle(storage));
+  TPU_RETURN_IF_ERROR(check_not_lost(storage));
+  if (size == 0) return NULL;
+  if (!storage->buffer) {
+    memset(dst, 0, size);
+    return NULL;
+  }
+  tpu_status_t status = tpu_buffer_to_host_range(storage->buffer, offset, dst, size);
+  if (tpu_status_code(status) != TPU_STATUS_UNIMPLEMENTED) return status;
+  tpu_status_free(status);
+  /* A tiled device layout: the whole image, then the range of it. */
+  uint8_t* staging = malloc(storage->nbytes);
+  if (!staging)
+    return tpu_status_make(TPU_STATUS_RESOURCE_EXHAUSTED,
+                           "out of host memory staging %zu bytes", storage->nbytes);
+  status = tpu_buffer_to_host(storage->buffer, staging, storage->nbytes);
+  if (!status) memcpy(dst, staging + offset, size);
+  free(staging);
+  return status;
+}
+
 tpu_status_t tpu_storage_copy_prefix(tpu_storage_t* dst, tpu_storage_t* src) {
   TPU_RETURN_IF_ERROR(settle(dst));
   TPU_RETURN_IF_ERROR(settle(src));

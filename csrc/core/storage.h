@@ -60,6 +60,11 @@ tpu_status_t tpu_storage_write_bytes(tpu_storage_t* storage, const void* data,
  * storage never written reads as zeros. */
 tpu_status_t tpu_storage_read_bytes(tpu_storage_t* storage, void* dst,
                                     size_t nbytes);
+/* Copies bytes [offset, offset + size) of the contents to host memory and
+ * waits, moving only those bytes where the plugin can (see
+ * tpu_buffer_to_host_range); element reads and slices of large tensors. */
+tpu_status_t tpu_storage_read_range(tpu_storage_t* storage, size_t offset,
+                                    void* dst, size_t size);
 /* The current buffer, typed as `dtype` with `dims` (their bytes must equal
  * the storage's). When the buffer was written with another shape or type
  * (or never), its bytes are restaged through the host into one that has

@@ -45,6 +45,26 @@ static void test_write_then_read_and_typed_buffer(void) {
   tpu_storage_release(s);
 }
 
+/* A byte range reads that part of the contents (of a 2-D typed buffer too,
+ * and as zeros before any write); one past the end is refused. */
+static void test_read_range(void) {
+  CHECK_OK(tpu_runtime_init(NULL));
+  tpu_storage_t* s = NULL;
+  CHECK_OK(tpu_storage_create(0, 6 * sizeof(float), &s));
+  float zeros[2] = {1, 1};
+  CHECK_OK(tpu_storage_read_range(s, 4, zeros, sizeof zeros));
+  CHECK(zeros[0] == 0 && zeros[1] == 0);
+  float host[6] = {1.5f, -2, 3, 4e30f, -0.0f, 7};
+  int64_t dims[2] = {2, 3};
+  CHECK_OK(tpu_storage_write_host(s, host, TPU_DTYPE_FLOAT32, dims, 2, NULL));
+  float part[3];
+  CHECK_OK(tpu_storage_read_range(s, 2 * sizeof(float), part, sizeof part));
+  CHECK(memcmp(part, host + 2, sizeof part) == 0);
+  tpu_status_t st = tpu_storage_read_range(s, 5 * sizeof(float), part, sizeof part);
+  CHECK_EQ(tpu_status_code(st), TPU_STATUS_OUT_OF_RANGE);
+  tpu_status_free(st);
+  tpu_storage_release(s);
+}
 static void test_copy_prefix_grows_and_shrinks(void) {
   CHECK_OK(tpu_runtime_init(NULL));
   tpu_storage_t *a = NULL, *b = NULL, *c = NULL;
@@ -79,6 +99,7 @@ static void test_bad_device_is_an_error(void) {
 static void test_shutdown(void) { tpu_runtime_shutdown(); }
 
 TPU_TEST_MAIN(TPU_TEST(test_fresh_storage_reads_zero_and_counts_bytes),
+              TPU_TEST(test_read_range),
               TPU_TEST(test_write_then_read_and_typed_buffer),
               TPU_TEST(test_copy_prefix_grows_and_shrinks),
               TPU_TEST(test_bad_device_is_an_error), TPU_TEST(test_shutdown))

@@ -529,6 +529,65 @@ tpu_status_t tpu_buffer_to_host_async(tpu_buffer_t* buffer, void* dst,
   return tpu_event_wrap(buffer->client->api, event, out_event);
 }
 
+/* Whether the device image of `buffer` is its elements in row-major order
+ * with no tiling, so that byte k of the raw image is byte k of the dense
+ * host copy. TPUs tile even 1-D arrays (and pack bf16 pairs); the CPU and
+ * GPU plugins use the default dense layout. */
+static bool raw_image_is_dense(tpu_buffer_t* buffer) {
+  TPU_PJRT_ARGS(PJRT_Buffer_GetMemoryLayout_Args, args);
+  args.buffer = buffer->buffer;
+  tpu_status_t status =
+      TPU_PJRT_CALL(buffer->client->api, PJRT_Buffer_GetMemoryLayout, &args);
+  if (status) {
+    tpu_status_free(status);
+    return false;
+  }
+  if (args.layout.type != PJRT_Buffer_MemoryLayout_Type_Tiled) return false;
+  const PJRT_Buffer_MemoryLayout_Tiled* tiled = &args.layout.tiled;
+  if (tiled->num_tiles != 0) return false;
+  size_t rank = tiled->minor_to_major_size;
+  for (size_t i = 0; i < rank; i++) {
+    if (tiled->minor_to_major[i] != (int64_t)(rank - 1 - i)) return false;
+  }
+  return true;
+}
+
+tpu_status_t tpu_buffer_to_host_range(tpu_buffer_t* buffer, size_t offset,
+                                      void* dst, size_t size) {
+  if (!buffer || (!dst && size)) {
+    return tpu_status_make(TPU_STATUS_INVALID_ARGUMENT, "buffer or dst is NULL");
+  }
+  size_t nbytes = tpu_buffer_nbytes(buffer);
+  if (offset > nbytes || size > nbytes - offset) {
+    return tpu_status_make(TPU_STATUS_OUT_OF_RANGE,
+                           "bytes [%zu, %zu) are outside a %zu-byte buffer",
+                           offset, offset + size, nbytes);
+  }
+  TPU_RETURN_IF_ERROR(tpu_buffer_wait_filled(buffer));
+  if (tpu_buffer_is_deleted(buffer)) {
+    return tpu_status_make(TPU_STATUS_FAILED_PRECONDITION,
+                           "buffer was deleted or donated to an execution");
+  }
+  if (size == 0) return NULL;
+  if (!TPU_PJRT_HAS_SLOT(buffer->client->api, PJRT_Buffer_CopyRawToHost) ||
+      !raw_image_is_dense(buffer)) {
+    return tpu_status_make(TPU_STATUS_UNIMPLEMENTED,
+                           "the plugin cannot read a byte range of this buffer");
+  }
+  /* The raw copy does not wait for the contents to be computed: a failed
+   * execution's error must surface here, not as garbage bytes. */
+  TPU_RETURN_IF_ERROR(tpu_buffer_await_ready(buffer));
+  TPU_PJRT_ARGS(PJRT_Buffer_CopyRawToHost_Args, args);
+  args.buffer = buffer->buffer;
+  args.dst = dst;
+  args.offset = (int64_t)offset;
+  args.transfer_size = (int64_t)size;
+  TPU_RETURN_IF_ERROR(
+      TPU_PJRT_CALL(buffer->client->api, PJRT_Buffer_CopyRawToHost, &args));
+  return tpu_pjrt_event_await_destroy(buffer->client->api, args.event,
+                                      "device-to-host transfer");
+}
+
 /* The event that fires once the buffer's contents are computed. */
 static tpu_status_t ready_event(tpu_buffer_t* buffer, PJRT_Event** out_event) {
   TPU_RETURN_IF_ERROR(tpu_buffer_wait_filled(buffer));

@@ -41,6 +41,12 @@ tpu_status_t tpu_buffer_to_host_async(tpu_buffer_t* buffer, void* dst,
                                       size_t dst_bytes,
                                       tpu_event_t** out_event);
 
+/* Copies bytes [offset, offset + size) of the dense host image to `dst`
+ * and waits, moving only those bytes. UNIMPLEMENTED when the plugin cannot
+ * (no raw copy, or a tiled device layout as on TPU): read the whole buffer
+ * then. */
+tpu_status_t tpu_buffer_to_host_range(tpu_buffer_t* buffer, size_t offset,
+                                      void* dst, size_t size);
 /* Waits until the buffer's contents are computed (surfaces async errors). */
 tpu_status_t tpu_buffer_await_ready(tpu_buffer_t* buffer);
 /* Whether the contents are known to be computed without error. Known:
