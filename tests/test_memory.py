@@ -50,3 +50,94 @@ def test_accelerator_memory_api():
     x = torch.empty(100, dtype=torch.int64, device="tpu")
     assert torch.accelerator.memory_allocated() - base == 800
     del x
+
+
+# --- out of memory: torch.OutOfMemoryError, as CUDA raises it ----------------
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+
+@pytest.mark.parametrize("make", [
+    lambda: torch.empty(2**40, device="tpu"),
+    lambda: torch.zeros(2**38, 4, device="tpu"),
+    lambda: torch.ones(2**41, dtype=torch.uint8, device="tpu"),
+    lambda: torch.ones(3, device="tpu").expand(2**40, 3).contiguous(),
+])
+def test_allocation_beyond_the_device_raises_out_of_memory(make):
+    """A request larger than the device raises up front, counts nothing but
+    the refusal, and the process continues."""
+    torch.tpu.synchronize()
+    before = torch.tpu.memory_allocated()
+    ooms = torch.tpu.memory_stats()["num_ooms"]
+    with pytest.raises(torch.OutOfMemoryError, match="TPU out of memory. Tried to allocate"):
+        make()
+    torch.tpu.synchronize()  # defer_and_fuse: the run let go of its inputs
+    assert torch.tpu.memory_allocated() == before
+    assert torch.tpu.memory_stats()["num_ooms"] == ooms + 1
+    assert (torch.ones(3, device="tpu") * 2).cpu().tolist() == [2.0, 2.0, 2.0]
+
+
+def test_mem_get_info_matches_accelerator_and_the_host():
+    free, total = torch.tpu.mem_get_info()
+    assert (free, total) == torch.accelerator.get_memory_info(0) or \
+        abs(free - torch.accelerator.get_memory_info(0)[0]) < 2**28  # the host moves
+    # The CPU plugin's memory is the host's.
+    with open("/proc/meminfo") as f:
+        info = {line.split(":")[0]: int(line.split()[1]) * 1024 for line in f}
+    assert 0 < free <= total <= info["MemTotal"]
+
+
+_LIMITED = r"""
+import torch, torchtpu
+MiB = 2**20
+assert torch.tpu.mem_get_info() == (64 * MiB, 64 * MiB), torch.tpu.mem_get_info()
+x = torch.empty(16 * MiB, dtype=torch.uint8, device="tpu")
+assert torch.tpu.mem_get_info() == (48 * MiB, 64 * MiB), torch.tpu.mem_get_info()
+try:
+    torch.empty(64 * MiB, dtype=torch.uint8, device="tpu")
+    raise SystemExit("no error")
+except torch.OutOfMemoryError as e:
+    assert "Tried to allocate 64.00 MiB" in str(e) and "48.00 MiB is free" in str(e), e
+del x
+y = torch.full((16 * MiB,), 7, dtype=torch.int32, device="tpu")   # exactly 64 MiB
+assert y[-1].item() == 7 and torch.tpu.mem_get_info()[0] == 0
+try:
+    y + 1                                                         # its output does not fit
+    raise SystemExit("no error")
+except torch.OutOfMemoryError:
+    pass
+del y
+print((torch.arange(4, device="tpu") * 2).tolist())
+"""
+
+
+def test_memory_limit_sets_the_capacity():
+    """TORCHTPU_MEMORY_LIMIT: mem_get_info's total, and op outputs that do
+    not fit raise OutOfMemoryError while the process goes on."""
+    env = dict(os.environ, TORCHTPU_MEMORY_LIMIT=str(64 * 2**20))
+    r = subprocess.run([sys.executable, "-c", _LIMITED], env=env, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip().splitlines()[-1] == "[0, 2, 4, 6]"
+
+
+def test_execution_out_of_memory_names_the_op_and_keeps_earlier_writes():
+    """An op whose program cannot get its working memory (topk of a 2**23 x
+    2**23 broadcast needs 768 TiB) raises OutOfMemoryError naming that op,
+    not the later op that read its result; earlier writes stand."""
+    n = 2**23
+    x = torch.randn(n, device="tpu")
+    v = torch.ones(3, device="tpu")
+    v.add_(1)
+    with pytest.raises(torch.OutOfMemoryError, match="aten::topk"):
+        torch.topk(x.expand(n, n), 3, dim=1).values.sum().item()
+    try:
+        torch.tpu.synchronize()  # the failure may also be pending here
+    except torch.OutOfMemoryError as e:
+        assert "aten::topk" in str(e)
+    assert v.cpu().tolist() == [2.0, 2.0, 2.0]
+    assert (x[:4] * 0 + 1).cpu().tolist() == [1.0] * 4

@@ -162,7 +162,7 @@ def memory_stats(device=None):
         "allocation.all.allocated": s["num_allocs"],
         "allocation.all.freed": s["num_frees"],
         "num_alloc_retries": 0,
-        "num_ooms": 0,
+        "num_ooms": s["num_ooms"],
     }
 
 
@@ -188,6 +188,13 @@ def reset_peak_memory_stats(device=None):
 
 def reset_accumulated_memory_stats(device=None):
     _C._reset_accumulated_memory_stats(_device_index(device, optional=True))
+
+
+def mem_get_info(device=None):
+    """(free, total) bytes of the device, as torch.cuda.mem_get_info: total
+    is what the device may hold (the plugin's limit; the host's memory for
+    the CPU plugin; TORCHTPU_MEMORY_LIMIT when lower), free what is left."""
+    return _C._mem_get_info(_device_index(device, optional=True))
 
 
 def empty_cache():

@@ -420,6 +420,96 @@ static void trace_reset(trace_t* tr) {
   if (tr->repeat) tpu_repeat_reset(tr->repeat);
 }
 
+/* After the fused program failed: runs the ops one at a time, in order,
+ * each with its own module, as Strict mode would have. An op whose operand
+ * failed fails too; the others run. The kept storages whose values were
+ * computed get them; the rest are marked lost. Returns the first op's
+ * failure, naming it, or NULL when every op ran alone (the fused program
+ * alone failed, e.g. it needed more memory at once). Takes fused_error. */
+static tpu_status_t replay(trace_t* tr, const int* kept, tpu_storage_t* const* kept_storage,
+                           int num_kept, tpu_status_t fused_error) {
+  int nv = tr->num_values;
+  tpu_buffer_t** bufs = calloc((size_t)nv + 1, sizeof *bufs);
+  bool* owned = calloc((size_t)nv + 1, sizeof *owned);
+  /* result_value[first_result[o] + r]: the value of op o's result r. */
+  int* first_result = calloc((size_t)tr->num_ops + 1, sizeof *first_result);
+  int* result_value = calloc((size_t)nv + 1, sizeof *result_value);
+  if (!bufs || !owned || !first_result || !result_value) {
+    free(bufs);
+    free(owned);
+    free(first_result);
+    free(result_value);
+    return fused_error;
+  }
+  for (int o = 0, at = 0; o < tr->num_ops; o++) {
+    first_result[o] = at;
+    at += tr->ops[o].op->num_results;
+  }
+  for (int v = 0; v < nv; v++) {
+    const value_t* val = &tr->values[v];
+    if (val->op < 0) bufs[v] = tr->inputs[val->index].buffer;
+    else result_value[first_result[val->op] + val->index] = v;
+  }
+  tpu_status_t first = NULL;
+  tpu_buffer_t* args[64];
+  tpu_buffer_t* res[64];
+  for (int o = 0; o < tr->num_ops; o++) {
+    const tpu_defer_op_t* op = tr->ops[o].op;
+    bool ready = op->num_params <= 64 && op->num_results <= 64;
+    for (int p = 0; ready && p < op->num_params; p++) {
+      args[p] = bufs[tr->params[tr->ops[o].first_param + p]];
+      ready = args[p] != NULL; /* NULL: computed by an op that failed */
+    }
+    if (!ready) continue;
+    tpu_program_t* program = NULL;
+    tpu_status_t s = tpu_program_get(op->text, op->len, &program);
+    if (s) {
+      s = tpu_status_annotate(s, "deferred op %s (op %d of a run of %d): ", op->name, o + 1,
+                              tr->num_ops);
+    } else {
+      memset(res, 0, sizeof res);
+      tpu_runtime_set_op_label(op->name);
+      s = tpu_program_execute_sync(program, tr->device, args, op->num_params, res);
+      tpu_runtime_set_op_label(NULL);
+      if (s) s = tpu_status_annotate(s, "running deferred op %s (op %d of a run of %d): ",
+                                     op->name, o + 1, tr->num_ops);
+    }
+    if (s) {
+      if (!first) first = s;
+      else tpu_status_free(s);
+      continue;
+    }
+    TPU_METRICS_BUMP("defer_replayed_ops", 1);
+    for (int r = 0; r < op->num_results; r++) {
+      int v = result_value[first_result[o] + r];
+      tpu_buffer_set_producer(res[r], op->name);
+      bufs[v] = res[r];
+      owned[v] = true;
+    }
+  }
+  tpu_status_free(fused_error);
+  for (int i = 0; i < num_kept; i++) {
+    tpu_storage_set_defer_value(kept_storage[i], -1);
+    int v = kept[i];
+    if (bufs[v] && owned[v]) {
+      tpu_status_t s = tpu_storage_set_buffer(kept_storage[i], bufs[v]);
+      owned[v] = false;
+      if (s && !first) first = s;
+      else tpu_status_free(s);
+    } else if (!bufs[v]) {
+      tpu_storage_set_lost(kept_storage[i], first ? tpu_status_message(first)
+                                                  : "an op it depends on failed");
+    }
+  }
+  for (int v = 0; v < nv; v++)
+    if (owned[v]) tpu_buffer_destroy(bufs[v]);
+  free(bufs);
+  free(owned);
+  free(first_result);
+  free(result_value);
+  return first;
+}
+
 static tpu_status_t flush_locked(trace_t* tr, tpu_defer_reason_t reason) {
   if (tr->num_ops == 0) {
     trace_reset(tr);
@@ -432,6 +522,7 @@ static tpu_status_t flush_locked(trace_t* tr, tpu_defer_reason_t reason) {
   tpu_buffer_t** args = calloc((size_t)tr->num_inputs + 1, sizeof *args);
   tpu_buffer_t** results = NULL;
   tpu_status_t status = NULL;
+  bool replayed = false; /* replay settled the kept storages */
   int num_kept = 0;
   if (!kept || !kept_storage || !args) {
     status = tpu_status_make(TPU_STATUS_RESOURCE_EXHAUSTED, "out of host memory");
@@ -453,7 +544,11 @@ static tpu_status_t flush_locked(trace_t* tr, tpu_defer_reason_t reason) {
   if (num_kept == 0) goto done; /* nothing observable: nothing to run */
   fused_t* f = NULL;
   status = fused_get(tr, kept, num_kept, &f);
-  if (status) goto done;
+  if (status) {
+    status = replay(tr, kept, kept_storage, num_kept, status);
+    replayed = true;
+    goto done;
+  }
   int nargs = tr->num_inputs;
   if (tr->num_ops == 1) {
     /* The op's own program takes its parameters, which may name one input
@@ -477,13 +572,27 @@ static tpu_status_t flush_locked(trace_t* tr, tpu_defer_reason_t reason) {
     status = tpu_status_make(TPU_STATUS_RESOURCE_EXHAUSTED, "out of host memory");
     goto done;
   }
-  status = tpu_program_execute(f->program, tr->device, args, nargs, results);
+  tpu_runtime_set_op_label("a defer_and_fuse run");
+  /* A flush for a host read or a fallback op waits for the run (the host
+   * waits for it next anyway), so a failure is known here and recovered
+   * from; loop and cap flushes keep the host running ahead. */
+  bool wait = reason == TPU_DEFER_SYNC || reason == TPU_DEFER_BARRIER;
+  status = wait ? tpu_program_execute_sync(f->program, tr->device, args, nargs, results)
+                : tpu_program_execute(f->program, tr->device, args, nargs, results);
+  tpu_runtime_set_op_label(NULL);
   if (status) {
+    for (int i = 0; i < nres; i++) {
+      tpu_buffer_destroy(results[i]);
+      results[i] = NULL;
+    }
     status = tpu_status_annotate(status, "running a deferred run of %d ops (first %s): ",
                                  tr->num_ops, tr->ops[0].op->name);
+    status = replay(tr, kept, kept_storage, num_kept, status);
+    replayed = true;
     goto done;
   }
   TPU_METRICS_BUMP("defer_programs", 1);
+  for (int i = 0; i < nres; i++) tpu_buffer_set_producer(results[i], "a defer_and_fuse run");
   for (int i = 0; i < num_kept && !status; i++) {
     tpu_storage_set_defer_value(kept_storage[i], -1);
     status = tpu_storage_set_buffer(kept_storage[i], results[f->result_of[i]]);
@@ -491,7 +600,7 @@ static tpu_status_t flush_locked(trace_t* tr, tpu_defer_reason_t reason) {
   }
   for (int i = 0; i < nres; i++) tpu_buffer_destroy(results[i]);
 done:
-  if (status) {
+  if (status && !replayed) {
     /* What the run would have written is gone: say so on every read. */
     for (int i = 0; i < tr->num_members; i++) {
       if (!tr->members[i].written) continue;

@@ -985,10 +985,13 @@ tpu_status_t tpu_eager_execute(tpu_eager_entry_t* e, const tpu_eager_call_t* cal
     }
   }
   if (!status) {
+    tpu_runtime_set_op_label(call->op_name);
     status = call->synchronous
                  ? tpu_program_execute_sync(program, call->device, args, k, results)
                  : tpu_launcher_execute(program, call->device, args, k, results, call->op_name);
     if (status) status = tpu_status_annotate(status, "running %s: ", call->op_name);
+    tpu_runtime_set_op_label(NULL);
+    for (int r = 0; !status && r < nres; r++) tpu_buffer_set_producer(results[r], call->op_name);
   }
   if (!status && rng) {
     status = tpu_storage_set_buffer(rng, results[nres - 1]);

@@ -72,6 +72,11 @@ static const tpu_env_var_t kEnvVars[] = {
      "Size cap of each executable cache directory; least recently used "
      "entries are evicted beyond it. 0: no cap.",
      "stable"},
+    {"TORCHTPU_MEMORY_LIMIT", "0",
+     "Bytes of device memory this process may allocate on each device; an "
+     "allocation beyond it raises torch.OutOfMemoryError. 0: what the device "
+     "has (the plugin's limit; the host's memory for the CPU plugin).",
+     "stable"},
     {"TORCHTPU_PROGRAM_CACHE_MAX", "4096",
      "Most executables kept loaded in a process; those unused longest are "
      "unloaded beyond it (each holds code and memory maps: a process that "

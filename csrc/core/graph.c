@@ -6,6 +6,7 @@
 
 #include "eager.h"
 #include "kernel.h"
+#include "runtime.h"
 #include "hlo/builder.h"
 #include "lower/ctx_internal.h"
 #include "lower/emit.h"
@@ -292,8 +293,11 @@ tpu_status_t tpu_graph_run(tpu_program_t* program, int device, tpu_storage_t* co
     s = tpu_eager_rng_storage(device, &rng);
     if (!s) s = tpu_storage_buffer_as(rng, TPU_DTYPE_INT64, &two, 1, &args[num_inputs]);
   }
+  tpu_runtime_set_op_label("a compiled graph or kernel");
   if (!s) s = tpu_program_execute(program, device, args, nargs, results);
+  tpu_runtime_set_op_label(NULL);
   if (s) goto done;
+  for (int i = 0; i < num_outputs; i++) tpu_buffer_set_producer(results[i], "a compiled graph or kernel");
   for (int i = 0; i < num_outputs; i++) {
     tpu_status_t w = tpu_storage_set_buffer(outputs[i], results[i]);
     results[i] = NULL; /* the storage owns it, even on failure */

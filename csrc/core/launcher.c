@@ -100,6 +100,7 @@ static bool push(const item_t* it) {
 }
 
 static void run_execute(item_t* it) {
+  tpu_runtime_set_op_label(it->op_name);
   tpu_status_t status =
       tpu_program_execute_into(it->program, it->device, it->args, it->nargs, it->results);
   if (status) status = tpu_status_annotate(status, "running %s: ", it->op_name);
@@ -111,6 +112,7 @@ static void run_execute(item_t* it) {
   /* The error also reaches the device's next synchronize, as an
    * asynchronous execution's would. */
   tpu_runtime_record_error(it->device, status);
+  tpu_runtime_set_op_label(NULL);
 }
 
 /* Runs the next item if there is one. */

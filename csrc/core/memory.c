@@ -6,20 +6,53 @@
 /* A mutex rather than atomics: peak must move together with the live count. */
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static tpu_memory_stats_t g_stats[TPU_MAX_DEVICES];
+static int64_t g_capacity[TPU_MAX_DEVICES]; /* 0: no limit */
 
 static int valid(int device) { return device >= 0 && device < TPU_MAX_DEVICES; }
 
-void tpu_memory_record_alloc(int device, size_t nbytes) {
-  if (!valid(device)) return;
-  pthread_mutex_lock(&g_lock);
-  tpu_memory_stats_t* s = &g_stats[device];
+static void record_alloc_locked(tpu_memory_stats_t* s, size_t nbytes) {
   s->allocated_bytes += (int64_t)nbytes;
   s->total_allocated_bytes += (int64_t)nbytes;
   s->num_allocs++;
   s->live_allocations++;
   if (s->allocated_bytes > s->peak_allocated_bytes)
     s->peak_allocated_bytes = s->allocated_bytes;
+}
+
+void tpu_memory_record_alloc(int device, size_t nbytes) {
+  if (!valid(device)) return;
+  pthread_mutex_lock(&g_lock);
+  record_alloc_locked(&g_stats[device], nbytes);
   pthread_mutex_unlock(&g_lock);
+}
+
+bool tpu_memory_try_record_alloc(int device, size_t nbytes) {
+  if (!valid(device)) return true;
+  pthread_mutex_lock(&g_lock);
+  tpu_memory_stats_t* s = &g_stats[device];
+  int64_t cap = g_capacity[device];
+  /* Compared as "left < asked" so a huge request cannot overflow the sum. */
+  bool fits = cap <= 0 || (s->allocated_bytes <= cap &&
+                           (uint64_t)(cap - s->allocated_bytes) >= (uint64_t)nbytes);
+  if (fits) record_alloc_locked(s, nbytes);
+  else s->num_ooms++;
+  pthread_mutex_unlock(&g_lock);
+  return fits;
+}
+
+void tpu_memory_set_capacity(int device, int64_t capacity_bytes) {
+  if (!valid(device)) return;
+  pthread_mutex_lock(&g_lock);
+  g_capacity[device] = capacity_bytes > 0 ? capacity_bytes : 0;
+  pthread_mutex_unlock(&g_lock);
+}
+
+int64_t tpu_memory_capacity(int device) {
+  if (!valid(device)) return 0;
+  pthread_mutex_lock(&g_lock);
+  int64_t cap = g_capacity[device];
+  pthread_mutex_unlock(&g_lock);
+  return cap;
 }
 
 void tpu_memory_record_free(int device, size_t nbytes) {

@@ -3,7 +3,10 @@
 #include <limits.h>
 #include <pthread.h>
 
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 #include "env.h"
 #include "launcher.h"
@@ -16,6 +19,7 @@ static tpu_client_t* g_client;
 /* Outstanding completion events per device (guarded by g_pending_lock). */
 typedef struct {
   tpu_event_t** events;
+  const char** labels; /* the op each event completes (static; may be NULL) */
   size_t count, capacity;
   tpu_status_t error; /* first failure among pruned events, for synchronize */
 } pending_t;
@@ -27,6 +31,27 @@ static pending_t g_pending[TPU_MAX_DEVICES];
 static void keep_first_error(pending_t* p, tpu_status_t failed) {
   if (failed && !p->error) p->error = failed;
   else tpu_status_free(failed);
+}
+
+/* The op the calling thread is executing, for errors that surface later. */
+static _Thread_local const char* t_op_label;
+
+void tpu_runtime_set_op_label(const char* label) { t_op_label = label; }
+
+/* A failure of the execution of `label`, named so. */
+static tpu_status_t labeled(tpu_status_t failed, const char* label) {
+  if (!failed || !label || strstr(tpu_status_message(failed), " failed on the device: "))
+    return failed;
+  return tpu_status_annotate(failed, "%s failed on the device: ", label);
+}
+
+/* Whether `text` ends with the last characters of `tail`: a dependent
+ * execution's or a read's error carries the failed execution's message
+ * at its end, under other prefixes. */
+static bool same_failure(const char* text, const char* tail) {
+  size_t n = strlen(text), k = strlen(tail);
+  size_t keep = k < 48 ? k : 48;
+  return keep > 0 && n >= keep && memcmp(text + n - keep, tail + k - keep, keep) == 0;
 }
 
 static int g_default_device;
@@ -53,6 +78,57 @@ static int local_rank_device(int device_count) {
   long rank = strtol(text, &end, 10);
   if (*end || rank < 0) return 0;
   return (int)(rank % device_count);
+}
+
+/* A "Name:  N kB" line of /proc/meminfo in bytes; -1 when absent. */
+static int64_t meminfo_bytes(const char* name) {
+  FILE* f = fopen("/proc/meminfo", "r");
+  if (!f) return -1;
+  char line[256];
+  int64_t bytes = -1;
+  size_t n = strlen(name);
+  while (fgets(line, sizeof line, f)) {
+    long long kb;
+    if (strncmp(line, name, n) == 0 && line[n] == ':' &&
+        sscanf(line + n + 1, "%lld", &kb) == 1) {
+      bytes = (int64_t)kb * 1024;
+      break;
+    }
+  }
+  fclose(f);
+  return bytes;
+}
+
+/* The host memory this process can use: physical memory, lowered to the
+ * cgroup's limit in a container. */
+static int64_t host_total_bytes(void) {
+  int64_t total = meminfo_bytes("MemTotal");
+  if (total < 0) {
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    total = pages > 0 && page > 0 ? (int64_t)pages * page : 0;
+  }
+  FILE* f = fopen("/sys/fs/cgroup/memory.max", "r");
+  if (f) {
+    long long limit;
+    if (fscanf(f, "%lld", &limit) == 1 && limit > 0 && limit < total) total = limit;
+    fclose(f);
+  }
+  return total;
+}
+
+/* What a device may hold: TORCHTPU_MEMORY_LIMIT, else the plugin's limit,
+ * else the host's memory. */
+static int64_t device_capacity(tpu_client_t* client, int index) {
+  int64_t limit = tpu_env_get_int("TORCHTPU_MEMORY_LIMIT", 0);
+  int64_t in_use = 0, plugin_limit = 0;
+  tpu_device_t* device = NULL;
+  if (!tpu_client_device(client, index, &device)) {
+    tpu_status_t s = tpu_device_memory_stats(device, &in_use, &plugin_limit);
+    if (s) plugin_limit = 0;
+    tpu_status_free(s);
+  }
+  int64_t capacity = plugin_limit > 0 ? plugin_limit : host_total_bytes();
+  return limit > 0 && (capacity <= 0 || limit < capacity) ? limit : capacity;
 }
 
 tpu_status_t tpu_runtime_init(const char* fallback_plugin_path) {
@@ -103,6 +179,8 @@ tpu_status_t tpu_runtime_init(const char* fallback_plugin_path) {
       visible_count > 0 ? 0 : local_rank_device(tpu_client_device_count(client));
   g_plugin = plugin;
   g_client = client;
+  for (int i = 0; i < tpu_client_device_count(client) && i < TPU_MAX_DEVICES; i++)
+    tpu_memory_set_capacity(i, device_capacity(client, i));
   pthread_once(&g_fork_once, register_fork_handler);
 done:
   pthread_mutex_unlock(&g_lock);
@@ -136,6 +214,30 @@ int tpu_runtime_device_count(void) {
 
 int tpu_runtime_default_device(void) { return g_client ? g_default_device : 0; }
 
+tpu_status_t tpu_runtime_memory_info(int device_index, int64_t* out_free,
+                                     int64_t* out_total) {
+  TPU_RETURN_IF_ERROR(tpu_runtime_check_device(device_index));
+  int64_t total = tpu_memory_capacity(device_index);
+  tpu_memory_stats_t stats;
+  tpu_memory_stats_get(device_index, &stats);
+  int64_t free_bytes = total - stats.allocated_bytes;
+  int64_t in_use = 0, plugin_limit = 0;
+  tpu_device_t* device = NULL;
+  tpu_status_t s = tpu_client_device(g_client, device_index, &device);
+  if (!s) s = tpu_device_memory_stats(device, &in_use, &plugin_limit);
+  if (!s) {
+    if (plugin_limit - in_use < free_bytes) free_bytes = plugin_limit - in_use;
+  } else {
+    /* The host's memory: others use it too. */
+    int64_t available = meminfo_bytes("MemAvailable");
+    if (available >= 0 && available < free_bytes) free_bytes = available;
+  }
+  tpu_status_free(s);
+  *out_free = free_bytes > 0 ? free_bytes : 0;
+  *out_total = total;
+  return NULL;
+}
+
 tpu_status_t tpu_runtime_check_device(int device_index) {
   int count = tpu_runtime_device_count();
   if (device_index < 0 || device_index >= count)
@@ -162,9 +264,10 @@ void tpu_runtime_track(int device_index, tpu_event_t* event) {
   for (size_t i = 0; p->count >= 64 && i < p->count; i++) {
     if (tpu_event_is_ready(p->events[i])) {
       /* A failed execution's error waits for the next synchronize. */
-      keep_first_error(p, tpu_event_await(p->events[i]));
+      keep_first_error(p, labeled(tpu_event_await(p->events[i]), p->labels[i]));
       tpu_event_destroy(p->events[i]);
     } else {
+      p->labels[kept] = p->labels[i];
       p->events[kept++] = p->events[i];
     }
   }
@@ -172,15 +275,18 @@ void tpu_runtime_track(int device_index, tpu_event_t* event) {
   if (p->count == p->capacity) {
     size_t capacity = p->capacity ? p->capacity * 2 : 16;
     tpu_event_t** grown = realloc(p->events, capacity * sizeof *grown);
-    if (!grown) { /* cannot track: wait now instead */
+    if (grown) p->events = grown;
+    const char** grown_labels = grown ? realloc(p->labels, capacity * sizeof *grown_labels) : NULL;
+    if (grown_labels) p->labels = grown_labels;
+    if (!grown || !grown_labels) { /* cannot track: wait now instead */
       pthread_mutex_unlock(&g_pending_lock);
       tpu_status_free(tpu_event_await(event));
       tpu_event_destroy(event);
       return;
     }
-    p->events = grown;
     p->capacity = capacity;
   }
+  p->labels[p->count] = t_op_label;
   p->events[p->count++] = event;
   pthread_mutex_unlock(&g_pending_lock);
 }
@@ -191,6 +297,7 @@ void tpu_runtime_record_error(int device_index, tpu_status_t status) {
     tpu_status_free(status);
     return;
   }
+  status = labeled(status, t_op_label);
   pthread_mutex_lock(&g_pending_lock);
   keep_first_error(&g_pending[device_index], status);
   pthread_mutex_unlock(&g_pending_lock);
@@ -202,19 +309,57 @@ tpu_status_t tpu_runtime_synchronize(int device_index) {
   pthread_mutex_lock(&g_pending_lock);
   pending_t* p = &g_pending[device_index];
   tpu_event_t** events = p->events;
+  const char** labels = p->labels;
   size_t count = p->count;
   tpu_status_t first = p->error; /* from an execution pruned earlier */
   p->events = NULL;
+  p->labels = NULL;
   p->error = NULL;
   p->count = p->capacity = 0;
   pthread_mutex_unlock(&g_pending_lock);
   for (size_t i = 0; i < count; i++) {
     tpu_status_t s = tpu_event_await(events[i]);
-    if (s && !first) first = s; else tpu_status_free(s);
+    if (s && !first) first = labeled(s, labels[i]); else tpu_status_free(s);
     tpu_event_destroy(events[i]);
   }
   free(events);
+  free(labels);
   return first;
+}
+
+tpu_status_t tpu_runtime_name_failure(int device_index, tpu_status_t status,
+                                      const char* producer) {
+  if (!status || strstr(tpu_status_message(status), " failed on the device: "))
+    return status;
+  const char* origin = NULL;
+  if (device_index >= 0 && device_index < TPU_MAX_DEVICES) {
+    pthread_mutex_lock(&g_pending_lock);
+    pending_t* p = &g_pending[device_index];
+    /* The earliest execution that failed with this error: the one that
+     * caused it (later ones only read its poisoned results). */
+    if (p->error && same_failure(tpu_status_message(status), tpu_status_message(p->error))) {
+      const char* m = tpu_status_message(p->error);
+      const char* end = strstr(m, " failed on the device: ");
+      static _Thread_local char name[160];
+      if (end && (size_t)(end - m) < sizeof name) {
+        memcpy(name, m, (size_t)(end - m));
+        name[end - m] = 0;
+        origin = name;
+      }
+    }
+    for (size_t i = 0; !origin && i < p->count; i++) {
+      if (!p->labels[i] || !tpu_event_is_ready(p->events[i])) continue;
+      tpu_status_t s = tpu_event_await(p->events[i]);
+      if (s && same_failure(tpu_status_message(status), tpu_status_message(s)))
+        origin = p->labels[i];
+      tpu_status_free(s);
+    }
+    pthread_mutex_unlock(&g_pending_lock);
+  }
+  if (!origin) origin = producer;
+  /* An error that names its op already (a launch that failed at once). */
+  if (!origin || strstr(tpu_status_message(status), origin)) return status;
+  return tpu_status_annotate(status, "%s failed on the device: ", origin);
 }
 
 void tpu_runtime_shutdown(void) {

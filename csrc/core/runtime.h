@@ -45,6 +45,13 @@ const char* tpu_runtime_dtype_platform(void);
  * question is asked again at creation). */
 bool tpu_runtime_supports_dtype(tpu_dtype_t dtype);
 
+/* Device memory: `total` is the most the device may hold (the plugin's
+ * limit, else the host's memory for plugins whose memory is the host's,
+ * lowered to TORCHTPU_MEMORY_LIMIT when set); `free` what is left of it:
+ * the plugin's own figure where it has one, else total minus the bytes of
+ * live tensors, and never more than the host has available. */
+tpu_status_t tpu_runtime_memory_info(int device_index, int64_t* out_free,
+                                     int64_t* out_total);
 /* Checks device_index against the device count (OUT_OF_RANGE naming both). */
 tpu_status_t tpu_runtime_check_device(int device_index);
 
@@ -55,6 +62,17 @@ void tpu_runtime_track(int device_index, tpu_event_t* event);
 /* Keeps the error of an execution that failed asynchronously for the
  * device's next synchronize (takes ownership; NULL is fine). */
 void tpu_runtime_record_error(int device_index, tpu_status_t status);
+/* Names the op whose execution the calling thread runs next (static
+ * string; NULL: none): tracked events and recorded errors keep it, so a
+ * failure that surfaces later says which op failed. */
+void tpu_runtime_set_op_label(const char* label);
+/* `status`, a read's or wait's error on device_index, prefixed with
+ * "<op> failed on the device: " naming the earliest tracked execution
+ * that failed with the same error (the cause; later ones read its
+ * poisoned results), else `producer` (the read buffer's op) when not
+ * NULL. Takes ownership. */
+tpu_status_t tpu_runtime_name_failure(int device_index, tpu_status_t status,
+                                      const char* producer);
 /* Waits for every tracked event of the device; returns the first error any
  * of them carried or that was recorded (the rest are still waited for). */
 tpu_status_t tpu_runtime_synchronize(int device_index);

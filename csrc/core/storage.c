@@ -1,6 +1,7 @@
 #include "storage.h"
 
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -69,6 +70,35 @@ static uintptr_t next_address(int device, size_t nbytes) {
          (uintptr_t)offset + TPU_ADDRESS_ALIGN;
 }
 
+/* Bytes as CUDA's out-of-memory message writes them ("4.00 TiB"). */
+static void format_bytes(double bytes, char* out, size_t size) {
+  static const char* kUnits[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  int unit = 0;
+  while (bytes >= 1024 && unit < 6) {
+    bytes /= 1024;
+    unit++;
+  }
+  snprintf(out, size, unit ? "%.2f %s" : "%.0f %s", bytes, kUnits[unit]);
+}
+
+static tpu_status_t out_of_memory(int device, size_t nbytes) {
+  int64_t free_bytes = 0, total = 0;
+  tpu_status_free(tpu_runtime_memory_info(device, &free_bytes, &total));
+  tpu_memory_stats_t stats;
+  tpu_memory_stats_get(device, &stats);
+  char asked[32], cap[32], left[32], held[32];
+  format_bytes((double)nbytes, asked, sizeof asked);
+  format_bytes((double)total, cap, sizeof cap);
+  format_bytes((double)free_bytes, left, sizeof left);
+  format_bytes((double)stats.allocated_bytes, held, sizeof held);
+  return tpu_status_make(TPU_STATUS_RESOURCE_EXHAUSTED,
+                         "TPU out of memory. Tried to allocate %s. tpu:%d has a "
+                         "total capacity of %s of which %s is free. %s is "
+                         "allocated by PyTorch. (TORCHTPU_MEMORY_LIMIT sets the "
+                         "capacity.)",
+                         asked, device, cap, left, held);
+}
+
 tpu_status_t tpu_storage_create(int device_index, size_t nbytes,
                                 tpu_storage_t** out_storage) {
   TPU_RETURN_IF_ERROR(tpu_runtime_check_device(device_index));
@@ -80,12 +110,17 @@ tpu_status_t tpu_storage_create(int device_index, size_t nbytes,
   if (!s)
     return tpu_status_make(TPU_STATUS_RESOURCE_EXHAUSTED,
                            "out of host memory for a storage descriptor");
+  /* Refused up front when it cannot fit, as cudaMalloc would: the buffer
+   * itself is made at the first write, too late to fail cleanly. */
+  if (!tpu_memory_try_record_alloc(device_index, nbytes)) {
+    free(s);
+    return out_of_memory(device_index, nbytes);
+  }
   atomic_init(&s->refcount, 1);
   atomic_init(&s->defer_value, -1);
   s->device = device_index;
   s->nbytes = nbytes;
   s->address = next_address(device_index, nbytes);
-  tpu_memory_record_alloc(device_index, nbytes);
   *out_storage = s;
   return NULL;
 }
@@ -174,6 +209,13 @@ tpu_status_t tpu_storage_write_bytes(tpu_storage_t* storage, const void* data,
   return tpu_storage_write_host(storage, data, dtype, dims, 1, NULL);
 }
 
+/* A read's error that surfaces a failed execution, naming the op. */
+static tpu_status_t named(tpu_storage_t* storage, tpu_status_t status) {
+  if (!status) return NULL;
+  return tpu_runtime_name_failure(storage->device, status,
+                                  tpu_buffer_producer(storage->buffer));
+}
+
 tpu_status_t tpu_storage_read_bytes(tpu_storage_t* storage, void* dst,
                                     size_t nbytes) {
   if (nbytes != storage->nbytes)
@@ -186,7 +228,7 @@ tpu_status_t tpu_storage_read_bytes(tpu_storage_t* storage, void* dst,
     memset(dst, 0, nbytes);
     return NULL;
   }
-  return tpu_buffer_to_host(storage->buffer, dst, nbytes);
+  return named(storage, tpu_buffer_to_host(storage->buffer, dst, nbytes));
 }
 
 tpu_status_t tpu_storage_read_range(tpu_storage_t* storage, size_t offset,
@@ -204,14 +246,14 @@ tpu_status_t tpu_storage_read_range(tpu_storage_t* storage, size_t offset,
     return NULL;
   }
   tpu_status_t status = tpu_buffer_to_host_range(storage->buffer, offset, dst, size);
-  if (tpu_status_code(status) != TPU_STATUS_UNIMPLEMENTED) return status;
+  if (tpu_status_code(status) != TPU_STATUS_UNIMPLEMENTED) return named(storage, status);
   tpu_status_free(status);
   /* A tiled device layout: the whole image, then the range of it. */
   uint8_t* staging = malloc(storage->nbytes);
   if (!staging)
     return tpu_status_make(TPU_STATUS_RESOURCE_EXHAUSTED,
                            "out of host memory staging %zu bytes", storage->nbytes);
-  status = tpu_buffer_to_host(storage->buffer, staging, storage->nbytes);
+  status = named(storage, tpu_buffer_to_host(storage->buffer, staging, storage->nbytes));
   if (!status) memcpy(dst, staging + offset, size);
   free(staging);
   return status;

@@ -8,6 +8,7 @@
 
 extern "C" {
 #include "core/memory.h"
+#include "core/runtime.h"
 }
 
 namespace torchtpu {
@@ -58,6 +59,7 @@ class TpuAllocator final : public c10::DeviceAllocator {
       all.allocated = s.total_allocated_bytes;
       all.freed = s.total_freed_bytes;
     }
+    stats.num_ooms = s.num_ooms;
     for (auto* array : {&stats.allocation, &stats.active, &stats.segment}) {
       auto& all = (*array)[static_cast<size_t>(StatType::AGGREGATE)];
       all.current = s.live_allocations;
@@ -65,6 +67,16 @@ class TpuAllocator final : public c10::DeviceAllocator {
       all.freed = s.num_frees;
     }
     return stats;
+  }
+
+  // (free, total) for torch.accelerator.get_memory_info and
+  // torch.tpu.mem_get_info; see tpu_runtime_memory_info.
+  std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex device) override {
+    ensure_runtime();
+    int64_t free_bytes = 0, total = 0;
+    TPU_CHECK(tpu_runtime_memory_info(device, &free_bytes, &total),
+              "reading device memory");
+    return {static_cast<size_t>(free_bytes), static_cast<size_t>(total)};
   }
 
   void resetAccumulatedStats(c10::DeviceIndex device) override {

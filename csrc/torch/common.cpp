@@ -27,7 +27,14 @@ void throw_status(tpu_status_t status, const char* context) {
   tpu_status_free(status);
   if (code == TPU_STATUS_OUT_OF_RANGE) TORCH_CHECK_INDEX(false, message);
   if (code == TPU_STATUS_UNIMPLEMENTED) TORCH_CHECK_NOT_IMPLEMENTED(false, message);
+  // The device (or the host staging for it) ran out of memory: CUDA's
+  // exception type, which callers catch to retry with smaller batches.
+  if (code == TPU_STATUS_RESOURCE_EXHAUSTED) TORCH_CHECK_WITH(OutOfMemoryError, false, message);
   TORCH_CHECK(false, message);
+}
+
+void throw_out_of_memory(const std::string& message) {
+  TORCH_CHECK_WITH(OutOfMemoryError, false, message);
 }
 
 void set_default_plugin_path(const std::string& path) {

@@ -19,6 +19,9 @@ namespace torchtpu {
 
 // Takes ownership of `status`; throws c10::Error carrying its message.
 [[noreturn]] void throw_status(tpu_status_t status, const char* context);
+// Throws c10::OutOfMemoryError (torch.OutOfMemoryError in Python, as
+// CUDA's), for bindings that raise their own errors.
+[[noreturn]] void throw_out_of_memory(const std::string& message);
 
 // Converts a C status into a PyTorch error naming what we were doing.
 #define TPU_CHECK(expr, context)                              \

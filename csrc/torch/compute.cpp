@@ -80,10 +80,14 @@ std::vector<at::Tensor> run_stablehlo(c10::string_view module,
   tpu_executable_t* exe = tpu_program_executable(program);
   int n = tpu_program_num_outputs(program);
   std::vector<tpu_buffer_t*> results(n, nullptr);
-  TPU_CHECK(tpu_program_execute(program, device.index(), operands.buffers.data(),
-                                static_cast<int>(operands.buffers.size()),
-                                results.data()),
-            "run_stablehlo");
+  static const char kLabel[] = "torchtpu.run_stablehlo (a kernel)";
+  tpu_runtime_set_op_label(kLabel);
+  tpu_status_t run_status =
+      tpu_program_execute(program, device.index(), operands.buffers.data(),
+                          static_cast<int>(operands.buffers.size()), results.data());
+  tpu_runtime_set_op_label(nullptr);
+  TPU_CHECK(run_status, "run_stablehlo");
+  for (tpu_buffer_t* r : results) tpu_buffer_set_producer(r, kLabel);
   std::vector<at::Tensor> outs;
   for (int i = 0; i < n; i++) {
     const int64_t* dims = tpu_executable_output_dims(exe, i);

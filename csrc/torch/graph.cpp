@@ -32,6 +32,7 @@ namespace {
   tpu_status_code_t code = tpu_status_code(status);
   tpu_status_free(status);
   if (code == TPU_STATUS_UNIMPLEMENTED) throw py::type_error(message);  // caught: graph runs eagerly
+  if (code == TPU_STATUS_RESOURCE_EXHAUSTED) throw_out_of_memory(message);
   throw std::runtime_error(message);
 }
 

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "common.h"
+
 extern "C" {
 #include "core/defer.h"
 #include "core/diskcache.h"
@@ -52,6 +54,7 @@ void raise_status(tpu_status_t status, const char* context) {
   tpu_status_code_t code = tpu_status_code(status);
   tpu_status_free(status);
   if (code == TPU_STATUS_OUT_OF_RANGE) throw py::index_error(message);
+  if (code == TPU_STATUS_RESOURCE_EXHAUSTED) torchtpu::throw_out_of_memory(message);
   throw std::runtime_error(message);
 }
 
@@ -134,6 +137,7 @@ py::dict memory_stats(int device) {
   d["num_allocs"] = s.num_allocs;
   d["num_frees"] = s.num_frees;
   d["live_allocations"] = s.live_allocations;
+  d["num_ooms"] = s.num_ooms;
   return d;
 }
 
@@ -181,6 +185,13 @@ PYBIND11_MODULE(_C, m) {
   m.def("_plugin_info", &plugin_info);
   m.def("_devices_info", &devices_info);
   m.def("_memory_stats", &memory_stats);
+  m.def("_mem_get_info", [](int device) {
+    torchtpu::ensure_runtime();
+    int64_t free_bytes = 0, total = 0;
+    TPU_CHECK(tpu_runtime_memory_info(device, &free_bytes, &total),
+              "reading device memory");
+    return py::make_tuple(free_bytes, total);
+  });
   m.def("_reset_peak_memory_stats", [](int d) { tpu_memory_reset_peak(d); });
   m.def("_reset_accumulated_memory_stats", [](int d) { tpu_memory_reset_accumulated(d); });
   m.def("_metrics", &metrics);

@@ -474,6 +474,14 @@ tpu_status_t tpu_buffer_wrap_typed(tpu_client_t* client, int device_index,
 
 /* ---- transfers back --------------------------------------------------------- */
 
+void tpu_buffer_set_producer(tpu_buffer_t* buffer, const char* name) {
+  if (buffer) buffer->producer = name;
+}
+
+const char* tpu_buffer_producer(const tpu_buffer_t* buffer) {
+  return buffer ? buffer->producer : NULL;
+}
+
 static tpu_status_t start_to_host(tpu_buffer_t* buffer, void* dst,
                                   size_t dst_bytes, PJRT_Event** out_event) {
   *out_event = NULL;

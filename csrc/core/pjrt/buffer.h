@@ -47,6 +47,11 @@ tpu_status_t tpu_buffer_to_host_async(tpu_buffer_t* buffer, void* dst,
  * then. */
 tpu_status_t tpu_buffer_to_host_range(tpu_buffer_t* buffer, size_t offset,
                                       void* dst, size_t size);
+/* Names the op whose execution computes the buffer (`name` must outlive
+ * it: a static string), for the errors of reads that surface a failure
+ * (tpu_runtime_name_failure). */
+void tpu_buffer_set_producer(tpu_buffer_t* buffer, const char* name);
+const char* tpu_buffer_producer(const tpu_buffer_t* buffer);
 /* Waits until the buffer's contents are computed (surfaces async errors). */
 tpu_status_t tpu_buffer_await_ready(tpu_buffer_t* buffer);
 /* Whether the contents are known to be computed without error. Known:

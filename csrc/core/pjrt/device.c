@@ -165,3 +165,18 @@ const tpu_device_attribute_t* tpu_device_attribute_find(
   }
   return NULL;
 }
+
+tpu_status_t tpu_device_memory_stats(const tpu_device_t* device,
+                                     int64_t* out_in_use, int64_t* out_limit) {
+  const PJRT_Api* api = device->client->api;
+  TPU_PJRT_ARGS(PJRT_Device_MemoryStats_Args, args);
+  args.device = device->device;
+  TPU_RETURN_IF_ERROR(TPU_PJRT_CALL(api, PJRT_Device_MemoryStats, &args));
+  if (!args.bytes_limit_is_set || args.bytes_limit <= 0)
+    return tpu_status_make(TPU_STATUS_UNIMPLEMENTED,
+                           "the plugin reports no memory limit for %s",
+                           device->to_string);
+  *out_in_use = args.bytes_in_use;
+  *out_limit = args.bytes_limit;
+  return NULL;
+}

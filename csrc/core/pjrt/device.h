@@ -18,6 +18,11 @@ int tpu_device_process_index(const tpu_device_t* device);
 const char* tpu_device_kind(const tpu_device_t* device);         /* "cpu" */
 const char* tpu_device_debug_string(const tpu_device_t* device);
 const char* tpu_device_to_string(const tpu_device_t* device);
+/* The plugin's memory figures for the device (PJRT_Device_MemoryStats):
+ * bytes in use and the limit of what can be allocated. UNIMPLEMENTED when
+ * the plugin reports no limit (the CPU plugin: its memory is the host's). */
+tpu_status_t tpu_device_memory_stats(const tpu_device_t* device,
+                                     int64_t* out_in_use, int64_t* out_limit);
 
 typedef enum tpu_device_attribute_kind_e {
   TPU_DEVICE_ATTRIBUTE_STRING,

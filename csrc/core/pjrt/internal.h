@@ -79,6 +79,9 @@ struct tpu_buffer_s {
    * deleted it, so only then is asking worth a call (see is_deleted). */
   _Atomic bool offered;
   tpu_status_t error;
+  /* The op whose execution computes it (static; NULL: uploaded), named
+   * in the errors of reads that surface that execution's failure. */
+  const char* producer;
   tpu_client_t* client; /* borrowed */
   tpu_dtype_t dtype;
   int rank;

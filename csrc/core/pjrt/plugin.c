@@ -1,6 +1,7 @@
 /* Plugin loading, plus the layer-wide PJRT_Error conversion. */
 #include "plugin.h"
 
+#include <ctype.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -69,6 +70,17 @@ void tpu_pjrt_error_ignore(const PJRT_Api* api, PJRT_Error* error) {
   if (error) destroy_error(api, error);
 }
 
+static bool mentions_out_of_memory(const char* text, size_t n) {
+  static const char kNeedle[] = "out of memory";
+  size_t k = sizeof kNeedle - 1;
+  for (size_t i = 0; i + k <= n; i++) {
+    size_t j = 0;
+    while (j < k && tolower((unsigned char)text[i + j]) == kNeedle[j]) j++;
+    if (j == k) return true;
+  }
+  return false;
+}
+
 tpu_status_t tpu_pjrt_status(const PJRT_Api* api, PJRT_Error* error,
                              const char* context) {
   if (!error) return NULL;
@@ -88,6 +100,11 @@ tpu_status_t tpu_pjrt_status(const PJRT_Api* api, PJRT_Error* error,
   int len = message.message_size > (size_t)INT32_MAX
                 ? INT32_MAX
                 : (int)message.message_size;
+  /* XLA's CPU runtime reports a failed allocation with another code
+   * ("Out of memory allocating N bytes"): it is the device running out. */
+  if (status_code != TPU_STATUS_RESOURCE_EXHAUSTED && message.message &&
+      mentions_out_of_memory(message.message, (size_t)len))
+    status_code = TPU_STATUS_RESOURCE_EXHAUSTED;
   tpu_status_t status =
       tpu_status_make(status_code, "%s: %.*s", context ? context : "PJRT",
                       len, message.message ? message.message : "");
