@@ -22,6 +22,11 @@ typedef struct {
   const char** labels; /* the op each event completes (static; may be NULL) */
   size_t count, capacity;
   tpu_status_t error; /* first failure among pruned events, for synchronize */
+  /* The latest failures of named executions that are no longer tracked
+   * events, so that a read can still name the op (a ring; cleared by
+   * synchronize). */
+  tpu_status_t recent[8];
+  unsigned recent_next;
 } pending_t;
 static pthread_mutex_t g_pending_lock = PTHREAD_MUTEX_INITIALIZER;
 static pending_t g_pending[TPU_MAX_DEVICES];
@@ -29,6 +34,11 @@ static pending_t g_pending[TPU_MAX_DEVICES];
 /* Keeps `failed` as the device's error for synchronize unless it already
  * has one (caller holds g_pending_lock; takes ownership). */
 static void keep_first_error(pending_t* p, tpu_status_t failed) {
+  if (failed && strstr(tpu_status_message(failed), " failed on the device: ")) {
+    unsigned slot = p->recent_next++ % 8;
+    tpu_status_free(p->recent[slot]);
+    p->recent[slot] = tpu_status_make(tpu_status_code(failed), "%s", tpu_status_message(failed));
+  }
   if (failed && !p->error) p->error = failed;
   else tpu_status_free(failed);
 }
@@ -40,18 +50,22 @@ void tpu_runtime_set_op_label(const char* label) { t_op_label = label; }
 
 /* A failure of the execution of `label`, named so. */
 static tpu_status_t labeled(tpu_status_t failed, const char* label) {
-  if (!failed || !label || strstr(tpu_status_message(failed), " failed on the device: "))
+  if (!failed || !label || strstr(tpu_status_message(failed), " failed on the device: ") ||
+      strstr(tpu_status_message(failed), label))  /* named already ("running <op>: ") */
     return failed;
   return tpu_status_annotate(failed, "%s failed on the device: ", label);
 }
 
-/* Whether `text` ends with the last characters of `tail`: a dependent
- * execution's or a read's error carries the failed execution's message
- * at its end, under other prefixes. */
-static bool same_failure(const char* text, const char* tail) {
-  size_t n = strlen(text), k = strlen(tail);
-  size_t keep = k < 48 ? k : 48;
-  return keep > 0 && n >= keep && memcmp(text + n - keep, tail + k - keep, keep) == 0;
+/* Whether `text` reports the failure `failed` reports: a dependent
+ * execution's or a read's error carries the failed execution's message at
+ * its end under other prefixes ("context: ..."), so compare the last
+ * segment after ": " (when it says enough), else the last 48 characters. */
+static bool same_failure(const char* text, const char* failed) {
+  size_t n = strlen(text), k = strlen(failed);
+  const char* last = NULL;
+  for (const char* p = strstr(failed, ": "); p; p = strstr(p + 2, ": ")) last = p + 2;
+  size_t keep = last && strlen(last) >= 16 ? strlen(last) : (k < 48 ? k : 48);
+  return keep > 0 && n >= keep && memcmp(text + n - keep, failed + k - keep, keep) == 0;
 }
 
 static int g_default_device;
@@ -316,6 +330,10 @@ tpu_status_t tpu_runtime_synchronize(int device_index) {
   p->labels = NULL;
   p->error = NULL;
   p->count = p->capacity = 0;
+  for (int i = 0; i < 8; i++) {
+    tpu_status_free(p->recent[i]);
+    p->recent[i] = NULL;
+  }
   pthread_mutex_unlock(&g_pending_lock);
   for (size_t i = 0; i < count; i++) {
     tpu_status_t s = tpu_event_await(events[i]);
@@ -337,8 +355,13 @@ tpu_status_t tpu_runtime_name_failure(int device_index, tpu_status_t status,
     pending_t* p = &g_pending[device_index];
     /* The earliest execution that failed with this error: the one that
      * caused it (later ones only read its poisoned results). */
-    if (p->error && same_failure(tpu_status_message(status), tpu_status_message(p->error))) {
-      const char* m = tpu_status_message(p->error);
+    tpu_status_t named = NULL;
+    for (unsigned i = 0; i < 8 && !named; i++) { /* oldest first */
+      tpu_status_t r = p->recent[(p->recent_next + i) % 8];
+      if (r && same_failure(tpu_status_message(status), tpu_status_message(r))) named = r;
+    }
+    if (named) {
+      const char* m = tpu_status_message(named);
       const char* end = strstr(m, " failed on the device: ");
       static _Thread_local char name[160];
       if (end && (size_t)(end - m) < sizeof name) {

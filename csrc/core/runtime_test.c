@@ -158,6 +158,42 @@ static void test_many_tracked_executions_then_synchronize(void) {
   CHECK_OK(tpu_runtime_synchronize(-1));
 }
 
+/* A failure recorded while an op ran keeps that op's name: a later read
+ * whose error ends with the same message names it (not the reader's op),
+ * an unrelated one names the read buffer's producer, and synchronize
+ * names it too. Memory figures: free never exceeds total. */
+static void test_failures_name_their_op_and_memory_info(void) {
+  CHECK_OK(tpu_runtime_init(NULL));
+  tpu_runtime_set_op_label("aten::topk");
+  tpu_runtime_record_error(0, tpu_status_make(TPU_STATUS_RESOURCE_EXHAUSTED,
+                                              "PJRT: Out of memory allocating 64 bytes."));
+  tpu_runtime_set_op_label(NULL);
+  tpu_status_t s = tpu_runtime_name_failure(
+      0,
+      tpu_status_make(TPU_STATUS_RESOURCE_EXHAUSTED,
+                      "device-to-host transfer: other: Out of memory allocating 64 bytes."),
+      "aten::sum");
+  CHECK_STR_CONTAINS(tpu_status_message(s), "aten::topk failed on the device: ");
+  CHECK_EQ(tpu_status_code(s), TPU_STATUS_RESOURCE_EXHAUSTED);
+  tpu_status_free(s);
+  s = tpu_runtime_name_failure(0, tpu_status_make(TPU_STATUS_INTERNAL, "something else"),
+                               "aten::sum");
+  CHECK_STR_CONTAINS(tpu_status_message(s), "aten::sum failed on the device: something else");
+  tpu_status_free(s);
+  s = tpu_runtime_synchronize(0);
+  CHECK(s != NULL);
+  if (s) CHECK_STR_CONTAINS(tpu_status_message(s), "aten::topk failed on the device: PJRT");
+  tpu_status_free(s);
+  CHECK_OK(tpu_runtime_synchronize(0)); /* raised once */
+  int64_t free_bytes = -1, total = -1;
+  CHECK_OK(tpu_runtime_memory_info(0, &free_bytes, &total));
+  CHECK(total > 0 && free_bytes >= 0 && free_bytes <= total);
+  s = tpu_runtime_memory_info(tpu_runtime_device_count(), &free_bytes, &total);
+  CHECK_EQ(tpu_status_code(s), TPU_STATUS_OUT_OF_RANGE);
+  tpu_status_free(s);
+}
+
 TPU_TEST_MAIN(TPU_TEST(test_visible_devices_and_local_rank),
               TPU_TEST(test_init_and_device_checks),
-              TPU_TEST(test_many_tracked_executions_then_synchronize))
+              TPU_TEST(test_many_tracked_executions_then_synchronize),
+              TPU_TEST(test_failures_name_their_op_and_memory_info))
