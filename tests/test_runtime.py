@@ -73,6 +73,24 @@ def test_info_command_prints_plugin_and_env():
     assert "absl" not in r.stderr  # plugin logging stays quiet
 
 
+def test_info_names_the_plugin_when_its_client_cannot_start():
+    """A plugin that loads but whose client cannot be made (here: a device
+    count the runtime refuses) still has its PJRT API version and attributes
+    printed, with the reason, and info exits 1 at once; a plugin that does
+    not load says so."""
+    info = "import runpy, sys; sys.exit(runpy.run_module('torchtpu.info', run_name='__main__'))"
+    r = run_python(info, {"TORCHTPU_NUM_DEVICES": "0"}, timeout=60)
+    assert r.returncode == 1, r.stderr
+    out = r.stdout
+    assert "the runtime cannot start" in out and "TORCHTPU_NUM_DEVICES" in out
+    api = torchtpu._C._plugin_info()["api_version"]
+    assert f"PJRT API:      plugin {api}" in out
+    assert "stablehlo_current_version = " in out and "xla_cpu_pjrt" in out
+    r = run_python(info, {"TORCHTPU_PJRT_PLUGIN": "/nonexistent/libtpu.so"}, timeout=60)
+    assert r.returncode == 1, r.stderr
+    assert "cannot be opened" in r.stdout and "the plugin does not load either" in r.stdout
+
+
 # An op the lowering table has no row for: it stays on the CPU fallback.
 # (Functional bessel_j0 reaches the backend as its out= overload.)
 UNLOWERED = "aten::special_bessel_j0.out"

@@ -31,6 +31,19 @@ def main():
         info = collect()
     except RuntimeError as e:
         print(f"torchtpu {torchtpu.__version__}: the runtime cannot start:\n  {e}")
+        # The plugin itself may still load (GetPjrtApi needs no hardware):
+        # say what it is, so a wrong plugin or version shows.
+        try:
+            p = _C._probe_plugin()
+        except RuntimeError as e2:
+            print(f"the plugin does not load either:\n  {e2}")
+            return 1
+        attrs = p["attributes"]
+        print(f"plugin:        {p['path']}")
+        print(f"PJRT API:      plugin {p['api_version']}, built against {p['header_api_version']}")
+        print(f"xla_version:   {attrs.get('xla_version', '?')}")
+        for name in sorted(attrs):
+            print(f"  {name} = {attrs[name]}")
         return 1
     p = info["plugin"]
     attrs = p["attributes"]

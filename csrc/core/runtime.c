@@ -145,6 +145,24 @@ static int64_t device_capacity(tpu_client_t* client, int index) {
   return limit > 0 && (capacity <= 0 || limit < capacity) ? limit : capacity;
 }
 
+bool tpu_runtime_prepare_plugin_env(const char* plugin_path, const char* dmi_product) {
+  const char* base = strrchr(plugin_path, '/');
+  base = base ? base + 1 : plugin_path;
+  if (!strstr(base, "libtpu") || getenv("TPU_SKIP_MDS_QUERY")) return false;
+  if (dmi_product && strstr(dmi_product, "Google")) return false; /* a Cloud VM */
+  setenv("TPU_SKIP_MDS_QUERY", "1", /*overwrite=*/0);
+  return true;
+}
+
+/* The machine's DMI product name ("Google Compute Engine" on Cloud VMs). */
+static void read_dmi_product(char* out, size_t size) {
+  out[0] = 0;
+  FILE* f = fopen("/sys/class/dmi/id/product_name", "r");
+  if (!f) return;
+  if (!fgets(out, (int)size, f)) out[0] = 0;
+  fclose(f);
+}
+
 tpu_status_t tpu_runtime_init(const char* fallback_plugin_path) {
   pthread_mutex_lock(&g_lock);
   tpu_status_t status = NULL;
@@ -155,6 +173,9 @@ tpu_status_t tpu_runtime_init(const char* fallback_plugin_path) {
   char path[PATH_MAX];
   status = tpu_plugin_resolve_path(fallback_plugin_path, path, sizeof path);
   if (status) goto done;
+  char product[128];
+  read_dmi_product(product, sizeof product);
+  tpu_runtime_prepare_plugin_env(path, product);
   tpu_plugin_t* plugin = NULL;
   status = tpu_plugin_load(path, &plugin);
   if (status) goto done;

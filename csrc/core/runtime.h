@@ -22,6 +22,12 @@ extern "C" {
  * thread-safe. On failure nothing is kept, so a later call may retry (e.g.
  * after fixing TORCHTPU_PJRT_PLUGIN). */
 tpu_status_t tpu_runtime_init(const char* fallback_plugin_path);
+/* Before loading libtpu off Google Cloud (dmi_product lacks "Google"):
+ * sets TPU_SKIP_MDS_QUERY=1 unless the user set it, so libtpu does not
+ * spend minutes asking a metadata server that is not there whether this is
+ * a TPU VM (it then fails in seconds, naming the missing device). True
+ * when it set it. Called by init; other plugins are left alone. */
+bool tpu_runtime_prepare_plugin_env(const char* plugin_path, const char* dmi_product);
 bool tpu_runtime_is_initialized(void);
 
 /* Borrowed; NULL before a successful init. */

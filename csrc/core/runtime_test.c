@@ -193,7 +193,24 @@ static void test_failures_name_their_op_and_memory_info(void) {
   tpu_status_free(s);
 }
 
+/* libtpu off Google Cloud skips the metadata query; on a Cloud VM, for
+ * other plugins, or when the user chose, nothing changes. */
+static void test_libtpu_skips_the_metadata_query_off_cloud(void) {
+  unsetenv("TPU_SKIP_MDS_QUERY");
+  CHECK(!tpu_runtime_prepare_plugin_env("/x/xla_cpu_pjrt.so", "Standard PC"));
+  CHECK(getenv("TPU_SKIP_MDS_QUERY") == NULL);
+  CHECK(!tpu_runtime_prepare_plugin_env("/x/libtpu/libtpu.so", "Google Compute Engine\n"));
+  CHECK(getenv("TPU_SKIP_MDS_QUERY") == NULL);
+  CHECK(tpu_runtime_prepare_plugin_env("/x/libtpu/libtpu.so", "Standard PC"));
+  CHECK_STR_CONTAINS(getenv("TPU_SKIP_MDS_QUERY"), "1");
+  setenv("TPU_SKIP_MDS_QUERY", "0", 1);
+  CHECK(!tpu_runtime_prepare_plugin_env("/x/libtpu.so", ""));
+  CHECK_STR_CONTAINS(getenv("TPU_SKIP_MDS_QUERY"), "0");
+  unsetenv("TPU_SKIP_MDS_QUERY");
+}
+
 TPU_TEST_MAIN(TPU_TEST(test_visible_devices_and_local_rank),
+              TPU_TEST(test_libtpu_skips_the_metadata_query_off_cloud),
               TPU_TEST(test_init_and_device_checks),
               TPU_TEST(test_many_tracked_executions_then_synchronize),
               TPU_TEST(test_failures_name_their_op_and_memory_info))

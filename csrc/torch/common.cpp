@@ -37,6 +37,11 @@ void throw_out_of_memory(const std::string& message) {
   TORCH_CHECK_WITH(OutOfMemoryError, false, message);
 }
 
+std::string default_plugin_path() {
+  std::lock_guard<std::mutex> guard(g_path_lock);
+  return g_default_plugin_path;
+}
+
 void set_default_plugin_path(const std::string& path) {
   std::lock_guard<std::mutex> guard(g_path_lock);
   g_default_plugin_path = path;

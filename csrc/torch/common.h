@@ -37,6 +37,7 @@ void ensure_runtime();
 void check_not_forked();
 // The plugin path Python found (installed xla-cpu-pjrt); may be empty.
 void set_default_plugin_path(const std::string& path);
+std::string default_plugin_path();
 
 // The calling thread's current tpu device index.
 c10::DeviceIndex current_device();

@@ -94,6 +94,33 @@ py::dict plugin_info() {
   return info;
 }
 
+// The plugin alone (GetPjrtApi, PJRT_Plugin_Initialize, its attributes),
+// without a client: what info prints when the client cannot start.
+py::dict probe_plugin() {
+  std::string fallback = torchtpu::default_plugin_path();
+  char path[4096];
+  tpu_status_t s = tpu_plugin_resolve_path(fallback.empty() ? nullptr : fallback.c_str(),
+                                           path, sizeof path);
+  tpu_plugin_t* p = nullptr;
+  if (!s) s = tpu_plugin_load(path, &p);
+  if (s) raise_status(s, "loading the plugin");
+  py::dict info;
+  info["path"] = tpu_plugin_path(p);
+  info["api_version"] = std::to_string(tpu_plugin_api_major(p)) + "." +
+                        std::to_string(tpu_plugin_api_minor(p));
+  info["header_api_version"] = std::to_string(tpu_plugin_header_api_major()) + "." +
+                               std::to_string(tpu_plugin_header_api_minor());
+  py::dict attributes;
+  for (size_t i = 0; i < tpu_plugin_attribute_count(p); i++) {
+    const char *name, *value;
+    tpu_plugin_attribute_at(p, i, &name, &value);
+    attributes[name] = value;
+  }
+  info["attributes"] = attributes;
+  tpu_plugin_release(p);
+  return info;
+}
+
 py::list devices_info() {
   tpu_client_t* c = client();
   py::list out;
@@ -184,6 +211,7 @@ PYBIND11_MODULE(_C, m) {
   });
   m.def("_plugin_info", &plugin_info);
   m.def("_devices_info", &devices_info);
+  m.def("_probe_plugin", &probe_plugin);
   m.def("_memory_stats", &memory_stats);
   m.def("_mem_get_info", [](int device) {
     torchtpu::ensure_runtime();
