@@ -323,3 +323,34 @@ def test_forked_child_refuses_the_device_as_cuda_does(tmp_path):
     assert out["exit"] == 0 and out["os_fork"] == 0
     assert out["parent"] == [2.0, 2.0, 2.0] and out["parent_bad_fork"] is False
     assert out["loader"] == [2.0, 10.0]
+
+
+_OVERWRITES = {
+    "fill_": (lambda p: p.fill_(3), [3.0, 3.0, 3.0]),
+    "zero_": (lambda p: p.zero_(), [0.0, 0.0, 0.0]),
+    "copy_tpu": (lambda p: p.copy_(torch.full((3,), 5.0, device="tpu")), [5.0, 5.0, 5.0]),
+    "mul_out": (lambda p: torch.mul(torch.ones(3, device="tpu"), 4, out=p), [4.0, 4.0, 4.0]),
+    "copy_cpu": (lambda p: p.copy_(torch.full((3,), 6.0)), [6.0, 6.0, 6.0]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_OVERWRITES))
+def test_a_whole_overwrite_repairs_a_tensor_written_from_a_failed_execution(name):
+    """p.add_(v) where v's program failed at run time (out of memory: topk of
+    a 2**23 x 2**23 broadcast) leaves p raising; an op that overwrites all
+    of p (it does not read p) gives it a clean value, and synchronize does
+    not raise again what the read raised."""
+    n = 2**23
+    x = torch.randn(n, device="tpu")
+    p = torch.ones(3, device="tpu")
+    with pytest.raises(torch.OutOfMemoryError, match="aten::topk"):
+        v = torch.topk(x.expand(n, n), 3, dim=1).values[:3, 0]
+        p.add_(v)  # debug mode raised at topk already
+        p.cpu()
+    overwrite, want = _OVERWRITES[name]
+    overwrite(p)
+    assert p.cpu().tolist() == want
+    torch.tpu.synchronize()
+    p.add_(1)  # and it is usable
+    assert p.cpu().tolist() == [w + 1 for w in want]
+    torch.tpu.synchronize()

@@ -183,6 +183,10 @@ struct tpu_eager_entry_s {
   int num_slots;
   int num_written;   /* program results 0..num_written-1: new flat storages */
   int* written_slot; /* which slot each of those replaces */
+  /* Slots the program never reads (a whole overwrite: fill_, zero_, copy_,
+   * out= of the full size): contents that were lost or failed are no
+   * input of it, so such an op repairs the storage. */
+  bool* slot_unread;
   int num_fresh;     /* then one result per fresh output, in output order */
   bool needs_rng;    /* then the new generator state */
   /* The module, kept for DeferAndFuse (runs are fused from their ops'
@@ -261,6 +265,7 @@ static void entry_free(tpu_eager_entry_t* e) {
   free(e->fallback_reason);
   free(e->outputs);
   free(e->written_slot);
+  free(e->slot_unread);
   free(e->text);
   free(e->name);
   free(e->param_types);
@@ -509,6 +514,7 @@ tpu_status_t tpu_eager_compile(const tpu_eager_call_t* call, const tpu_eager_out
   tpu_hlo_builder_t* b = NULL;
   tpu_eager_entry_t* e = calloc(1, sizeof *e);
   tpu_hlo_value_t* slot_values = NULL;
+  tpu_hlo_value_t* slot_args = NULL; /* the parameters, slot_values' first state */
   tpu_hlo_value_t* arg_values = NULL;
   tpu_hlo_value_t* list_values = NULL;
   int* list_offset = NULL;
@@ -532,6 +538,7 @@ tpu_status_t tpu_eager_compile(const tpu_eager_call_t* call, const tpu_eager_out
   }
   int n_args = call->num_args, n_list = call->num_list;
   slot_values = calloc((size_t)s.count + 1, sizeof *slot_values);
+  slot_args = calloc((size_t)s.count + 1, sizeof *slot_args);
   arg_values = calloc((size_t)n_args + 1, sizeof *arg_values);
   list_values = calloc((size_t)n_list + 1, sizeof *list_values);
   list_offset = calloc((size_t)n_args + 1, sizeof *list_offset);
@@ -541,7 +548,7 @@ tpu_status_t tpu_eager_compile(const tpu_eager_call_t* call, const tpu_eager_out
   results = calloc((size_t)(s.count + num_outputs + 2), sizeof *results);
   e->outputs = calloc((size_t)num_outputs + 1, sizeof *e->outputs);
   e->written_slot = calloc((size_t)s.count + 1, sizeof *e->written_slot);
-  if (!slot_values || !arg_values || !list_values || !list_offset || !list_types || !out_types ||
+  if (!slot_values || !slot_args || !arg_values || !list_values || !list_offset || !list_types || !out_types ||
       !out_values || !results || !e->outputs || !e->written_slot) {
     status = tpu_status_make(TPU_STATUS_RESOURCE_EXHAUSTED, "out of host memory");
     goto done;
@@ -550,7 +557,8 @@ tpu_status_t tpu_eager_compile(const tpu_eager_call_t* call, const tpu_eager_out
   if (status) goto done;
   /* Parameters: flat storages, then scalars, then the generator state. */
   for (int i = 0; i < s.count; i++)
-    slot_values[i] = tpu_hlo_arg(b, tpu_hlo_type_make(s.dtypes[i], 1, &s.numels[i]), NULL);
+    slot_values[i] = slot_args[i] =
+        tpu_hlo_arg(b, tpu_hlo_type_make(s.dtypes[i], 1, &s.numels[i]), NULL);
   for (int i = 0; i < n_args; i++)
     if (is_runtime_scalar(&call->args[i])) arg_values[i] = tpu_hlo_arg(b, call->args[i].lower.type, NULL);
   tpu_hlo_value_t rng = {-1};
@@ -651,6 +659,12 @@ tpu_status_t tpu_eager_compile(const tpu_eager_call_t* call, const tpu_eager_out
     e->needs_rng = true;
   }
   tpu_hlo_return(b, results, nres);
+  e->slot_unread = calloc((size_t)s.count + 1, sizeof *e->slot_unread);
+  if (!e->slot_unread) {
+    status = tpu_status_make(TPU_STATUS_RESOURCE_EXHAUSTED, "out of host memory");
+    goto done;
+  }
+  for (int i = 0; i < s.count; i++) e->slot_unread[i] = !tpu_hlo_value_used(b, slot_args[i]);
   size_t len = 0;
   status = tpu_hlo_builder_finish(b, &text, &len);
   if (!status) {
@@ -678,6 +692,7 @@ done:
   free(text);
   slots_free(&s);
   free(slot_values);
+  free(slot_args);
   free(arg_values);
   free(list_values);
   free(list_offset);
@@ -736,12 +751,22 @@ static tpu_status_t zeros_buffer(int device, tpu_dtype_t dtype, int64_t n, tpu_b
   return tpu_program_execute(p, device, NULL, 0, out);
 }
 
-/* The storage's buffer as flat [n] of dtype. */
+/* The storage's buffer as flat [n] of dtype. `unread`: the program only
+ * overwrites it, so contents that were lost or are known failed give way
+ * to zeros (the op's result is then clean: a whole overwrite repairs). */
 static tpu_status_t flat_buffer(tpu_storage_t* storage, int device, tpu_dtype_t dtype, int64_t n,
-                                tpu_buffer_t** out) {
+                                bool unread, tpu_buffer_t** out) {
   /* Contents a deferred run is still computing: run it first. */
   TPU_RETURN_IF_ERROR(tpu_storage_settle(storage));
-  if (!tpu_storage_buffer(storage) && (size_t)n * tpu_dtype_size(dtype) == tpu_storage_nbytes(storage)) {
+  tpu_buffer_t* current = tpu_storage_buffer(storage);
+  bool fits = (size_t)n * tpu_dtype_size(dtype) == tpu_storage_nbytes(storage);
+  if (unread && fits && (tpu_storage_is_lost(storage) || (current && tpu_buffer_poll_failed(current)))) {
+    tpu_buffer_t* z = NULL;
+    TPU_RETURN_IF_ERROR(zeros_buffer(device, dtype, n, &z));
+    TPU_RETURN_IF_ERROR(tpu_storage_set_buffer(storage, z));
+    TPU_METRICS_BUMP("failed_contents_overwritten", 1);
+  }
+  if (!tpu_storage_buffer(storage) && fits) {
     tpu_buffer_t* z = NULL;
     TPU_RETURN_IF_ERROR(zeros_buffer(device, dtype, n, &z));
     TPU_RETURN_IF_ERROR(tpu_storage_set_buffer(storage, z));
@@ -883,12 +908,14 @@ static tpu_status_t record_deferred(tpu_eager_entry_t* e, const tpu_eager_call_t
   tpu_storage_t* rng = NULL;
   if (e->needs_rng) status = rng_storage(call->device, &rng);
   /* Storages never written (PyTorch's empty) and not in the run: zeros made
-   * on the device, as Strict does. */
+   * on the device, as Strict does; and, as there, lost or failed contents
+   * that the op only overwrites. */
   for (int i = 0; i < s->count && !status; i++) {
     tpu_storage_t* st = s->storages[i];
-    if (tpu_storage_defer_value(st) < 0 && !tpu_storage_buffer(st)) {
+    bool unread = e->slot_unread && e->slot_unread[i];
+    if (tpu_storage_defer_value(st) < 0 && (!tpu_storage_buffer(st) || unread)) {
       tpu_buffer_t* ignored = NULL;
-      status = flat_buffer(st, call->device, s->dtypes[i], s->numels[i], &ignored);
+      status = flat_buffer(st, call->device, s->dtypes[i], s->numels[i], unread, &ignored);
     }
     params[k++] = (tpu_defer_operand_t){.storage = st};
   }
@@ -967,7 +994,8 @@ tpu_status_t tpu_eager_execute(tpu_eager_entry_t* e, const tpu_eager_call_t* cal
   status = entry_program(e, &program);
   if (status) status = tpu_status_annotate(status, "lowering %s: ", call->op_name);
   for (int i = 0; i < s.count && !status; i++)
-    status = flat_buffer(s.storages[i], call->device, s.dtypes[i], s.numels[i], &args[k++]);
+    status = flat_buffer(s.storages[i], call->device, s.dtypes[i], s.numels[i],
+                         e->slot_unread && e->slot_unread[i], &args[k++]);
   for (int i = 0; i < call->num_args && !status; i++) {
     const tpu_eager_arg_t* a = &call->args[i];
     if (!is_runtime_scalar(a)) continue;

@@ -27,6 +27,10 @@ typedef struct {
    * synchronize). */
   tpu_status_t recent[8];
   unsigned recent_next;
+  /* Failures a read has raised since the last synchronize: that raise
+   * reported them, so synchronize does not raise them again. */
+  tpu_status_t surfaced[4];
+  unsigned surfaced_next;
 } pending_t;
 static pthread_mutex_t g_pending_lock = PTHREAD_MUTEX_INITIALIZER;
 static pending_t g_pending[TPU_MAX_DEVICES];
@@ -338,6 +342,16 @@ void tpu_runtime_record_error(int device_index, tpu_status_t status) {
   pthread_mutex_unlock(&g_pending_lock);
 }
 
+/* NULL for a failure a read already raised (see pending_t.surfaced). */
+static tpu_status_t unless_surfaced(tpu_status_t s, tpu_status_t* const surfaced) {
+  for (int k = 0; s && k < 4; k++)
+    if (surfaced[k] && same_failure(tpu_status_message(s), tpu_status_message(surfaced[k]))) {
+      tpu_status_free(s);
+      return NULL;
+    }
+  return s;
+}
+
 tpu_status_t tpu_runtime_synchronize(int device_index) {
   if (device_index < 0 || device_index >= TPU_MAX_DEVICES) return NULL;
   tpu_launcher_drain(); /* queued executions first: they track their events */
@@ -355,12 +369,17 @@ tpu_status_t tpu_runtime_synchronize(int device_index) {
     tpu_status_free(p->recent[i]);
     p->recent[i] = NULL;
   }
+  tpu_status_t surfaced[4];
+  memcpy(surfaced, p->surfaced, sizeof surfaced);
+  memset(p->surfaced, 0, sizeof p->surfaced);
   pthread_mutex_unlock(&g_pending_lock);
+  first = unless_surfaced(first, surfaced);
   for (size_t i = 0; i < count; i++) {
-    tpu_status_t s = tpu_event_await(events[i]);
+    tpu_status_t s = unless_surfaced(tpu_event_await(events[i]), surfaced);
     if (s && !first) first = labeled(s, labels[i]); else tpu_status_free(s);
     tpu_event_destroy(events[i]);
   }
+  for (int k = 0; k < 4; k++) tpu_status_free(surfaced[k]);
   free(events);
   free(labels);
   return first;
@@ -398,6 +417,14 @@ tpu_status_t tpu_runtime_name_failure(int device_index, tpu_status_t status,
         origin = p->labels[i];
       tpu_status_free(s);
     }
+    pthread_mutex_unlock(&g_pending_lock);
+  }
+  if (device_index >= 0 && device_index < TPU_MAX_DEVICES) {
+    pthread_mutex_lock(&g_pending_lock);
+    pending_t* p = &g_pending[device_index];
+    unsigned slot = p->surfaced_next++ % 4;
+    tpu_status_free(p->surfaced[slot]);
+    p->surfaced[slot] = tpu_status_make(tpu_status_code(status), "%s", tpu_status_message(status));
     pthread_mutex_unlock(&g_pending_lock);
   }
   if (!origin) origin = producer;

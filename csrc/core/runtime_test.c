@@ -160,8 +160,9 @@ static void test_many_tracked_executions_then_synchronize(void) {
 
 /* A failure recorded while an op ran keeps that op's name: a later read
  * whose error ends with the same message names it (not the reader's op),
- * an unrelated one names the read buffer's producer, and synchronize
- * names it too. Memory figures: free never exceeds total. */
+ * an unrelated one names the read buffer's producer; synchronize does not
+ * raise what a read raised, and names what it raises. Memory figures: free
+ * never exceeds total. */
 static void test_failures_name_their_op_and_memory_info(void) {
   CHECK_OK(tpu_runtime_init(NULL));
   tpu_runtime_set_op_label("aten::topk");
@@ -180,9 +181,15 @@ static void test_failures_name_their_op_and_memory_info(void) {
                                "aten::sum");
   CHECK_STR_CONTAINS(tpu_status_message(s), "aten::sum failed on the device: something else");
   tpu_status_free(s);
+  /* The reads raised it: synchronize does not raise it again. */
+  CHECK_OK(tpu_runtime_synchronize(0));
+  tpu_runtime_set_op_label("aten::mm");
+  tpu_runtime_record_error(0, tpu_status_make(TPU_STATUS_INTERNAL,
+                                              "PJRT: an internal failure of the mm kernel"));
+  tpu_runtime_set_op_label(NULL);
   s = tpu_runtime_synchronize(0);
   CHECK(s != NULL);
-  if (s) CHECK_STR_CONTAINS(tpu_status_message(s), "aten::topk failed on the device: PJRT");
+  if (s) CHECK_STR_CONTAINS(tpu_status_message(s), "aten::mm failed on the device: PJRT");
   tpu_status_free(s);
   CHECK_OK(tpu_runtime_synchronize(0)); /* raised once */
   int64_t free_bytes = -1, total = -1;

@@ -33,6 +33,8 @@ void tpu_storage_set_lost(tpu_storage_t* storage, const char* why) {
   storage->lost = strdup(why ? why : "unknown error");
 }
 
+bool tpu_storage_is_lost(const tpu_storage_t* storage) { return storage->lost != NULL; }
+
 /* Before any access to the contents: a deferred run that touches the
  * storage runs first, so the buffer is current. */
 static tpu_status_t settle(tpu_storage_t* storage) {

@@ -94,6 +94,7 @@ tpu_status_t tpu_storage_settle(tpu_storage_t* storage);
 /* Marks the contents lost (a deferred run that produced them failed):
  * later reads return `why` until the storage is written again. */
 void tpu_storage_set_lost(tpu_storage_t* storage, const char* why);
+bool tpu_storage_is_lost(const tpu_storage_t* storage);
 
 #ifdef __cplusplus
 }

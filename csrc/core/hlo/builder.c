@@ -21,7 +21,18 @@ typedef struct {
   value_kind_t kind;
   int number; /* N of %argN, %N or %bN */
   int result; /* i of %N#i, or -1 for an op's only result */
+  /* Liveness (tpu_hlo_value_used): `used` marks a use that counts as such
+   * directly (return, block return, region ops and the ops inside them);
+   * a plain op of @main's body, `def_op`, counts its operands as used only
+   * if one of its results is (its operands are operand_list[first,
+   * first + count) of the builder). */
+  bool used;
+  int def_op; /* index into the builder's plain ops, or -1 */
 } value_info_t;
+
+typedef struct {
+  int first, count; /* into operand_list */
+} plain_op_t;
 
 /* One level of nesting: @main's body (frames[0]) or a region op whose
  * regions are being built. Ops go to the innermost frame's text. */
@@ -59,6 +70,10 @@ struct tpu_hlo_builder_s {
   int num_region_results, cap_region_results;
   int num_args, next_result, next_block_arg;
   bool has_ops, returned;
+  plain_op_t* plain_ops; /* liveness of @main's body (see value_info_t) */
+  int num_plain_ops, cap_plain_ops;
+  int* operand_list;     /* value indices */
+  int num_operand_list, cap_operand_list;
 };
 
 static const tpu_hlo_value_t kInvalid = {-1};
@@ -215,6 +230,8 @@ static tpu_hlo_value_t add_value(tpu_hlo_builder_t* b,
   v->kind = kind;
   v->number = number;
   v->result = result;
+  v->used = false;
+  v->def_op = -1;
   tpu_hlo_value_t handle = {(b->tag << kTagShift) | b->num_values};
   b->num_values++;
   return handle;
@@ -248,9 +265,21 @@ static void append_value_name(tpu_strbuf_t* sb, const value_info_t* v) {
 
 /* Checks that operands belong to b and are visible here, and prints
  * "%a, %b" into names and their types into types. */
+/* `plain`: the index of the plain @main op these are operands of (their use
+ * counts only if the op's results do), or -1: a direct use. */
+static bool use_operands_of(tpu_hlo_builder_t* b, const char* what,
+                            const tpu_hlo_value_t* operands, int n,
+                            tpu_strbuf_t* names, tpu_strbuf_t* types, int plain);
+
 static bool use_operands(tpu_hlo_builder_t* b, const char* what,
                          const tpu_hlo_value_t* operands, int n,
                          tpu_strbuf_t* names, tpu_strbuf_t* types) {
+  return use_operands_of(b, what, operands, n, names, types, -1);
+}
+
+static bool use_operands_of(tpu_hlo_builder_t* b, const char* what,
+                            const tpu_hlo_value_t* operands, int n,
+                            tpu_strbuf_t* names, tpu_strbuf_t* types, int plain) {
   if (n < 0 || (n > 0 && !operands)) {
     tpu_hlo_fail_(b, TPU_STATUS_INVALID_ARGUMENT,
                   "%s: %d operands with a %s array", what, n,
@@ -280,10 +309,49 @@ static bool use_operands(tpu_hlo_builder_t* b, const char* what,
       tpu_strbuf_append(names, ", ");
       tpu_strbuf_append(types, ", ");
     }
+    int index = (int)(v - b->values);
+    if (plain < 0) {
+      b->values[index].used = true;
+    } else {
+      int* list = grow(b, b->operand_list, &b->cap_operand_list, b->num_operand_list + 1,
+                       sizeof *list);
+      if (!list) return false;
+      b->operand_list = list;
+      b->operand_list[b->num_operand_list++] = index;
+      b->plain_ops[plain].count++;
+    }
     append_value_name(names, v);
     tpu_hlo_append_type_(types, &v->type);
   }
   return sb_ok(b, names) && sb_ok(b, types);
+}
+
+bool tpu_hlo_value_used(const tpu_hlo_builder_t* b, tpu_hlo_value_t value) {
+  const value_info_t* v = find_value(b, value);
+  if (!v) return false;
+  if (v->used) return true;
+  /* Live values: the direct uses, and the operands of plain ops with a
+   * live result, walking back (operands precede their users, so one pass
+   * from the last value down settles it). */
+  bool* live = calloc((size_t)b->num_values + 1, sizeof *live);
+  if (!live) return true; /* unknown: say used */
+  for (int i = 0; i < b->num_values; i++) live[i] = b->values[i].used;
+  bool* op_live = calloc((size_t)b->num_plain_ops + 1, sizeof *op_live);
+  if (!op_live) {
+    free(live);
+    return true;
+  }
+  for (int i = b->num_values - 1; i >= 0; i--) {
+    int op = b->values[i].def_op;
+    if (!live[i] || op < 0 || op_live[op]) continue;
+    op_live[op] = true;
+    const plain_op_t* p = &b->plain_ops[op];
+    for (int k = 0; k < p->count; k++) live[b->operand_list[p->first + k]] = true;
+  }
+  bool used = live[v - b->values];
+  free(live);
+  free(op_live);
+  return used;
 }
 
 tpu_hlo_type_t tpu_hlo_value_type(const tpu_hlo_builder_t* b,
@@ -346,6 +414,8 @@ void tpu_hlo_builder_destroy(tpu_hlo_builder_t* b) {
   free(b->values);
   free(b->block_open);
   free(b->region_results);
+  free(b->plain_ops);
+  free(b->operand_list);
   tpu_strbuf_free(&b->signature);
   tpu_strbuf_free(&b->result_sig);
   tpu_strbuf_free(&b->functions);
@@ -452,10 +522,23 @@ void tpu_hlo_op_multi(tpu_hlo_builder_t* b, const char* name,
   frame_t* f = op_frame(b, name);
   if (!f || !check_results(b, name, result_types, num_results)) return;
   tpu_strbuf_t names = {0}, types = {0};
-  if (use_operands(b, name, operands, num_operands, &names, &types)) {
+  /* An op of @main's body with results: its operands are used only if its
+   * results are. Ops without results, and ops inside regions, use theirs. */
+  int plain = -1;
+  if (b->num_frames == 1 && num_results > 0) {
+    plain_op_t* ops = grow(b, b->plain_ops, &b->cap_plain_ops, b->num_plain_ops + 1,
+                           sizeof *ops);
+    if (!ops) return;
+    b->plain_ops = ops;
+    plain = b->num_plain_ops++;
+    b->plain_ops[plain] = (plain_op_t){.first = b->num_operand_list, .count = 0};
+  }
+  if (use_operands_of(b, name, operands, num_operands, &names, &types, plain)) {
+    int first_value = b->num_values;
     finish_op(b, f, b->next_result++, name, names.data ? names.data : "",
               types.data ? types.data : "", NULL, attrs, result_types,
               num_results, out_results);
+    for (int v = first_value; plain >= 0 && v < b->num_values; v++) b->values[v].def_op = plain;
   }
   tpu_strbuf_free(&names);
   tpu_strbuf_free(&types);

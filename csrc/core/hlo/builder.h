@@ -52,6 +52,11 @@ void tpu_hlo_builder_destroy(tpu_hlo_builder_t* builder); /* NULL is fine */
 tpu_hlo_value_t tpu_hlo_arg(tpu_hlo_builder_t* b, tpu_hlo_type_t type,
                             const char* attrs);
 
+/* Whether some op or return took the value as an operand so far (every
+ * reference to a value goes through an operand list). After the return:
+ * false for an argument the program never reads. */
+bool tpu_hlo_value_used(const tpu_hlo_builder_t* b, tpu_hlo_value_t value);
+
 /* The type of a value (dtype INVALID for an invalid value). */
 tpu_hlo_type_t tpu_hlo_value_type(const tpu_hlo_builder_t* b,
                                   tpu_hlo_value_t value);

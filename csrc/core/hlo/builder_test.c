@@ -244,6 +244,47 @@ static void test_golden_nested_regions(void) {
   CHECK(same);
 }
 
+/* Liveness: an argument read only by ops whose results nobody uses is
+ * unused (the eager engine then lets a whole overwrite repair lost
+ * contents); one reaching the return through a chain, or read inside a
+ * region, is used. */
+static void test_value_used(void) {
+  tpu_hlo_builder_t* b;
+  CHECK_OK(tpu_hlo_builder_create(&b));
+  tpu_hlo_type_t t = t1(TPU_DTYPE_FLOAT32, 3);
+  tpu_hlo_type_t f = scalar(TPU_DTYPE_FLOAT32);
+  tpu_hlo_value_t dead = tpu_hlo_arg(b, t, NULL);   /* read by a dead op only */
+  tpu_hlo_value_t chain = tpu_hlo_arg(b, t, NULL);  /* through two ops */
+  tpu_hlo_value_t inner = tpu_hlo_arg(b, f, NULL);  /* used inside a region */
+  tpu_hlo_value_t never = tpu_hlo_arg(b, t, NULL);  /* not read at all */
+  tpu_hlo_value_t d1 = tpu_hlo_op(b, "stablehlo.negate", &dead, 1, t, NULL);
+  tpu_hlo_op(b, "stablehlo.abs", &d1, 1, t, NULL);
+  tpu_hlo_value_t c1 = tpu_hlo_op(b, "stablehlo.negate", &chain, 1, t, NULL);
+  tpu_hlo_value_t c2 = tpu_hlo_op(b, "stablehlo.abs", &c1, 1, t, NULL);
+  tpu_hlo_value_t ops[2] = {c2, tpu_hlo_constant_float(b, f, 0.0)};
+  tpu_hlo_region_op_begin(b, "stablehlo.reduce", ops, 2, &f, 1, "dimensions = array<i64: 0>");
+  tpu_hlo_type_t arg_types[2] = {f, f};
+  tpu_hlo_value_t args[2];
+  tpu_hlo_block_begin(b, arg_types, 2, args);
+  tpu_hlo_value_t sum = tpu_hlo_op(b, "stablehlo.add", args, 2, f, NULL);
+  tpu_hlo_value_t in2[2] = {sum, inner};
+  tpu_hlo_value_t sum2 = tpu_hlo_op(b, "stablehlo.add", in2, 2, f, NULL);
+  tpu_hlo_block_return(b, &sum2, 1);
+  tpu_hlo_value_t reduced;
+  tpu_hlo_region_op_end(b, &reduced);
+  tpu_hlo_return(b, &reduced, 1);
+  CHECK(!tpu_hlo_value_used(b, dead));
+  CHECK(!tpu_hlo_value_used(b, d1));
+  CHECK(tpu_hlo_value_used(b, chain));
+  CHECK(tpu_hlo_value_used(b, c1));
+  CHECK(tpu_hlo_value_used(b, inner));
+  CHECK(!tpu_hlo_value_used(b, never));
+  char* text = finish_text(b);
+  CHECK(text != NULL);
+  free(text);
+  tpu_hlo_builder_destroy(b);
+}
+
 static void test_type_print(void) {
   char text[64];
   tpu_hlo_type_t t = t2(TPU_DTYPE_FLOAT32, 2, 3);
@@ -876,6 +917,7 @@ static void test_error_structure(void) {
 }
 
 TPU_TEST_MAIN(TPU_TEST(test_golden_add), TPU_TEST(test_golden_reduce),
+              TPU_TEST(test_value_used),
               TPU_TEST(test_golden_sort_multi_result),
               TPU_TEST(test_golden_nested_regions), TPU_TEST(test_type_print),
               TPU_TEST(test_long_program), TPU_TEST(test_half_bits),

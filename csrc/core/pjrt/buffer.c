@@ -647,6 +647,27 @@ bool tpu_buffer_poll_ready(tpu_buffer_t* buffer) {
   return known;
 }
 
+bool tpu_buffer_poll_failed(tpu_buffer_t* buffer) {
+  if (tpu_buffer_known_ready(buffer)) return false;
+  int state = tpu_buffer_state(buffer);
+  if (state == TPU_BUFFER_FAILED) return true;
+  if (state != TPU_BUFFER_READY) return false; /* polls never wait */
+  PJRT_Event* raw = NULL;
+  tpu_event_t* event = NULL;
+  tpu_status_t status = ready_event(buffer, &raw);
+  if (!status) status = tpu_event_wrap(buffer->client->api, raw, &event);
+  bool failed = false;
+  if (!status && tpu_event_is_ready(event)) {
+    tpu_status_t error = tpu_event_await(event);
+    failed = error != NULL;
+    if (!failed) tpu_buffer_set_known_ready(buffer);
+    tpu_status_free(error);
+  }
+  tpu_status_free(status);
+  tpu_event_destroy(event);
+  return failed;
+}
+
 /* ---- accessors ------------------------------------------------------------- */
 
 tpu_dtype_t tpu_buffer_dtype(const tpu_buffer_t* buffer) { return buffer->dtype; }

@@ -60,6 +60,10 @@ tpu_status_t tpu_buffer_await_ready(tpu_buffer_t* buffer);
  * unless already known; it never waits. */
 bool tpu_buffer_known_ready(const tpu_buffer_t* buffer);
 bool tpu_buffer_poll_ready(tpu_buffer_t* buffer);
+/* Whether the buffer is known to hold a failure: its queued launch failed,
+ * or the execution computing it finished with an error. Never waits (a
+ * buffer still being computed is not known failed). */
+bool tpu_buffer_poll_failed(tpu_buffer_t* buffer);
 /* For the outputs of an execution known to have finished. */
 void tpu_buffer_set_known_ready(tpu_buffer_t* buffer);
 
