@@ -354,3 +354,41 @@ def test_a_whole_overwrite_repairs_a_tensor_written_from_a_failed_execution(name
     p.add_(1)  # and it is usable
     assert p.cpu().tolist() == [w + 1 for w in want]
     torch.tpu.synchronize()
+
+
+@pytest.mark.parametrize("case", ["expand_overlap", "self", "disjoint_halves", "out_is_input"])
+def test_fallback_keeps_aliasing_between_written_and_read_arguments(case):
+    """An op on the CPU fallback whose written argument shares memory with
+    another argument sees them share it on the host too: CPU's overlap
+    error where CPU raises one (bool add_ of an expand of itself, fuzz seed
+    934527), CPU's values otherwise, the untouched part of the storage
+    kept."""
+    import warnings
+
+    def run(dev):
+        x = torch.tensor([True, False, True, True, False, False]).to(dev)
+        f = torch.tensor([0.5, -1.0, 2.0, 0.25]).to(dev)
+        if case == "expand_overlap":
+            x[0].expand(1).add_(x[0])
+        elif case == "self":
+            x.add_(x)                       # bool add: the fallback
+        elif case == "disjoint_halves":
+            x[::2].add_(x[1::2])
+        else:
+            torch.special.bessel_j0(f[:2], out=f[:2])  # no lowering: the fallback
+        return x.cpu(), f.cpu()
+
+    try:
+        want = run("cpu")
+    except RuntimeError as e:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with pytest.raises(RuntimeError, match="refer to a single memory location"):
+                run("tpu")
+        assert "single memory location" in str(e)
+        return
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = run("tpu")
+    assert torch.equal(got[0], want[0])
+    torch.testing.assert_close(got[1], want[1])

@@ -2,6 +2,7 @@
 // PyTorch's CPU kernel, copy results back. Counted per op in the metrics
 // ("fallback::aten::<op>"), warned once per op, or refused with
 // TORCHTPU_FALLBACK=error.
+#include <ATen/ATen.h>
 #include <ATen/native/CPUFallback.h>
 #include <torch/library.h>
 
@@ -52,6 +53,100 @@ Policy policy() {
 bool try_run_on_device(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
+namespace {
+
+// PyTorch's fallback copies each tensor argument to the host on its own, so
+// two arguments sharing device memory become two host tensors: an op that
+// writes one while reading the other (a1.expand(1).add_(a1)) then neither
+// sees CPU's overlap checks nor reads what it writes. When a written
+// argument shares its storage with another argument, copy each shared
+// storage once, make the host arguments views of that one copy as they are
+// of the device storage, run the CPU kernel, and write the storages back.
+// Only for ops whose results are all their written arguments (in-place and
+// out= ops): there aliasing is what decides the result.
+bool run_aliased_on_cpu(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const auto& schema = op.schema();
+  for (const auto& r : schema.returns())
+    if (!r.alias_info() || !r.alias_info()->isWrite()) return false;
+  const size_t n = schema.arguments().size();
+  auto args = torch::jit::last(*stack, n);
+  std::vector<const c10::StorageImpl*> written;
+  for (size_t i = 0; i < n; i++) {
+    const auto* alias = schema.arguments()[i].alias_info();
+    if (alias && alias->isWrite() && args[i].isTensor() && args[i].toTensor().defined())
+      written.push_back(args[i].toTensor().storage().unsafeGetStorageImpl());
+  }
+  bool shared = false;
+  for (size_t i = 0; i < n && !shared; i++) {
+    if (args[i].isTensorList() || args[i].isOptionalTensorList()) {
+      for (const c10::IValue& e : args[i].toListRef())
+        if (e.isTensor())
+          for (const auto* w : written)
+            shared |= e.toTensor().storage().unsafeGetStorageImpl() == w;
+      continue;
+    }
+    if (!args[i].isTensor() || !args[i].toTensor().defined()) continue;
+    const auto* alias = schema.arguments()[i].alias_info();
+    if (alias && alias->isWrite()) continue;
+    for (const auto* w : written) shared |= args[i].toTensor().storage().unsafeGetStorageImpl() == w;
+  }
+  if (!shared) return false;
+  for (size_t i = 0; i < n; i++)  // lists keep PyTorch's path (rare; not aliased above)
+    if (args[i].isTensorList() || args[i].isOptionalTensorList()) return false;
+  // One host copy per device storage, as bytes.
+  std::vector<std::pair<const c10::StorageImpl*, at::Tensor>> images;
+  auto image_of = [&](const at::Tensor& t) {
+    const auto* impl = t.storage().unsafeGetStorageImpl();
+    for (auto& [k, v] : images)
+      if (k == impl) return v;
+    at::Tensor bytes = at::empty({0}, t.options().dtype(at::kByte))
+                           .set_(t.storage(), 0, {static_cast<int64_t>(t.storage().nbytes())}, {1});
+    at::Tensor host = bytes.cpu();
+    images.emplace_back(impl, host);
+    return host;
+  };
+  std::vector<at::Tensor> originals(n);
+  for (size_t i = 0; i < n; i++) {
+    if (!args[i].isTensor() || !args[i].toTensor().defined()) continue;
+    const at::Tensor t = args[i].toTensor();
+    if (!t.device().is_privateuseone()) continue;
+    originals[i] = t;
+    at::Tensor image = image_of(t);
+    (*stack)[stack->size() - n + i] =
+        at::empty({0}, image.options().dtype(t.scalar_type()))
+            .set_(image.storage(), t.storage_offset(), t.sizes(), t.strides());
+  }
+  op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+  // Every written storage goes back whole (its image took every write).
+  for (const auto* w : written)
+    for (auto& [k, v] : images)
+      if (k == w) {
+        for (size_t i = 0; i < n; i++)
+          if (originals[i].defined() && originals[i].storage().unsafeGetStorageImpl() == k) {
+            const at::Tensor& t = originals[i];
+            at::empty({0}, t.options().dtype(at::kByte))
+                .set_(t.storage(), 0, {static_cast<int64_t>(t.storage().nbytes())}, {1})
+                .copy_(v);
+            break;
+          }
+      }
+  // The results are the written arguments: hand back the device tensors.
+  const size_t nret = schema.returns().size();
+  for (size_t r = 0; r < nret; r++) {
+    const auto* ra = schema.returns()[r].alias_info();
+    for (size_t i = 0; i < n; i++) {
+      const auto* aa = schema.arguments()[i].alias_info();
+      if (aa && originals[i].defined() && aa->beforeSets() == ra->beforeSets()) {
+        (*stack)[stack->size() - nret + r] = originals[i];
+        break;
+      }
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
 // Every op without its own kernel lands here: the lowering table first,
 // then the CPU.
 void debug_boxed_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack);
@@ -97,6 +192,7 @@ void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   }
   // The CPU needs the inputs' contents: a pending deferred run flushes here.
   DeferBarrier barrier;
+  if (run_aliased_on_cpu(op, stack)) return;
   at::native::cpu_fallback(op, stack);
 }
 
