@@ -2,6 +2,8 @@
 
 #include <limits.h>
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,16 +18,24 @@ static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static tpu_plugin_t* g_plugin;
 static tpu_client_t* g_client;
 
+/* An execution's op (static; may be NULL) and its place in issue order. */
+typedef struct {
+  const char* label;
+  uint64_t seq;
+} tag_t;
+static _Atomic uint64_t g_seq;
+
 /* Outstanding completion events per device (guarded by g_pending_lock). */
 typedef struct {
   tpu_event_t** events;
-  const char** labels; /* the op each event completes (static; may be NULL) */
+  tag_t* labels; /* the op each event completes, and when it was issued */
   size_t count, capacity;
   tpu_status_t error; /* first failure among pruned events, for synchronize */
   /* The latest failures of named executions that are no longer tracked
    * events, so that a read can still name the op (a ring; cleared by
    * synchronize). */
   tpu_status_t recent[8];
+  uint64_t recent_seq[8];
   unsigned recent_next;
   /* Failures a read has raised since the last synchronize: that raise
    * reported them, so synchronize does not raise them again. */
@@ -37,11 +47,12 @@ static pending_t g_pending[TPU_MAX_DEVICES];
 
 /* Keeps `failed` as the device's error for synchronize unless it already
  * has one (caller holds g_pending_lock; takes ownership). */
-static void keep_first_error(pending_t* p, tpu_status_t failed) {
+static void keep_first_error(pending_t* p, tpu_status_t failed, uint64_t seq) {
   if (failed && strstr(tpu_status_message(failed), " failed on the device: ")) {
     unsigned slot = p->recent_next++ % 8;
     tpu_status_free(p->recent[slot]);
     p->recent[slot] = tpu_status_make(tpu_status_code(failed), "%s", tpu_status_message(failed));
+    p->recent_seq[slot] = seq;
   }
   if (failed && !p->error) p->error = failed;
   else tpu_status_free(failed);
@@ -303,7 +314,8 @@ void tpu_runtime_track(int device_index, tpu_event_t* event) {
   for (size_t i = 0; p->count >= 64 && i < p->count; i++) {
     if (tpu_event_is_ready(p->events[i])) {
       /* A failed execution's error waits for the next synchronize. */
-      keep_first_error(p, labeled(tpu_event_await(p->events[i]), p->labels[i]));
+      keep_first_error(p, labeled(tpu_event_await(p->events[i]), p->labels[i].label),
+                       p->labels[i].seq);
       tpu_event_destroy(p->events[i]);
     } else {
       p->labels[kept] = p->labels[i];
@@ -315,7 +327,7 @@ void tpu_runtime_track(int device_index, tpu_event_t* event) {
     size_t capacity = p->capacity ? p->capacity * 2 : 16;
     tpu_event_t** grown = realloc(p->events, capacity * sizeof *grown);
     if (grown) p->events = grown;
-    const char** grown_labels = grown ? realloc(p->labels, capacity * sizeof *grown_labels) : NULL;
+    tag_t* grown_labels = grown ? realloc(p->labels, capacity * sizeof *grown_labels) : NULL;
     if (grown_labels) p->labels = grown_labels;
     if (!grown || !grown_labels) { /* cannot track: wait now instead */
       pthread_mutex_unlock(&g_pending_lock);
@@ -325,7 +337,7 @@ void tpu_runtime_track(int device_index, tpu_event_t* event) {
     }
     p->capacity = capacity;
   }
-  p->labels[p->count] = t_op_label;
+  p->labels[p->count] = (tag_t){.label = t_op_label, .seq = atomic_fetch_add(&g_seq, 1)};
   p->events[p->count++] = event;
   pthread_mutex_unlock(&g_pending_lock);
 }
@@ -338,7 +350,7 @@ void tpu_runtime_record_error(int device_index, tpu_status_t status) {
   }
   status = labeled(status, t_op_label);
   pthread_mutex_lock(&g_pending_lock);
-  keep_first_error(&g_pending[device_index], status);
+  keep_first_error(&g_pending[device_index], status, atomic_fetch_add(&g_seq, 1));
   pthread_mutex_unlock(&g_pending_lock);
 }
 
@@ -358,7 +370,7 @@ tpu_status_t tpu_runtime_synchronize(int device_index) {
   pthread_mutex_lock(&g_pending_lock);
   pending_t* p = &g_pending[device_index];
   tpu_event_t** events = p->events;
-  const char** labels = p->labels;
+  tag_t* labels = p->labels;
   size_t count = p->count;
   tpu_status_t first = p->error; /* from an execution pruned earlier */
   p->events = NULL;
@@ -376,7 +388,7 @@ tpu_status_t tpu_runtime_synchronize(int device_index) {
   first = unless_surfaced(first, surfaced);
   for (size_t i = 0; i < count; i++) {
     tpu_status_t s = unless_surfaced(tpu_event_await(events[i]), surfaced);
-    if (s && !first) first = labeled(s, labels[i]); else tpu_status_free(s);
+    if (s && !first) first = labeled(s, labels[i].label); else tpu_status_free(s);
     tpu_event_destroy(events[i]);
   }
   for (int k = 0; k < 4; k++) tpu_status_free(surfaced[k]);
@@ -393,28 +405,33 @@ tpu_status_t tpu_runtime_name_failure(int device_index, tpu_status_t status,
   if (device_index >= 0 && device_index < TPU_MAX_DEVICES) {
     pthread_mutex_lock(&g_pending_lock);
     pending_t* p = &g_pending[device_index];
-    /* The earliest execution that failed with this error: the one that
-     * caused it (later ones only read its poisoned results). */
-    tpu_status_t named = NULL;
-    for (unsigned i = 0; i < 8 && !named; i++) { /* oldest first */
-      tpu_status_t r = p->recent[(p->recent_next + i) % 8];
-      if (r && same_failure(tpu_status_message(status), tpu_status_message(r))) named = r;
-    }
-    if (named) {
-      const char* m = tpu_status_message(named);
+    /* The earliest execution (in issue order) that failed with this error:
+     * the one that caused it (later ones only read its poisoned results).
+     * Candidates: recent named failures and failed tracked events. */
+    uint64_t best = UINT64_MAX;
+    for (unsigned i = 0; i < 8; i++) {
+      tpu_status_t r = p->recent[i];
+      if (!r || p->recent_seq[i] >= best ||
+          !same_failure(tpu_status_message(status), tpu_status_message(r)))
+        continue;
+      const char* m = tpu_status_message(r);
       const char* end = strstr(m, " failed on the device: ");
       static _Thread_local char name[160];
       if (end && (size_t)(end - m) < sizeof name) {
         memcpy(name, m, (size_t)(end - m));
         name[end - m] = 0;
         origin = name;
+        best = p->recent_seq[i];
       }
     }
-    for (size_t i = 0; !origin && i < p->count; i++) {
-      if (!p->labels[i] || !tpu_event_is_ready(p->events[i])) continue;
+    for (size_t i = 0; i < p->count; i++) {
+      if (!p->labels[i].label || p->labels[i].seq >= best || !tpu_event_is_ready(p->events[i]))
+        continue;
       tpu_status_t s = tpu_event_await(p->events[i]);
-      if (s && same_failure(tpu_status_message(status), tpu_status_message(s)))
-        origin = p->labels[i];
+      if (s && same_failure(tpu_status_message(status), tpu_status_message(s))) {
+        origin = p->labels[i].label;
+        best = p->labels[i].seq;
+      }
       tpu_status_free(s);
     }
     pthread_mutex_unlock(&g_pending_lock);
