@@ -73,17 +73,14 @@ tpu_client_t* client() {
   return tpu_runtime_client();
 }
 
-py::dict plugin_info() {
-  tpu_client_t* c = client();
-  tpu_plugin_t* p = tpu_runtime_plugin();
+// What the plugin itself says (path, PJRT API versions, attributes).
+py::dict describe_plugin(tpu_plugin_t* p) {
   py::dict info;
   info["path"] = tpu_plugin_path(p);
   info["api_version"] = std::to_string(tpu_plugin_api_major(p)) + "." +
                         std::to_string(tpu_plugin_api_minor(p));
   info["header_api_version"] = std::to_string(tpu_plugin_header_api_major()) +
                                "." + std::to_string(tpu_plugin_header_api_minor());
-  info["platform_name"] = tpu_client_platform_name(c);
-  info["platform_version"] = tpu_client_platform_version(c);
   py::dict attributes;
   for (size_t i = 0; i < tpu_plugin_attribute_count(p); i++) {
     const char *name, *value;
@@ -91,6 +88,14 @@ py::dict plugin_info() {
     attributes[name] = value;
   }
   info["attributes"] = attributes;
+  return info;
+}
+
+py::dict plugin_info() {
+  tpu_client_t* c = client();
+  py::dict info = describe_plugin(tpu_runtime_plugin());
+  info["platform_name"] = tpu_client_platform_name(c);
+  info["platform_version"] = tpu_client_platform_version(c);
   return info;
 }
 
@@ -104,19 +109,7 @@ py::dict probe_plugin() {
   tpu_plugin_t* p = nullptr;
   if (!s) s = tpu_plugin_load(path, &p);
   if (s) raise_status(s, "loading the plugin");
-  py::dict info;
-  info["path"] = tpu_plugin_path(p);
-  info["api_version"] = std::to_string(tpu_plugin_api_major(p)) + "." +
-                        std::to_string(tpu_plugin_api_minor(p));
-  info["header_api_version"] = std::to_string(tpu_plugin_header_api_major()) + "." +
-                               std::to_string(tpu_plugin_header_api_minor());
-  py::dict attributes;
-  for (size_t i = 0; i < tpu_plugin_attribute_count(p); i++) {
-    const char *name, *value;
-    tpu_plugin_attribute_at(p, i, &name, &value);
-    attributes[name] = value;
-  }
-  info["attributes"] = attributes;
+  py::dict info = describe_plugin(p);
   tpu_plugin_release(p);
   return info;
 }
