@@ -737,3 +737,28 @@ def test_compiled_comparisons_of_folded_negative_integers():
           lambda t: (t * 0 - 1).to(torch.int8).lt(0)]
     for f in fs:
         assert torch.equal(torch.compile(f, backend="tpu")(x.to("tpu")).cpu(), f(x))
+
+
+def test_compiled_value_returned_twice_is_one_tensor_as_in_eager():
+    # copy_ returns self: eager gives one object for v1 and v4. Two aliasing
+    # objects would reach the graph after the nonzero break as two inputs,
+    # and AOTAutograd's synthetic base then fails to replay the permute
+    # (fuzz seed 700239; aot_eager on CPU fails that way for such inputs).
+    def prog(a1):
+        v0 = torch.atan2(a1, a1)
+        v1 = v0.narrow(0, 1, 1).expand(1, -1)
+        v4 = v1.copy_(torch.msort(v1))
+        v5 = torch.nonzero(v1)
+        v6 = torch.sub(v1, v1, alpha=1)
+        v7 = v4.permute(1, 0)
+        v7.neg_()
+        return v1, v4, v5, v6, v7
+
+    a = torch.tensor([6, 0], dtype=torch.uint8)
+    want = prog(a.clone())
+    got = torch.compile(prog, backend="tpu")(a.to("tpu"))
+    assert got[0] is got[1]
+    for w, g in zip(want, got):
+        assert g.device.type == "tpu"
+        assert (w.shape, w.stride(), w.dtype) == (g.shape, g.stride(), g.dtype)
+        torch.testing.assert_close(g.cpu(), w, equal_nan=True)

@@ -321,6 +321,16 @@ class _Builder:
         # outputs PyTorch expects on the CPU (by output slot)
         self.out_cpu = {k for k, o in enumerate(outputs) if isinstance(o, torch.fx.Node)
                         and o.meta["val"].device.type == "cpu"}
+        # An FX value returned twice (`v4 = v1.copy_(x); return v1, v4`) is
+        # one tensor object in eager: the runner returns it twice, so a
+        # later graph does not see two aliasing inputs where eager has one.
+        first, self.out_same = {}, {}
+        for k, o in enumerate(outputs):
+            if isinstance(o, torch.fx.Node):
+                if o in first:
+                    self.out_same[k] = first[o]
+                else:
+                    first[o] = k
         self.out_aliases = self._input_aliases(placeholders, outputs)
         # Outputs: tensors from the graph; None stays None. An output laid
         # out in a storage of an intermediate (see _storage_layouts) reads
@@ -782,7 +792,7 @@ def _eager_values(nodes):
 
 
 def _runner(compiled, inputs, out_slots, out_writes, out_cpu=(), out_aliases=None,
-            out_views=None, checks=(), literal_errors=()):
+            out_views=None, checks=(), literal_errors=(), out_same=None):
     consts = [t for kind, t in inputs if kind == "const"]
     arg_pos = [(i, kind == "cpu") for kind, i in inputs if kind in ("arg", "cpu")]
     # Output k -> the position, among the graph's tensors, of the input it
@@ -791,6 +801,7 @@ def _runner(compiled, inputs, out_slots, out_writes, out_cpu=(), out_aliases=Non
     mutated = [(k, w) for k, w in enumerate(writes) if w >= 0]
     aliases = sorted((out_aliases or {}).items())
     views = sorted((out_views or {}).items())
+    same = sorted((out_same or {}).items())
 
     def run(args):
         if literal_errors:
@@ -816,6 +827,8 @@ def _runner(compiled, inputs, out_slots, out_writes, out_cpu=(), out_aliases=Non
             # strides; the computed (contiguous) value is the fallback.
             if base.stride() == base_stride:
                 out[k] = base.as_strided(size, stride, base.storage_offset() + rel)
+        for k, k0 in same:
+            out[k] = out[k0]
         args.clear()  # boxed convention: the caller's list is ours to drop
         return out
 
@@ -922,7 +935,7 @@ def _compile_static(gm, input_alias_outputs=None, layout_outputs=frozenset()):
     _bump("compiled_graphs")
     _bump("compiled_graph_ns", int((time.perf_counter() - t0) * 1e9))
     return _runner(compiled, b.inputs, b.out_slots, b.out_writes, b.out_cpu, b.out_aliases,
-                   b.out_views, b.checks, b.literal_errors)
+                   b.out_views, b.checks, b.literal_errors, b.out_same)
 
 
 def _specializing(gm, input_alias_outputs=None, layout_outputs=frozenset()):
