@@ -678,7 +678,8 @@ def test_compiled_nll_loss_target_out_of_bounds_raises(case):
     torch.testing.assert_close(cf(x.to("tpu"), t.to("tpu")).cpu(), want)
 
 
-@pytest.mark.parametrize("case", ["masked_fill", "fill", "masked_fill_ok", "fill_float", "index_fill_wraps"])
+@pytest.mark.parametrize("case", ["masked_fill", "fill", "masked_fill_ok", "fill_float", "index_fill_wraps",
+                                  "fill_empty_slice", "masked_fill_empty"])
 def test_compiled_fill_values_the_dtype_cannot_hold_raise_as_cpu(case):
     # fuzz seed 701287: uint8.masked_fill_(m, -1.25) raises CPU's overflow
     # error (so does eager); the graph keeps the fills whole and checks them
@@ -690,6 +691,10 @@ def test_compiled_fill_values_the_dtype_cannot_hold_raise_as_cpu(case):
         "fill_float": (lambda a: (a * 2).fill_(-1.5), torch.tensor([1.0, 2.0])),
         "index_fill_wraps": (lambda a: (a + 1).index_fill_(0, torch.tensor([0], device=a.device), -3),
                              torch.tensor([1, 2], dtype=torch.uint8)),
+        # CPU checks the value before the elements: an empty fill raises too
+        "fill_empty_slice": (lambda a: a[2:2].fill_(300) + 1, torch.tensor([1, 2, 3], dtype=torch.uint8)),
+        "masked_fill_empty": (lambda a: (a * 2)[:0].masked_fill(a[:0] > 1, 300),
+                              torch.tensor([1, 2, 3], dtype=torch.uint8)),
     }[case]
     cf = torch.compile(f, backend="tpu")
     try:

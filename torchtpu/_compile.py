@@ -430,14 +430,15 @@ class _Builder:
     def _check_fill_value(self, n, name):
         """A fill value its tensor's dtype cannot hold
         (`uint8.masked_fill_(m, -1.25)`) raises CPU's overflow error, as in
-        eager; the meta kernels traced do not check."""
+        eager (CPU checks the value before it looks at the elements: an empty
+        tensor raises too); the meta kernels traced do not check."""
         at = {"aten::fill.Scalar": 1, "aten::masked_fill.Scalar": 2,
               "aten::index_fill.int_Scalar": 3}.get(name)
         if at is None or len(n.args) <= at or not isinstance(n.args[at], (int, float, bool)):
             return
         x = n.args[0].meta.get("val") if isinstance(n.args[0], torch.fx.Node) else None
-        if not isinstance(x, torch.Tensor) or not x.numel():
-            return  # (nothing is filled)
+        if not isinstance(x, torch.Tensor):
+            return
         from torch._subclasses.fake_tensor import unset_fake_temporarily
         try:
             with unset_fake_temporarily():  # (the graph is built under fake mode)
