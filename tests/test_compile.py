@@ -679,7 +679,9 @@ def test_compiled_nll_loss_target_out_of_bounds_raises(case):
 
 
 @pytest.mark.parametrize("case", ["masked_fill", "fill", "masked_fill_ok", "fill_float", "index_fill_wraps",
-                                  "fill_empty_slice", "masked_fill_empty"])
+                                  "fill_empty_slice", "masked_fill_empty", "setitem_slice", "clamp_min",
+                                  "add_alpha", "where_scalar", "full", "full_float", "linspace",
+                                  "masked_fill_constant", "threshold", "new_full_wraps"])
 def test_compiled_fill_values_the_dtype_cannot_hold_raise_as_cpu(case):
     # fuzz seed 701287: uint8.masked_fill_(m, -1.25) raises CPU's overflow
     # error (so does eager); the graph keeps the fills whole and checks them
@@ -695,6 +697,21 @@ def test_compiled_fill_values_the_dtype_cannot_hold_raise_as_cpu(case):
         "fill_empty_slice": (lambda a: a[2:2].fill_(300) + 1, torch.tensor([1, 2, 3], dtype=torch.uint8)),
         "masked_fill_empty": (lambda a: (a * 2)[:0].masked_fill(a[:0] > 1, 300),
                               torch.tensor([1, 2, 3], dtype=torch.uint8)),
+        # eager's rule for every op's literal numbers (the dispatcher's
+        # check_scalars_fit), on the traced nodes
+        "setitem_slice": (lambda a: a.__setitem__(slice(1, 2), 300) or a + 1, torch.tensor([1, 2], dtype=torch.uint8)),
+        "clamp_min": (lambda a: a.clamp(min=300), torch.tensor([1, 2], dtype=torch.uint8)),
+        "add_alpha": (lambda a: a.add(1, alpha=300), torch.tensor([1, 2], dtype=torch.uint8)),
+        "where_scalar": (lambda a: torch.where(a > 1, a, 300), torch.tensor([1, 2], dtype=torch.uint8)),
+        "full": (lambda a: a + torch.full((2,), 300, dtype=torch.uint8, device=a.device),
+                 torch.tensor([1, 2], dtype=torch.uint8)),
+        "full_float": (lambda a: a + torch.full((2,), 1e40, device=a.device), torch.tensor([1.0, 2.0])),
+        "linspace": (lambda a: a + torch.linspace(0, 300, 2, dtype=torch.uint8, device=a.device),
+                     torch.tensor([1, 2], dtype=torch.uint8)),
+        "masked_fill_constant": (lambda a: (a * 1).masked_fill_(a > 1, torch.tensor(300)),
+                                 torch.tensor([1, 2], dtype=torch.uint8)),
+        "threshold": (lambda a: torch.threshold(a, 1, 300), torch.tensor([1, 2], dtype=torch.uint8)),
+        "new_full_wraps": (lambda a: a + a.new_full((2,), -1), torch.tensor([1, 2], dtype=torch.uint8)),
     }[case]
     cf = torch.compile(f, backend="tpu")
     try:

@@ -214,3 +214,27 @@ def test_inplace_random_on_views_writes_only_the_view():
     assert set(b[5, ::2].tolist()) <= {0.0, 1.0}
     assert (b[1:5, :2] == -5).all() and (b[1:5, 6:] == -5).all()
     assert (b[5, 1::2] == -5).all()
+
+
+@pytest.mark.parametrize("call", [
+    "torch.linspace(0, 300, 3, dtype=torch.uint8, device=d)",
+    "torch.linspace(-300, 3, 3, dtype=torch.uint8, device=d)",
+    "torch.linspace(0, 2.5, 3, dtype=torch.uint8, device=d)",
+    "torch.linspace(0, 300, 0, dtype=torch.uint8, device=d)",
+    "torch.linspace(0, 1e40, 3, device=d)",
+    "torch.linspace(0, 1e40, 3, dtype=torch.float64, device=d)",
+    "torch.linspace(0, 300, 3, out=torch.empty(3, dtype=torch.uint8, device=d))",
+    "torch.logspace(0, 300, 3, dtype=torch.uint8, device=d)",
+    "torch.logspace(0, 2, 3, dtype=torch.uint8, device=d)",
+])
+def test_range_ends_the_dtype_cannot_hold_raise_as_cpu(call):
+    # CPU converts start and end to the dtype with its overflow check when
+    # it makes an element (linspace(0, 300, dtype=uint8) raised nothing and
+    # wrapped: [0, 22, 44])
+    def run(d):
+        try:
+            return eval(call).cpu().tolist()
+        except RuntimeError as e:
+            return ("raises", str(e))
+    want = run("cpu")
+    assert run("tpu") == want

@@ -791,3 +791,37 @@ def test_synchronize_raises_a_pending_index_error(mode):
             torch.tpu.synchronize()
         assert torch.equal(torch.arange(3, device="tpu").cpu(), torch.arange(3))
         del loss
+
+
+def _outcome(fn):
+    try:
+        r = fn()
+        return ("ok", r.cpu().tolist(), r.dtype)
+    except RuntimeError as e:
+        return ("raises", type(e), str(e).split(",")[0])
+
+
+@pytest.mark.parametrize("case", ["long_index_cpu_0d", "long_index_cpu_0d_fits", "long_index_tpu_1d",
+                                  "mask_tpu_0d_overflows", "mask_tpu_0d_fits", "mask_tpu_0d_float",
+                                  "mask_cpu_0d_overflows", "mask_accumulate"])
+def test_index_put_values_of_another_dtype_as_cpu(case):
+    # CPU refuses values of another dtype ("Index put requires the source and
+    # destination dtypes match"), except one value under one mask, which it
+    # fills as value.item() with the overflow check. A 0-dim CPU values
+    # tensor was read as a number of self's dtype: no error, 300 -> 44.
+    def run(d):
+        x = torch.zeros(3, dtype=torch.uint8, device=d)
+        i = torch.tensor([0], device=d)
+        m = torch.tensor([True, False, True], device=d)
+        v = {"long_index_cpu_0d": (i, torch.tensor(300)),
+             "long_index_cpu_0d_fits": (i, torch.tensor(3)),
+             "long_index_tpu_1d": (i, torch.tensor([3], device=d)),
+             "mask_tpu_0d_overflows": (m, torch.tensor(300, device=d)),
+             "mask_tpu_0d_fits": (m, torch.tensor(3, device=d)),
+             "mask_tpu_0d_float": (m, torch.tensor(2.5, device=d)),
+             "mask_cpu_0d_overflows": (m, torch.tensor(300)),
+             "mask_accumulate": (m, torch.tensor(3, device=d))}[case]
+        return _outcome(lambda: x.index_put_((v[0],), v[1], accumulate=case == "mask_accumulate"))
+
+    want = run("cpu")
+    assert run("tpu") == want

@@ -308,7 +308,7 @@ class _Builder:
             self.ids[n] = full if multi else full[0]
             self._check_divisor(graph, n, name)
             self._check_pow_exponent(n, name)
-            self._check_fill_value(n, name)
+            self._check_literal_scalars(n)
             self._check_indices(graph, n, name)
             self._check_targets(graph, n, name)
         for o in outputs:
@@ -427,24 +427,36 @@ class _Builder:
         self.flags.append((flag, RuntimeError,
                            "ZeroDivisionError (an integer division of a compiled graph)"))
 
-    def _check_fill_value(self, n, name):
-        """A fill value its tensor's dtype cannot hold
-        (`uint8.masked_fill_(m, -1.25)`) raises CPU's overflow error, as in
-        eager (CPU checks the value before it looks at the elements: an empty
-        tensor raises too); the meta kernels traced do not check."""
-        at = {"aten::fill.Scalar": 1, "aten::masked_fill.Scalar": 2,
-              "aten::index_fill.int_Scalar": 3}.get(name)
-        if at is None or len(n.args) <= at or not isinstance(n.args[at], (int, float, bool)):
+    def _check_literal_scalars(self, n):
+        """A literal number its op cannot convert to the dtype it computes in
+        (`uint8.masked_fill_(m, -1.25)`, `clamp(min=300)` of uint8, a fill
+        into an empty slice, `linspace(0, 300, dtype=uint8)`) raises CPU's
+        overflow error, as in eager: the meta kernels traced do not check,
+        so the node is checked by eager's own rule (the C++ dispatcher's)."""
+        target = n.target
+        if not isinstance(target, torch._ops.OpOverload):
             return
-        x = n.args[0].meta.get("val") if isinstance(n.args[0], torch.fx.Node) else None
-        if not isinstance(x, torch.Tensor):
-            return
+
+        def val(a):
+            if isinstance(a, torch.fx.Node):
+                # a lifted constant (`masked_fill_(m, torch.tensor(300))`):
+                # its value is known, and checked as eager checks it
+                if (a.target is torch.ops.aten.lift_fresh_copy.default
+                        and a.args[0].op == "get_attr"):
+                    return getattr(self.gm, a.args[0].target)
+                return a.meta.get("val")
+            if isinstance(a, (list, tuple)):
+                return type(a)(val(x) for x in a)
+            return a
+
         from torch._subclasses.fake_tensor import unset_fake_temporarily
-        try:
-            with unset_fake_temporarily():  # (the graph is built under fake mode)
-                torch.empty(1, dtype=x.dtype).fill_(n.args[at])
-        except RuntimeError as e:
-            self.literal_errors.append(str(e).split("\n")[0])
+        schema = target._schema
+        with unset_fake_temporarily():  # (a constant's item() is a real read)
+            err = _C._literal_scalar_error(schema.name, schema.overload_name,
+                                           *[val(a) for a in n.args],
+                                           **{k: val(v) for k, v in n.kwargs.items()})
+        if err is not None:
+            self.literal_errors.append(err.split("\n")[0])
 
     def _check_pow_exponent(self, n, name):
         """CPU's pow refuses an integer self to a negative integer literal
@@ -1030,10 +1042,11 @@ _DECOMPS = None
 # multiply and a sum, whose one-product sums keep a -0.0 that CPU's zeroed
 # accumulator (and their lowering) makes +0.0. nll_loss stays whole for its
 # target check (_check_targets), which the decomposed gather cannot make,
-# and the fills for their value's (_check_fill_value: decomposed, the value
-# is a folded constant).
+# and the fills and linspace for their value's (_check_literal_scalars:
+# decomposed, the value is a folded constant).
 _KEEP_WHOLE = ("frac", "heaviside", "logaddexp", "logaddexp2", "trace", "mv", "dot", "vdot",
-               "nll_loss_forward", "nll_loss2d_forward", "masked_fill", "fill", "index_fill")
+               "nll_loss_forward", "nll_loss2d_forward", "masked_fill", "fill", "index_fill",
+               "linspace")
 
 
 def _decompositions():

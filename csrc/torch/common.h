@@ -5,6 +5,7 @@
 #include <c10/core/Device.h>
 #include <c10/core/ScalarType.h>
 #include <c10/core/Storage.h>
+#include <c10/util/ArrayRef.h>
 #include <c10/util/Exception.h>
 
 #include <string>
@@ -14,6 +15,11 @@ extern "C" {
 #include "core/status.h"
 #include "core/storage.h"
 }
+
+namespace c10 {
+class OperatorHandle;
+struct IValue;
+}  // namespace c10
 
 namespace torchtpu {
 
@@ -68,6 +74,11 @@ void resize_storage_bytes(const c10::Storage& storage, size_t nbytes);
 // op; it is read here, before a host read, so the error surfaces at the
 // next sync in strict and defer_and_fuse; debug raises at the op).
 void check_pending_index_errors();
+
+// Raises CPU's error for a literal number `op` cannot convert to its dtype
+// ("value cannot be converted to type uint8_t without overflow"), as eager
+// does before it runs an op: the compiled-graph builder calls it per node.
+void check_literal_scalars(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> inputs);
 
 // Eager modes (debug.cpp): process-wide, with a per-thread override.
 enum class EagerMode { kStrict = 0, kDebug = 1, kDeferAndFuse = 2 };

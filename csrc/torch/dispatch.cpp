@@ -97,7 +97,9 @@ ArgClass classify(const c10::Argument& schema_arg) {
 // their operands (clamp's limits, pow's exponent, add's alpha...).
 // kSelfOpmath ops are float kernels that convert to float for float16 and
 // bfloat16 (lerp's weight, leaky_relu's slope, addcmul's value...).
-enum class ScalarFit { kNone, kSelf, kSelfOpmath, kResult, kResultOpmath };
+// kRange factories (linspace, logspace) convert start and end to their
+// dtype, when they make at least one element.
+enum class ScalarFit { kNone, kSelf, kSelfOpmath, kResult, kResultOpmath, kRange };
 
 ScalarFit scalar_fit_of(const std::string& name) {
   std::string base = name.substr(0, name.find('.'));
@@ -107,6 +109,7 @@ ScalarFit scalar_fit_of(const std::string& name) {
       {"aten::index_fill", ScalarFit::kSelf},    {"aten::scatter", ScalarFit::kSelf},
       {"aten::threshold", ScalarFit::kSelf},     {"aten::hardtanh", ScalarFit::kSelf},
       {"aten::full_like", ScalarFit::kSelf},     {"aten::new_full", ScalarFit::kSelf},
+      {"aten::full", ScalarFit::kSelf},
       {"aten::scalar_tensor", ScalarFit::kSelfOpmath},
       {"aten::lerp", ScalarFit::kSelfOpmath},    {"aten::leaky_relu", ScalarFit::kSelfOpmath},
       {"aten::elu", ScalarFit::kSelfOpmath},     {"aten::celu", ScalarFit::kSelfOpmath},
@@ -116,7 +119,8 @@ ScalarFit scalar_fit_of(const std::string& name) {
       {"aten::clamp_max", ScalarFit::kResult},   {"aten::pow", ScalarFit::kResult},
       {"aten::add", ScalarFit::kResult},         {"aten::sub", ScalarFit::kResult},
       {"aten::rsub", ScalarFit::kResult},
-      {"aten::addcmul", ScalarFit::kResultOpmath}, {"aten::addcdiv", ScalarFit::kResultOpmath}};
+      {"aten::addcmul", ScalarFit::kResultOpmath}, {"aten::addcdiv", ScalarFit::kResultOpmath},
+      {"aten::linspace", ScalarFit::kRange},     {"aten::logspace", ScalarFit::kRange}};
   for (const auto& [k, fit] : kOps)
     if (base == k) return fit;
   return ScalarFit::kNone;
@@ -1073,14 +1077,35 @@ static void check_scalars_fit(const c10::OperatorHandle& op, const OpFacts& fact
   const ScalarFit fit = facts.scalar_fit;
   const bool self_rule = fit == ScalarFit::kSelf || fit == ScalarFit::kSelfOpmath;
   c10::ScalarType target = c10::ScalarType::Undefined;
-  if (self_rule) {
+  if (fit == ScalarFit::kRange) {
+    target = at::get_default_dtype_as_scalartype();
+    for (size_t i = 0; i < inputs.size(); i++) {
+      if (schema_args[i].name() == "dtype" && inputs[i].isInt())
+        target = static_cast<c10::ScalarType>(inputs[i].toInt());
+      if (schema_args[i].name() == "out" && inputs[i].isTensor())  // (the .out overload)
+        target = inputs[i].toTensor().scalar_type();
+      if (schema_args[i].name() == "steps" && inputs[i].isInt() && inputs[i].toInt() == 0) return;
+    }
+  } else if (self_rule) {
     // The dtype argument of a factory, else self's.
     for (size_t i = 0; i < inputs.size(); i++)
       if (schema_args[i].name() == "dtype" && inputs[i].isInt())
         target = static_cast<c10::ScalarType>(inputs[i].toInt());
-    if (target == c10::ScalarType::Undefined) {
+    if (target == c10::ScalarType::Undefined && facts.name.rfind("aten::full.", 0) != 0 &&
+        facts.name != "aten::full") {
       if (schema_args[0].name() != "self" || !inputs[0].isTensor()) return;
       target = inputs[0].toTensor().scalar_type();
+    }
+    if (target == c10::ScalarType::Undefined) {  // full: the fill value's type decides
+      for (size_t i = 0; i < inputs.size(); i++)
+        if (schema_args[i].name() == "fill_value" && inputs[i].isScalar()) {
+          const c10::Scalar v = inputs[i].toScalar();
+          target = v.isBoolean() ? at::kBool
+                   : v.isIntegral(false) ? at::kLong
+                   : v.isComplex() ? c10::toComplexType(at::get_default_dtype_as_scalartype())
+                                   : at::get_default_dtype_as_scalartype();
+        }
+      if (target == c10::ScalarType::Undefined) return;
     }
   } else {
     at::native::ResultTypeState state{};
@@ -1118,11 +1143,11 @@ static void check_scalars_fit(const c10::OperatorHandle& op, const OpFacts& fact
     const std::string& name = schema_args[i].name();
     // The numbers the kernels convert: fills, limits, slopes, exponents and
     // alpha / value multipliers (add.Scalar's `other` is wrapped instead).
-    static const char* const kConverted[] = {"value", "fill_value", "min", "max", "min_val",
+    static const char* const kConverted[] = {"value", "fill_value", "s", "min", "max", "min_val",
                                              "max_val", "threshold", "negative_slope", "weight",
                                              "exponent", "alpha", "lambd", "beta", "scale",
                                              "input_scale"};
-    bool converted = false;
+    bool converted = fit == ScalarFit::kRange && (name == "start" || name == "end");
     for (const char* k : kConverted) converted |= name == k;
     if (!converted) continue;
     const c10::IValue& v = inputs[i];
@@ -1139,6 +1164,8 @@ static void check_scalars_fit(const c10::OperatorHandle& op, const OpFacts& fact
       // a value the target cannot.
       const at::Tensor& t = v.toTensor();
       if (!t.defined() || t.dim() != 0) continue;
+      // (a compiled graph's value: known only when the program runs)
+      if (t.is_meta() || t.key_set().has(c10::DispatchKey::Python)) continue;
       if (is_tpu(t) && always_fits(t.scalar_type(), target)) continue;
       fits(t.item());
     }
@@ -1257,6 +1284,13 @@ static bool resolve_lazy_bits(const c10::OperatorHandle& op, torch::jit::Stack* 
     replaced = true;
   }
   return replaced;
+}
+
+// Eager's checks of an op's literal numbers (check_scalars_fit) for a node
+// of a compiled graph, whose tensors are FakeTensors read for their dtypes.
+void check_literal_scalars(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> inputs) {
+  const OpFacts& facts = facts_of(op);
+  if (facts.scalar_fit != ScalarFit::kNone) check_scalars_fit(op, facts, inputs);
 }
 
 // Runs `op` on the device if the table lowers it; returns false to mean "use

@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/DynamicTypes.h>
 #include <torch/csrc/Dtype.h>
+#include <torch/csrc/jit/python/pybind_utils.h>
 #include <torch/csrc/utils/pybind.h>
 
 #include <complex>
@@ -346,6 +347,33 @@ void init_graph_bindings(py::module& m) {
       .def_property_readonly("text", [](const Compiled& c) { return py::bytes(c.text()); });
   m.def("_metrics_add", [](const std::string& name, int64_t delta) {
     tpu_metrics_add(name.c_str(), delta);
+  });
+  // The message of CPU's error for a node's literal numbers its dtype
+  // cannot hold (None when they fit, or when the arguments cannot be read
+  // against the schema: symbolic sizes). Tensors are the nodes' FakeTensors.
+  m.def("_literal_scalar_error", [](const std::string& name, const std::string& overload,
+                                    py::args args, py::kwargs kwargs) -> py::object {
+    auto op = c10::Dispatcher::singleton().findSchema({name, overload});
+    if (!op) return py::none();
+    torch::jit::Stack stack;
+    try {
+      // (a number where the schema has a Tensor: a wrapped number, as
+      // calling the OpOverload makes it)
+      torch::jit::ToIValueAllowNumbersAsTensors numbers(true);
+      stack = torch::jit::createStackForSchema(op->schema(), args, kwargs, std::nullopt);
+    } catch (const std::exception&) {
+      return py::none();
+    }
+    try {
+      torchtpu::check_literal_scalars(*op, stack);
+    } catch (python_error&) {
+      throw;  // a Python error (its state is set): Python raises it
+    } catch (const c10::Error& e) {
+      return py::str(e.what_without_backtrace());
+    } catch (const std::exception& e) {
+      return py::str(e.what());
+    }
+    return py::none();
   });
   m.def("_graph_op_supported", [](const std::string& op) { return tpu_graph_op_supported(op.c_str()); });
   m.def("_graph_op_needs_rng", [](const std::string& op) { return tpu_graph_op_needs_rng(op.c_str()); });

@@ -334,6 +334,16 @@ bool accumulate_into_expanded(const c10::OperatorHandle& op, torch::jit::Stack* 
 void index_put_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   auto args = args_of(op, stack);
   IndexList indices = args[1].to<IndexList>();
+  {
+    // A 0-dim CPU values tensor moves to the device as it is, as on CUDA:
+    // the argument converter would read it as a scalar of self's dtype and
+    // skip CPU's "source and destination dtypes match" check.
+    const at::Tensor& self = args[0].toTensor();
+    const at::Tensor& values = args[2].toTensor();
+    if (is_tpu(self) && values.defined() && !is_tpu(values) && values.dim() == 0 &&
+        values.scalar_type() != self.scalar_type())
+      (*stack)[stack->size() - args.size() + 2] = values.to(self.device());
+  }
   if (!has_mask(indices)) {
     if (accumulate_into_expanded(op, stack)) return;
     return tpu_boxed_kernel(op, stack);
@@ -350,7 +360,10 @@ void index_put_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     at::Tensor v = values.reshape({});
     bool in_place = op.schema().name() != "aten::index_put";
     at::Tensor target = in_place ? self : self.clone();
-    if (is_tpu(v)) target.masked_fill_(m, v.to(self.scalar_type()));
+    // CPU fills value.item() with the overflow check (uint8 <- 300 raises):
+    // masked_fill_ with a 0-d value makes that check, and reads a device
+    // value back only when its dtype can hold what self's cannot.
+    if (is_tpu(v)) target.masked_fill_(m, v);
     else target.masked_fill_(m, v.item());
     return set_returns(op, stack, {target});
   }
