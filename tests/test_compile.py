@@ -784,3 +784,34 @@ def test_compiled_value_returned_twice_is_one_tensor_as_in_eager():
         assert g.device.type == "tpu"
         assert (w.shape, w.stride(), w.dtype) == (g.shape, g.stride(), g.dtype)
         torch.testing.assert_close(g.cpu(), w, equal_nan=True)
+
+
+def test_compiled_copy_of_a_pointwise_result_keeps_its_eager_layout():
+    # fuzz seed 950601: copysign of a transposed operand and a 0-dim one is
+    # laid out like the operand in eager (strides (1, 2)); the traced meta
+    # says (2, 1), and .to(bool) (preserve_format) followed the meta
+    def prog(a0):
+        v1 = torch.add(a0.t(), a0.t(), alpha=3.5)
+        v4 = torch.copysign(v1, torch.min(v1))
+        return v4, v4.to(torch.bool), v4.clone(), v4.to(torch.bool, memory_format=torch.contiguous_format)
+
+    a = torch.tensor([[0.25, -0.25], [-1.75, 0.5]])
+    want = prog(a)
+    got = torch.compile(prog, backend="tpu")(a.to("tpu"))
+    for w, g in zip(want, got):
+        assert g.stride() == w.stride()
+        assert torch.equal(g.cpu(), w)
+
+
+@pytest.mark.parametrize("dtype", [torch.bool, torch.uint8, torch.int64])
+def test_compiled_lerp_of_a_dtype_cpu_has_no_kernel_for_raises(dtype):
+    # fuzz seed 950544: lerp decomposed into a + w * (b - a) computed bools
+    # that CPU's lerp refuses ("lerp_kernel_scalar" not implemented)
+    def f(a):
+        return torch.lerp(a, a, 0.25)
+
+    a = torch.ones(3, dtype=dtype)
+    with pytest.raises(NotImplementedError):
+        f(a)
+    with pytest.raises(NotImplementedError):
+        torch.compile(f, backend="tpu")(a.to("tpu"))

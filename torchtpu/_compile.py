@@ -747,12 +747,18 @@ _WRITES_INTO_FIRST = ("aten::slice_scatter", "aten::select_scatter", "aten::diag
                       "aten::as_strided_scatter", "aten::copy")
 
 
+# Copies laid out like their operand (memory_format=torch.preserve_format):
+# `v.to(torch.bool)` of a pointwise result whose eager layout differs from
+# its traced one keeps the eager one.
+_PRESERVES_LAYOUT = ("aten::_to_copy", "aten::clone")
+
+
 def _eager_values(nodes):
     """{node: a meta tensor with the geometry eager gives its value}, for
     the nodes where that differs from the traced value's: pointwise results
     laid out by CPU's TensorIterator over their operands' eager layouts,
-    views of those replayed, functional in-place writes keeping their
-    target's. Other nodes keep the traced geometry."""
+    views of those replayed, copies preserving them, functional in-place
+    writes keeping their target's. Other nodes keep the traced geometry."""
     from torch._prims_common import compute_elementwise_output_strides
 
     eager = {}
@@ -787,6 +793,12 @@ def _eager_values(nodes):
                 if n.args[0] not in eager:
                     continue
                 e = target(ev(n.args[0]), *[ev(a) for a in n.args[1:]], **n.kwargs)
+            elif schema.name in _PRESERVES_LAYOUT:
+                # (memory_format=preserve: the operand's eager layout)
+                if n.args[0] not in eager or n.kwargs.get("memory_format") not in (
+                        None, torch.preserve_format):
+                    continue
+                e = torch.empty_like(ev(n.args[0]), dtype=val.dtype, device="meta")
             elif schema.name in _WRITES_INTO_FIRST:
                 base = ev(n.args[0])
                 if n.args[0] not in eager or tuple(base.shape) != tuple(val.shape):
@@ -1036,7 +1048,8 @@ _DECOMPS = None
 
 
 # Ops the table lowers whose decompositions would compute where CPU has no
-# kernel (frac of an integer is x - trunc(x) once decomposed): kept whole,
+# kernel (frac of an integer is x - trunc(x) once decomposed, lerp of bools
+# a + w * (b - a)): kept whole,
 # their lowering declines those dtypes, so the graph runs eagerly and the
 # fallback raises CPU's error, as in eager. mv and dot decompose into a
 # multiply and a sum, whose one-product sums keep a -0.0 that CPU's zeroed
@@ -1046,7 +1059,7 @@ _DECOMPS = None
 # decomposed, the value is a folded constant).
 _KEEP_WHOLE = ("frac", "heaviside", "logaddexp", "logaddexp2", "trace", "mv", "dot", "vdot",
                "nll_loss_forward", "nll_loss2d_forward", "masked_fill", "fill", "index_fill",
-               "linspace")
+               "linspace", "lerp")
 
 
 def _decompositions():
