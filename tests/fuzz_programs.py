@@ -1017,9 +1017,10 @@ def _check_compiled(program, views_of_intermediates=True, check_strides=True):
 def _pytorch_limited(program, build, ins, outs, cpu, dev, ms, views_of_intermediates, check_strides):
     """Marks "pytorch" the mismatches PyTorch's own compile stack has on the
     CPU too: where aot_eager's result differs from eager's the same way
-    (same kind, same tensor) and ours agrees with aot_eager's there (writes
-    through unfold's overlapping windows are lost by functionalization;
-    Python meta kernels pick other strides than TensorIterator)."""
+    (same kind, same tensor) and ours agrees with aot_eager's there (Python
+    meta kernels pick other strides than TensorIterator; writes
+    through unfold, which functionalization loses, run eagerly here and
+    are no longer among them)."""
     aot_in = make_inputs(program, "cpu")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

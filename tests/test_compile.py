@@ -815,3 +815,32 @@ def test_compiled_lerp_of_a_dtype_cpu_has_no_kernel_for_raises(dtype):
         f(a)
     with pytest.raises(NotImplementedError):
         torch.compile(f, backend="tpu")(a.to("tpu"))
+
+
+@pytest.mark.parametrize("case", ["mul_gaps", "fill_overlapping", "view_of_unfold", "setitem", "out"])
+def test_compiled_writes_through_unfold_reach_the_base_as_in_eager(case):
+    # fuzz seed 950507: functionalization replays a write into an unfold()
+    # view as unfold_backward of the windows, which zeroes the elements no
+    # window covers (aot_eager loses them on the CPU too); such a graph
+    # runs eagerly, where unfold is a view
+    def prog(x, w):
+        if case == "mul_gaps":
+            x.unfold(-1, 1, 2).mul_(w)
+        elif case == "fill_overlapping":
+            x.unfold(0, 3, 1).fill_(7)
+        elif case == "view_of_unfold":
+            x.unfold(0, 2, 3)[:, 1].add_(w)
+        elif case == "setitem":
+            x.unfold(0, 2, 2)[0] = 5
+        else:
+            torch.mul(x.unfold(0, 2, 4), 3, out=x.unfold(0, 2, 4))
+        return x * 2
+
+    want_x = torch.arange(9.0) - 4
+    want = prog(want_x, torch.tensor(0.5))
+    x = (torch.arange(9.0) - 4).to("tpu")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = torch.compile(prog, backend="tpu")(x, torch.tensor(0.5, device="tpu"))
+    assert torch.equal(got.cpu(), want)
+    assert torch.equal(x.cpu(), want_x)

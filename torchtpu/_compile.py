@@ -862,15 +862,65 @@ def _runner(compiled, inputs, out_slots, out_writes, out_cpu=(), out_aliases=Non
 
 
 def _eager_runner(gm, why):
+    _warn_eager(why)
+    return _boxed_module(gm)
+
+
+def _warn_eager(why):
     # One warning per reason, its details (after ": ") aside; an op's name
     # ("aten::unfold") has colons of its own.
     key = why.split(": ")[0][:120]
     if key not in _warned:
         _warned.add(key)
         warnings.warn(f"torchtpu: a graph runs eagerly (op by op) instead of compiled: {why}",
-                      stacklevel=3)
+                      stacklevel=4)
     _bump("compile_graphs_eager")
-    return _boxed_module(gm)
+
+
+def _writes_through_unfold(gm):
+    """Whether a Dynamo graph writes in place into an unfold() result or a
+    view of one. Functionalization turns such a write into unfold_backward
+    of the written windows, which zeroes the elements no window covers: the
+    writes are lost (on the CPU too, under aot_eager and inductor). Eager
+    unfold is a real view, so such a graph runs eagerly."""
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    def storage(n):
+        v = n.meta.get("example_value") if isinstance(n, torch.fx.Node) else None
+        try:
+            return StorageWeakRef(v.untyped_storage()) if isinstance(v, torch.Tensor) else None
+        except Exception:  # noqa: BLE001 - (no storage: not a view)
+            return None
+
+    def op_name(n):
+        t = n.target
+        return t if isinstance(t, str) else getattr(t, "__name__", "")
+
+    unfolded = set()  # storages of unfold results and their views
+    for n in gm.graph.nodes:
+        if n.op not in ("call_method", "call_function"):
+            continue
+        name = op_name(n)
+        if name == "unfold":
+            st = storage(n)
+            if st is not None:
+                unfolded.add(st)
+            continue
+        if not unfolded:
+            continue
+        written = []
+        if name == "setitem" or (name.endswith("_") and not name.startswith("_")):
+            written.append(n.args[0] if n.args else None)
+        out = n.kwargs.get("out")
+        written.extend(out if isinstance(out, (list, tuple)) else [out])
+        if any(storage(w) in unfolded for w in written if w is not None):
+            return True
+        # a view of an unfold result shares its storage
+        st = storage(n)
+        if st is not None and any(storage(a) == st for a in n.all_input_nodes
+                                  if storage(a) in unfolded):
+            unfolded.add(st)
+    return False
 
 
 def _boxed_module(module):
@@ -1080,6 +1130,9 @@ def tpu_backend(gm, example_inputs, **kwargs):
     options = kwargs.get("options") or {}
     if options:
         raise ValueError(f"torchtpu: backend 'tpu' takes no options, got {sorted(options)}")
+    if _writes_through_unfold(gm):
+        _warn_eager("a write through an unfold() view (functionalization would lose it)")
+        return gm
     backend = aot_autograd(fw_compiler=_compile_forward, bw_compiler=_compile_graph,
                            inference_compiler=_compile_forward,
                            decompositions=_decompositions(),
