@@ -1098,8 +1098,8 @@ _DECOMPS = None
 
 
 # Ops the table lowers whose decompositions would compute where CPU has no
-# kernel (frac of an integer is x - trunc(x) once decomposed, lerp of bools
-# a + w * (b - a)): kept whole,
+# kernel (frac of an integer is x - trunc(x) once decomposed, lerp and
+# addcdiv of bools arithmetic on them): kept whole,
 # their lowering declines those dtypes, so the graph runs eagerly and the
 # fallback raises CPU's error, as in eager. mv and dot decompose into a
 # multiply and a sum, whose one-product sums keep a -0.0 that CPU's zeroed
@@ -1109,7 +1109,7 @@ _DECOMPS = None
 # decomposed, the value is a folded constant).
 _KEEP_WHOLE = ("frac", "heaviside", "logaddexp", "logaddexp2", "trace", "mv", "dot", "vdot",
                "nll_loss_forward", "nll_loss2d_forward", "masked_fill", "fill", "index_fill",
-               "linspace", "lerp")
+               "linspace", "lerp", "addcdiv")
 
 
 def _decompositions():
