@@ -846,3 +846,20 @@ def test_compiled_writes_through_unfold_reach_the_base_as_in_eager(case):
         got = torch.compile(prog, backend="tpu")(x, torch.tensor(0.5, device="tpu"))
     assert torch.equal(got.cpu(), want)
     assert torch.equal(x.cpu(), want_x)
+
+
+@pytest.mark.parametrize("op", ["hardswish", "glu", "celu", "hardswish_float"])
+@pytest.mark.parametrize("dtype", [torch.bool, torch.int64])
+def test_compiled_decomposed_op_raises_where_cpu_has_no_kernel(op, dtype):
+    # a decomposition computes hardswish of ints where CPU (and eager)
+    # raise NotImplementedError; the graph runs eagerly and raises it
+    f = {"hardswish": F.hardswish, "glu": F.glu, "celu": F.celu,
+         "hardswish_float": lambda a: F.hardswish(a.float())}[op]
+    a = torch.ones(4, dtype=dtype)
+    try:
+        want = f(a)
+    except NotImplementedError:
+        with pytest.raises(NotImplementedError):
+            torch.compile(f, backend="tpu")(a.to("tpu"))
+        return
+    assert torch.equal(torch.compile(f, backend="tpu")(a.to("tpu")).cpu(), want)

@@ -1118,10 +1118,57 @@ def _decompositions():
         from torch._decomp import core_aten_decompositions
         decomps = core_aten_decompositions()
         keep = {getattr(torch.ops.aten, n) for n in _KEEP_WHOLE}
-        _DECOMPS = {op: fn for op, fn in decomps.items()
+        _DECOMPS = {op: _checking_cpu_kernel(op, fn) for op, fn in decomps.items()
                     if not (getattr(op, "overloadpacket", None) in keep
                             and _C._graph_op_supported(_op_name(op)))}
     return _DECOMPS
+
+
+class _CpuHasNoKernel(Exception):
+    """A decomposed op CPU has no kernel for with these dtypes."""
+
+
+_NO_KERNEL_NUMEL = 1 << 16  # larger operands are not tried
+
+
+def _checking_cpu_kernel(op, fn):
+    """fn, decomposing op, after asking CPU whether it has a kernel for the
+    operands' dtypes: a decomposition computes `hardswish` of ints or
+    `upsample_bilinear2d` of bools where CPU (and eager, whose lowering
+    declines them) raises NotImplementedError. The op runs on the CPU on
+    zeros of the operands' shapes and dtypes; its NotImplementedError stops
+    the trace (tpu_backend then runs the graph eagerly, which raises it)."""
+    def real(a):
+        if isinstance(a, torch.Tensor):
+            if a.layout != torch.strided or a.numel() > _NO_KERNEL_NUMEL or \
+                    any(not isinstance(z, int) for z in a.shape):
+                raise LookupError
+            return torch.zeros(tuple(a.shape), dtype=a.dtype)
+        if isinstance(a, (list, tuple)):
+            return type(a)(real(x) for x in a)
+        if isinstance(a, torch.device):
+            return torch.device("cpu")
+        if isinstance(a, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            raise LookupError
+        return a
+
+    def decompose(*args, **kwargs):
+        from torch.utils._python_dispatch import _disable_current_modes
+        try:
+            with _disable_current_modes(), torch.no_grad():
+                cargs = real(args)
+                ckwargs = {k: real(v) for k, v in kwargs.items()}
+                op(*cargs, **ckwargs)
+        except NotImplementedError as e:
+            # (a dtype refused: `"glu_cpu" not implemented for 'Long'`; an op
+            # with no CPU kernel at all is not this check's business)
+            if "not implemented for '" in str(e):
+                raise _CpuHasNoKernel(str(e).split("\n")[0]) from None
+        except Exception:  # noqa: BLE001 - other errors are the trace's to find
+            pass
+        return fn(*args, **kwargs)
+
+    return decompose
 
 
 def tpu_backend(gm, example_inputs, **kwargs):
@@ -1140,7 +1187,10 @@ def tpu_backend(gm, example_inputs, **kwargs):
                            # input mutations as copy_ nodes: written straight
                            # into the inputs' storages, no epilogue copies.
                            keep_inference_input_mutations=True)
-    return backend(gm, example_inputs)
+    try:
+        return backend(gm, example_inputs)
+    except _CpuHasNoKernel:
+        return gm  # eagerly: the op raises CPU's NotImplementedError
 
 
 def _register():
