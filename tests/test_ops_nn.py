@@ -595,3 +595,29 @@ def test_nll_loss_target_out_of_bounds_raises_as_cpu(case, mode):
                 with pytest.raises(IndexError) as want:
                     run("cpu")
                 assert str(err).split(" (torchtpu")[0] == str(want.value)
+
+
+@pytest.mark.parametrize("case", ["nearest", "nearest_exact", "nearest_2d", "reflect", "replicate"])
+@pytest.mark.parametrize("dtype", [torch.bool, torch.uint8, torch.int64, torch.float32])
+def test_dtypes_cpu_and_cuda_have_no_kernel_for_raise(case, dtype):
+    # upsample_nearest of int64/bool and reflection/replication pads of bool
+    # computed on tpu where CPU and CUDA raise NotImplementedError (found by
+    # the OpInfo sweep of unsupported dtypes)
+    f = {"nearest": lambda x: F.interpolate(x, scale_factor=2, mode="nearest"),
+         "nearest_exact": lambda x: F.interpolate(x, scale_factor=2, mode="nearest-exact"),
+         "nearest_2d": lambda x: F.interpolate(x.reshape(1, 1, 2, 2), scale_factor=2),
+         "reflect": lambda x: F.pad(x, (1, 1), mode="reflect"),
+         "replicate": lambda x: F.pad(x, (1, 1), mode="replicate")}[case]
+    x = torch.tensor([[[1, 0, 1, 1]]]).to(dtype)
+    try:
+        want = f(x)
+    except NotImplementedError:
+        with pytest.raises(NotImplementedError):
+            f(x.to("tpu")).cpu()
+        # (Dynamo's fake run raises some of these itself, as a RuntimeError
+        # on any device: NotImplementedError is one)
+        with pytest.raises(RuntimeError):
+            torch._dynamo.reset()
+            torch.compile(f, backend="tpu")(x.to("tpu")).cpu()
+        return
+    assert torch.equal(f(x.to("tpu")).cpu(), want)

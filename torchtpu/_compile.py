@@ -1138,37 +1138,78 @@ def _checking_cpu_kernel(op, fn):
     declines them) raises NotImplementedError. The op runs on the CPU on
     zeros of the operands' shapes and dtypes; its NotImplementedError stops
     the trace (tpu_backend then runs the graph eagerly, which raises it)."""
-    def real(a):
-        if isinstance(a, torch.Tensor):
-            if a.layout != torch.strided or a.numel() > _NO_KERNEL_NUMEL or \
-                    any(not isinstance(z, int) for z in a.shape):
-                raise LookupError
-            return torch.zeros(tuple(a.shape), dtype=a.dtype)
-        if isinstance(a, (list, tuple)):
-            return type(a)(real(x) for x in a)
-        if isinstance(a, torch.device):
-            return torch.device("cpu")
-        if isinstance(a, (torch.SymInt, torch.SymFloat, torch.SymBool)):
-            raise LookupError
-        return a
-
     def decompose(*args, **kwargs):
-        from torch.utils._python_dispatch import _disable_current_modes
-        try:
-            with _disable_current_modes(), torch.no_grad():
-                cargs = real(args)
-                ckwargs = {k: real(v) for k, v in kwargs.items()}
-                op(*cargs, **ckwargs)
-        except NotImplementedError as e:
-            # (a dtype refused: `"glu_cpu" not implemented for 'Long'`; an op
-            # with no CPU kernel at all is not this check's business)
-            if "not implemented for '" in str(e):
-                raise _CpuHasNoKernel(str(e).split("\n")[0]) from None
-        except Exception:  # noqa: BLE001 - other errors are the trace's to find
-            pass
+        _check_cpu_kernel(op, args, kwargs)
         return fn(*args, **kwargs)
 
     return decompose
+
+
+def _on_cpu_zeros(a):
+    """a with its tensors replaced by CPU zeros of their shapes and dtypes
+    (LookupError: a tensor too large, symbolic or not strided)."""
+    if isinstance(a, torch.Tensor):
+        if a.layout != torch.strided or any(not isinstance(z, int) for z in a.shape) or \
+                a.numel() > _NO_KERNEL_NUMEL:
+            raise LookupError
+        return torch.zeros(tuple(a.shape), dtype=a.dtype)
+    if isinstance(a, (list, tuple)):
+        return type(a)(_on_cpu_zeros(x) for x in a)
+    if isinstance(a, torch.device):
+        return torch.device("cpu")
+    if isinstance(a, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        raise LookupError
+    return a
+
+
+def _check_cpu_kernel(fn, args, kwargs):
+    """Raises _CpuHasNoKernel where CPU's fn refuses the dtypes of args
+    (`"glu_cpu" not implemented for 'Long'`, or a float result for an
+    integer one); other outcomes are not this
+    check's business (an op with no CPU kernel at all, shape errors the
+    trace finds itself)."""
+    from torch.utils._python_dispatch import _disable_current_modes
+    try:
+        with _disable_current_modes(), torch.no_grad():
+            fn(*_on_cpu_zeros(args), **{k: _on_cpu_zeros(v) for k, v in kwargs.items()})
+    except (NotImplementedError, RuntimeError) as e:
+        # (its result cast into an integer out: soft_margin_loss of ints)
+        if "not implemented for '" in str(e) or "can't be cast to the desired output" in str(e):
+            raise _CpuHasNoKernel(str(e).split("\n")[0]) from None
+    except Exception:  # noqa: BLE001
+        pass
+
+
+# nn functions Dynamo graphs call whose CompositeImplicit decompositions
+# (interpolate's upsample_*.vec) run before the table's: checked on the
+# Dynamo graph. Random ones would draw from CPU's generator: not checked.
+_RANDOM_NN = ("dropout", "rrelu", "gumbel", "fractional", "alpha_dropout")
+
+
+def _dynamo_graph_cpu_refuses(gm):
+    """Whether a torch.nn.functional (or torch._C._nn) call of a Dynamo
+    graph has no CPU kernel for its operands' dtypes (F.interpolate of
+    ints)."""
+    import torch.nn.functional as F
+
+    def ex(a):
+        if isinstance(a, torch.fx.Node):
+            return a.meta.get("example_value")
+        if isinstance(a, (list, tuple)):
+            return type(a)(ex(x) for x in a)
+        return a
+
+    for n in gm.graph.nodes:
+        if n.op != "call_function" or \
+                getattr(n.target, "__module__", None) not in (F.__name__, "torch._C._nn"):
+            continue
+        if any(r in getattr(n.target, "__name__", "") for r in _RANDOM_NN):
+            continue
+        try:
+            _check_cpu_kernel(n.target, ex(tuple(n.args)), {k: ex(v) for k, v in n.kwargs.items()})
+        except _CpuHasNoKernel:
+            return True
+    return False
 
 
 def tpu_backend(gm, example_inputs, **kwargs):
@@ -1177,6 +1218,8 @@ def tpu_backend(gm, example_inputs, **kwargs):
     options = kwargs.get("options") or {}
     if options:
         raise ValueError(f"torchtpu: backend 'tpu' takes no options, got {sorted(options)}")
+    if _dynamo_graph_cpu_refuses(gm):
+        return gm  # eagerly: the op raises CPU's NotImplementedError
     if _writes_through_unfold(gm):
         _warn_eager("a write through an unfold() view (functionalization would lose it)")
         return gm

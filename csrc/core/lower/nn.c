@@ -1011,6 +1011,11 @@ static tpu_hlo_value_t scatter_add_dim(tpu_hlo_builder_t* b, tpu_hlo_value_t g, 
  * output_size, scales...): a gather per spatial dim. */
 static tpu_status_t lower_upsample_nearest_common(tpu_lower_ctx_t* ctx, bool exact) {
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  /* CPU's and CUDA's kernels take floats and uint8 only: the fallback
+   * raises their NotImplementedError for the rest. */
+  tpu_dtype_t dt = tpu_lower_arg(ctx, 0)->type.dtype;
+  if (!tpu_dtype_is_floating(dt) && dt != TPU_DTYPE_UINT8)
+    return tpu_lower_decline(ctx, "%s", tpu_dtype_name(dt));
   const tpu_lower_arg_t* osz = tpu_lower_arg(ctx, 1);
   if (osz->kind != TPU_ARG_INTS) return tpu_lower_decline(ctx, "output_size not given");
   tpu_hlo_value_t v = tpu_lower_tensor(ctx, 0);

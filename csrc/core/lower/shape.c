@@ -304,10 +304,13 @@ static tpu_status_t lower_pad_common(tpu_lower_ctx_t* ctx, bool reflect) {
   return NULL;
 }
 
+/* CPU and CUDA have no bool kernel for these: the fallback raises theirs. */
 static tpu_status_t lower_reflection_pad(tpu_lower_ctx_t* ctx) {
+  if (tpu_lower_arg(ctx, 0)->type.dtype == TPU_DTYPE_BOOL) return tpu_lower_decline(ctx, "bool");
   return lower_pad_common(ctx, true);
 }
 static tpu_status_t lower_replication_pad(tpu_lower_ctx_t* ctx) {
+  if (tpu_lower_arg(ctx, 0)->type.dtype == TPU_DTYPE_BOOL) return tpu_lower_decline(ctx, "bool");
   return lower_pad_common(ctx, false);
 }
 
