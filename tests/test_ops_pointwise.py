@@ -1192,3 +1192,21 @@ print("ok")
 """
     r = run_python(code, {"TORCHTPU_CACHE": "0"}, timeout=120)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-3000:]
+
+
+def test_atan2_of_zeros_known_only_after_simplification():
+    # fuzz seed 970461 (defer_and_fuse): atan2(v, v), v = float(a ^ a), is
+    # atan2(0, 0) = 0; XLA's CPU compiler gave NaN once it had simplified
+    # the xor to zeros. Signed zeros follow C's atan2.
+    a = torch.tensor([False, True, False])
+    v = (a ^ a).float()
+    want = torch.atan2(v, v)
+    d = a.to("tpu")
+    dv = (d ^ d).float()
+    assert torch.equal(torch.atan2(dv, dv).cpu(), want)
+    y = torch.tensor([0.0, -0.0, 0.0, -0.0, 1.0, -1.0])
+    x = torch.tensor([0.0, 0.0, -0.0, -0.0, 0.0, -0.0])
+    for dtype in (torch.float32, torch.bfloat16):
+        w = torch.atan2(y.to(dtype), x.to(dtype))
+        g = torch.atan2(y.to(dtype).to("tpu"), x.to(dtype).to("tpu")).cpu()
+        assert torch.equal(g, w) and torch.equal(g.signbit(), w.signbit())

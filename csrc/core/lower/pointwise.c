@@ -767,13 +767,23 @@ static tpu_status_t mod_op(tpu_lower_ctx_t* ctx, bool python) {
 static tpu_status_t lower_remainder(tpu_lower_ctx_t* ctx) { return mod_op(ctx, true); }
 static tpu_status_t lower_fmod(tpu_lower_ctx_t* ctx) { return mod_op(ctx, false); }
 
+/* atan2, with both-zero operands answered by a select: XLA's CPU compiler
+ * gave NaN for atan2(0, 0) where the zeros were known only after its own
+ * simplification (atan2(v, v), v = float(a ^ a), fused by defer_and_fuse).
+ * atan2(+-0, +0) = +-0 and atan2(+-0, -0) = +-pi, as C's. */
 static tpu_status_t lower_atan2(tpu_lower_ctx_t* ctx) {
   static const int idx[2] = {0, 1};
   tpu_dtype_t d = common_dtype(ctx, idx, 2, true);
   if (!is_float(d)) return tpu_lower_decline(ctx, "atan2 of %s", tpu_dtype_name(d));
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
-  return finish(ctx, tpu_emit_binary(b, "stablehlo.atan2", math_operand(ctx, 0, d),
-                                     math_operand(ctx, 1, d)));
+  tpu_hlo_value_t y = math_operand(ctx, 0, d), x = math_operand(ctx, 1, d);
+  tpu_hlo_value_t r = tpu_emit_binary(b, "stablehlo.atan2", y, x);
+  tpu_hlo_value_t zero = tpu_emit_splat(b, r, 0);
+  tpu_hlo_value_t both = tpu_emit_binary(b, "stablehlo.and", cmp(b, "EQ", y, zero),
+                                         cmp(b, "EQ", x, zero));
+  tpu_hlo_value_t pi = tpu_emit_splat(b, r, 3.14159265358979323846);
+  tpu_hlo_value_t signed_pi = sel(b, sign_bit(b, y), un(b, "stablehlo.negate", pi), pi);
+  return finish(ctx, sel(b, both, sel(b, sign_bit(b, x), signed_pi, y), r));
 }
 
 /* copysign: |x| with y's sign bit (-0.0 and signed NaN count), exact in
