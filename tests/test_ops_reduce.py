@@ -408,3 +408,22 @@ def test_logsumexp_half_rounds_each_step_as_cpu(dtype):
             assert torch.equal(got, want), (seed, dim)
             assert torch.equal(torch.frac(torch.logsumexp(x.to("tpu"), dim=dim)).cpu(),
                                torch.frac(want))
+
+
+@pytest.mark.parametrize("case", ["std_full", "var_full", "std_dim", "var_mean", "std_mean", "sum_overflows"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_var_std_of_values_near_the_float_max_as_cpu(case, dtype):
+    # fuzz seed 971670: std of a tensor holding -3.4e38 (nan_to_num of -inf)
+    # is finite on CPU, which sums the squares in double; ours overflowed
+    x = {"sum_overflows": torch.tensor([[3e38, 3e38], [1.0, 2.0]])}.get(
+        case, torch.tensor([[-3.4028e38, 1.0, 0.5], [0.0, 0.0, 1.0]])).to(dtype)
+    f = {"std_full": lambda t: t.std(correction=0), "var_full": lambda t: t.var(),
+         "std_dim": lambda t: t.std(dim=1), "var_mean": lambda t: torch.var_mean(t, dim=1),
+         "std_mean": lambda t: torch.std_mean(t),
+         "sum_overflows": lambda t: (t.std(dim=1), t.std(), torch.var_mean(t, dim=1))}[case]
+    want, got = f(x), f(x.to("tpu"))
+    flat = lambda r: [u for v in (r if isinstance(r, tuple) else (r,))
+                      for u in (v if isinstance(v, tuple) else (v,))]
+    for w, g in zip(flat(want), flat(got)):
+        torch.testing.assert_close(g.cpu(), w, equal_nan=True,
+                                   rtol=1e-5 if dtype == torch.float32 else 1e-2, atol=0)

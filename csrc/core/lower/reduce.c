@@ -349,6 +349,29 @@ static tpu_status_t lower_argmin(tpu_lower_ctx_t* ctx) {
 
 /* ---- var / std ---- */
 
+/* A power of two near max |v| over dims (shape of the reduction, kept dims
+ * dropped), 1 where that max is 0, subnormal, inf or NaN: var/std divide by
+ * it before they square and multiply back after, so their float sums do not
+ * overflow where CPU's double accumulation does not (std of values near the
+ * float max). A power of two scales exactly: in the normal range results
+ * are bit for bit those of the unscaled sums (sqrt included: the scale's
+ * square is an even power). */
+static tpu_hlo_value_t pow2_scale(tpu_hlo_builder_t* b, tpu_hlo_value_t v, const int64_t* dims,
+                                  int n) {
+  tpu_hlo_value_t m = reduce(b, tpu_emit_unary(b, "stablehlo.abs", v), 0, dims, n,
+                             "stablehlo.maximum");
+  tpu_hlo_type_t ft = tpu_hlo_value_type(b, m), it = ft;
+  it.dtype = TPU_DTYPE_INT32; /* (f32 accumulations only) */
+  tpu_hlo_value_t bits = tpu_hlo_op(b, "stablehlo.bitcast_convert", &m, 1, it, NULL);
+  tpu_hlo_value_t mask = tpu_emit_const_like(b, &it, (double)0x7F800000);
+  tpu_hlo_value_t e = tpu_emit_binary(b, "stablehlo.and", bits, mask);
+  tpu_hlo_value_t p = tpu_hlo_op(b, "stablehlo.bitcast_convert", &e, 1, ft, NULL);
+  tpu_hlo_value_t ok = tpu_emit_binary(b, "stablehlo.and",
+                                       tpu_emit_compare(b, "NE", e, tpu_emit_const_like(b, &it, 0)),
+                                       tpu_emit_compare(b, "NE", e, mask));
+  return tpu_emit_select(b, ok, p, tpu_emit_const_like(b, &ft, 1));
+}
+
 /* var.correction(self, dim, *, correction=None, keepdim) and std, var_mean,
  * std_mean (outputs: (var|std, mean)). The divisor max(N - correction, 0)
  * is computed in the program since correction is a run-time Scalar. */
@@ -364,12 +387,42 @@ static tpu_status_t lower_var_std(tpu_lower_ctx_t* ctx, bool take_sqrt) {
   tpu_hlo_type_t t = value_type(ctx, x);
   int64_t dims[TPU_HLO_MAX_RANK];
   int n = read_dims(ctx, 1, t.rank, false, dims);
+  /* CPU accumulates in double, so float accumulations are scaled here
+   * (pow2_scale) where an unscaled sum would overflow: the squared
+   * deviations always, the mean where CPU's is a double one too (Welford:
+   * var_mean/std_mean, half types, and var/std with more than one result;
+   * float var/std to one number take a float mean, whose overflow gives inf
+   * there too).
+   * Double accumulations are as exposed to overflow as CPU's. */
+  bool scaled = t.dtype == TPU_DTYPE_FLOAT32 && n > 0;
+  const tpu_hlo_value_t none = {-1};
   tpu_hlo_value_t sum = reduce(b, x, 0, dims, n, "stablehlo.add");
   tpu_hlo_type_t st = value_type(ctx, sum);
   double count = (double)count_of(&t, dims, n);
-  tpu_hlo_value_t mean =
-      tpu_emit_binary(b, "stablehlo.divide", sum, tpu_emit_const_like(b, &st, count));
+  tpu_hlo_value_t cnt = tpu_emit_const_like(b, &st, count);
+  tpu_hlo_value_t mean = tpu_emit_binary(b, "stablehlo.divide", sum, cnt);
+  int64_t results = 1;
+  for (int k = 0; k < st.rank; k++) results *= st.dims[k];
+  if (scaled && (tpu_lower_num_outputs(ctx) > 1 || results != 1 ||
+                 tpu_lower_arg(ctx, 0)->type.dtype != TPU_DTYPE_FLOAT32)) {
+    /* the scaled mean only where the plain one overflowed: it loses the
+     * elements the scale makes subnormal */
+    tpu_hlo_value_t s0 = pow2_scale(b, x, dims, n);
+    tpu_hlo_value_t xs = tpu_emit_binary(b, "stablehlo.divide", x, expand_back(b, s0, &t, dims, n));
+    tpu_hlo_value_t big = tpu_emit_binary(
+        b, "stablehlo.multiply",
+        tpu_emit_binary(b, "stablehlo.divide", reduce(b, xs, 0, dims, n, "stablehlo.add"), cnt), s0);
+    tpu_hlo_value_t inf = tpu_emit_const_like(b, &st, INFINITY);
+    tpu_hlo_value_t overflowed = tpu_emit_compare(
+        b, "EQ", tpu_emit_unary(b, "stablehlo.abs", mean), inf);
+    tpu_hlo_value_t finite_in = tpu_emit_compare(
+        b, "NE", reduce(b, tpu_emit_unary(b, "stablehlo.abs", x), 0, dims, n, "stablehlo.maximum"),
+        inf);
+    mean = tpu_emit_select(b, tpu_emit_binary(b, "stablehlo.and", overflowed, finite_in), big, mean);
+  }
   tpu_hlo_value_t dev = tpu_emit_binary(b, "stablehlo.subtract", x, expand_back(b, mean, &t, dims, n));
+  tpu_hlo_value_t s1 = scaled ? pow2_scale(b, dev, dims, n) : none;
+  if (scaled) dev = tpu_emit_binary(b, "stablehlo.divide", dev, expand_back(b, s1, &t, dims, n));
   tpu_hlo_value_t sq = reduce(b, tpu_emit_binary(b, "stablehlo.multiply", dev, dev), 0, dims, n,
                               "stablehlo.add");
   tpu_hlo_value_t correction = tpu_lower_arg(ctx, 2)->kind == TPU_ARG_NONE
@@ -380,7 +433,12 @@ static tpu_status_t lower_var_std(tpu_lower_ctx_t* ctx, bool take_sqrt) {
                                                         tpu_emit_const(b, t.dtype, count), correction),
                                         tpu_emit_const(b, t.dtype, 0));
   tpu_hlo_value_t var = tpu_emit_binary(b, "stablehlo.divide", sq, tpu_emit_broadcast_to(b, div, &st));
-  set_out(ctx, 0, take_sqrt ? tpu_emit_unary(b, "stablehlo.sqrt", var) : var);
+  tpu_hlo_value_t r = take_sqrt ? tpu_emit_unary(b, "stablehlo.sqrt", var) : var;
+  if (scaled) { /* (var * s) * s: no overflow before the result's own */
+    r = tpu_emit_binary(b, "stablehlo.multiply", r, s1);
+    if (!take_sqrt) r = tpu_emit_binary(b, "stablehlo.multiply", r, s1);
+  }
+  set_out(ctx, 0, r);
   if (tpu_lower_num_outputs(ctx) > 1) set_out(ctx, 1, mean);
   return NULL;
 }
