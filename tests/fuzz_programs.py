@@ -62,15 +62,6 @@ class Program:
 
 # --- inputs ---------------------------------------------------------------
 
-def _shares_memory_within(t):
-    """Whether two elements of t are one memory location."""
-    if t.numel() < 2:
-        return False
-    n = t.storage_offset() + sum((z - 1) * abs(st) for z, st in zip(t.shape, t.stride())) + 1
-    where = torch.arange(n).as_strided(t.shape, t.stride(), t.storage_offset())
-    return where.unique().numel() < t.numel()
-
-
 def _elements_of(t):
     """The storage element indices t covers (a set)."""
     if t.numel() == 0:
@@ -78,6 +69,11 @@ def _elements_of(t):
     n = t.storage_offset() + sum((z - 1) * abs(st) for z, st in zip(t.shape, t.stride())) + 1
     where = torch.arange(n).as_strided(t.shape, t.stride(), t.storage_offset())
     return set(where.flatten().tolist())
+
+
+def _shares_memory_within(t):
+    """Whether two elements of t are one memory location."""
+    return t.numel() >= 2 and len(_elements_of(t)) < t.numel()
 
 
 def make_input(shape, dtype, data_seed, specials):

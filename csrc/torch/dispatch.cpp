@@ -1091,11 +1091,9 @@ static void check_scalars_fit(const c10::OperatorHandle& op, const OpFacts& fact
     for (size_t i = 0; i < inputs.size(); i++)
       if (schema_args[i].name() == "dtype" && inputs[i].isInt())
         target = static_cast<c10::ScalarType>(inputs[i].toInt());
-    if (target == c10::ScalarType::Undefined && facts.name.rfind("aten::full.", 0) != 0 &&
-        facts.name != "aten::full") {
-      if (schema_args[0].name() != "self" || !inputs[0].isTensor()) return;
+    if (target == c10::ScalarType::Undefined && schema_args[0].name() == "self" &&
+        inputs[0].isTensor())
       target = inputs[0].toTensor().scalar_type();
-    }
     if (target == c10::ScalarType::Undefined) {  // full: the fill value's type decides
       for (size_t i = 0; i < inputs.size(); i++)
         if (schema_args[i].name() == "fill_value" && inputs[i].isScalar()) {
