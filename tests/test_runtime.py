@@ -356,26 +356,32 @@ def test_a_whole_overwrite_repairs_a_tensor_written_from_a_failed_execution(name
     torch.tpu.synchronize()
 
 
-@pytest.mark.parametrize("case", ["expand_overlap", "self", "disjoint_halves", "out_is_input"])
+@pytest.mark.parametrize("case", ["expand_overlap", "expanded_out", "partial_overlap", "self",
+                                  "disjoint_halves", "out_is_input"])
 def test_fallback_keeps_aliasing_between_written_and_read_arguments(case):
     """An op on the CPU fallback whose written argument shares memory with
     another argument sees them share it on the host too: CPU's overlap
-    error where CPU raises one (bool add_ of an expand of itself, fuzz seed
-    934527), CPU's values otherwise, the untouched part of the storage
-    kept."""
+    error where CPU raises one (fuzz seed 934527 found it with bool add_,
+    which now runs on the device: special_bessel_j0's out= has no lowering),
+    CPU's values otherwise, the untouched part of the storage kept."""
     import warnings
 
     def run(dev):
         x = torch.tensor([True, False, True, True, False, False]).to(dev)
         f = torch.tensor([0.5, -1.0, 2.0, 0.25]).to(dev)
+        j0 = torch.special.bessel_j0
         if case == "expand_overlap":
-            x[0].expand(1).add_(x[0])
+            x[0].expand(1).add_(x[0])       # the device's own overlap check
+        elif case == "expanded_out":
+            j0(f[:2], out=f[0].expand(2))
+        elif case == "partial_overlap":
+            j0(f[:2], out=f[1:3])
         elif case == "self":
-            x.add_(x)                       # bool add: the fallback
+            j0(f, out=f)
         elif case == "disjoint_halves":
-            x[::2].add_(x[1::2])
+            j0(f[::2], out=f[1::2])
         else:
-            torch.special.bessel_j0(f[:2], out=f[:2])  # no lowering: the fallback
+            j0(f[:2], out=f[:2])
         return x.cpu(), f.cpu()
 
     try:
@@ -383,7 +389,7 @@ def test_fallback_keeps_aliasing_between_written_and_read_arguments(case):
     except RuntimeError as e:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            with pytest.raises(RuntimeError, match="refer to a single memory location"):
+            with pytest.raises(RuntimeError, match="single memory location"):
                 run("tpu")
         assert "single memory location" in str(e)
         return
@@ -392,3 +398,40 @@ def test_fallback_keeps_aliasing_between_written_and_read_arguments(case):
         got = run("tpu")
     assert torch.equal(got[0], want[0])
     torch.testing.assert_close(got[1], want[1])
+
+
+_STRIDED_FALLBACK = {
+    # functional ops: the host arguments keep the device tensors' layout
+    "bessel_j0_expanded": lambda x, i: torch.special.bessel_j0(x[:, :1].expand(3, 4)),
+    "bessel_j0_strided": lambda x, i: torch.special.bessel_j0(x.t()[:, ::2]),
+    "i0_strided": lambda x, i: torch.i0(x.t()[::2]),
+    "rsub_expanded": lambda x, i: torch.rsub(i[:, :1].expand(2, 3, 4).permute(2, 0, 1), i[:1, :1, :1]),
+    "rsub_strided": lambda x, i: torch.rsub(i.permute(1, 2, 0)[::2], i.permute(1, 2, 0)[1::2]),
+    # out= resized by the CPU kernel: the device out= takes its layout
+    "bessel_j0_resized_out": lambda x, i: torch.special.bessel_j0(x.t(), out=torch.empty(0, device=x.device)),
+    "i0_resized_out": lambda x, i: torch.i0(x.permute(1, 0), out=torch.empty(5, device=x.device)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_STRIDED_FALLBACK))
+def test_fallback_results_have_cpu_layout_for_strided_arguments(case):
+    """PyTorch's fallback moves an argument to the host with to(cpu), which
+    makes an expanded or strided tensor contiguous, so a CPU kernel whose
+    result follows its inputs' layout gave other strides than on CPU; an
+    out= the kernel resized came back contiguous."""
+    import warnings
+
+    def run(dev):
+        x = (torch.arange(12.).reshape(3, 4) / 7).to(dev)
+        i = torch.arange(24).reshape(2, 3, 4).to(dev)
+        r = _STRIDED_FALLBACK[case](x, i)
+        return r.shape, r.stride(), r.dtype, r.cpu()
+
+    want = run("cpu")
+    before = sum(torchtpu.metrics.fallback_counts().values())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = run("tpu")
+    assert sum(torchtpu.metrics.fallback_counts().values()) > before, "no longer on the fallback"
+    assert got[:3] == want[:3]
+    torch.testing.assert_close(got[3], want[3])

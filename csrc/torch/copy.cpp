@@ -143,8 +143,16 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst,
   return dst;
 }
 
+// The CPU fallback's write-back of an out= argument the CPU kernel resized:
+// the device tensor takes the host result's layout too, as CPU's resized
+// out= follows its inputs' (special_bessel_j0(x.t(), out=empty) is
+// column-major there).
 at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
-  if (dst.sizes() != self.sizes()) dst.resize_(self.sizes());
+  if (dst.sizes() != self.sizes()) {
+    dst.resize_(self.sizes());
+    if (self.is_non_overlapping_and_dense() && !self.is_contiguous())
+      dst.as_strided_(self.sizes(), self.strides(), dst.storage_offset());
+  }
   return copy_from(self, dst, false);
 }
 

@@ -145,6 +145,14 @@ struct OpFacts {
   std::vector<ArgClass> args;
 };
 
+// The ops whose CPU kernels check their alpha's type (alpha_check).
+static bool is_alpha_checked(const std::string& name) {
+  std::string base = name.substr(0, name.find('.'));
+  if (!base.empty() && base.back() == '_') base.pop_back();
+  return base == "aten::add" || base == "aten::sub" || base == "aten::rsub" ||
+         base == "aten::_foreach_add" || base == "aten::_foreach_sub";
+}
+
 // What the CPU kernels of facts.name do with an expanded self: fill_ and
 // zero_ write one value per element; masked_fill_, index_fill_ and
 // index_put_ warn that it is deprecated and write anyway.
@@ -1153,6 +1161,13 @@ static void check_scalars_fit(const c10::OperatorHandle& op, const OpFacts& fact
       const c10::Scalar s = v.toScalar();
       if (!self_rule && name == "alpha" && s.isBoolean())
         TORCH_CHECK(target == at::kBool, "Boolean alpha only supported for Boolean results.");
+      // CPU's alpha_check of add / sub / rsub (addmm & co. take any alpha).
+      if (!self_rule && name == "alpha" && is_alpha_checked(facts.name)) {
+        TORCH_CHECK(!at::isIntegralType(target, /*includeBool=*/true) || s.isIntegral(/*includeBool=*/true),
+                    "For integral input tensors, argument alpha must not be a floating point number.");
+        TORCH_CHECK(!s.isComplex() || at::isComplexType(target),
+                    "For non-complex input tensors, argument alpha must not be a complex number.");
+      }
       fits(s);
     } else if (v.isTensor() && name == "value" &&
                (facts.name.rfind("aten::masked_fill", 0) == 0 ||

@@ -10,6 +10,7 @@
 
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_set>
 
@@ -145,6 +146,70 @@ bool run_aliased_on_cpu(const c10::OperatorHandle& op, torch::jit::Stack* stack)
   return true;
 }
 
+// PyTorch's fallback copies a tensor argument to the host with to(cpu),
+// which keeps the layout only of a dense tensor: an expanded or strided
+// argument arrives contiguous, and a CPU kernel whose result follows its
+// inputs' layout (TensorIterator) then gives other strides than CPU would
+// (bool a.expand(4, 3) + b.t()). For functional ops with such an argument,
+// the host arguments are views, with the device tensors' sizes and strides,
+// of a host copy of the storage span each one covers; results go to the
+// device with their layout.
+bool run_strided_on_cpu(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const auto& schema = op.schema();
+  for (const auto& a : schema.arguments())
+    if (a.alias_info() && a.alias_info()->isWrite()) return false;
+  for (const auto& r : schema.returns())
+    if (r.alias_info()) return false;
+  const size_t n = schema.arguments().size();
+  auto args = torch::jit::last(*stack, n);
+  bool strided = false;
+  std::optional<c10::Device> device;
+  for (size_t i = 0; i < n; i++) {
+    if (args[i].isTensorList() || args[i].isOptionalTensorList()) return false;
+    if (!args[i].isTensor() || !args[i].toTensor().defined()) continue;
+    const at::Tensor& t = args[i].toTensor();
+    if (!t.device().is_privateuseone()) continue;
+    if (!device) device = t.device();
+    strided |= !t.is_non_overlapping_and_dense();
+  }
+  if (!strided) return false;
+  for (size_t i = 0; i < n; i++) {
+    if (!args[i].isTensor() || !args[i].toTensor().defined()) continue;
+    const at::Tensor t = args[i].toTensor();
+    if (!t.device().is_privateuseone()) continue;
+    at::Tensor host;
+    if (t.numel() == 0) {
+      host = at::empty_strided(t.sizes(), t.strides(), t.options().device(at::kCPU));
+    } else {
+      int64_t span = 1;
+      for (int64_t d = 0; d < t.dim(); d++) span += (t.size(d) - 1) * t.stride(d);
+      const int64_t es = static_cast<int64_t>(t.element_size());
+      at::Tensor image = at::empty({0}, t.options().dtype(at::kByte))
+                             .set_(t.storage(), t.storage_offset() * es, {span * es}, {1})
+                             .cpu();
+      host = at::empty({0}, image.options().dtype(t.scalar_type()))
+                 .set_(image.storage(), 0, t.sizes(), t.strides());
+    }
+    (*stack)[stack->size() - n + i] = host;
+  }
+  op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+  auto to_device = [&](const at::Tensor& r) {
+    return r.defined() && r.device().is_cpu() ? r.to(*device) : r;
+  };
+  const size_t nret = schema.returns().size();
+  for (size_t r = 0; r < nret; r++) {
+    c10::IValue& v = (*stack)[stack->size() - nret + r];
+    if (v.isTensor()) {
+      v = to_device(v.toTensor());
+    } else if (v.isTensorList()) {
+      std::vector<at::Tensor> moved;
+      for (const at::Tensor& e : v.toTensorVector()) moved.push_back(to_device(e));
+      v = c10::IValue(moved);
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 // Every op without its own kernel lands here: the lowering table first,
@@ -192,7 +257,7 @@ void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   }
   // The CPU needs the inputs' contents: a pending deferred run flushes here.
   DeferBarrier barrier;
-  if (run_aliased_on_cpu(op, stack)) return;
+  if (run_aliased_on_cpu(op, stack) || run_strided_on_cpu(op, stack)) return;
   at::native::cpu_fallback(op, stack);
 }
 

@@ -39,6 +39,21 @@ static tpu_status_t lower_add_sub(tpu_lower_ctx_t* ctx, const char* op) {
   tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
   tpu_hlo_type_t t = out;
   t.dtype = compute_dtype(ctx);
+  /* Bool addition is CPU's bool(self + bool(alpha) * other): self | (alpha
+   * & other). Bool inputs into a wider out= convert the bool sum. */
+  if (t.dtype == TPU_DTYPE_BOOL && strcmp(op, "stablehlo.add") == 0) {
+    tpu_hlo_value_t x = operand_as(ctx, 0, TPU_DTYPE_BOOL);
+    tpu_hlo_value_t y = operand_as(ctx, 1, TPU_DTYPE_BOOL);
+    const tpu_lower_arg_t* alpha = tpu_lower_arg(ctx, 2);
+    if (alpha->kind == TPU_ARG_SCALAR || alpha->kind == TPU_ARG_INT || alpha->kind == TPU_ARG_BOOL ||
+        alpha->kind == TPU_ARG_FLOAT)
+      y = tpu_emit_binary(b, "stablehlo.and", y,
+                          tpu_emit_broadcast_to(b, tpu_lower_scalar(ctx, 2, TPU_DTYPE_BOOL), &t));
+    tpu_lower_set_output(ctx, 0, tpu_emit_convert(b, tpu_emit_binary(b, "stablehlo.or", x, y), out.dtype));
+    return NULL;
+  }
+  /* A non-bool sum into a bool out= is refused by CPU (the fallback raises
+   * its error), as is bool subtraction below. */
   if (out.dtype == TPU_DTYPE_BOOL || t.dtype == TPU_DTYPE_BOOL)
     return tpu_lower_decline(ctx, "bool arithmetic");
   /* CPU refuses a bool operand of a subtraction (use ~ / logical_not);

@@ -733,7 +733,15 @@ static tpu_status_t clamp_op(tpu_lower_ctx_t* ctx, int min_arg, int max_arg) {
   if (min_arg > 0 && present(ctx, min_arg)) idx[n++] = min_arg;
   if (max_arg > 0 && present(ctx, max_arg)) idx[n++] = max_arg;
   tpu_dtype_t d = tpu_lower_result_type(ctx, idx, n);
-  if (d == TPU_DTYPE_BOOL || tpu_dtype_is_complex(d))
+  /* CPU clamps bools only by one tensor bound (clamp_min.Tensor,
+   * clamp_max.Tensor, clamp.Tensor with one bound): maximum / minimum.
+   * Its scalar and two-bound kernels refuse bool; the fallback raises
+   * that. */
+  const char* overload = strchr(tpu_lower_op_name(ctx), '.');
+  bool bool_ok = d == TPU_DTYPE_BOOL && n == 2 &&
+                 (tpu_lower_arg(ctx, idx[1])->kind == TPU_ARG_TENSOR ||
+                  (overload && strncmp(overload, ".Tensor", 7) == 0));
+  if ((d == TPU_DTYPE_BOOL && !bool_ok) || tpu_dtype_is_complex(d))
     return tpu_lower_decline(ctx, "clamp of %s", tpu_dtype_name(d));
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
   tpu_hlo_value_t r = operand(ctx, 0, d);
