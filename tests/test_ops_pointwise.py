@@ -1263,3 +1263,32 @@ def test_bool_add_and_clamp_on_the_device_as_cpu(case):
         return
     with no_fallback():
         same_as_cpu(run)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64, torch.uint8, torch.bool])
+@pytest.mark.parametrize("form", ["tensor", "tensor_alpha", "scalar", "scalar_alpha", "cpu_0d", "broadcast_t"])
+def test_rsub_on_the_device_as_cpu(dtype, form):
+    """rsub.Tensor took the CPU fallback; it is sub with its operands
+    swapped: other - alpha * self (bool raises CPU's subtraction error)."""
+    from op_testing import no_fallback, same_as_cpu
+
+    def run(d):
+        a = torch.arange(12).reshape(3, 4).to(dtype).to(d)
+        b = (torch.arange(12).reshape(3, 4) % 5).to(dtype).to(d)
+        if form == "tensor":
+            return torch.rsub(a, b)
+        if form == "tensor_alpha":
+            return torch.rsub(a, b, alpha=2)
+        if form == "scalar":
+            return torch.rsub(a, 3)
+        if form == "scalar_alpha":
+            return torch.rsub(a, 7, alpha=3)
+        if form == "cpu_0d":
+            return torch.rsub(a, torch.tensor(5, dtype=dtype))
+        return torch.rsub(a[:1].t(), b.t())
+
+    if dtype == torch.bool:
+        assert isinstance(same_as_cpu(run), RuntimeError)
+        return
+    with no_fallback():
+        same_as_cpu(run, exact=dtype != torch.bfloat16)

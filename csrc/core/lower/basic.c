@@ -33,8 +33,8 @@ static tpu_hlo_value_t operand_as(tpu_lower_ctx_t* ctx, int i, tpu_dtype_t dtype
   return tpu_emit_cast_to(b, v, &out);
 }
 
-/* add / sub: self (+|-) alpha * other. */
-static tpu_status_t lower_add_sub(tpu_lower_ctx_t* ctx, const char* op) {
+/* add / sub: self (+|-) alpha * other; rsub (swap): other - alpha * self. */
+static tpu_status_t lower_add_sub(tpu_lower_ctx_t* ctx, const char* op, bool swap) {
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
   tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
   tpu_hlo_type_t t = out;
@@ -63,8 +63,8 @@ static tpu_status_t lower_add_sub(tpu_lower_ctx_t* ctx, const char* op) {
       if (tpu_lower_arg(ctx, i)->type.dtype == TPU_DTYPE_BOOL &&
           (tpu_lower_arg(ctx, i)->kind == TPU_ARG_TENSOR || tpu_lower_arg(ctx, i)->kind == TPU_ARG_SCALAR))
         return tpu_lower_decline(ctx, "subtraction of a bool");
-  tpu_hlo_value_t x = operand_as(ctx, 0, t.dtype);
-  tpu_hlo_value_t y = operand_as(ctx, 1, t.dtype);
+  tpu_hlo_value_t x = operand_as(ctx, swap ? 1 : 0, t.dtype);
+  tpu_hlo_value_t y = operand_as(ctx, swap ? 0 : 1, t.dtype);
   tpu_dtype_t common = t.dtype;
   t.dtype = opmath(common);
   if (tpu_lower_arg(ctx, 2)->kind == TPU_ARG_SCALAR ||
@@ -81,10 +81,13 @@ static tpu_status_t lower_add_sub(tpu_lower_ctx_t* ctx, const char* op) {
 }
 
 static tpu_status_t lower_add(tpu_lower_ctx_t* ctx) {
-  return lower_add_sub(ctx, "stablehlo.add");
+  return lower_add_sub(ctx, "stablehlo.add", false);
 }
 static tpu_status_t lower_sub(tpu_lower_ctx_t* ctx) {
-  return lower_add_sub(ctx, "stablehlo.subtract");
+  return lower_add_sub(ctx, "stablehlo.subtract", false);
+}
+static tpu_status_t lower_rsub(tpu_lower_ctx_t* ctx) {
+  return lower_add_sub(ctx, "stablehlo.subtract", true);
 }
 
 static tpu_status_t lower_mul(tpu_lower_ctx_t* ctx) {
@@ -212,6 +215,6 @@ const tpu_lowering_t tpu_lowerings_basic[] = {
     {"copy", lower_copy, 0},
     {"add", lower_add, 0},   {"sub", lower_sub, 0},   {"mul", lower_mul, 0},
     {"div", lower_div, 0},   {"mm", lower_mm, 0},     {"fill", lower_fill, 0},
-    {"zero", lower_zero, 0},
+    {"zero", lower_zero, 0}, {"rsub", lower_rsub, 0},
 };
 const size_t tpu_lowerings_basic_count = sizeof tpu_lowerings_basic / sizeof tpu_lowerings_basic[0];
