@@ -163,13 +163,22 @@ def test_shadow_names_exactly_the_wrong_lowering():
 
 
 def test_training_losses_identical_in_all_modes():
+    """Debug runs strict's programs: identical losses. defer_and_fuse hands
+    XLA whole runs, and a reduction fused with its producer may sum in
+    another order (the bias gradients' sums differed by an ulp on an
+    AVX-512 host, identical on others), so its losses agree to float32
+    rounding, not bit for bit."""
     torchtpu.set_eager_mode("strict")
     strict, _ = train("tpu", 5, batch_size=4, seq_len=16)
     assert len(set(strict)) == 5  # the loss moves: a real comparison
     for mode in ("debug", "defer_and_fuse"):
         torchtpu.set_eager_mode(mode)  # process-wide: also the autograd thread
         losses, _ = train("tpu", 5, batch_size=4, seq_len=16)
-        assert losses == strict, mode
+        if mode == "debug":
+            assert losses == strict, mode
+        else:
+            torch.testing.assert_close(torch.tensor(losses), torch.tensor(strict),
+                                       rtol=2e-6, atol=0, msg=mode)
 
 
 # ---- defer_and_fuse ---------------------------------------------------------

@@ -1292,3 +1292,43 @@ def test_rsub_on_the_device_as_cpu(dtype, form):
         return
     with no_fallback():
         same_as_cpu(run, exact=dtype != torch.bfloat16)
+
+
+_ISIN_CASES = {
+    "tensor_tensor": lambda e, t: torch.isin(e, t),
+    "invert": lambda e, t: torch.isin(e, t, invert=True),
+    "assume_unique": lambda e, t: torch.isin(e, t.unique(), assume_unique=True),
+    "tensor_scalar": lambda e, t: torch.isin(e, 5),
+    "tensor_scalar_float": lambda e, t: torch.isin(e, 5.5),
+    "scalar_tensor": lambda e, t: torch.isin(5, t),
+    "float_elements": lambda e, t: torch.isin(e.float() / 2, t.float() / 2),
+    "mixed_dtypes": lambda e, t: torch.isin(e, t.float() + 0.5),
+    "bf16_against_double_cpu_0d": lambda e, t: torch.isin(e.bfloat16(), torch.tensor(5.0, dtype=torch.float64)),
+    "uint8_wraps_0d": lambda e, t: torch.isin(e.to(torch.uint8), torch.tensor(-254)),
+    "nan_in_nothing": lambda e, t: torch.isin(e.float().log() * 0, torch.tensor([float("nan"), 0.0]).to(e.device)),
+    "empty_test": lambda e, t: torch.isin(e, t[:0]),
+    "empty_elements": lambda e, t: torch.isin(e[:, :0], t),
+    "strided_elements": lambda e, t: torch.isin(e.t()[::2], t[::2]),
+    "zero_dim": lambda e, t: torch.isin(e[1, 1], t),
+    "generate_eos": lambda e, t: torch.isin(e[:, -1], torch.tensor([7, 11]).to(e.device)),
+    "bool_refused": lambda e, t: torch.isin(e > 3, t > 3),
+    "complex_refused": lambda e, t: torch.isin(e.to(torch.complex64), t),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_ISIN_CASES))
+def test_isin_on_the_device_as_cpu(case):
+    """isin (HF generate calls it about three times a token) ran on the CPU
+    fallback."""
+    from op_testing import no_fallback, same_as_cpu
+
+    def run(d):
+        e = torch.tensor([[3, 7, 1, 9], [5, 0, 11, 2], [8, 4, 6, 10]]).to(d)
+        t = torch.tensor([5, 3, 3, 12, 0, 6]).to(d)
+        return _ISIN_CASES[case](e, t)
+
+    if case.endswith("refused"):
+        assert isinstance(same_as_cpu(run), RuntimeError)
+        return
+    with no_fallback():
+        same_as_cpu(run)

@@ -1211,6 +1211,52 @@ static tpu_status_t lower_prelu_kernel_backward(tpu_lower_ctx_t* ctx) {
   return finish(ctx, sel(b, pos, g, tpu_emit_mul(b, w, g)));
 }
 
+/* isin(elements, test_elements, *, assume_unique, invert) and its Scalar
+ * forms: every element against every test element in their common dtype
+ * (CPU promotes as for eq: uint8 elements wrap an int test value), then an
+ * OR over the test elements; NaN is in nothing. That is CPU's brute-force
+ * kernel; its sorting kernel (large test sets) gives the same booleans.
+ * Past 2^26 comparisons the lowering declines (the fallback sorts). CPU
+ * refuses bool and complex operands; so does the fallback. */
+static tpu_status_t lower_isin(tpu_lower_ctx_t* ctx) {
+  static const int idx[2] = {0, 1};
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  int64_t count[2];
+  for (int i = 0; i < 2; i++) {
+    const tpu_lower_arg_t* a = tpu_lower_arg(ctx, i);
+    if (a->kind != TPU_ARG_TENSOR && a->kind != TPU_ARG_SCALAR)
+      return tpu_lower_decline(ctx, "isin of a %s argument", "non-tensor");
+    if (a->type.dtype == TPU_DTYPE_BOOL || tpu_dtype_is_complex(a->type.dtype))
+      return tpu_lower_decline(ctx, "isin of %s", tpu_dtype_name(a->type.dtype));
+    count[i] = 1;
+    for (int k = 0; k < a->type.rank; k++) count[i] *= a->type.dims[k];
+  }
+  tpu_dtype_t d = tpu_lower_result_type(ctx, idx, 2);
+  if (d == TPU_DTYPE_BOOL || tpu_dtype_is_complex(d))
+    return tpu_lower_decline(ctx, "isin of %s", tpu_dtype_name(d));
+  if (count[0] * count[1] > ((int64_t)1 << 26))
+    return tpu_lower_decline(ctx, "isin of %lld x %lld elements", (long long)count[0],
+                             (long long)count[1]);
+  tpu_hlo_value_t v[2];
+  for (int i = 0; i < 2; i++) {
+    const tpu_lower_arg_t* a = tpu_lower_arg(ctx, i);
+    tpu_hlo_value_t x = a->kind == TPU_ARG_TENSOR ? tpu_emit_convert(b, tpu_lower_tensor(ctx, i), d)
+                                                  : tpu_lower_scalar(ctx, i, d);
+    const int64_t shape[2] = {count[0], 1};
+    v[i] = i == 0 ? tpu_emit_reshape(b, x, shape, 2) : tpu_emit_reshape(b, x, &count[1], 1);
+  }
+  tpu_hlo_type_t pairs = tpu_hlo_type_make(d, 2, count);
+  tpu_hlo_value_t eq = cmp(b, "EQ", tpu_emit_broadcast_to(b, v[0], &pairs),
+                           tpu_emit_broadcast_to(b, v[1], &pairs));
+  const int64_t over = 1;
+  tpu_hlo_value_t any = tpu_emit_reduce(b, eq, tpu_emit_const(b, TPU_DTYPE_BOOL, 0), &over, 1,
+                                        "stablehlo.or");
+  const tpu_lower_arg_t* invert = tpu_lower_arg(ctx, 3);
+  if (invert->kind == TPU_ARG_BOOL && invert->i) any = un(b, "stablehlo.not", any);
+  tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
+  return finish(ctx, tpu_emit_reshape(b, any, out.dims, out.rank));
+}
+
 const tpu_lowering_t tpu_lowerings_pointwise[] = {
     /* float math */
     {"exp", lower_exp, 0},
@@ -1277,6 +1323,7 @@ const tpu_lowering_t tpu_lowerings_pointwise[] = {
     {"logit_backward", lower_logit_backward, 0},
     /* comparisons, logical, bitwise, classification */
     {"eq", lower_eq, 0},
+    {"isin", lower_isin, 0},
     {"ne", lower_ne, 0},
     {"lt", lower_lt, 0},
     {"le", lower_le, 0},

@@ -843,12 +843,53 @@ static void test_declines(void) {
   tpu_status_free(s);
 }
 
+/* isin: int64 elements [N] against float32 test values (compared in
+ * float32: 2.5 matches nothing), invert, a wrapped scalar, NaN in nothing,
+ * and bool operands declined (CPU refuses them). */
+static void test_isin(void) {
+  int64_t e[N] = {1, 2, 3, 4, 5, 6, 7, 8};
+  float t[3] = {2.0f, 7.0f, 2.5f};
+  const int64_t three = 3;
+  tpu_lower_arg_t args[4] = {tensor(TPU_DTYPE_INT64), tpu_test_tensor_arg(TPU_DTYPE_FLOAT32, 1, &three),
+                             {.kind = TPU_ARG_BOOL, .i = 0}, {.kind = TPU_ARG_BOOL, .i = 0}};
+  const void* data[2] = {e, t};
+  void* result[1];
+  CHECK_OK(run("aten::isin.Tensor_Tensor", args, 4, data, TPU_DTYPE_BOOL, result));
+  bool want[N] = {0, 1, 0, 0, 0, 0, 1, 0};
+  CHECK(memcmp(result[0], want, sizeof want) == 0);
+  free(result[0]);
+  args[3].i = 1;
+  CHECK_OK(run("aten::isin.Tensor_Tensor", args, 4, data, TPU_DTYPE_BOOL, result));
+  for (int k = 0; k < N; k++) CHECK(((bool*)result[0])[k] == !want[k]);
+  free(result[0]);
+  float f[N] = {NAN, 1, 2, 3, 4, 5, 6, 7};
+  double s = NAN;
+  tpu_lower_arg_t sargs[4] = {tensor(TPU_DTYPE_FLOAT32), tpu_test_scalar_arg(TPU_DTYPE_FLOAT64, true),
+                              {.kind = TPU_ARG_BOOL, .i = 0}, {.kind = TPU_ARG_BOOL, .i = 0}};
+  const void* sdata[2] = {f, &s};
+  CHECK_OK(run("aten::isin.Tensor_Scalar", sargs, 4, sdata, TPU_DTYPE_BOOL, result));
+  for (int k = 0; k < N; k++) CHECK(!((bool*)result[0])[k]);
+  free(result[0]);
+  s = 3;
+  CHECK_OK(run("aten::isin.Tensor_Scalar", sargs, 4, sdata, TPU_DTYPE_BOOL, result));
+  for (int k = 0; k < N; k++) CHECK(((bool*)result[0])[k] == (k == 3));
+  free(result[0]);
+  tpu_lower_arg_t bargs[4] = {tensor(TPU_DTYPE_BOOL), tensor(TPU_DTYPE_BOOL),
+                              {.kind = TPU_ARG_BOOL, .i = 0}, {.kind = TPU_ARG_BOOL, .i = 0}};
+  tpu_hlo_type_t bout = out_type(TPU_DTYPE_BOOL);
+  char* text = NULL;
+  size_t len = 0;
+  tpu_status_t st = tpu_lower_program_plain("aten::isin.Tensor_Tensor", bargs, 4, NULL, &bout, 1, &text, &len);
+  CHECK(st != NULL && tpu_status_code(st) == TPU_STATUS_UNIMPLEMENTED);
+  tpu_status_free(st);
+}
+
 TPU_TEST_MAIN(TPU_TEST(test_float_math_matches_libm), TPU_TEST(test_gelu_tanh_and_integer_input),
               TPU_TEST(test_bfloat16_rounds_once), TPU_TEST(test_sign_abs_neg),
               TPU_TEST(test_rounding), TPU_TEST(test_integer_pow), TPU_TEST(test_integer_pow_large_exponents),
               TPU_TEST(test_pow_scalar_special_exponents), TPU_TEST(test_tanh_tail),
               TPU_TEST(test_div_floor_float),
-              TPU_TEST(test_remainder_and_fmod), TPU_TEST(test_comparisons_promote),
+              TPU_TEST(test_remainder_and_fmod), TPU_TEST(test_comparisons_promote), TPU_TEST(test_isin),
               TPU_TEST(test_min_max_nan), TPU_TEST(test_clamp),
               TPU_TEST(test_where_and_masked_fill), TPU_TEST(test_logical_and_bitwise),
               TPU_TEST(test_float_classes_and_copysign), TPU_TEST(test_lerp_addcmul_addcdiv),
