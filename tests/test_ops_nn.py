@@ -621,3 +621,89 @@ def test_dtypes_cpu_and_cuda_have_no_kernel_for_raise(case, dtype):
             torch.compile(f, backend="tpu")(x.to("tpu")).cpu()
         return
     assert torch.equal(f(x.to("tpu")).cpu(), want)
+
+
+class _OpsCalled:
+    """Records the ATen ops a block calls (a dispatch mode: it does not turn
+    PyTorch's fast paths off, a torch_function mode would)."""
+
+    def __enter__(self):
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        names = self.names = set()
+
+        class Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                names.add(str(func.overloadpacket))
+                return func(*args, **(kwargs or {}))
+
+        self.mode = Mode()
+        self.mode.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self.mode.__exit__(*exc)
+
+
+_ENCODER_FAST_PATH = {
+    "plain": dict(),
+    "gelu": dict(activation="gelu"),
+    "norm_first": dict(norm_first=True),
+    "key_padding_mask": dict(padding=True),
+    "attn_mask": dict(attn_mask=True),
+    "both_masks": dict(padding=True, attn_mask=True),
+    "fully_masked_row": dict(padding=True, full_row=True),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_ENCODER_FAST_PATH))
+def test_transformer_encoder_layer_inference_fast_path_on_the_device(case):
+    """nn.TransformerEncoderLayer in eval under no_grad calls
+    _transformer_encoder_layer_fwd (and nn.MultiheadAttention calls
+    _native_multi_head_attention), which took the CPU fallback; they run on
+    the device now, against CPU's fused kernels."""
+    opts = dict(_ENCODER_FAST_PATH[case])
+    padding, attn_mask, full_row = (opts.pop(k, False) for k in ("padding", "attn_mask", "full_row"))
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(16, 4, dim_feedforward=32, dropout=0.0,
+                                             batch_first=True, **opts).eval()
+    x = make((3, 5, 16))
+    kpm = torch.tensor([[False] * 5, [False, False, False, True, True], [False] * 4 + [True]])
+    if full_row:
+        kpm[1] = True
+    am = torch.triu(torch.ones(5, 5, dtype=torch.bool), diagonal=1)
+    kwargs = {}
+    if padding:
+        kwargs["src_key_padding_mask"] = kpm
+    if attn_mask:
+        kwargs["src_mask"] = am
+    with torch.no_grad():
+        want = layer(x, **kwargs)
+        dev = layer.to("tpu")
+        with no_fallback(), _OpsCalled() as called:
+            got = dev(x.to("tpu"), **{k: v.to("tpu") for k, v in kwargs.items()})
+    assert "aten._transformer_encoder_layer_fwd" in called.names, called.names
+    assert got.device.type == "tpu"
+    assert_close(got, want)
+
+
+@pytest.mark.parametrize("need_weights,average", [(False, True), (True, True), (True, False)])
+def test_multihead_attention_inference_fast_path_on_the_device(need_weights, average):
+    torch.manual_seed(0)
+    mha = torch.nn.MultiheadAttention(16, 4, batch_first=True).eval()
+    x = make((2, 6, 16))
+    kpm = torch.tensor([[False] * 6, [False] * 4 + [True] * 2])
+    with torch.no_grad():
+        want = mha(x, x, x, key_padding_mask=kpm, need_weights=need_weights,
+                   average_attn_weights=average)
+        dev = mha.to("tpu")
+        xt = x.to("tpu")
+        with no_fallback(), _OpsCalled() as called:
+            got = dev(xt, xt, xt, key_padding_mask=kpm.to("tpu"), need_weights=need_weights,
+                      average_attn_weights=average)
+    assert "aten._native_multi_head_attention" in called.names, called.names
+    assert_close(got[0], want[0])
+    if need_weights:
+        assert_close(got[1], want[1])
+    else:
+        assert got[1] is None and want[1] is None
