@@ -238,3 +238,34 @@ def test_range_ends_the_dtype_cannot_hold_raise_as_cpu(call):
             return ("raises", str(e))
     want = run("cpu")
     assert run("tpu") == want
+
+
+_EMPTY_FORMS = {
+    "empty_permuted_021": lambda d: torch.empty_permuted((2, 3, 4), (0, 2, 1), device=d),
+    "empty_permuted_201": lambda d: torch.empty_permuted((2, 3, 4), (2, 0, 1), device=d),
+    "empty_permuted_nhwc_bf16": lambda d: torch.empty_permuted((2, 3, 4, 5), (0, 2, 3, 1),
+                                                                dtype=torch.bfloat16, device=d),
+    "empty_permuted_zero_size": lambda d: torch.empty_permuted((2, 0, 4), (1, 2, 0), device=d),
+    "empty_channels_last": lambda d: torch.empty((2, 3, 4, 5), memory_format=torch.channels_last,
+                                                 device=d),
+    "empty_channels_last_3d": lambda d: torch.empty((2, 3, 4, 5, 6), device=d,
+                                                    memory_format=torch.channels_last_3d),
+    "empty_like_preserves_permuted": lambda d: torch.empty_like(
+        torch.empty(4, 3, 2, device=d).permute(2, 0, 1)),
+    "empty_like_of_sliced_is_contiguous": lambda d: torch.empty_like(
+        torch.empty(4, 6, device=d)[:, ::2]),
+    "empty_strided": lambda d: torch.empty_strided((2, 3), (1, 2), device=d),
+    "new_empty_int": lambda d: torch.empty(1, device=d).new_empty((3, 2), dtype=torch.int64),
+}
+
+
+@pytest.mark.parametrize("form", sorted(_EMPTY_FORMS))
+def test_empty_results_keep_pytorchs_layout_contract(form):
+    """torch.empty and friends: sizes, strides, storage offset and dtype as
+    on CPU (the values are unspecified), on the device, with no fallback."""
+    want = _EMPTY_FORMS[form]("cpu")
+    with no_fallback():
+        got = _EMPTY_FORMS[form]("tpu")
+    assert got.device.type == "tpu"
+    assert (got.shape, got.stride(), got.storage_offset(), got.dtype) == \
+        (want.shape, want.stride(), want.storage_offset(), want.dtype)
