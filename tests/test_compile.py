@@ -863,3 +863,35 @@ def test_compiled_decomposed_op_raises_where_cpu_has_no_kernel(op, dtype):
             torch.compile(f, backend="tpu")(a.to("tpu"))
         return
     assert torch.equal(torch.compile(f, backend="tpu")(a.to("tpu")).cpu(), want)
+
+
+@pytest.mark.parametrize("dynamic_dims", [(), (1,), (0, 1, 2)])
+def test_compiled_view_of_an_input_written_through_another_view_under_dynamic_shapes(dynamic_dims):
+    """Fuzz seed 1102386 (after a few hundred programs, Dynamo's automatic
+    dynamic shapes had marked a dim dynamic): a1.mT.masked_fill_(...) then
+    an output viewing a1. The written value's traced strides differed from
+    the input's only at a size-1 dim, so the output was not recognised as a
+    view of the input; its contiguous fallback reached AOTAutograd, which
+    under dynamic shapes rebuilds the alias with those strides: a view of
+    the wrong elements ([-1.25, -2.0] for [-1.25, 3.5])."""
+    import warnings
+
+    def prog(a1):
+        v0 = a1.mT.masked_fill_(a1.mT > 0, 3.5)
+        v1 = (a1.unflatten(0, (2,)))[:, 0::2]
+        return v0, v1
+
+    a1 = torch.tensor([[[-1.25], [-2.0]], [[2.0], [-1.25]]])
+    cpu_in = a1.clone()
+    want = prog(cpu_in)
+    torch._dynamo.reset()
+    x = a1.clone().to("tpu")
+    for d in dynamic_dims:
+        torch._dynamo.maybe_mark_dynamic(x, d)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = torch.compile(prog, backend="tpu")(x)
+    for g, w in zip(got, want):
+        assert torch.equal(g.cpu(), w)
+        assert g.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()  # views of a1
+    assert torch.equal(x.cpu(), cpu_in)

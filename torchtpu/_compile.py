@@ -664,7 +664,7 @@ class _Builder:
         for i, src in self.write_srcs.items():
             v = placeholders[i].meta["val"]
             if (self.inputs[i][0] == "arg" and src.untyped_storage().nbytes()
-                    and src.dtype == v.dtype and src.stride() == v.stride()):
+                    and src.dtype == v.dtype and _same_layout(v.shape, src.stride(), v.stride())):
                 written.setdefault(key(src), (i, src))
         known = self.input_alias_outputs or {}
         aliases = {}
@@ -701,6 +701,13 @@ def _physical_order(shape, stride, t=None):
             return None
         expect *= shape[d]
     return perm
+
+
+def _same_layout(shape, stride, other):
+    """Whether strides `stride` and `other` of a tensor of `shape` address
+    the same elements (they may differ only where a dimension has size 1)."""
+    return len(stride) == len(other) and all(
+        z == 1 or a == b for z, a, b in zip(shape, stride, other))
 
 
 def _is_contiguous(shape, stride):
@@ -850,7 +857,12 @@ def _runner(compiled, inputs, out_slots, out_writes, out_cpu=(), out_aliases=Non
             base = args[i]
             # Dynamo's guards and the specialisation key fix the inputs'
             # strides; the computed (contiguous) value is the fallback.
-            if base.stride() == base_stride:
+            # Strides of size-1 dims address nothing: a traced base that
+            # differs from the input only there is the same layout (fuzz
+            # seed 1102386: without this, the contiguous fallback reached
+            # AOTAutograd, which under dynamic shapes rebuilds the alias
+            # with its strides: a view of the wrong elements).
+            if _same_layout(base.shape, base.stride(), base_stride):
                 out[k] = base.as_strided(size, stride, base.storage_offset() + rel)
         for k, k0 in same:
             out[k] = out[k0]
