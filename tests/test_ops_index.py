@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 import torchtpu
-from op_testing import check, make, same_as_cpu, to_tpu
+from op_testing import check, make, no_fallback, same_as_cpu, to_tpu
 
 FLOATS = [torch.float32, torch.bfloat16]
 DTYPES = FLOATS + [torch.int64]
@@ -825,3 +825,35 @@ def test_index_put_values_of_another_dtype_as_cpu(case):
 
     want = run("cpu")
     assert run("tpu") == want
+
+
+_INDEX_LAYOUTS = {
+    # fuzz seed 1303586: a permuted bool self, one index on a middle dim
+    "permuted_bool_middle": lambda x, i: (x > 0).permute(2, 1, 0).transpose(2, 1)[:, i[:3]],
+    "transposed_first": lambda x, i: x.transpose(0, 2)[i[:2]],
+    "transposed_last": lambda x, i: x.permute(2, 0, 1)[..., i[:4]],
+    "two_adjacent": lambda x, i: x.permute(1, 2, 0)[i[:2], i[1:3]],
+    "non_adjacent_to_front": lambda x, i: x.permute(0, 2, 1)[i[:2], :, i[1:3]],
+    "expanded_self": lambda x, i: x[:1].expand(4, 3, 4)[:, i[:3]],
+    "sliced_self": lambda x, i: x[:, ::2].transpose(0, 1)[:, i[:2]],
+    "index_2d": lambda x, i: x.transpose(1, 2)[:, i[:4].view(2, 2)],
+    "int32_index": lambda x, i: x.permute(2, 1, 0)[:, i[:3].int()],
+    "broadcast_indices": lambda x, i: x.permute(1, 0, 2)[i[:2].view(2, 1), i[:3].view(1, 3)],
+}
+
+
+@pytest.mark.parametrize("case", sorted(_INDEX_LAYOUTS))
+def test_advanced_index_result_has_cpu_strides(case):
+    """x[..., idx] results get CPU's layout: its TensorIterator over self
+    with the indexed dims at stride 0, not the meta kernel's order."""
+    def run(d):
+        x = torch.arange(48.).reshape(4, 3, 4).to(d)
+        i = torch.tensor([0, 2, 1, 0]).to(d)
+        r = _INDEX_LAYOUTS[case](x, i)
+        return r.shape, r.stride(), r.cpu()
+
+    want = run("cpu")
+    with no_fallback():
+        got = run("tpu")
+    assert got[:2] == want[:2]
+    assert torch.equal(got[2], want[2])

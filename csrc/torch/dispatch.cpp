@@ -667,6 +667,7 @@ bool wraps_a_scalar(const c10::OperatorName& name) {
 enum class CpuLayout {
   kMeta,        // as the meta kernel says
   kContiguous,  // allocated contiguous
+  kIndex,       // index.Tensor: CPU's iterator over the restrided self
   kIterator,    // by one TensorIterator over its tensor arguments
 };
 
@@ -683,6 +684,7 @@ CpuLayout cpu_layout(const c10::OperatorHandle& op) {
   // kernel allocates it contiguous.
   if (name.name == "aten::nonzero_static") return CpuLayout::kContiguous;
   if (name.name == "aten::masked_fill") return CpuLayout::kMeta;
+  if (name.name == "aten::index" && name.overload_name == "Tensor") return CpuLayout::kIndex;
   if (name.name == "aten::pow" && name.overload_name.rfind("Scalar", 0) == 0)
     return CpuLayout::kContiguous;
   const bool out = op.hasTag(at::Tag::out);
@@ -751,12 +753,102 @@ at::Tensor iterator_result(const std::vector<at::Tensor>& operands, c10::ScalarT
 //
 // Empty when the meta kernel's layout stands: the op's CPU kernel is no
 // such iterator, or the iterator's shape is not `sizes`.
+// index.Tensor's result on the CPU: its TensorIterator runs over self
+// with the indexed dims replaced by the index shape at stride 0, and the
+// index tensors viewed into that shape (ATen's AdvancedIndex; the indexed
+// dims moved to the front first when they are not adjacent). Python's meta
+// kernel orders the result's dims otherwise for some layouts (fuzz seed
+// 1303586: a (1, 1, 2) bool self with strides (1, 2, 1) indexed on dim 1:
+// CPU (6, 2, 1), meta (1, 1, 3)). Masks are long indices by now. Empty:
+// not such a call (the meta kernel's layout stands).
+std::vector<int64_t> index_strides(const torch::jit::Stack& inputs, c10::ScalarType dtype,
+                                   c10::IntArrayRef sizes) {
+  if (inputs.size() < 2 || !inputs[0].isTensor() || !inputs[1].isList()) return {};
+  const at::Tensor& self = inputs[0].toTensor();
+  auto meta_of = [](const at::Tensor& t) {
+    return at::empty_strided(t.sizes(), t.strides(),
+                             at::TensorOptions().dtype(t.scalar_type()).device(at::kMeta));
+  };
+  at::Tensor src = meta_of(self);
+  std::vector<at::Tensor> indices;
+  for (const c10::IValue& e : inputs[1].toListRef()) {
+    if (e.isNone() || (e.isTensor() && !e.toTensor().defined())) {
+      indices.emplace_back();
+      continue;
+    }
+    if (!e.isTensor()) return {};
+    const at::Tensor& t = e.toTensor();
+    if (t.scalar_type() == at::kBool || t.scalar_type() == at::kByte) return {};
+    indices.push_back(meta_of(t));
+  }
+  if (indices.size() > static_cast<size_t>(src.dim())) return {};
+  {  // broadcast the defined indices together
+    std::vector<at::Tensor> defined;
+    for (const at::Tensor& t : indices)
+      if (t.defined()) defined.push_back(t);
+    if (defined.empty()) return {};
+    try {
+      defined = at::expand_outplace(defined);
+    } catch (const std::exception&) {
+      return {};
+    }
+    size_t k = 0;
+    for (at::Tensor& t : indices)
+      if (t.defined()) t = defined[k++];
+  }
+  while (indices.size() < static_cast<size_t>(src.dim())) indices.emplace_back();
+  // Not adjacent: the indexed dims (in order) first, then the others.
+  int runs = 0;
+  for (size_t d = 0; d < indices.size(); d++)
+    if (indices[d].defined() && (d == 0 || !indices[d - 1].defined())) runs++;
+  if (runs > 1) {
+    std::vector<int64_t> perm;
+    std::vector<at::Tensor> moved;
+    for (size_t d = 0; d < indices.size(); d++)
+      if (indices[d].defined()) perm.push_back(static_cast<int64_t>(d)), moved.push_back(indices[d]);
+    for (size_t d = 0; d < indices.size(); d++)
+      if (!indices[d].defined()) perm.push_back(static_cast<int64_t>(d)), moved.emplace_back();
+    src = src.permute(perm);
+    indices = moved;
+  }
+  int64_t before = 0, after = 0, indexed = 0;
+  c10::IntArrayRef replacement;
+  for (const at::Tensor& t : indices) {
+    if (t.defined()) {
+      indexed++;
+      replacement = t.sizes();
+    } else if (indexed == 0) {
+      before++;
+    } else {
+      after++;
+    }
+  }
+  std::vector<int64_t> shape(src.sizes().begin(), src.sizes().begin() + before);
+  std::vector<int64_t> strides(src.strides().begin(), src.strides().begin() + before);
+  shape.insert(shape.end(), replacement.begin(), replacement.end());
+  strides.insert(strides.end(), replacement.size(), 0);
+  shape.insert(shape.end(), src.sizes().begin() + before + indexed, src.sizes().end());
+  strides.insert(strides.end(), src.strides().begin() + before + indexed, src.strides().end());
+  std::vector<at::Tensor> operands{src.as_strided(shape, strides, 0)};
+  for (const at::Tensor& t : indices) {
+    if (!t.defined()) continue;
+    std::vector<int64_t> view(static_cast<size_t>(before), 1);
+    view.insert(view.end(), t.sizes().begin(), t.sizes().end());
+    view.insert(view.end(), static_cast<size_t>(after), 1);
+    operands.push_back(t.reshape(view));
+  }
+  at::Tensor r = iterator_result(operands, dtype);
+  if (!r.defined() || r.sizes() != sizes) return {};
+  return r.strides().vec();
+}
+
 std::vector<int64_t> cpu_strides(const c10::OperatorHandle& op,
                                       const torch::jit::Stack& inputs, c10::ScalarType dtype,
                                       c10::IntArrayRef sizes) {
   const auto& schema = op.schema();
   switch (cpu_layout(op)) {
     case CpuLayout::kMeta: return {};
+    case CpuLayout::kIndex: return index_strides(inputs, dtype, sizes);
     case CpuLayout::kContiguous: {
       std::vector<int64_t> strides(sizes.size());
       int64_t next = 1;
