@@ -895,3 +895,31 @@ def test_compiled_view_of_an_input_written_through_another_view_under_dynamic_sh
         assert torch.equal(g.cpu(), w)
         assert g.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()  # views of a1
     assert torch.equal(x.cpu(), cpu_in)
+
+
+@pytest.mark.parametrize("case", ["permuted_middle", "fuzz_1104669", "non_adjacent", "expanded"])
+def test_compiled_advanced_index_result_has_cpu_strides(case):
+    """As in eager: x[..., idx] results get CPU index's layout (its iterator
+    over the restrided self), not the meta kernel's (fuzz seed 1104669)."""
+    import warnings
+
+    def prog(x, i):
+        if case == "permuted_middle":
+            return (x > 0).permute(2, 1, 0).transpose(2, 1)[:, i[:3]]
+        if case == "fuzz_1104669":  # the index a constant of the graph
+            y = x[:2, :1, :2]
+            v2 = y.permute(1, 2, 0)
+            return v2[:, torch.tensor([-1, 1], device=x.device)]
+        if case == "non_adjacent":
+            return x.permute(0, 2, 1)[i[:2], :, i[1:3]]
+        return x[:1].expand(4, 3, 4)[:, i[:3]]
+
+    x = torch.arange(48).reshape(4, 3, 4)
+    i = torch.tensor([0, 2, 1, 0])
+    want = prog(x, i)
+    torch._dynamo.reset()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = torch.compile(prog, backend="tpu")(x.to("tpu"), i.to("tpu"))
+    assert (got.shape, got.stride()) == (want.shape, want.stride())
+    assert torch.equal(got.cpu(), want)
