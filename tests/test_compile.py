@@ -923,3 +923,23 @@ def test_compiled_advanced_index_result_has_cpu_strides(case):
         got = torch.compile(prog, backend="tpu")(x.to("tpu"), i.to("tpu"))
     assert (got.shape, got.stride()) == (want.shape, want.stride())
     assert torch.equal(got.cpu(), want)
+
+
+def test_sampling_ops_compile_into_the_graph():
+    """searchsorted, bucketize and multinomial (a sampling step) lower inside
+    a compiled graph: one graph, no eager op, searchsorted as CPU, samples
+    from the nonzero categories only."""
+    def f(s, v, logits):
+        probs = torch.softmax(logits, -1) * (logits > 0)
+        return torch.searchsorted(s, v), torch.bucketize(v, s, right=True), torch.multinomial(probs, 2)
+
+    s, v = torch.tensor([1.0, 3.0, 3.0, 5.0, 7.0]), torch.tensor([[0.0, 3.0, 4.0], [9.0, 7.0, -1.0]])
+    logits = torch.tensor([[1.0, -1.0, 2.0, -3.0], [-1.0, 0.5, -2.0, 3.0]])
+    before = counters()
+    got = torch.compile(f, backend="tpu", fullgraph=True)(s.to("tpu"), v.to("tpu"), logits.to("tpu"))
+    want = f(s, v, logits)
+    assert torch.equal(got[0].cpu(), want[0]) and torch.equal(got[1].cpu(), want[1])
+    samples = got[2].cpu().tolist()
+    assert sorted(samples[0]) == [0, 2] and sorted(samples[1]) == [1, 3]
+    assert delta(before, "compiled_graphs") == 1
+    assert delta(before, "device_ops") == 0

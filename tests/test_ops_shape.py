@@ -106,6 +106,56 @@ def test_tril_triu(dtype, diagonal):
 
 # ---- sorting ---------------------------------------------------------------
 
+_SEARCH_CASES = {
+    "left": lambda s, v: torch.searchsorted(s, v),
+    "right": lambda s, v: torch.searchsorted(s, v, right=True),
+    "side_right": lambda s, v: torch.searchsorted(s, v, side="right"),
+    "out_int32": lambda s, v: torch.searchsorted(s, v, out_int32=True),
+    "scalar": lambda s, v: torch.searchsorted(s, 3.0),
+    "int_seq_float_scalar": lambda s, v: torch.searchsorted(s.long(), 2.5),
+    "batched": lambda s, v: torch.searchsorted(torch.sort(v, dim=1).values, v.flip(1)),
+    "mixed_dtypes": lambda s, v: torch.searchsorted(s.bfloat16(), v.double()),
+    "sorter": lambda s, v: torch.searchsorted(s.flip(0), v, sorter=torch.arange(s.numel() - 1, -1, -1).to(s.device)),
+    "nan_values": lambda s, v: torch.searchsorted(s, v.log()),
+    "unsorted_as_cpu": lambda s, v: torch.searchsorted(s.flip(0), v),
+    "strided": lambda s, v: torch.searchsorted(s[::2], v.t()[1:]),
+    "empty_seq": lambda s, v: torch.searchsorted(s[:0], v),
+    "empty_values": lambda s, v: torch.searchsorted(s, v[:, :0]),
+    "out": lambda s, v: torch.searchsorted(s, v, out=torch.empty(2, 4, dtype=torch.long, device=s.device)),
+    "bucketize": lambda s, v: torch.bucketize(v, s),
+    "bucketize_right_int32": lambda s, v: torch.bucketize(v, s, right=True, out_int32=True),
+    "bucketize_scalar": lambda s, v: torch.bucketize(4, s),
+    "refused_sorter_out_of_range": lambda s, v: torch.searchsorted(s, v, sorter=torch.full_like(s, 9).long()),
+    "refused_sorter_dtype": lambda s, v: torch.searchsorted(s, v, sorter=torch.zeros_like(s).int()),
+    "refused_side": lambda s, v: torch.searchsorted(s, v, side="middle"),
+    "refused_side_and_right": lambda s, v: torch.searchsorted(s, v, side="left", right=True),
+    "refused_out_dtype": lambda s, v: torch.searchsorted(s, v, out=torch.empty(2, 4, device=s.device)),
+    "refused_bool": lambda s, v: torch.searchsorted(s > 2, v > 2),
+    "refused_2d_boundaries": lambda s, v: torch.bucketize(v, s.expand(2, -1)),
+    "refused_batch_mismatch": lambda s, v: torch.searchsorted(s.expand(3, -1), v),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_SEARCH_CASES))
+def test_searchsorted_and_bucketize_on_the_device(case):
+    """searchsorted / bucketize ran on the CPU fallback; on the device they
+    follow CPU's binary search step for step (so unsorted rows and NaN give
+    CPU's answers), and what CPU refuses raises the same error."""
+    from op_testing import no_fallback, same_as_cpu
+
+    def run(d):
+        s = torch.tensor([1.0, 3.0, 3.0, 5.0, 7.0, 8.0]).to(d)
+        v = torch.tensor([[0.0, 3.0, 4.0, 9.0], [7.0, -1.0, 3.5, 8.0]]).to(d)
+        return _SEARCH_CASES[case](s, v)
+
+    if case.startswith("refused"):
+        err = same_as_cpu(run)
+        assert isinstance(err, RuntimeError), err
+        return
+    with no_fallback():
+        same_as_cpu(run)
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("descending", [False, True])
 @pytest.mark.parametrize("dim", [0, -1])

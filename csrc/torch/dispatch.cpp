@@ -19,6 +19,7 @@
 #include <array>
 #include <cstring>
 #include <deque>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -136,6 +137,10 @@ struct OpFacts {
   // pow(Tensor, Scalar): an integer self to a negative integer power raises
   // (see check_pow_exponent).
   bool pow_scalar = false;
+  // Ops whose CPU kernels read their operands' values to refuse bad input
+  // (multinomial's probabilities, searchsorted's sorter): the same reads
+  // before the lowered program runs, a host sync as on CPU and CUDA.
+  void (*check_values)(c10::ArrayRef<c10::IValue>) = nullptr;
   // CPU kernels that allow an overlapping (expanded) self: nullptr, "" (no
   // warning) or the op named in PyTorch's deprecation warning.
   const char* overlap_ok = nullptr;
@@ -173,6 +178,16 @@ bool is_int_division(const std::string& name) {
          base == "aten::fmod_";
 }
 
+void check_multinomial(c10::ArrayRef<c10::IValue> inputs);
+void check_sorter(c10::ArrayRef<c10::IValue> inputs);
+
+// The value check of facts.name, or nullptr.
+auto value_check_of(const std::string& name) -> void (*)(c10::ArrayRef<c10::IValue>) {
+  if (name == "aten::multinomial" || name == "aten::multinomial.out") return &check_multinomial;
+  if (name.rfind("aten::searchsorted.", 0) == 0) return &check_sorter;
+  return nullptr;
+}
+
 const OpFacts& facts_of(const c10::OperatorHandle& op) {
   // The schema lives in the dispatcher's operator entry: a stable address.
   const void* key = &op.schema();
@@ -205,6 +220,7 @@ const OpFacts& facts_of(const c10::OperatorHandle& op) {
     f->pow_scalar = f->name == "aten::pow.Tensor_Scalar" || f->name == "aten::pow_.Scalar" ||
                     f->name == "aten::pow.Tensor_Scalar_out";
     f->overlap_ok = overlap_policy(f->name);
+    f->check_values = value_check_of(f->name);
     f->scalar_fit = scalar_fit_of(f->name);
     for (const auto& a : op.schema().arguments()) f->args.push_back(classify(a));
     slot = std::move(f);
@@ -1099,6 +1115,48 @@ void check_integer_divisor(const OpFacts& facts, c10::ArrayRef<c10::IValue> inpu
   TORCH_CHECK(!zero, "ZeroDivisionError");
 }
 
+// multinomial's probabilities, refused as CPU's kernels refuse them (the
+// lowering has already declined what CPU refuses by shape or dtype).
+// Without replacement or for one sample (Distributions.cpp): any inf, NaN
+// or negative entry, then a row summing to 0. With replacement
+// (MultinomialKernel.cpp), row by row: the first entry that is not >= 0
+// (NaN included) or not finite, else a row sum <= 0. One sync reads the
+// first failing row's code.
+void check_multinomial(c10::ArrayRef<c10::IValue> inputs) {
+  const at::Tensor& p = inputs[0].toTensor();
+  const bool replacement = inputs[2].toBool();
+  if (!replacement || inputs[1].toInt() == 1) {
+    bool ok = ((p.max() < std::numeric_limits<double>::infinity()) & (p.min() >= 0)).item<bool>();
+    TORCH_CHECK(ok, "probability tensor contains either `inf`, `nan` or element < 0");
+    bool zero = p.dim() == 1 ? (p.sum() == 0).item<bool>() : (p.sum(1) == 0).any().item<bool>();
+    TORCH_CHECK(!zero, "invalid multinomial distribution (sum of probabilities <= 0)");
+    return;
+  }
+  const at::Tensor rows = p.dim() == 1 ? p.unsqueeze(0) : p;
+  const at::Tensor negative = (rows >= 0).logical_not();
+  const at::Tensor bad = negative | rows.isinf();
+  const at::Tensor first_bad = bad.to(at::kByte).argmax(1, /*keepdim=*/true);
+  const at::Tensor code =
+      at::where(bad.any(1), at::where(negative.gather(1, first_bad).squeeze(1), 1, 2),
+                at::where(rows.sum(1) <= 0, 3, 0));
+  const int64_t first = code.gather(0, code.ne(0).to(at::kByte).argmax(0, true)).item<int64_t>();
+  TORCH_CHECK(first != 1, "invalid multinomial distribution (encountering probability entry < 0)");
+  TORCH_CHECK(first != 2,
+              "invalid multinomial distribution (encountering probability entry = infinity or NaN)");
+  TORCH_CHECK(first != 3, "invalid multinomial distribution (sum of probabilities <= 0)");
+}
+
+// searchsorted's sorter must index its row (Bucketization.cpp reads its
+// min and max).
+void check_sorter(c10::ArrayRef<c10::IValue> inputs) {
+  if (inputs.size() < 6 || !inputs[5].isTensor()) return;
+  const at::Tensor& sorter = inputs[5].toTensor();
+  if (!sorter.defined() || sorter.numel() == 0) return;
+  auto [lo, hi] = sorter.aminmax();
+  const bool ok = (lo.ge(0) & hi.lt(sorter.size(-1))).item<bool>();
+  TORCH_CHECK(ok, "torch.searchsorted(): sorter index out of range");
+}
+
 // CPU's pow meta refuses an integer (or bool) self to a negative integer
 // Scalar power; the engine runs meta kernels once per key, not per value.
 void check_pow_exponent(c10::ArrayRef<c10::IValue> inputs) {
@@ -1483,6 +1541,7 @@ bool try_run_on_device(const c10::OperatorHandle& op, torch::jit::Stack* stack) 
   const int n = tpu_eager_entry_num_outputs(entry);
   if (facts.int_division) check_integer_divisor(facts, inputs);
   if (facts.pow_scalar) check_pow_exponent(inputs);
+  if (facts.check_values) facts.check_values(inputs);
   // Writes into a tensor whose elements share memory (an expanded view)
   // are refused exactly as PyTorch's CPU kernels refuse them; the few that
   // allow it write through the view (duplicates take a changed value).

@@ -334,6 +334,82 @@ tpu_hlo_value_t tpu_emit_gather(tpu_hlo_builder_t* b, tpu_hlo_value_t operand,
   return tpu_hlo_op(b, "stablehlo.gather", operands, 2, out, attrs);
 }
 
+tpu_hlo_value_t tpu_emit_shift(tpu_hlo_builder_t* b, tpu_hlo_value_t y, int dim, int64_t s,
+                               tpu_hlo_value_t fill) {
+  tpu_hlo_type_t t = tpu_hlo_value_type(b, y);
+  int64_t start[TPU_HLO_MAX_RANK] = {0}, limit[TPU_HLO_MAX_RANK], stride[TPU_HLO_MAX_RANK];
+  int64_t low[TPU_HLO_MAX_RANK] = {0}, high[TPU_HLO_MAX_RANK] = {0}, interior[TPU_HLO_MAX_RANK] = {0};
+  for (int d = 0; d < t.rank; d++) limit[d] = t.dims[d], stride[d] = 1;
+  limit[dim] = t.dims[dim] - s;
+  low[dim] = s;
+  tpu_hlo_value_t head = tpu_emit_slice(b, y, start, limit, stride);
+  char l[24 * TPU_HLO_MAX_RANK + 16], h[sizeof l], in[sizeof l], attrs[3 * sizeof l + 96];
+  tpu_emit_i64_array(l, sizeof l, low, t.rank);
+  tpu_emit_i64_array(h, sizeof h, high, t.rank);
+  tpu_emit_i64_array(in, sizeof in, interior, t.rank);
+  snprintf(attrs, sizeof attrs,
+           "edge_padding_low = %s, edge_padding_high = %s, interior_padding = %s", l, h, in);
+  tpu_hlo_value_t ops[2] = {head, fill};
+  return tpu_hlo_op(b, "stablehlo.pad", ops, 2, t, attrs);
+}
+
+/* Hillis-Steele: log2(n) steps of "y op= y shifted by s", the shift
+ * padding with the identity; O(n log n) work where a reduce_window would
+ * be O(n^2). */
+tpu_hlo_value_t tpu_emit_scan(tpu_hlo_builder_t* b, tpu_hlo_value_t y, int dim, double identity,
+                              const char* op, tpu_emit_combine_fn combine) {
+  tpu_hlo_type_t t = tpu_hlo_value_type(b, y);
+  for (int64_t s = 1; s < t.dims[dim]; s *= 2)
+    y = combine(b, op, y, tpu_emit_shift(b, y, dim, s, tpu_emit_const(b, t.dtype, identity)));
+  return y;
+}
+
+/* CPU's loop (Bucketization.cpp cus_lower_bound / cus_upper_bound), every
+ * (row, value) pair at once: start = 0, end = M; while start < end:
+ * mid = start + (end - start) / 2, go right when !(seq[mid] >= v) (lower)
+ * or !(seq[mid] > v) (upper). Unrolled to bit_length(M) steps, the most
+ * the loop takes; a finished pair stops moving. The same steps as CPU give
+ * the same index for unsorted rows and NaN too. seq[mid] is a gather from
+ * the flattened rows at row * M + mid (through the sorter when given). */
+tpu_hlo_value_t tpu_emit_search_sorted(tpu_hlo_builder_t* b, tpu_hlo_value_t seq,
+                                       tpu_hlo_value_t values, tpu_hlo_value_t sorter,
+                                       bool upper) {
+  tpu_hlo_type_t st = tpu_hlo_value_type(b, seq), vt = tpu_hlo_value_type(b, values);
+  int64_t rows = st.dims[0], m = st.dims[1];
+  tpu_hlo_type_t it = vt;
+  it.dtype = TPU_DTYPE_INT64;
+  tpu_hlo_value_t start = tpu_emit_const_like(b, &it, 0);
+  if (m == 0 || vt.dims[1] == 0) return start;
+  tpu_hlo_value_t end = tpu_emit_const_like(b, &it, (double)m);
+  const int64_t flat_n = rows * m;
+  tpu_hlo_value_t flat = tpu_emit_reshape(b, seq, &flat_n, 1);
+  tpu_hlo_value_t flat_sorter = sorter.id >= 0 ? tpu_emit_reshape(b, sorter, &flat_n, 1) : sorter;
+  tpu_hlo_value_t base = tpu_emit_mul(b, tpu_emit_iota(b, &it, 0), tpu_emit_const_like(b, &it, (double)m));
+  const int64_t idx_dims[3] = {vt.dims[0], vt.dims[1], 1};
+  const int64_t zero = 0, one = 1;
+  for (int64_t left = m; left > 0; left >>= 1) {
+    tpu_hlo_value_t active = tpu_emit_compare(b, "LT", start, end);
+    tpu_hlo_value_t mid = tpu_emit_add(
+        b, start,
+        tpu_emit_binary(b, "stablehlo.shift_right_logical", tpu_emit_sub(b, end, start),
+                        tpu_emit_const_like(b, &it, 1)));
+    /* A finished pair may have mid == M: clamp (its step is ignored). */
+    tpu_hlo_value_t safe = tpu_emit_binary(b, "stablehlo.minimum", mid, tpu_emit_const_like(b, &it, (double)(m - 1)));
+    tpu_hlo_value_t pos = tpu_emit_reshape(b, tpu_emit_add(b, base, safe), idx_dims, 3);
+    if (flat_sorter.id >= 0) {
+      tpu_hlo_value_t s = tpu_emit_gather(b, flat_sorter, pos, it, NULL, 0, &zero, &zero, 1, &one);
+      pos = tpu_emit_reshape(b, tpu_emit_add(b, base, s), idx_dims, 3);
+    }
+    tpu_hlo_value_t at = tpu_emit_gather(b, flat, pos, vt, NULL, 0, &zero, &zero, 1, &one);
+    tpu_hlo_value_t stop = tpu_emit_compare(b, upper ? "GT" : "GE", at, values);
+    tpu_hlo_value_t right = tpu_emit_binary(b, "stablehlo.and", active, tpu_emit_unary(b, "stablehlo.not", stop));
+    tpu_hlo_value_t left_move = tpu_emit_binary(b, "stablehlo.and", active, stop);
+    start = tpu_emit_select(b, right, tpu_emit_add(b, mid, tpu_emit_const_like(b, &it, 1)), start);
+    end = tpu_emit_select(b, left_move, mid, end);
+  }
+  return start;
+}
+
 /* 1-D slice [start:limit:stride]. */
 static tpu_hlo_value_t slice_1d(tpu_hlo_builder_t* b, tpu_hlo_value_t x, int64_t start,
                                 int64_t limit, int64_t stride) {

@@ -89,6 +89,26 @@ tpu_hlo_value_t tpu_emit_floor_divide_float(tpu_hlo_builder_t* b, tpu_hlo_value_
 /* Inclusive prefix sum of a 1-D value. */
 tpu_hlo_value_t tpu_emit_prefix_sum(tpu_hlo_builder_t* b, tpu_hlo_value_t y);
 
+/* y shifted by s along dim (toward higher indices), filled with the
+ * rank-0 `fill`. */
+tpu_hlo_value_t tpu_emit_shift(tpu_hlo_builder_t* b, tpu_hlo_value_t y, int dim, int64_t s,
+                               tpu_hlo_value_t fill);
+/* Inclusive scan along `dim`: combine(b, op, y, y shifted) in log2(n)
+ * steps, the shift filled with `identity`. tpu_emit_binary as `combine`
+ * scans with the binary op `op`. */
+typedef tpu_hlo_value_t (*tpu_emit_combine_fn)(tpu_hlo_builder_t* b, const char* op,
+                                               tpu_hlo_value_t x, tpu_hlo_value_t y);
+tpu_hlo_value_t tpu_emit_scan(tpu_hlo_builder_t* b, tpu_hlo_value_t y, int dim, double identity,
+                              const char* op, tpu_emit_combine_fn combine);
+/* Binary search as PyTorch's CPU searchsorted: for values [R, N] in the
+ * rows of seq [R, M] (same dtype), the first index whose element is >= the
+ * value (upper: >), as int64 [R, N]. sorter (int64 [R, M], or an invalid
+ * value, id < 0, for none) reads seq through it. Same steps as CPU, so unsorted rows and NaN
+ * give CPU's answer too. */
+tpu_hlo_value_t tpu_emit_search_sorted(tpu_hlo_builder_t* b, tpu_hlo_value_t seq,
+                                       tpu_hlo_value_t values, tpu_hlo_value_t sorter,
+                                       bool upper);
+
 typedef enum tpu_sort_order_e {
   TPU_SORT_ASCENDING,          /* NaN last (the largest, as in PyTorch) */
   TPU_SORT_DESCENDING,         /* NaN first */

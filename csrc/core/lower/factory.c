@@ -1,7 +1,7 @@
 /* factory family of the lowering table (see lowering.h): ranges (arange,
  * linspace, logspace), eye, tril/triu_indices, and the random ops (uniform_,
  * normal_/normal, bernoulli_, random_, exponential_, log_normal_, cauchy_,
- * geometric_, randperm). Factories
+ * geometric_, randperm, multinomial). Factories
  * such as zeros/ones/full/rand/randn reach the backend as empty + one of
  * these (or fill_/zero_), so they need no rows of their own. */
 #include <math.h>
@@ -296,6 +296,78 @@ static tpu_status_t lower_randperm(tpu_lower_ctx_t* ctx) {
   return NULL;
 }
 
+/* multinomial(self, num_samples, replacement, *, generator) for 1-D (one
+ * row) or 2-D (rows of) probabilities, as PyTorch's kernels sample:
+ *  - without replacement, or one sample: the exponential race
+ *    (Distributions.cpp): the indices of the num_samples largest p / E,
+ *    E ~ Exp(1), largest first. E is -log1p(-v) with v on the open
+ *    interval (0, 1), so it is never 0 (p / 0 would put a zero-probability
+ *    category first) nor infinite;
+ *  - with replacement: for u ~ U(0, 1] per sample, the first category whose
+ *    normalised cumulative sum is >= u (CPU's binary search). The cumulative
+ *    sum only rises at categories of nonzero probability (a running max of
+ *    the sums taken at those), so a zero-probability category is never
+ *    drawn whatever the scan's rounding; the last value is exactly 1.
+ * CPU refuses bad values (negative, inf, NaN, rows summing to 0) by reading
+ * them: dispatch.cpp's check_multinomial does the same before this runs.
+ * What CPU refuses by shape or dtype is declined, so the fallback raises
+ * it. */
+static tpu_status_t lower_multinomial(tpu_lower_ctx_t* ctx) {
+  tpu_hlo_builder_t* b = ctx->b;
+  const tpu_lower_arg_t* p = tpu_lower_arg(ctx, 0);
+  if (p->kind != TPU_ARG_TENSOR || !tpu_dtype_is_floating(p->type.dtype) || p->type.rank < 1 ||
+      p->type.rank > 2)
+    return tpu_lower_decline(ctx, "probabilities that are not a 1-D or 2-D float tensor");
+  int64_t n = tpu_lower_arg(ctx, 1)->i;
+  bool replacement = tpu_lower_arg(ctx, 2)->i != 0;
+  int64_t rows = p->type.rank == 2 ? p->type.dims[0] : 1, cats = p->type.dims[p->type.rank - 1];
+  tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
+  if (out.dtype != TPU_DTYPE_INT64 || n <= 0 || (!replacement && n > cats) ||
+      cats > ((int64_t)1 << 24) || rows * cats == 0)
+    return tpu_lower_decline(ctx, "multinomial of %lld samples from %lld x %lld", (long long)n,
+                             (long long)rows, (long long)cats);
+  tpu_dtype_t ct = compute_dtype(p->type.dtype);
+  const int64_t pd[2] = {rows, cats}, sd[2] = {rows, n};
+  tpu_hlo_value_t probs = tpu_emit_reshape(b, tpu_emit_convert(b, tpu_lower_tensor(ctx, 0), ct), pd, 2);
+  tpu_hlo_type_t pt = tpu_hlo_type_make(ct, 2, pd);
+  tpu_hlo_type_t f32 = tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 2, pd);
+  tpu_hlo_value_t result;
+  if (!replacement || n == 1) {
+    /* v = (k + 1/2) 2^-23 for 23 random bits k: exact in float32, in (0, 1). */
+    tpu_hlo_value_t k = tpu_emit_binary(b, "stablehlo.shift_right_logical", bits32(ctx, &f32),
+                                        tpu_hlo_constant_int(b, tpu_hlo_type_make(TPU_DTYPE_INT32, 2, pd), 9));
+    tpu_hlo_value_t v = tpu_emit_mul(b, tpu_emit_add(b, tpu_emit_convert(b, k, TPU_DTYPE_FLOAT32),
+                                                     tpu_emit_const_like(b, &f32, 0.5)),
+                                     tpu_emit_const_like(b, &f32, ldexp(1.0, -23)));
+    tpu_hlo_value_t e = tpu_emit_unary(
+        b, "stablehlo.negate", tpu_emit_unary(b, "stablehlo.log_plus_one", tpu_emit_unary(b, "stablehlo.negate", v)));
+    tpu_hlo_value_t q = tpu_emit_div(b, probs, tpu_emit_convert(b, e, ct));
+    tpu_hlo_value_t sorted, order;
+    tpu_emit_sort(b, q, 1, TPU_SORT_DESCENDING, &sorted, &order);
+    const int64_t start[2] = {0, 0}, limit[2] = {rows, n}, stride[2] = {1, 1};
+    result = tpu_emit_slice(b, order, start, limit, stride);
+  } else {
+    tpu_hlo_value_t cum = tpu_emit_scan(b, probs, 1, 0, "stablehlo.add", tpu_emit_binary);
+    tpu_hlo_value_t zero = tpu_emit_const_like(b, &pt, 0);
+    cum = tpu_emit_select(b, tpu_emit_compare(b, "GT", probs, zero), cum, zero);
+    cum = tpu_emit_scan(b, cum, 1, 0, "stablehlo.maximum", tpu_emit_binary);
+    const int64_t ls[2] = {0, cats - 1}, ll[2] = {rows, cats}, one[2] = {1, 1};
+    tpu_hlo_value_t total = tpu_emit_slice(b, cum, ls, ll, one);
+    cum = tpu_emit_div(b, cum, tpu_emit_broadcast_to(b, total, &pt));
+    /* u = 1 - k 2^-24 for 24 random bits k: exact, in (0, 1]. */
+    tpu_hlo_type_t sf = tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 2, sd);
+    tpu_hlo_value_t k = tpu_emit_binary(b, "stablehlo.shift_right_logical", bits32(ctx, &sf),
+                                        tpu_hlo_constant_int(b, tpu_hlo_type_make(TPU_DTYPE_INT32, 2, sd), 8));
+    tpu_hlo_value_t u = tpu_emit_sub(b, tpu_emit_const_like(b, &sf, 1),
+                                     tpu_emit_mul(b, tpu_emit_convert(b, k, TPU_DTYPE_FLOAT32),
+                                                  tpu_emit_const_like(b, &sf, ldexp(1.0, -24))));
+    tpu_hlo_value_t none = {-1};
+    result = tpu_emit_search_sorted(b, cum, tpu_emit_convert(b, u, ct), none, false);
+  }
+  tpu_lower_set_output(ctx, 0, tpu_emit_reshape(b, result, out.dims, out.rank));
+  return NULL;
+}
+
 /* ---- ranges ---- */
 
 /* Scalar argument i as `dtype` (rank 0). */
@@ -473,6 +545,7 @@ const tpu_lowering_t tpu_lowerings_factory[] = {
     {"random", lower_random, TPU_LOWER_NEEDS_RNG},
     {"exponential", lower_exponential, TPU_LOWER_NEEDS_RNG},
     {"randperm", lower_randperm, TPU_LOWER_NEEDS_RNG},
+    {"multinomial", lower_multinomial, TPU_LOWER_NEEDS_RNG},
     {"log_normal", lower_log_normal, TPU_LOWER_NEEDS_RNG},
     {"cauchy", lower_cauchy, TPU_LOWER_NEEDS_RNG},
     {"geometric", lower_geometric, TPU_LOWER_NEEDS_RNG},

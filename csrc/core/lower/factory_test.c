@@ -179,6 +179,50 @@ static void test_exponential_mean(void) {
   free(a);
 }
 
+/* multinomial of 2 rows x 5 categories: counts follow the probabilities,
+ * zero-probability categories never come out, and without replacement a
+ * row's samples are distinct. */
+static void run_multinomial(bool replacement, int64_t n, int64_t** out) {
+  const int64_t pd[2] = {2, 5};
+  float p[10] = {0, 1, 0, 3, 0, /* */ 2, 0, 0, 0, 6};
+  tpu_lower_arg_t args[4] = {tpu_test_tensor_arg(TPU_DTYPE_FLOAT32, 2, pd), {.kind = TPU_ARG_INT, .i = n},
+                             {.kind = TPU_ARG_BOOL, .i = replacement}, {.kind = TPU_ARG_NONE}};
+  int64_t state[2] = {7, 0};
+  const void* data[2] = {p, state};
+  const int64_t od[2] = {2, n};
+  tpu_hlo_type_t o = tpu_hlo_type_make(TPU_DTYPE_INT64, 2, od);
+  void* r[1];
+  CHECK_OK(tpu_test_run_op("aten::multinomial", args, 4, NULL, data, &o, 1, r));
+  *out = r[0];
+}
+
+static void test_multinomial(void) {
+  int64_t* s;
+  const int64_t n = 8000;
+  run_multinomial(true, n, &s);
+  int count[2][5] = {{0}};
+  for (int r = 0; r < 2; r++)
+    for (int64_t k = 0; k < n; k++) {
+      int64_t c = s[r * n + k];
+      CHECK(c >= 0 && c < 5);
+      if (c >= 0 && c < 5) count[r][c]++;
+    }
+  CHECK(count[0][0] == 0 && count[0][2] == 0 && count[0][4] == 0);
+  CHECK(count[1][1] + count[1][2] + count[1][3] == 0);
+  CHECK(fabs(count[0][1] / (double)n - 0.25) < 0.02 && fabs(count[1][0] / (double)n - 0.25) < 0.02);
+  free(s);
+  /* Without replacement: both nonzero categories first, distinct, then the zeros. */
+  run_multinomial(false, 5, &s);
+  for (int r = 0; r < 2; r++) {
+    int seen = 0;
+    for (int k = 0; k < 5; k++) seen |= 1 << s[r * 5 + k];
+    CHECK(seen == 31);
+  }
+  CHECK((s[0] == 1 || s[0] == 3) && (s[1] == 1 || s[1] == 3));
+  CHECK((s[5] == 0 || s[5] == 4) && (s[6] == 0 || s[6] == 4));
+  free(s);
+}
+
 static void test_randperm_is_a_permutation(void) {
   int64_t n = 1000;
   tpu_lower_arg_t args[3] = {{.kind = TPU_ARG_INT, .i = n}, {.kind = TPU_ARG_NONE},
@@ -354,6 +398,6 @@ static void test_log_normal_cauchy_geometric(void) {
 
 TPU_TEST_MAIN(TPU_TEST(test_uniform_reproducible_and_in_range), TPU_TEST(test_normal_moments),
               TPU_TEST(test_bernoulli_float_and_tensor_p), TPU_TEST(test_random_ranges),
-              TPU_TEST(test_exponential_mean), TPU_TEST(test_log_normal_cauchy_geometric), TPU_TEST(test_randperm_is_a_permutation),
+              TPU_TEST(test_exponential_mean), TPU_TEST(test_log_normal_cauchy_geometric), TPU_TEST(test_randperm_is_a_permutation), TPU_TEST(test_multinomial),
               TPU_TEST(test_arange), TPU_TEST(test_linspace_logspace),
               TPU_TEST(test_eye_and_tri_indices))

@@ -703,40 +703,6 @@ static tpu_status_t lower_logsumexp(tpu_lower_ctx_t* ctx) {
 
 /* ---- scans ---- */
 
-/* Inclusive scan along `dim` (Hillis-Steele: log2(n) steps of "y op= y
- * shifted by s", the shift padding with the identity), O(n log n) work
- * where a reduce_window would be O(n^2). */
-typedef tpu_hlo_value_t (*combine_fn)(tpu_hlo_builder_t* b, const char* op, tpu_hlo_value_t x,
-                                      tpu_hlo_value_t y);
-
-/* y shifted by s along dim (toward higher indices), filled with `fill`. */
-static tpu_hlo_value_t shift_along(tpu_hlo_builder_t* b, tpu_hlo_value_t y, int dim, int64_t s,
-                                   tpu_hlo_value_t fill) {
-  tpu_hlo_type_t t = tpu_hlo_value_type(b, y);
-  int64_t start[TPU_HLO_MAX_RANK] = {0}, limit[TPU_HLO_MAX_RANK], stride[TPU_HLO_MAX_RANK];
-  int64_t low[TPU_HLO_MAX_RANK] = {0}, high[TPU_HLO_MAX_RANK] = {0}, interior[TPU_HLO_MAX_RANK] = {0};
-  for (int d = 0; d < t.rank; d++) limit[d] = t.dims[d], stride[d] = 1;
-  limit[dim] = t.dims[dim] - s;
-  low[dim] = s;
-  tpu_hlo_value_t head = tpu_emit_slice(b, y, start, limit, stride);
-  char l[24 * TPU_HLO_MAX_RANK + 16], h[sizeof l], in[sizeof l], attrs[3 * sizeof l + 96];
-  tpu_emit_i64_array(l, sizeof l, low, t.rank);
-  tpu_emit_i64_array(h, sizeof h, high, t.rank);
-  tpu_emit_i64_array(in, sizeof in, interior, t.rank);
-  snprintf(attrs, sizeof attrs,
-           "edge_padding_low = %s, edge_padding_high = %s, interior_padding = %s", l, h, in);
-  tpu_hlo_value_t ops[2] = {head, fill};
-  return tpu_hlo_op(b, "stablehlo.pad", ops, 2, t, attrs);
-}
-
-static tpu_hlo_value_t emit_scan(tpu_hlo_builder_t* b, tpu_hlo_value_t y, int dim, double identity,
-                                 const char* op, combine_fn combine) {
-  tpu_hlo_type_t t = tpu_hlo_value_type(b, y);
-  for (int64_t s = 1; s < t.dims[dim]; s *= 2)
-    y = combine(b, op, y, shift_along(b, y, dim, s, tpu_emit_const(b, t.dtype, identity)));
-  return y;
-}
-
 /* Running max (min) and its index along dim, as PyTorch's CPU cummax: an
  * element replaces the running value when it is >= (<=) it or NaN, so ties
  * take the later index and NaN sticks. Scanned over (value, index) pairs;
@@ -747,8 +713,8 @@ static void emit_cum_extreme(tpu_hlo_builder_t* b, tpu_hlo_value_t v, int dim, b
   it.dtype = TPU_DTYPE_INT64;
   tpu_hlo_value_t i = tpu_emit_iota(b, &it, dim);
   for (int64_t s = 1; s < t.dims[dim]; s *= 2) {
-    tpu_hlo_value_t ev = shift_along(b, v, dim, s, extreme_init(b, t.dtype, is_max));
-    tpu_hlo_value_t ei = shift_along(b, i, dim, s, tpu_emit_const(b, TPU_DTYPE_INT64, -1));
+    tpu_hlo_value_t ev = tpu_emit_shift(b, v, dim, s, extreme_init(b, t.dtype, is_max));
+    tpu_hlo_value_t ei = tpu_emit_shift(b, i, dim, s, tpu_emit_const(b, TPU_DTYPE_INT64, -1));
     tpu_hlo_value_t later = tpu_emit_compare(b, is_max ? "GE" : "LE", v, ev);
     if (tpu_dtype_is_floating(t.dtype))
       later = tpu_emit_binary(b, "stablehlo.or", later, tpu_emit_compare(b, "NE", v, v));
@@ -790,7 +756,7 @@ static tpu_status_t lower_cum(tpu_lower_ctx_t* ctx, bool is_sum) {
   if (a1->kind != TPU_ARG_INT) return tpu_lower_decline(ctx, "scan dim is not an int");
   if (t.rank > 0) {
     int dim = (int)((a1->i % t.rank + t.rank) % t.rank);
-    x = emit_scan(tpu_lower_builder(ctx), x, dim, is_sum ? 0 : 1,
+    x = tpu_emit_scan(tpu_lower_builder(ctx), x, dim, is_sum ? 0 : 1,
                   is_sum ? "stablehlo.add" : "stablehlo.multiply", tpu_emit_binary);
   }
   set_out(ctx, 0, x);
@@ -809,7 +775,7 @@ static tpu_status_t lower_logcumsumexp(tpu_lower_ctx_t* ctx) {
   if (a1->kind != TPU_ARG_INT) return tpu_lower_decline(ctx, "scan dim is not an int");
   if (t.rank > 0) {
     int dim = (int)((a1->i % t.rank + t.rank) % t.rank);
-    x = emit_scan(tpu_lower_builder(ctx), x, dim, -INFINITY, NULL, log_add_exp);
+    x = tpu_emit_scan(tpu_lower_builder(ctx), x, dim, -INFINITY, NULL, log_add_exp);
   }
   set_out(ctx, 0, x);
   return NULL;
