@@ -46,17 +46,30 @@ def leaves(obj):
     return [obj]
 
 
-def to_device(obj, device, pinned=frozenset()):
+def _same_layout_on(x, device):
+    """x on `device` with its strides and storage offset: its whole storage
+    copied, then viewed as x (so expanded and overlapping tensors stay
+    what they are)."""
+    if x.layout != torch.strided or x.device.type == torch.device(device).type:
+        return x.detach().to(device)
+    n = x.untyped_storage().nbytes() // x.element_size()
+    flat = torch.empty(0, dtype=x.dtype).set_(x.untyped_storage(), 0, (n,), (1,))
+    return flat.to(device).as_strided(x.size(), x.stride(), x.storage_offset())
+
+
+def to_device(obj, device, pinned=frozenset(), keep_layout=False):
     """Tensors copied to `device` as new leaves keeping requires_grad, except
     the leaves at positions `pinned`, which stay on the CPU; device
-    arguments ("cpu", torch.device("cpu")) retargeted."""
+    arguments ("cpu", torch.device("cpu")) retargeted. keep_layout: tpu
+    copies keep the CPU tensors' strides (see _same_layout_on)."""
     position = itertools.count()
 
     def move(x):
         here = next(position)
         if isinstance(x, torch.Tensor):
             target = "cpu" if here in pinned else device
-            return x.detach().to(target).requires_grad_(x.requires_grad)
+            moved = _same_layout_on(x.detach(), target) if keep_layout else x.detach().to(target)
+            return moved.requires_grad_(x.requires_grad)
         if device == DEVICE and (x == "cpu" if isinstance(x, str) else
                                  isinstance(x, torch.device) and x.type == "cpu"):
             return torch.device(DEVICE) if isinstance(x, torch.device) else DEVICE
@@ -135,9 +148,9 @@ def _as_sample(sample, parts):
                         output_process_fn_grad=sample.output_process_fn_grad)
 
 
-def _split(sample, device, pinned=frozenset()):
+def _split(sample, device, pinned=frozenset(), keep_layout=False):
     parts = (sample.input, list(sample.args), sample.kwargs)
-    return _as_sample(sample, to_device(parts, device, pinned))
+    return _as_sample(sample, to_device(parts, device, pinned, keep_layout))
 
 
 _UNVERIFIED = {"undefined": "undefined per upstream: ",
@@ -211,3 +224,153 @@ def run_backward(op, sample, dtype, kind, pinned=frozenset(), seed=0):
         return "mismatch", "tpu output does not require grad", used
     return (*_outcome(compare(got, want, dtype, kind == "nondeterministic"), kind), used)
 
+
+
+# ---- error_inputs, out= and in-place variants -------------------------------
+
+def _raised(fn):
+    """(result, exception, warning messages) of fn()."""
+    import warnings
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            return fn(), None, [str(w.message) for w in caught]
+        except Exception as e:  # noqa: BLE001  (the type is what is compared)
+            return None, e, [str(w.message) for w in caught]
+
+
+def _same_error(got, want):
+    """None when the tpu run raised what CPU raised (the same exception
+    type; both or neither), else the reason."""
+    if want is None and got is None:
+        return None
+    if want is None:
+        return "tpu raised " + format_error(got) + "; CPU did not"
+    if got is None:
+        return "CPU raised " + format_error(want) + "; tpu did not"
+    if type(got) is not type(want):
+        return f"tpu raised {format_error(got)}; CPU raised {format_error(want)}"
+    return None
+
+
+def run_error(op, error_input, dtype, kind, pinned=frozenset()):
+    """One OpInfo error_inputs sample: CPU raises; tpu must raise the same
+    exception type (and not crash)."""
+    sample = error_input.sample_input
+    tpu_sample = _split(sample, DEVICE, pinned, keep_layout=True)
+    cpu_sample = _split(sample, "cpu")
+    _, want, _ = _raised(lambda: _call(op, cpu_sample))
+    if want is None:
+        return "skip", "CPU does not raise", []
+    before = torchtpu.metrics.fallback_counts()
+    _, got, _ = _raised(lambda: _call(op, tpu_sample))
+    why = _same_error(got, want)
+    return ("pass", "", _fallback_delta(before)) if why is None else \
+        ("mismatch", why, _fallback_delta(before))
+
+
+from .ops import OUT_SAMPLES, OUT_VARIANTS  # noqa: E402
+
+
+def _out_dtype(dtype, variant):
+    if variant != "wrong_dtype":
+        return dtype
+    # A float result into int64 (CPU refuses: can't cast); an integer one into
+    # bool (refused); a bool one into int64 (allowed: the result is cast).
+    if dtype.is_floating_point or dtype.is_complex:
+        return torch.int64
+    return torch.int64 if dtype == torch.bool else torch.bool
+
+
+def _make_out(want, variant, device):
+    """Out tensors shaped after `want` (a tensor or a sequence of them):
+    contiguous; strided (every other element of a sentinel-filled base);
+    of a wrong nonempty shape (CPU resizes and warns); of a wrong dtype.
+    Returns (out, bases): bases are the tensors whose whole storage is
+    compared afterwards."""
+    if isinstance(want, (list, tuple)):
+        pairs = [_make_out(w, variant, device) for w in want]
+        return tuple(p[0] for p in pairs), [b for p in pairs for b in p[1]]
+    dt = _out_dtype(want.dtype, variant)
+    if variant == "strided":
+        base = torch.full((*want.shape, 2), 7, dtype=dt, device=device)
+        return base[..., 1], [base]
+    shape = (want.numel() + 2,) if variant == "resized" else want.shape
+    out = torch.full(shape, 7, dtype=dt, device=device)
+    return out, [out]
+
+
+def _identity(ret, out):
+    if isinstance(out, tuple):
+        return isinstance(ret, (list, tuple)) and len(ret) == len(out) and \
+            all(r is o for r, o in zip(ret, out))
+    return ret is out
+
+
+def run_out(op, item, dtype, kind, pinned=frozenset()):
+    """One out= check: the op into out tensors built the same way on CPU and
+    tpu (see _make_out); the same error, or the same values in the out
+    tensors (strided: in the whole base), the return being the out
+    tensors, and the resize warning where CPU gives it."""
+    sample, variant = item
+    cpu_sample = _split(sample, "cpu")
+    want_plain, err, _ = _raised(lambda: op(cpu_sample.input, *cpu_sample.args, **cpu_sample.kwargs))
+    if err is not None:
+        return "skip", "cpu error: " + format_error(err), []
+    if not all(isinstance(w, torch.Tensor) for w in leaves(want_plain)) or \
+            isinstance(want_plain, dict):
+        return "skip", "the op returns something other than tensors", []
+    cpu_sample = _split(sample, "cpu")
+    tpu_sample = _split(sample, DEVICE, pinned, keep_layout=True)
+    cpu_out, cpu_bases = _make_out(want_plain, variant, "cpu")
+    tpu_out, tpu_bases = _make_out(want_plain, variant, DEVICE)
+    ret, want_err, want_warn = _raised(
+        lambda: op(cpu_sample.input, *cpu_sample.args, **cpu_sample.kwargs, out=cpu_out))
+    want_same = want_err is None and _identity(ret, cpu_out)
+    before = torchtpu.metrics.fallback_counts()
+    ret, got_err, got_warn = _raised(
+        lambda: op(tpu_sample.input, *tpu_sample.args, **tpu_sample.kwargs, out=tpu_out))
+    used = _fallback_delta(before)
+    why = _same_error(got_err, want_err)
+    if why is None and want_err is None:
+        if _identity(ret, tpu_out) != want_same:
+            why = "the returned tensors are not the out= tensors" if want_same else \
+                "returns the out= tensors where CPU does not"
+        else:
+            resized = [any("resized" in w for w in ws) for ws in (got_warn, want_warn)]
+            if resized[0] != resized[1]:
+                why = "resize warning " + ("given" if resized[0] else "missing")
+            else:
+                why = compare(_cpu(tpu_bases), cpu_bases, dtype, kind == "nondeterministic")
+    if why is None:
+        return "pass", "", used
+    why = f"{variant}: {why}"
+    if kind in _UNVERIFIED:
+        return "unverified", _UNVERIFIED[kind] + why, used
+    return "mismatch", why, used
+
+
+def run_inplace(op, sample, dtype, kind, pinned=frozenset()):
+    """The op's in-place variant on CPU and tpu: the same error (a result
+    that does not broadcast to self, a result dtype self cannot hold), or
+    the same new value of self, returned as self."""
+    fn = op.inplace_variant
+    cpu_sample = _split(sample, "cpu")
+    tpu_sample = _split(sample, DEVICE, pinned, keep_layout=True)
+    ret, want_err, _ = _raised(lambda: fn(cpu_sample.input, *cpu_sample.args, **cpu_sample.kwargs))
+    want_self = want_err is None and ret is cpu_sample.input
+    before = torchtpu.metrics.fallback_counts()
+    ret, got_err, _ = _raised(lambda: fn(tpu_sample.input, *tpu_sample.args, **tpu_sample.kwargs))
+    used = _fallback_delta(before)
+    why = _same_error(got_err, want_err)
+    if why is None and want_err is None:
+        if (ret is tpu_sample.input) != want_self:
+            why = "does not return self" if want_self else "returns self where CPU does not"
+        else:
+            why = compare(_cpu(tpu_sample.input), cpu_sample.input, dtype,
+                          kind == "nondeterministic")
+    if why is None:
+        return "pass", "", used
+    if kind in _UNVERIFIED:
+        return "unverified", _UNVERIFIED[kind] + why, used
+    return "mismatch", why, used

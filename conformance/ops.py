@@ -7,6 +7,12 @@ NONDETERMINISTIC = {"randn", "randint", "nn.functional.alpha_dropout",
                     "normal.number_mean", "empty_strided"}
 
 
+# The out= check (check.run_out): each of an op's first OUT_SAMPLES samples
+# into out tensors of every variant.
+OUT_VARIANTS = ("contiguous", "strided", "resized", "wrong_dtype")
+OUT_SAMPLES = 3
+
+
 def op_key(op):
     return op.name + ("." + op.variant_test_name if op.variant_test_name else "")
 

@@ -14,7 +14,8 @@ CODES = {"pass": "P", "mismatch": "M", "error": "E", "crash": "C",
          "skip": "S", "unverified": "U"}
 STATUS = {v: k for k, v in CODES.items()}
 COMPARED = ("pass", "mismatch", "error", "crash")
-SECTIONS = ("float32/fwd", "bfloat16/fwd", "int64/fwd", "bool/fwd", "float32/bwd")
+SECTIONS = ("float32/fwd", "bfloat16/fwd", "int64/fwd", "bool/fwd", "float32/bwd",
+            "float32/err", "float32/out", "float32/inplace")
 
 
 def _entry(job, results):
@@ -73,6 +74,9 @@ def build(jobs, results, meta):
         tot["compared"] = sum(tot[s] for s in COMPARED)
         compared = tot["compared"]
         tot["pass_pct"] = round(100.0 * tot["pass"] / compared, 2) if compared else None
+        # Device-native: passed with no op of the sample on the CPU fallback.
+        tot["pass_native"] = tot["pass"] - tot["pass_fallback"]
+        tot["native_pct"] = round(100.0 * tot["pass_native"] / compared, 2) if compared else None
     meta = dict(meta, torch=torch.__version__, python=platform.python_version(),
                 date=time.strftime("%Y-%m-%d"), cpus=os.cpu_count())
     return {"meta": meta, "totals": dict(sorted(totals.items(), key=_section_order)),
@@ -100,8 +104,10 @@ def summary_lines(doc):
     lines = []
     for sec, t in doc["totals"].items():
         pct = "-" if t["pass_pct"] is None else f"{t['pass_pct']:.1f}%"
+        native = "-" if t.get("native_pct") is None else f"{t['native_pct']:.1f}%"
         lines.append(f"{sec}: {t['pass']}/{t['compared']} passed ({pct}; {t['pass_fallback']} via "
-                     f"CPU fallback), {t['mismatch']} mismatched, {t['error']} errored, "
+                     f"CPU fallback; device-native {native}), {t['mismatch']} mismatched, "
+                     f"{t['error']} errored, "
                      f"{t['crash']} crashed; {t['skip']} skipped, {t['unverified']} unverified"
                      + (f"; {t['pass_when_fresh']} failures pass in a fresh process"
                         if t.get("pass_when_fresh") else ""))
@@ -157,19 +163,23 @@ def markdown(doc):
            f"{m['date']}, {m['workers']} workers on {m['cpus']} CPUs, "
            f"wall {m['wall_s']:.0f} s.", "",
            "A sample passes when the tpu output (or, for `bwd`, the gradients of every input "
-           "requiring grad under a fixed random cotangent) matches CPU: float32 at "
+           "requiring grad under a fixed random cotangent; for `err`, the exception type of "
+           "an OpInfo error input; for `out`, the out= tensors contiguous, strided, of a "
+           "wrong shape or dtype; for `inplace`, the in-place variant) matches CPU: float32 at "
            "`assert_close` defaults, bfloat16 at atol=rtol=2e-2, integers and bool exactly. "
            "Compared = passed + mismatched + errored + crashed; skipped = CPU itself "
            "rejects the sample (or no differentiable output); unverified = nondeterministic "
            "or upstream-undefined outputs, shape/dtype checked only. Pass when fresh = "
            "mismatched or errored in the sweep but passed when the op ran again in a fresh "
-           "process (so the failure depends on ops that ran before it).", "",
-           "| dtype/mode | compared | passed | pass % | via fallback | mismatched | errored "
-           "| crashed | skipped | unverified | pass when fresh |",
-           "|---|---|---|---|---|---|---|---|---|---|---|"]
+           "process (so the failure depends on ops that ran before it). Device-native = "
+           "passed with no op of the sample on the CPU fallback.", "",
+           "| dtype/mode | compared | device-native % | passed | pass % | via fallback "
+           "| mismatched | errored | crashed | skipped | unverified | pass when fresh |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for sec, t in doc["totals"].items():
         pct = "-" if t["pass_pct"] is None else f"{t['pass_pct']:.1f}"
-        out.append(f"| {sec} | {t['compared']} | {t['pass']} | {pct} | {t['pass_fallback']} | "
+        npct = "-" if t.get("native_pct") is None else f"{t['native_pct']:.1f}"
+        out.append(f"| {sec} | {t['compared']} | {npct} | {t['pass']} | {pct} | {t['pass_fallback']} | "
                    f"{t['mismatch']} | {t['error']} | {t['crash']} | {t['skip']} | "
                    f"{t['unverified']} | {t.get('pass_when_fresh', 0)} |")
     out += ["", summary_lines(doc)[-1], ""]

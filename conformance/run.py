@@ -3,7 +3,13 @@ int64, bool where supported) x sample, forward on tpu vs CPU, and gradients
 for differentiable float32 ops.
 
     python -m conformance.run [--fast] [--ops a,b] [--dtypes float32,bool]
-                              [--modes fwd,bwd] [--out DIR] [--workers 2]
+                              [--modes fwd,bwd,err,out,inplace] [--out DIR]
+                              [--workers 2]
+
+Modes: fwd (outputs), bwd (float32 gradients), err (every error_inputs
+sample raises on tpu the exception type CPU raises), out (out= tensors
+contiguous, strided, of a wrong shape, of a wrong dtype, as CPU), inplace
+(the in-place variant, its errors included, as CPU).
 
 Samples run in worker subprocesses (worker.py) fed one job (op, dtype, mode)
 at a time. When a worker dies, the sample it had in flight is recorded as a
@@ -32,9 +38,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ALL_DTYPES = ("float32", "bfloat16", "int64", "bool")
 
 
-def plan(ops_filter=None, dtypes=ALL_DTYPES, modes=("fwd", "bwd"), stop=None):
+ALL_MODES = ("fwd", "bwd", "err", "out", "inplace")
+
+
+def plan(ops_filter=None, dtypes=ALL_DTYPES, modes=ALL_MODES, stop=None):
     """Jobs in op_db order: forward for each supported dtype, then the
-    float32 gradient job for differentiable ops."""
+    float32 gradient job for differentiable ops, then (float32) the op's
+    error_inputs, its out= variants and its in-place variant where it has
+    them."""
     os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")  # driver never touches tpu
     import warnings
     warnings.simplefilter("ignore")
@@ -53,6 +64,14 @@ def plan(ops_filter=None, dtypes=ALL_DTYPES, modes=("fwd", "bwd"), stop=None):
         if ("bwd" in modes and "float32" in dtypes and op.supports_autograd
                 and torch.float32 in op.supported_backward_dtypes("cpu")):
             jobs.append({"op": key, "dtype": "float32", "mode": "bwd", "start": 0, "stop": stop})
+        f32 = "float32" in dtypes and torch.float32 in supported
+        wanted = {"err": op.error_inputs_func is not None,
+                  "out": f32 and op.supports_out,
+                  "inplace": f32 and op.inplace_variant is not None}
+        for mode in ("err", "out", "inplace"):
+            if mode in modes and wanted[mode]:
+                jobs.append({"op": key, "dtype": "float32", "mode": mode, "start": 0,
+                             "stop": stop})
     for i, job in enumerate(jobs):
         job["id"] = i
     return jobs
@@ -361,10 +380,12 @@ def _describe():
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--fast", action="store_true",
-                        help="first sample of every op, float32 forward only")
+                        help="first float32 sample of every op: forward, error_inputs, "
+                             "out= (every variant), in-place")
     parser.add_argument("--ops", help="comma-separated op names (OpInfo name or name.variant)")
     parser.add_argument("--dtypes", help="comma-separated, of " + ",".join(ALL_DTYPES))
-    parser.add_argument("--modes", default="fwd,bwd", help="fwd, bwd or both")
+    parser.add_argument("--modes", default=None,
+                        help="comma-separated, of " + ",".join(ALL_MODES))
     parser.add_argument("--max-samples", type=int, help="samples per (op, dtype, mode) at most")
     parser.add_argument("--out", default=os.path.join(ROOT, "conformance", "results"))
     parser.add_argument("--workers", type=int, default=2)
@@ -376,15 +397,27 @@ def main(argv=None):
     parser.add_argument("--label", help="what was measured (default: git describe of the checkout)")
     parser.add_argument("--inject-fault", help=argparse.SUPPRESS)  # OP:K:abort|hang, for tests
     args = parser.parse_args(argv)
+    args.modes_given = args.modes is not None
+    if args.modes is None:
+        args.modes = ",".join(ALL_MODES)
 
     dtypes = tuple(args.dtypes.split(",")) if args.dtypes else ALL_DTYPES
     modes = tuple(args.modes.split(","))
     stop = args.max_samples
     if args.fast:
-        dtypes, modes, stop = ("float32",), ("fwd",), 1
+        # The first float32 sample of every op in each check (out=: with
+        # every out variant).
+        dtypes, stop = ("float32",), 1
+        modes = tuple(m for m in modes if m != "bwd") if args.modes_given else \
+            ("fwd", "err", "out", "inplace")
     ops_filter = set(args.ops.split(",")) if args.ops else None
     t0 = time.monotonic()
     jobs = plan(ops_filter, dtypes, modes, stop)
+    if args.fast:
+        from .ops import OUT_VARIANTS
+        for job in jobs:
+            if job["mode"] == "out":
+                job["stop"] = len(OUT_VARIANTS)
     print(f"conformance: {len(jobs)} jobs, {args.workers} workers", flush=True)
     sweep = Sweep(args.workers, args.sample_timeout, args.job_budget, args.inject_fault)
     results = sweep.run(jobs, recheck=not (args.fast or args.no_recheck))

@@ -1,7 +1,8 @@
 """Conformance worker: runs jobs sent by the driver (run.py), one JSON line
 each on stdin, and reports every sample as JSON lines on its stdout.
 
-A job is {"id", "op", "dtype", "mode": "fwd"|"bwd", "start", "stop"}. For
+A job is {"id", "op", "dtype", "mode": "fwd"|"bwd"|"err"|"out"|"inplace",
+"start", "stop"}. For
 each sample the worker first reports {"event": "start", "k"} and then
 {"event": "result", ...}, so when the process dies the driver knows which
 sample was in flight. Samples come from a per-job seed, so a fresh worker
@@ -43,16 +44,23 @@ def job_seed(job):
 
 def samples_of(op, job):
     """The job's samples (from its seed) and, per sample, the leaf
-    positions that stay on the CPU."""
+    positions that stay on the CPU. Mode fwd / bwd: the op's samples; err:
+    its error_inputs; out: (sample, out= variant) pairs of its first
+    samples; inplace: its samples, for the in-place variant."""
     import torch
     from .check import DTYPES
-    from .ops import cpu_pinned
+    from .ops import OUT_SAMPLES, OUT_VARIANTS, cpu_pinned
     dtype, grad = DTYPES[job["dtype"]], job["mode"] == "bwd"
     torch.manual_seed(job_seed(job))
+    if job["mode"] == "err":
+        return list(op.error_inputs("cpu")), None
     samples = list(op.sample_inputs("cpu", dtype, requires_grad=grad))
     pinned = cpu_pinned(op, dtype, grad)
     if pinned is None or len(pinned) != len(samples):
         pinned = [frozenset()] * len(samples)
+    if job["mode"] == "out":
+        items = [(s, v) for s in samples[:OUT_SAMPLES] for v in OUT_VARIANTS]
+        return items, [p for p in pinned[:OUT_SAMPLES] for _ in OUT_VARIANTS]
     return samples, pinned
 
 
@@ -68,7 +76,10 @@ def run_job(job, ops, emit, faults=None, budget=None):
         return
     stop = len(samples) if job.get("stop") is None else min(job["stop"], len(samples))
     emit(event="samples", n=len(samples))
-    run = check.run_backward if job["mode"] == "bwd" else check.run_forward
+    run = {"fwd": check.run_forward, "bwd": check.run_backward, "err": check.run_error,
+           "out": check.run_out, "inplace": check.run_inplace}[job["mode"]]
+    if pinned is None:
+        pinned = [frozenset()] * len(samples)
     t_job = time.monotonic()
     for k in range(job.get("start", 0), stop):
         emit(event="start", k=k)

@@ -81,6 +81,28 @@ def test_write_into_expanded_view_raises_like_cpu():
             x.add_(1)
 
 
+@pytest.mark.parametrize("case", ["add", "sin", "index_select", "sum_resizes", "mm_resizes"])
+def test_expanded_out_of_the_wrong_shape_raises_where_cpu_does(case):
+    """An expanded out= of the wrong shape: TensorIterator kernels and
+    index_select refuse its overlap before resizing it (OpInfo's
+    index_select error input); reductions and mm resize it and run. The
+    engine resized first and never raised."""
+    from op_testing import same_as_cpu
+
+    def run(d):
+        x = torch.zeros(1, 6, device=d).expand(2, 6)
+        y = torch.arange(18.0, device=d).reshape(3, 6)
+        ops = {"add": lambda: torch.add(y, 1, out=x),
+               "sin": lambda: torch.sin(y, out=x),
+               "index_select": lambda: torch.index_select(y, 1, torch.tensor([0, 1], device=d), out=x),
+               "sum_resizes": lambda: torch.sum(y, 0, keepdim=True, out=x),
+               "mm_resizes": lambda: torch.mm(y[:, :2], y[:2], out=x)}
+        ops[case]()
+        return x
+    out = same_as_cpu(run)
+    assert isinstance(out, RuntimeError) == (case in ("add", "sin", "index_select"))
+
+
 def test_detach_zero_shares_storage():
     def f(x):
         y = x.detach()

@@ -1510,8 +1510,13 @@ bool try_run_on_device(const c10::OperatorHandle& op, torch::jit::Stack* stack) 
       // An out= tensor of the wrong size: resize it as the kernel would
       // (with the strides the kernel gives it: a pointwise op's follow its
       // operands), then run again with the new geometry.
+      // TensorIterator kernels (and index_select's) refuse an out= whose
+      // elements share memory before they resize it; others resize it.
+      const bool overlap_first = !facts.overlap_ok && (cpu_layout(op) == CpuLayout::kIterator ||
+                                                        facts.name == "aten::index_select.out");
       for (const auto& [index, sizes, strides] : outputs.resizes) {
         const at::Tensor& target = inputs[index].toTensor();
+        if (overlap_first) at::assert_no_internal_overlap(target);
         target.resize_(sizes);
         if (!strides.empty() && target.strides() != c10::IntArrayRef(strides))
           target.as_strided_(sizes, strides);
