@@ -760,42 +760,6 @@ _WRITES_INTO_FIRST = ("aten::slice_scatter", "aten::select_scatter", "aten::diag
 _PRESERVES_LAYOUT = ("aten::_to_copy", "aten::clone")
 
 
-def _index_iterator_operands(src, indices):
-    """The operands of CPU index.Tensor's TensorIterator (ATen's
-    AdvancedIndex): self with the indexed dims replaced by the broadcast
-    index shape at stride 0 (indexed dims moved to the front when they are
-    not adjacent), and the index tensors viewed into that shape. Its order
-    of dims decides the result's strides, which Python's meta kernel orders
-    otherwise for some layouts (fuzz seed 1104669; eager: dispatch.cpp
-    index_strides). None: masks or anything unexpected."""
-    if not isinstance(src, torch.Tensor):
-        return None
-    idx = list(indices)
-    if any(t is not None and (not isinstance(t, torch.Tensor) or t.dtype in (torch.bool, torch.uint8))
-           for t in idx) or len(idx) > src.dim() or all(t is None for t in idx):
-        return None
-    present = [t for t in idx if t is not None]
-    shape = torch.broadcast_shapes(*[t.shape for t in present])
-    idx = [None if t is None else t.expand(shape) for t in idx] + [None] * (src.dim() - len(idx))
-    runs = sum(1 for d, t in enumerate(idx) if t is not None and (d == 0 or idx[d - 1] is None))
-    if runs > 1:
-        perm = [d for d, t in enumerate(idx) if t is not None] + \
-               [d for d, t in enumerate(idx) if t is None]
-        src = src.permute(perm)
-        idx = [idx[d] for d in perm]
-    before = next(d for d, t in enumerate(idx) if t is not None)
-    indexed = sum(1 for t in idx if t is not None)
-    after = src.dim() - before - indexed
-    sizes = list(src.shape[:before]) + list(shape) + list(src.shape[before + indexed:])
-    strides = list(src.stride()[:before]) + [0] * len(shape) + list(src.stride()[before + indexed:])
-    ops = [torch.empty_strided(sizes, strides, dtype=src.dtype, device="meta")]
-    for t in idx:
-        if t is not None:
-            ops.append(torch.empty(tuple(t.shape), dtype=t.dtype, device="meta")
-                       .reshape([1] * before + list(t.shape) + [1] * after))
-    return ops
-
-
 def _eager_values(nodes):
     """{node: a meta tensor with the geometry eager gives its value}, for
     the nodes where that differs from the traced value's: pointwise results
@@ -837,12 +801,17 @@ def _eager_values(nodes):
                     continue
                 e = target(ev(n.args[0]), *[ev(a) for a in n.args[1:]], **n.kwargs)
             elif schema.name == "aten::index" and schema.overload_name == "Tensor":
-                ops = _index_iterator_operands(ev(n.args[0]), [ev(a) for a in n.args[1]])
-                if ops is None:
+                # CPU's TensorIterator over self and the indices, as eager
+                # computes it (dispatch.cpp index_result_strides; fuzz seed
+                # 1104669: the meta kernel orders some layouts otherwise).
+                indices = [ev(a) for a in n.args[1]]
+                if not isinstance(ev(n.args[0]), torch.Tensor) or \
+                        any(t is not None and not isinstance(t, torch.Tensor) for t in indices):
                     continue
-                shape = tuple(val.shape)
-                strides = tuple(compute_elementwise_output_strides(*[t.expand(shape) for t in ops]))
-                e = torch.empty_strided(shape, strides, dtype=val.dtype, device="meta")
+                strides = _C._index_result_strides(ev(n.args[0]), indices, list(val.shape))
+                if strides is None:
+                    continue
+                e = torch.empty_strided(tuple(val.shape), strides, dtype=val.dtype, device="meta")
             elif schema.name in _PRESERVES_LAYOUT:
                 # (memory_format=preserve: the operand's eager layout)
                 if n.args[0] not in eager or n.kwargs.get("memory_format") not in (

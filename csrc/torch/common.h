@@ -9,6 +9,7 @@
 #include <c10/util/Exception.h>
 
 #include <string>
+#include <vector>
 
 extern "C" {
 #include "core/dtype.h"
@@ -20,6 +21,9 @@ namespace c10 {
 class OperatorHandle;
 struct IValue;
 }  // namespace c10
+namespace at {
+class Tensor;
+}  // namespace at
 
 namespace torchtpu {
 
@@ -79,6 +83,15 @@ void check_pending_index_errors();
 // ("value cannot be converted to type uint8_t without overflow"), as eager
 // does before it runs an op: the compiled-graph builder calls it per node.
 void check_literal_scalars(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> inputs);
+
+// The strides CPU's index.Tensor gives a result of `sizes` (its
+// TensorIterator over self and the indices: dispatch.cpp); undefined
+// tensors are the Nones of the index list. Empty: masks or anything that
+// is not such a call (the meta kernel's layout stands). Eager dispatch and
+// torch.compile's layout pass (_compile.py) both ask it.
+std::vector<int64_t> index_result_strides(const at::Tensor& self,
+                                          const std::vector<at::Tensor>& indices,
+                                          c10::ScalarType dtype, c10::IntArrayRef sizes);
 
 // Eager modes (debug.cpp): process-wide, with a per-thread override.
 enum class EagerMode { kStrict = 0, kDebug = 1, kDeferAndFuse = 2 };

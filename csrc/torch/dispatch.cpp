@@ -568,6 +568,12 @@ thread_local size_t BuilderLease::t_depth = 0;
 
 // ---- meta: the outputs' metadata from PyTorch's meta kernels -------------
 
+// A meta tensor of t's sizes, strides and dtype (storage offset 0).
+at::Tensor meta_like(const at::Tensor& t) {
+  return at::empty_strided(t.sizes(), t.strides(),
+                           at::TensorOptions().dtype(t.scalar_type()).device(at::kMeta));
+}
+
 c10::IValue to_meta(const c10::IValue& v) {
   if (v.isDevice() && v.toDevice().is_privateuseone()) return c10::Device(at::kMeta);
   if (v.isTensor()) {
@@ -576,11 +582,10 @@ c10::IValue to_meta(const c10::IValue& v) {
         !t.unsafeGetTensorImpl()->is_wrapped_number()) {
       // A 0-dim CPU tensor: some meta kernels (masked_fill_) want every
       // tensor on one device. Wrapped Python numbers must stay on the CPU.
-      return at::empty({}, at::TensorOptions().dtype(t.scalar_type()).device(at::kMeta));
+      return meta_like(t);
     }
     if (!is_tpu(t)) return v;
-    at::Tensor m = at::empty_strided(t.sizes(), t.strides(),
-                                     at::TensorOptions().dtype(t.scalar_type()).device(at::kMeta));
+    at::Tensor m = meta_like(t);
     if (t.storage_offset() != 0) {
       // Same geometry within a storage as large as the real one.
       at::Tensor base = at::empty({static_cast<int64_t>(t.storage().nbytes() / t.itemsize())},
@@ -780,12 +785,6 @@ at::Tensor iterator_result(const std::vector<at::Tensor>& operands, c10::ScalarT
 std::vector<int64_t> index_strides(const torch::jit::Stack& inputs, c10::ScalarType dtype,
                                    c10::IntArrayRef sizes) {
   if (inputs.size() < 2 || !inputs[0].isTensor() || !inputs[1].isList()) return {};
-  const at::Tensor& self = inputs[0].toTensor();
-  auto meta_of = [](const at::Tensor& t) {
-    return at::empty_strided(t.sizes(), t.strides(),
-                             at::TensorOptions().dtype(t.scalar_type()).device(at::kMeta));
-  };
-  at::Tensor src = meta_of(self);
   std::vector<at::Tensor> indices;
   for (const c10::IValue& e : inputs[1].toListRef()) {
     if (e.isNone() || (e.isTensor() && !e.toTensor().defined())) {
@@ -793,9 +792,26 @@ std::vector<int64_t> index_strides(const torch::jit::Stack& inputs, c10::ScalarT
       continue;
     }
     if (!e.isTensor()) return {};
-    const at::Tensor& t = e.toTensor();
+    indices.push_back(e.toTensor());
+  }
+  return index_result_strides(inputs[0].toTensor(), indices, dtype, sizes);
+}
+
+}  // namespace
+
+// (Shared with torch.compile's layout pass: _compile.py.)
+std::vector<int64_t> index_result_strides(const at::Tensor& self,
+                                          const std::vector<at::Tensor>& index_list,
+                                          c10::ScalarType dtype, c10::IntArrayRef sizes) {
+  at::Tensor src = meta_like(self);
+  std::vector<at::Tensor> indices;
+  for (const at::Tensor& t : index_list) {
+    if (!t.defined()) {
+      indices.emplace_back();
+      continue;
+    }
     if (t.scalar_type() == at::kBool || t.scalar_type() == at::kByte) return {};
-    indices.push_back(meta_of(t));
+    indices.push_back(meta_like(t));
   }
   if (indices.size() > static_cast<size_t>(src.dim())) return {};
   {  // broadcast the defined indices together
@@ -857,6 +873,8 @@ std::vector<int64_t> index_strides(const torch::jit::Stack& inputs, c10::ScalarT
   if (!r.defined() || r.sizes() != sizes) return {};
   return r.strides().vec();
 }
+
+namespace {
 
 std::vector<int64_t> cpu_strides(const c10::OperatorHandle& op,
                                       const torch::jit::Stack& inputs, c10::ScalarType dtype,

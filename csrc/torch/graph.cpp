@@ -345,6 +345,18 @@ void init_graph_bindings(py::module& m) {
            py::arg("inputs"), py::arg("outputs"), py::arg("with_rng"))
       .def("run", &Compiled::run)
       .def_property_readonly("text", [](const Compiled& c) { return py::bytes(c.text()); });
+  // index.Tensor's CPU result strides for (meta) self and indices: the
+  // eager rule (dispatch.cpp), for the compile layout pass. None: the
+  // traced layout stands.
+  m.def("_index_result_strides",
+        [](const at::Tensor& self, const std::vector<std::optional<at::Tensor>>& indices,
+           const std::vector<int64_t>& sizes) -> std::optional<std::vector<int64_t>> {
+          std::vector<at::Tensor> list;
+          for (const auto& t : indices) list.push_back(t ? *t : at::Tensor());
+          std::vector<int64_t> strides = index_result_strides(self, list, self.scalar_type(), sizes);
+          if (strides.empty() && !sizes.empty()) return std::nullopt;
+          return strides;
+        });
   m.def("_metrics_add", [](const std::string& name, int64_t delta) {
     tpu_metrics_add(name.c_str(), delta);
   });
