@@ -264,6 +264,29 @@ def test_unfold_unbatched_noncontiguous():
     check(lambda x: F.unfold(x, 2, padding=1), make((3, 6, 6), noncontiguous=True), grad=True)
 
 
+def test_unfold_of_bool():
+    """Data movement only: bool ran on the CPU fallback."""
+    check(lambda x: F.unfold(x, 2, padding=1), make((2, 3, 5, 5)) > 0, exact=True)
+
+
+@pytest.mark.parametrize("case", ["unfold_empty_batch", "fold_empty_batch",
+                                  "unfold_refused_no_blocks", "fold_refused_empty_channels"])
+def test_unfold_fold_of_empty_batches(case):
+    """An empty batch (the one empty input CPU accepts) gives the empty
+    result on the device; other empty inputs raise CPU's error."""
+    from op_testing import no_fallback, same_as_cpu
+
+    runs = {"unfold_empty_batch": lambda d: F.unfold(torch.ones(0, 3, 5, 5, device=d), 2),
+            "fold_empty_batch": lambda d: F.fold(torch.ones(0, 12, 16, device=d), (5, 5), 2),
+            "unfold_refused_no_blocks": lambda d: F.unfold(torch.ones(1, 3, 1, 1, device=d), 2),
+            "fold_refused_empty_channels": lambda d: F.fold(torch.ones(1, 0, 16, device=d), (5, 5), 2)}
+    if "refused" in case:
+        assert isinstance(same_as_cpu(runs[case]), RuntimeError)
+        return
+    with no_fallback():
+        same_as_cpu(runs[case])
+
+
 @pytest.mark.parametrize("dtype", FLOATS)
 @pytest.mark.parametrize("case", range(len(UNFOLD_CASES)))
 def test_fold(dtype, case):

@@ -55,6 +55,48 @@ def test_logspace(dtype, base):
     same_on_tpu(lambda d: torch.logspace(-2, 1.5, 9, base=base, dtype=dtype, device=d), dtype)
 
 
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.uint8, torch.int16, torch.bfloat16,
+                                   torch.float16, torch.float32, torch.float64])
+@pytest.mark.parametrize("start,end,steps,base", [(0, 4, 4, 10.0), (4.3, 1.2, 4, 10.0), (1.7, 3.9, 9, 3.0),
+                                                  (3.96, 1.56, 4, 1.7), (4.3, 0, 1, 10.0), (0, 2, 0, 2.0),
+                                                  (0.5, 6.5, 13, 2.0)])
+def test_logspace_as_cpu_exactly(dtype, start, end, steps, base):
+    """logspace for every real dtype: integers ran on the CPU fallback, and
+    bfloat16 rounded its exponents to bfloat16 (21.625 for CPU's 21.5)."""
+    run = lambda d: torch.logspace(start, end, steps, base=base, dtype=dtype, device=d)  # noqa: E731
+    if steps == 1 and not dtype.is_floating_point:
+        # base ** start, which CPU refuses when it overflows the dtype: on
+        # the fallback (its value is only known when the program runs).
+        from op_testing import same_as_cpu
+        same_as_cpu(run)
+        return
+    same_on_tpu(run, exact=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.float64, torch.float32])
+def test_linspace_step_is_the_correctly_rounded_quotient(dtype):
+    """XLA turned range / (steps - 1) into range * (1 / (steps - 1)):
+    linspace(50, 1, 50, dtype=int64) gave 24 for 25."""
+    same_on_tpu(lambda d: torch.linspace(50, 1, 50, dtype=dtype, device=d), exact=True)
+    same_on_tpu(lambda d: torch.logspace(50, 1, 50, base=1.01, dtype=dtype, device=d), exact=True)
+
+
+@pytest.mark.parametrize("make", [
+    lambda d: torch.linspace(0, 1, 5, out=torch.empty(3, device=d)),
+    lambda d: torch.logspace(0, 1, 5, out=torch.empty(3, device=d)),
+    lambda d: torch.randperm(5, out=torch.empty(2, dtype=torch.long, device=d)).sort().values,
+    lambda d: torch.eye(2, 3, out=torch.empty(7, device=d)),
+    lambda d: torch.arange(5.0, out=torch.empty(3, device=d)),
+])
+def test_factory_out_resize_warns_as_cpu(make):
+    """linspace, logspace, randperm and eye resize a wrong-sized out=
+    silently on the CPU; PyTorch's meta kernels warned. arange warns on
+    both."""
+    from op_testing import same_as_cpu
+
+    same_as_cpu(make, warns=True)
+
+
 @pytest.mark.parametrize("dtype", FLOATS + [torch.int64, torch.bool])
 @pytest.mark.parametrize("shape", [(4,), (3, 5), (5, 2)])
 def test_eye(dtype, shape):

@@ -193,3 +193,64 @@ def test_single_product_sums_have_cpus_signed_zeros(n):
         if n in (5, 20):  # the same lowerings under torch.compile
             got = torch.signbit(torch.compile(f, backend="tpu")(a.to("tpu"), b.to("tpu"))).cpu()
             assert torch.equal(got, want), f"compiled {name}"
+
+
+# ---- solvers XLA has as HLO ------------------------------------------------
+
+def _triangular(n, batch=(), upper=True, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    a = torch.randn(*batch, n, n, generator=g)
+    # A well-conditioned triangle (a dominant diagonal) with junk in the
+    # other triangle, which the solvers must not read.
+    a = a + torch.diag_embed(torch.full((*batch, n), 4.0))
+    return a
+
+
+@pytest.mark.parametrize("upper", [True, False])
+@pytest.mark.parametrize("left", [True, False])
+@pytest.mark.parametrize("unit", [False, True])
+@pytest.mark.parametrize("shapes", [((4,), (4, 3)), ((2, 4), (1, 4, 2)), ((0,), (0, 3)), ((3,), (3, 0))])
+def test_linalg_solve_triangular(upper, left, unit, shapes):
+    """linalg.solve_triangular ran on the CPU fallback (1088 sweep samples);
+    now stablehlo.triangular_solve, with batch broadcasting and gradients."""
+    a_shape, b_shape = shapes
+    n = a_shape[-1]
+    a = _triangular(n, a_shape[:-1])
+    b = torch.randn(*b_shape) if left else torch.randn(*b_shape).transpose(-2, -1)
+    check(lambda a, b: torch.linalg.solve_triangular(a, b, upper=upper, left=left, unitriangular=unit),
+          a, b, grad=n > 0)
+
+
+@pytest.mark.parametrize("transpose", [False, True])
+def test_triangular_solve(transpose):
+    a, b = _triangular(4, (2,), seed=1), torch.randn(2, 4, 3)
+    check(lambda b, a: torch.triangular_solve(b, a, upper=False, transpose=transpose).solution, b, a,
+          grad=True)
+    check(lambda b, a: torch.triangular_solve(b, a, upper=False, transpose=transpose).cloned_coefficient,
+          b, a)
+
+
+@pytest.mark.parametrize("upper", [False, True])
+def test_cholesky_and_its_info(upper):
+    """linalg.cholesky / cholesky_ex on the device: the factor with its other
+    triangle zero, and LAPACK's info (XLA fills a failed factorization with
+    NaN, so the pivots are recomputed): 0, or the order of the first
+    leading minor that is not positive-definite; linalg.cholesky raises
+    CPU's error for it."""
+    from op_testing import no_fallback, same_as_cpu
+
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(3, 5, 5, generator=g)
+    spd = x @ x.mT + 5 * torch.eye(5)
+    check(lambda a: torch.linalg.cholesky(a, upper=upper), spd, grad=True)
+    bad = spd.clone()
+    bad[1, 2, 2] = -50.0  # third leading minor of the second matrix
+    bad[2, 0, 0] = float("nan")
+
+    def ex(d):
+        return torch.linalg.cholesky_ex(bad.to(d), upper=upper).info
+    with no_fallback():
+        same_as_cpu(ex)
+    assert same_as_cpu(ex).tolist() == [0, 3, 1]
+    err = same_as_cpu(lambda d: torch.linalg.cholesky(bad.to(d)))
+    assert "leading minor of order 3" in str(err)

@@ -427,3 +427,29 @@ def test_var_std_of_values_near_the_float_max_as_cpu(case, dtype):
     for w, g in zip(flat(want), flat(got)):
         torch.testing.assert_close(g.cpu(), w, equal_nan=True,
                                    rtol=1e-5 if dtype == torch.float32 else 1e-2, atol=0)
+
+
+_EQUAL_CASES = {
+    "same": lambda a, b: torch.equal(a, a.clone()),
+    "different": lambda a, b: torch.equal(a, b),
+    "nan_is_not_equal": lambda a, b: torch.equal(a.log() * 0 - 1, a.log() * 0 - 1),
+    "shapes_differ": lambda a, b: torch.equal(a, a[:1]),
+    "broadcastable_is_not_equal": lambda a, b: torch.equal(a[:1], a[:1].expand(2, 3)),
+    "empty": lambda a, b: torch.equal(a[:0], b[:0]),
+    "strided": lambda a, b: torch.equal(a.t()[::2], a.t().contiguous()[::2]),
+    "ints": lambda a, b: torch.equal(a.long(), b.long()),
+    "promotes": lambda a, b: torch.equal(a, a.double()) and not torch.equal(a + 0.5, a.long()),
+    "bool_and_int": lambda a, b: torch.equal(a > 0, (a > 0).long()),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_EQUAL_CASES))
+def test_equal_on_the_device(case):
+    """torch.equal ran on the CPU fallback; it is an eq + all read back."""
+    from op_testing import no_fallback, same_as_cpu
+
+    def run(d):
+        a = torch.tensor([[1.0, -2.0, 3.0], [4.0, 5.0, -6.0]]).to(d)
+        return torch.tensor(_EQUAL_CASES[case](a, a.flip(0)))
+    with no_fallback():
+        same_as_cpu(run)

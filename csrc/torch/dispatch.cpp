@@ -954,6 +954,68 @@ std::vector<int64_t> cpu_strides(const c10::OperatorHandle& op,
   return out.strides().vec();
 }
 
+// arange.out resizes a wrong-sized out= with its own warning (CPU's
+// arange_out), where its meta kernel gives resize_output's: the size comes
+// from arange on the meta device, the warning is CPU's, and the meta
+// kernel gets an empty out=.
+void arange_resize_warning(const c10::OperatorHandle& op, const torch::jit::Stack& inputs,
+                           torch::jit::Stack* meta_stack) {
+  const auto& args = op.schema().arguments();
+  int out = -1;
+  std::vector<c10::Scalar> range;
+  for (size_t i = 0; i < args.size() && i < inputs.size(); i++) {
+    if (args[i].is_out() && inputs[i].isTensor()) out = static_cast<int>(i);
+    else if (inputs[i].isScalar()) range.push_back(inputs[i].toScalar());
+  }
+  if (out < 0 || range.empty() || range.size() > 3) return;
+  const at::Tensor& t = inputs[out].toTensor();
+  const auto meta = at::TensorOptions().dtype(t.scalar_type()).device(at::kMeta);
+  int64_t size;
+  try {
+    size = (range.size() == 1 ? at::arange(range[0], meta)
+            : range.size() == 2 ? at::arange(range[0], range[1], meta)
+                                : at::arange(range[0], range[1], range[2], meta)).numel();
+  } catch (const std::exception&) {
+    return;  // the meta kernel raises it again
+  }
+  if (t.numel() == size) return;
+  if (t.numel() > 0)
+    TORCH_WARN("The number of elements in the out tensor of shape ", t.sizes(), " is ", t.numel(),
+               " which does not match the computed number of elements ", size,
+               ". Note that this may occur as a result of rounding error. "
+               "The out tensor will be resized to a tensor of shape (", size, ",).");
+  (*meta_stack)[out] = at::empty({0}, meta);
+}
+
+// linspace, logspace, randperm and eye resize an out= of the wrong size
+// without a word on the CPU (resize_, not resize_output); their Python meta
+// kernels warn as resize_output does. Such an out= reaches the meta kernel
+// empty, which it resizes silently.
+void quiet_factory_resize(const c10::OperatorHandle& op, const torch::jit::Stack& inputs,
+                          torch::jit::Stack* meta_stack) {
+  const auto& schema = op.schema();
+  const std::string& name = schema.name();
+  if (name == "aten::arange") return arange_resize_warning(op, inputs, meta_stack);
+  if (name != "aten::linspace" && name != "aten::logspace" && name != "aten::randperm" &&
+      name != "aten::eye")
+    return;
+  int64_t want = -1, cols = -1;
+  int out = -1;
+  const auto& args = schema.arguments();
+  for (size_t i = 0; i < args.size() && i < inputs.size(); i++) {
+    const std::string& a = args[i].name();
+    if (args[i].is_out() && inputs[i].isTensor()) out = static_cast<int>(i);
+    else if ((a == "steps" || a == "n") && inputs[i].isInt()) want = inputs[i].toInt();
+    else if (a == "m" && inputs[i].isInt()) cols = inputs[i].toInt();
+  }
+  if (out < 0 || want < 0) return;
+  if (cols >= 0) want *= cols;
+  else if (name == "aten::eye") want *= want;
+  const at::Tensor& t = inputs[out].toTensor();
+  if (t.numel() == want) return;
+  (*meta_stack)[out] = at::empty({0}, at::TensorOptions().dtype(t.scalar_type()).device(at::kMeta));
+}
+
 // Runs the op on meta tensors and maps its returns (and mutated arguments)
 // to engine outputs. False if there is no meta kernel or it fails.
 bool plan_outputs(const c10::OperatorHandle& op, const torch::jit::Stack& inputs,
@@ -961,6 +1023,7 @@ bool plan_outputs(const c10::OperatorHandle& op, const torch::jit::Stack& inputs
   const auto& schema = op.schema();
   torch::jit::Stack meta_stack;
   for (const auto& v : inputs) meta_stack.push_back(to_meta(v));
+  quiet_factory_resize(op, inputs, &meta_stack);
   try {
     op.callBoxed(&meta_stack);
   } catch (const std::exception& e) {

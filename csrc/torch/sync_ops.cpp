@@ -2,7 +2,7 @@
 // sync each: nonzero (argwhere, nonzero(as_tuple=True)), masked_select,
 // unique (_unique2, _unique, unique_dim, unique_consecutive,
 // unique_dim_consecutive), and boolean-mask indexing x[mask] /
-// x[mask] = v.
+// x[mask] = v; equal (a bool read back).
 //
 // A device program (the lowering table's dynamic family, reached through
 // the internal ops torchtpu::*_padded defined here with their meta
@@ -423,6 +423,17 @@ TORCH_LIBRARY_IMPL(torchtpu, Meta, m) {
   m.impl("unique_dim_padded", unique_dim_padded_meta);
 }
 
+// torch.equal: the same sizes and every element equal in the promoted
+// dtype (NaN equals nothing), as CPU's cpu_equal; one host sync reads the
+// answer. Two devices are refused in CUDA's words.
+bool equal_kernel(const at::Tensor& self, const at::Tensor& other) {
+  TORCH_CHECK(self.device() == other.device(), "Cannot compare two tensors on different devices. Got: ",
+              self.device(), " and ", other.device());
+  if (!self.is_same_size(other)) return false;
+  if (self.numel() == 0) return true;
+  return at::eq(self, other).all().item<bool>();
+}
+
 template <void (*kernel)(const c10::OperatorHandle&, torch::jit::Stack*)>
 torch::CppFunction boxed() {
   return torch::CppFunction::makeFromBoxedFunction<kernel>();
@@ -442,6 +453,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("index_put_", boxed<&index_put_kernel>());
   m.impl("index_put", boxed<&index_put_kernel>());
   m.impl("_index_put_impl_", boxed<&index_put_kernel>());
+  m.impl("equal", equal_kernel);
 }
 
 }  // namespace

@@ -959,16 +959,31 @@ static bool read_unfold_params(tpu_lower_ctx_t* ctx, int first, int64_t* k, int6
 /* im2col(self [N?, C, H, W], kernel_size, dilation, padding, stride) ->
  * [N?, C*kh*kw, L]: one strided slice of the padded input per kernel
  * offset, stacked after the channel dim (exact: no arithmetic). */
+/* im2col / col2im of an empty batch (the one empty input CPU accepts:
+ * batch 0, every other dim nonzero): the empty result. Other empty inputs
+ * are declined; the fallback raises CPU's error. */
+static tpu_status_t lower_unfold_empty_batch(tpu_lower_ctx_t* ctx, int batched_rank) {
+  const tpu_lower_arg_t* in = tpu_lower_arg(ctx, 0);
+  tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
+  bool ok = in->kind == TPU_ARG_TENSOR && in->type.rank == batched_rank && in->type.dims[0] == 0;
+  for (int d = 1; ok && d < in->type.rank; d++) ok = in->type.dims[d] > 0;
+  if (!ok || product(out.dims, out.rank) != 0) return tpu_lower_decline(ctx, "zero-element tensors");
+  tpu_lower_set_output(ctx, 0, tpu_emit_const_like(tpu_lower_builder(ctx), &out, 0));
+  return NULL;
+}
+
 static tpu_status_t lower_im2col(tpu_lower_ctx_t* ctx) {
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
-  if (any_empty(ctx)) return tpu_lower_decline(ctx, "zero-element tensors");
+  if (any_empty(ctx)) return lower_unfold_empty_batch(ctx, 4);
   const tpu_lower_arg_t* in = tpu_lower_arg(ctx, 0);
   tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
   int64_t k[2], d[2], p[2], s[2];
   if (in->kind != TPU_ARG_TENSOR || (in->type.rank != 3 && in->type.rank != 4) ||
       !read_unfold_params(ctx, 1, k, d, p, s))
     return tpu_lower_decline(ctx, "unsupported im2col call");
-  if (!conv_dtype_ok(out.dtype)) return tpu_lower_decline(ctx, "dtype %d", (int)out.dtype);
+  /* Data movement only: bool too (padding with false). */
+  if (!conv_dtype_ok(out.dtype) && out.dtype != TPU_DTYPE_BOOL)
+    return tpu_lower_decline(ctx, "dtype %d", (int)out.dtype);
   const int64_t* sp = in->type.dims + in->type.rank - 2;
   int64_t C = in->type.dims[in->type.rank - 3], N = in->type.rank == 4 ? in->type.dims[0] : 1;
   int64_t oh = (sp[0] + 2 * p[0] - d[0] * (k[0] - 1) - 1) / s[0] + 1;
@@ -999,7 +1014,7 @@ static tpu_status_t lower_im2col(tpu_lower_ctx_t* ctx) {
  * blocks add up, the padding is cut off. */
 static tpu_status_t lower_col2im(tpu_lower_ctx_t* ctx) {
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
-  if (any_empty(ctx)) return tpu_lower_decline(ctx, "zero-element tensors");
+  if (any_empty(ctx)) return lower_unfold_empty_batch(ctx, 3);
   const tpu_lower_arg_t* in = tpu_lower_arg(ctx, 0);
   tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
   int64_t size[2], k[2], d[2], p[2], s[2];

@@ -410,6 +410,16 @@ tpu_hlo_value_t tpu_emit_search_sorted(tpu_hlo_builder_t* b, tpu_hlo_value_t seq
   return start;
 }
 
+tpu_hlo_value_t tpu_emit_opaque(tpu_hlo_builder_t* b, tpu_hlo_value_t v) {
+  return tpu_hlo_op(b, "stablehlo.optimization_barrier", &v, 1, tpu_hlo_value_type(b, v), NULL);
+}
+
+tpu_hlo_value_t tpu_emit_div_by_const(tpu_hlo_builder_t* b, tpu_hlo_value_t x, double c) {
+  tpu_hlo_type_t t = tpu_hlo_value_type(b, x);
+  tpu_hlo_value_t k = tpu_emit_opaque(b, tpu_emit_const(b, t.dtype, c));
+  return tpu_emit_div(b, x, tpu_emit_broadcast_to(b, k, &t));
+}
+
 /* 1-D slice [start:limit:stride]. */
 static tpu_hlo_value_t slice_1d(tpu_hlo_builder_t* b, tpu_hlo_value_t x, int64_t start,
                                 int64_t limit, int64_t stride) {

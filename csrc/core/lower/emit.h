@@ -81,6 +81,13 @@ tpu_hlo_value_t tpu_emit_gather(tpu_hlo_builder_t* b, tpu_hlo_value_t operand,
                                 const int64_t* offset_dims, int num_offset,
                                 const int64_t* collapsed, const int64_t* start_map,
                                 int num_collapsed, const int64_t* slice_sizes);
+/* x / c, correctly rounded: XLA rewrites a division by a constant into a
+ * multiplication by its reciprocal (-49 * (1 / 49) is not -1 in double),
+ * so the constant passes an optimization_barrier and stays a value. */
+tpu_hlo_value_t tpu_emit_div_by_const(tpu_hlo_builder_t* b, tpu_hlo_value_t x, double c);
+/* v behind an optimization_barrier: XLA no longer sees a constant (for a
+ * divisor that must stay a division). */
+tpu_hlo_value_t tpu_emit_opaque(tpu_hlo_builder_t* b, tpu_hlo_value_t v);
 /* Python's floor division x // y of same-typed float values, as PyTorch's
  * div_floor_floating (fmod-based, so the quotient is not rounded before
  * flooring: 1 // inf is 0, -1 // inf is -1, inf // 2 is NaN). */

@@ -410,15 +410,11 @@ static tpu_hlo_value_t linspace_values(tpu_hlo_builder_t* b, const tpu_hlo_type_
   tpu_hlo_type_t t = *out;
   t.dtype = ct;
   if (steps == 1) return tpu_emit_broadcast_to(b, start, &t);
-  /* XLA turns a division by a constant into a multiplication by its
-   * reciprocal, which is not the correctly rounded quotient; dividing in
-   * float64 and rounding once gives it for the narrower types. */
+  /* The correctly rounded quotient (tpu_emit_div_by_const), in float64
+   * and rounded once for the narrower types. */
   tpu_hlo_value_t range = tpu_emit_convert(b, tpu_emit_binary(b, "stablehlo.subtract", end, start),
                                            TPU_DTYPE_FLOAT64);
-  tpu_hlo_value_t step = tpu_emit_convert(
-      b, tpu_emit_binary(b, "stablehlo.divide", range,
-                         tpu_emit_const(b, TPU_DTYPE_FLOAT64, (double)(steps - 1))),
-      ct);
+  tpu_hlo_value_t step = tpu_emit_convert(b, tpu_emit_div_by_const(b, range, (double)(steps - 1)), ct);
   tpu_hlo_type_t it = *out;
   it.dtype = TPU_DTYPE_INT64;
   tpu_hlo_value_t idx = tpu_emit_iota(b, &it, 0);
@@ -455,25 +451,66 @@ static tpu_status_t lower_linspace(tpu_lower_ctx_t* ctx) {
   return NULL;
 }
 
-/* logspace(start, end, steps, base): base ** linspace, the exponent in the
- * output type and the power in double, like the CPU kernel. */
+/* logspace(start, end, steps, base) as CPU's kernel for real dtypes
+ * (RangeFactories.cpp): start and end taken in the output dtype, step =
+ * double(end - start) / (steps - 1) (the difference in C++ arithmetic),
+ * and base ** exponent in double, the exponent start + step * i for the
+ * first half and end - step * (steps - 1 - i) for the rest; one step is
+ * base ** start (start as given). The double result is stored as a C++
+ * assignment would: integers truncated (and wrapped), half types through
+ * float. */
 static tpu_status_t lower_logspace(tpu_lower_ctx_t* ctx) {
   tpu_hlo_builder_t* b = ctx->b;
   tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
-  if (out.rank != 1 || !tpu_dtype_is_floating(out.dtype))
-    return tpu_lower_decline(ctx, "non-float logspace");
-  if (out.dims[0] == 0) {
+  if (out.rank != 1 || out.dtype == TPU_DTYPE_BOOL || tpu_dtype_is_complex(out.dtype))
+    return tpu_lower_decline(ctx, "logspace into %s", tpu_dtype_name(out.dtype));
+  int64_t steps = out.dims[0];
+  /* One step fills base ** start, which CPU refuses when it overflows an
+   * integer dtype: left to the fallback. */
+  if (steps == 1 && !tpu_dtype_is_floating(out.dtype))
+    return tpu_lower_decline(ctx, "one-step logspace into %s", tpu_dtype_name(out.dtype));
+  if (steps == 0) {
     tpu_lower_set_output(ctx, 0, tpu_emit_const_like(b, &out, 0));
     return NULL;
   }
-  tpu_hlo_value_t e = linspace_values(b, &out, scalar(ctx, 0, out.dtype), scalar(ctx, 1, out.dtype),
-                                      out.dtype);
   tpu_hlo_type_t t = out;
   t.dtype = TPU_DTYPE_FLOAT64;
   const tpu_lower_arg_t* base = tpu_lower_arg(ctx, 3);
   double base_v = base->kind == TPU_ARG_FLOAT ? base->f : base->kind == TPU_ARG_INT ? (double)base->i : 10.0;
-  tpu_hlo_value_t r = tpu_emit_binary(b, "stablehlo.power", tpu_emit_const_like(b, &t, base_v),
-                                      tpu_emit_convert(b, e, TPU_DTYPE_FLOAT64));
+  tpu_hlo_value_t e;
+  if (steps == 1) {
+    e = tpu_emit_broadcast_to(b, scalar(ctx, 0, TPU_DTYPE_FLOAT64), &t);
+  } else {
+    tpu_hlo_value_t start = scalar(ctx, 0, out.dtype), end = scalar(ctx, 1, out.dtype);
+    /* C++ arithmetic: narrow integers promote to int (no wrap), floats
+     * subtract in their own type. */
+    tpu_hlo_value_t diff =
+        tpu_dtype_is_floating(out.dtype)
+            ? tpu_emit_convert(b, tpu_emit_sub(b, end, start), TPU_DTYPE_FLOAT64)
+            : tpu_emit_sub(b, tpu_emit_convert(b, end, TPU_DTYPE_FLOAT64),
+                           tpu_emit_convert(b, start, TPU_DTYPE_FLOAT64));
+    tpu_hlo_value_t step = tpu_emit_broadcast_to(
+        b, tpu_emit_div_by_const(b, diff, (double)(steps - 1)), &t);
+    tpu_hlo_type_t it = out;
+    it.dtype = TPU_DTYPE_INT64;
+    tpu_hlo_value_t idx = tpu_emit_iota(b, &it, 0);
+    tpu_hlo_value_t up = tpu_emit_add(
+        b, tpu_emit_broadcast_to(b, tpu_emit_convert(b, start, TPU_DTYPE_FLOAT64), &t),
+        tpu_emit_mul(b, step, tpu_emit_convert(b, idx, TPU_DTYPE_FLOAT64)));
+    tpu_hlo_value_t back = tpu_emit_sub(b, tpu_hlo_constant_int(b, it, steps - 1), idx);
+    tpu_hlo_value_t down = tpu_emit_sub(
+        b, tpu_emit_broadcast_to(b, tpu_emit_convert(b, end, TPU_DTYPE_FLOAT64), &t),
+        tpu_emit_mul(b, step, tpu_emit_convert(b, back, TPU_DTYPE_FLOAT64)));
+    e = tpu_emit_select(b, tpu_emit_compare(b, "LT", idx, tpu_hlo_constant_int(b, it, steps / 2)),
+                        up, down);
+  }
+  tpu_hlo_value_t r = tpu_emit_binary(b, "stablehlo.power", tpu_emit_const_like(b, &t, base_v), e);
+  if (out.dtype == TPU_DTYPE_BFLOAT16 || out.dtype == TPU_DTYPE_FLOAT16)
+    r = tpu_emit_convert(b, r, TPU_DTYPE_FLOAT32);
+  /* Narrow integers wrap as C++'s conversion does (464 -> uint8 208): via
+   * int64, where XLA's direct conversion saturates. */
+  else if (!tpu_dtype_is_floating(out.dtype))
+    r = tpu_emit_convert(b, r, TPU_DTYPE_INT64);
   tpu_lower_set_output(ctx, 0, tpu_emit_convert(b, r, out.dtype));
   return NULL;
 }

@@ -312,13 +312,42 @@ static void test_linspace_logspace(void) {
   int64_t want_i[7] = {-1, 0, 0, 0, 1, 1, 2}; /* torch.linspace(-1, 2.5, 7, dtype=int64) */
   for (int i = 0; i < n; i++) CHECK(((int64_t*)r[0])[i] == want_i[i]);
   free(r[0]);
-  /* logspace(-1, 2.5, 7, base=2). */
+  /* torch.linspace(50, 1, 50, dtype=int64) is 50, 49, ..., 1: the step is
+   * exactly -1 (-49 * (1 / 49) would truncate 25 to 24). */
+  {
+    int64_t n50 = 50;
+    double s50 = 50, e1 = 1;
+    static int64_t d50[50];
+    const void* ldata[3] = {d50, &s50, &e1};
+    tpu_lower_arg_t l50[4] = {args[0], args[1], {.kind = TPU_ARG_INT, .i = 50},
+                              tpu_test_tensor_arg(TPU_DTYPE_INT64, 1, &n50)};
+    tpu_hlo_type_t o50 = tpu_hlo_type_make(TPU_DTYPE_INT64, 1, &n50);
+    CHECK_OK(tpu_test_run_op("aten::linspace.out", l50, 4, NULL, ldata, &o50, 1, r));
+    for (int i = 0; i < 50; i++) CHECK(((int64_t*)r[0])[i] == 50 - i);
+    free(r[0]);
+  }
+  /* logspace(-1, 2.5, 7, base=2): the exponents in double. */
   tpu_lower_arg_t largs[5] = {args[0], args[1], args[2], {.kind = TPU_ARG_FLOAT, .f = 2},
                               tpu_test_tensor_arg(TPU_DTYPE_FLOAT32, 1, &n)};
   CHECK_OK(tpu_test_run_op("aten::logspace.out", largs, 5, NULL, data, &out, 1, r));
+  const double dstep = 3.5 / (n - 1);
   for (int i = 0; i < n; i++) {
-    float e = i < n / 2 ? fmaf(step, (float)i, -1.0f) : fmaf(-step, (float)(n - 1 - i), 2.5f);
-    CHECK(((float*)r[0])[i] == (float)pow(2.0, (double)e));
+    double e = i < n / 2 ? -1.0 + dstep * i : 2.5 - dstep * (n - 1 - i);
+    CHECK(((float*)r[0])[i] == (float)pow(2.0, e));
+  }
+  /* torch.logspace(0, 4, 4, dtype=torch.bfloat16): the exponent is not
+   * rounded to bfloat16 (21.5, not 21.625). */
+  free(r[0]);
+  {
+    double s0 = 0, s4 = 4;
+    const void* bdata[3] = {idummy, &s0, &s4};
+    int64_t four = 4;
+    tpu_lower_arg_t bargs[5] = {args[0], args[1], {.kind = TPU_ARG_INT, .i = 4}, {.kind = TPU_ARG_FLOAT, .f = 10},
+                                tpu_test_tensor_arg(TPU_DTYPE_BFLOAT16, 1, &four)};
+    tpu_hlo_type_t bo = tpu_hlo_type_make(TPU_DTYPE_BFLOAT16, 1, &four);
+    CHECK_OK(tpu_test_run_op("aten::logspace.out", bargs, 5, NULL, bdata, &bo, 1, r));
+    const uint16_t want_bf[4] = {0x3f80, 0x41ac, 0x43e8, 0x461c}; /* 1, 21.5, 464, 9984 */
+    CHECK(memcmp(r[0], want_bf, sizeof want_bf) == 0);
   }
   free(r[0]);
   /* steps = 1 gives start. */

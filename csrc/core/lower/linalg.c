@@ -1,5 +1,7 @@
 /* Linear-algebra family: bmm, addmm, baddbmm, addbmm, dot, vdot, mv,
- * addmv, addr, _unsafe_view. (mm is in basic.c; matmul, linear, einsum,
+ * addmv, addr, _unsafe_view; the solvers XLA has as HLO (triangular_solve,
+ * cholesky): linalg_solve_triangular, triangular_solve,
+ * linalg_cholesky_ex. (mm is in basic.c; matmul, linear, einsum,
  * tensordot, outer decompose into these before reaching the backend.)
  *
  * Half types are converted to float32, multiplied and combined with
@@ -192,10 +194,171 @@ static tpu_status_t lower_unsafe_view(tpu_lower_ctx_t* ctx) {
   return NULL;
 }
 
+/* ---- factorizations XLA has as HLO ---- */
+
+static bool solver_dtype(tpu_dtype_t d) {
+  return d == TPU_DTYPE_FLOAT32 || d == TPU_DTYPE_FLOAT64 || d == TPU_DTYPE_COMPLEX64 ||
+         d == TPU_DTYPE_COMPLEX128;
+}
+
+static int64_t numel_of(const tpu_hlo_type_t* t) {
+  int64_t n = 1;
+  for (int d = 0; d < t->rank; d++) n *= t->dims[d];
+  return n;
+}
+
+/* Tensor argument i broadcast to `batch`'s leading dims (all but its last
+ * two) followed by its own last two dims. */
+static tpu_hlo_value_t batched(tpu_lower_ctx_t* ctx, int i, const tpu_hlo_type_t* batch) {
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  const tpu_hlo_type_t* t = &tpu_lower_arg(ctx, i)->type;
+  tpu_hlo_type_t to = *batch;
+  to.dtype = t->dtype;
+  to.dims[to.rank - 2] = t->dims[t->rank - 2];
+  to.dims[to.rank - 1] = t->dims[t->rank - 1];
+  return tpu_emit_broadcast_to(b, tpu_lower_tensor(ctx, i), &to);
+}
+
+static tpu_hlo_value_t triangular_solve(tpu_hlo_builder_t* b, tpu_hlo_value_t a, tpu_hlo_value_t rhs,
+                                        bool left, bool lower, bool unit, bool transpose) {
+  char attrs[192];
+  snprintf(attrs, sizeof attrs,
+           "left_side = %s, lower = %s, unit_diagonal = %s, "
+           "transpose_a = #stablehlo<transpose %s>",
+           left ? "true" : "false", lower ? "true" : "false", unit ? "true" : "false",
+           transpose ? "TRANSPOSE" : "NO_TRANSPOSE");
+  tpu_hlo_value_t ops[2] = {a, rhs};
+  return tpu_hlo_op(b, "stablehlo.triangular_solve", ops, 2, tpu_hlo_value_type(b, rhs), attrs);
+}
+
+/* linalg_solve_triangular(A, B, *, upper, left, unitriangular): A X = B
+ * (left) or X A = B, batch dims broadcast; stablehlo.triangular_solve
+ * reads only A's triangle, as LAPACK's trsm does. Dtypes CPU refuses
+ * (or two different ones) are declined: the fallback raises CPU's error. */
+static tpu_status_t lower_linalg_solve_triangular(tpu_lower_ctx_t* ctx) {
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
+  const tpu_lower_arg_t *a = tpu_lower_arg(ctx, 0), *rhs = tpu_lower_arg(ctx, 1);
+  if (a->kind != TPU_ARG_TENSOR || rhs->kind != TPU_ARG_TENSOR || a->type.dtype != rhs->type.dtype ||
+      !solver_dtype(a->type.dtype) || out.dtype != a->type.dtype || out.rank < 2 ||
+      a->type.rank < 2 || rhs->type.rank < 2)
+    return tpu_lower_decline(ctx, "solve_triangular of %s and %s", tpu_dtype_name(a->type.dtype),
+                             tpu_dtype_name(rhs->type.dtype));
+  if (numel_of(&out) == 0) {
+    tpu_lower_set_output(ctx, 0, tpu_emit_const_like(b, &out, 0));
+    return NULL;
+  }
+  bool upper = tpu_lower_arg(ctx, 2)->i != 0;
+  bool left = tpu_lower_arg(ctx, 3)->kind != TPU_ARG_BOOL || tpu_lower_arg(ctx, 3)->i != 0;
+  bool unit = tpu_lower_arg(ctx, 4)->kind == TPU_ARG_BOOL && tpu_lower_arg(ctx, 4)->i != 0;
+  tpu_lower_set_output(ctx, 0, triangular_solve(b, batched(ctx, 0, &out), batched(ctx, 1, &out),
+                                                left, !upper, unit, false));
+  return NULL;
+}
+
+/* triangular_solve(b, A, upper, transpose, unitriangular) -> (solution,
+ * cloned_coefficient): A X = b (A^T X = b when transpose), batch dims
+ * broadcast; the second output is A broadcast. */
+static tpu_status_t lower_triangular_solve(tpu_lower_ctx_t* ctx) {
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0), coeff = tpu_lower_output_type(ctx, 1);
+  const tpu_lower_arg_t *rhs = tpu_lower_arg(ctx, 0), *a = tpu_lower_arg(ctx, 1);
+  if (a->kind != TPU_ARG_TENSOR || rhs->kind != TPU_ARG_TENSOR || a->type.dtype != rhs->type.dtype ||
+      !solver_dtype(a->type.dtype) || out.dtype != a->type.dtype || out.rank < 2 ||
+      a->type.rank < 2 || rhs->type.rank < 2 || tpu_lower_num_outputs(ctx) != 2)
+    return tpu_lower_decline(ctx, "triangular_solve of %s and %s", tpu_dtype_name(rhs->type.dtype),
+                             tpu_dtype_name(a->type.dtype));
+  tpu_hlo_value_t coefficient = batched(ctx, 1, &out);
+  if (numel_of(&out) == 0) {
+    tpu_lower_set_output(ctx, 0, tpu_emit_const_like(b, &out, 0));
+  } else {
+    bool upper = tpu_lower_arg(ctx, 2)->kind != TPU_ARG_BOOL || tpu_lower_arg(ctx, 2)->i != 0;
+    bool transpose = tpu_lower_arg(ctx, 3)->kind == TPU_ARG_BOOL && tpu_lower_arg(ctx, 3)->i != 0;
+    bool unit = tpu_lower_arg(ctx, 4)->kind == TPU_ARG_BOOL && tpu_lower_arg(ctx, 4)->i != 0;
+    tpu_lower_set_output(ctx, 0, triangular_solve(b, coefficient, batched(ctx, 0, &out), true,
+                                                  !upper, unit, transpose));
+  }
+  tpu_lower_set_output(ctx, 1, tpu_emit_reshape(b, coefficient, coeff.dims, coeff.rank));
+  return NULL;
+}
+
+/* LAPACK's potrf info for A [..., n, n]: the first j (1-based) whose
+ * pivot is not > 0 (NaN included), else 0, as int32 [...]. XLA's
+ * cholesky fills a failed factorization with NaN, so the pivots are
+ * recomputed: n steps of Gaussian elimination without pivoting (the
+ * pivots of a Cholesky factorization are the squares of L's diagonal). */
+static tpu_hlo_value_t cholesky_info(tpu_hlo_builder_t* b, tpu_hlo_value_t a) {
+  tpu_hlo_type_t t = tpu_hlo_value_type(b, a);
+  int r = t.rank;
+  int64_t n = t.dims[r - 1];
+  tpu_hlo_type_t bt = t;  /* the batch shape */
+  bt.rank = r - 2;
+  bt.dtype = TPU_DTYPE_INT64;
+  tpu_hlo_value_t info = tpu_emit_const_like(b, &bt, 0);
+  int64_t start[TPU_HLO_MAX_RANK] = {0}, limit[TPU_HLO_MAX_RANK], stride[TPU_HLO_MAX_RANK];
+  for (int d = 0; d < r; d++) limit[d] = t.dims[d], stride[d] = 1;
+  tpu_hlo_value_t s = a;
+  for (int64_t j = 0; j < n; j++) {
+    start[r - 2] = j, limit[r - 2] = j + 1, start[r - 1] = 0, limit[r - 1] = n;
+    tpu_hlo_value_t row = tpu_emit_slice(b, s, start, limit, stride);
+    start[r - 2] = 0, limit[r - 2] = n, start[r - 1] = j, limit[r - 1] = j + 1;
+    tpu_hlo_value_t col = tpu_emit_slice(b, s, start, limit, stride);
+    start[r - 2] = j, limit[r - 2] = j + 1;
+    tpu_hlo_value_t pivot = tpu_emit_slice(b, s, start, limit, stride); /* [..., 1, 1] */
+    tpu_hlo_value_t re = tpu_dtype_is_complex(t.dtype) ? tpu_emit_unary(b, "stablehlo.real", pivot) : pivot;
+    tpu_hlo_type_t pt = tpu_hlo_value_type(b, re);
+    tpu_hlo_value_t bad = tpu_emit_unary(b, "stablehlo.not",
+                                         tpu_emit_compare(b, "GT", re, tpu_emit_const_like(b, &pt, 0)));
+    bad = tpu_emit_reshape(b, bad, bt.dims, bt.rank);
+    tpu_hlo_value_t first = tpu_emit_binary(
+        b, "stablehlo.and", bad, tpu_emit_compare(b, "EQ", info, tpu_emit_const_like(b, &bt, 0)));
+    info = tpu_emit_select(b, first, tpu_emit_const_like(b, &bt, (double)(j + 1)), info);
+    if (j + 1 < n)
+      s = tpu_emit_sub(b, s, tpu_emit_div(b, tpu_emit_mul(b, tpu_emit_broadcast_to(b, col, &t),
+                                                          tpu_emit_broadcast_to(b, row, &t)),
+                                          tpu_emit_broadcast_to(b, pivot, &t)));
+  }
+  return tpu_emit_convert(b, info, TPU_DTYPE_INT32);
+}
+
+/* linalg_cholesky_ex(A, *, upper, check_errors=False) -> (L, info):
+ * stablehlo.cholesky, the other triangle zeroed (HLO leaves it
+ * unspecified), and LAPACK's info (cholesky_info). Past 64 x 64 the info
+ * steps would make a large program: declined, as is check_errors=True
+ * (CPU raises by reading info; the fallback does). */
+static tpu_status_t lower_linalg_cholesky_ex(tpu_lower_ctx_t* ctx) {
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  const tpu_lower_arg_t* a = tpu_lower_arg(ctx, 0);
+  tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0), info_t = tpu_lower_output_type(ctx, 1);
+  bool check = tpu_lower_arg(ctx, 2)->kind == TPU_ARG_BOOL && tpu_lower_arg(ctx, 2)->i != 0;
+  if (a->kind != TPU_ARG_TENSOR || !solver_dtype(a->type.dtype) || a->type.rank < 2 || check ||
+      out.dtype != a->type.dtype || info_t.dtype != TPU_DTYPE_INT32 ||
+      tpu_lower_num_outputs(ctx) != 2 || out.dims[out.rank - 1] > 64)
+    return tpu_lower_decline(ctx, "cholesky of %s", tpu_dtype_name(a->type.dtype));
+  bool upper = tpu_lower_arg(ctx, 1)->kind == TPU_ARG_BOOL && tpu_lower_arg(ctx, 1)->i != 0;
+  if (numel_of(&out) == 0) {
+    tpu_lower_set_output(ctx, 0, tpu_emit_const_like(b, &out, 0));
+    tpu_lower_set_output(ctx, 1, tpu_emit_const_like(b, &info_t, 0));
+    return NULL;
+  }
+  tpu_hlo_value_t x = tpu_lower_tensor(ctx, 0);
+  tpu_hlo_value_t l = tpu_hlo_op(b, "stablehlo.cholesky", &x, 1, out, upper ? "lower = false" : "lower = true");
+  tpu_hlo_type_t it = out;
+  it.dtype = TPU_DTYPE_INT64;
+  tpu_hlo_value_t keep = tpu_emit_compare(b, upper ? "LE" : "GE", tpu_emit_iota(b, &it, out.rank - 2),
+                                          tpu_emit_iota(b, &it, out.rank - 1));
+  tpu_lower_set_output(ctx, 0, tpu_emit_select(b, keep, l, tpu_emit_const_like(b, &out, 0)));
+  tpu_lower_set_output(ctx, 1, tpu_emit_reshape(b, cholesky_info(b, x), info_t.dims, info_t.rank));
+  return NULL;
+}
+
 const tpu_lowering_t tpu_lowerings_linalg[] = {
     {"bmm", lower_bmm, 0},       {"addmm", lower_addmm, 0}, {"baddbmm", lower_baddbmm, 0},
     {"addbmm", lower_addbmm, 0}, {"dot", lower_dot, 0},     {"vdot", lower_dot, 0},
     {"mv", lower_mv, 0},         {"addmv", lower_addmv, 0},
     {"addr", lower_addr, 0}, {"_unsafe_view", lower_unsafe_view, 0},
+    {"linalg_solve_triangular", lower_linalg_solve_triangular, 0},
+    {"triangular_solve", lower_triangular_solve, 0},
+    {"linalg_cholesky_ex", lower_linalg_cholesky_ex, 0},
 };
 const size_t tpu_lowerings_linalg_count = sizeof tpu_lowerings_linalg / sizeof tpu_lowerings_linalg[0];

@@ -285,7 +285,69 @@ static void test_single_product_signed_zeros_as_cpu(void) {
   CHECK_EQ(negative_zero_of("aten::mm", 2, ma, 2, mb, 2, mo), 1);
 }
 
-TPU_TEST_MAIN(TPU_TEST(test_bmm), TPU_TEST(test_single_product_signed_zeros_as_cpu), TPU_TEST(test_addmm_beta_alpha),
+/* linalg_solve_triangular: A X = B with an upper A (its lower triangle
+ * holding junk the solver must not read), checked by multiplying back;
+ * X A = B (left=False) likewise. */
+static void test_solve_triangular(void) {
+  enum { N = 3, K = 2 };
+  const int64_t da[2] = {N, N}, db[2] = {N, K}, dr[2] = {K, N};
+  float a[N * N] = {2, 1, -1, 99, 3, 0.5f, 99, 99, -4};
+  float bl[N * K] = {1, 2, 3, 4, 5, 6}, br[K * N] = {1, 2, 3, 4, 5, 6};
+  for (int left = 1; left >= 0; left--) {
+    tpu_lower_arg_t args[5] = {tpu_test_tensor_arg(TPU_DTYPE_FLOAT32, 2, da),
+                               tpu_test_tensor_arg(TPU_DTYPE_FLOAT32, 2, left ? db : dr),
+                               {.kind = TPU_ARG_BOOL, .i = 1}, {.kind = TPU_ARG_BOOL, .i = left},
+                               {.kind = TPU_ARG_BOOL, .i = 0}};
+    const void* data[2] = {a, left ? bl : br};
+    tpu_hlo_type_t out = tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 2, left ? db : dr);
+    void* r[1];
+    CHECK_OK(tpu_test_run_op("aten::linalg_solve_triangular", args, 5, NULL, data, &out, 1, r));
+    float* x = r[0];
+    bool ok = true;
+    for (int i = 0; i < (left ? N : K); i++)
+      for (int j = 0; j < (left ? K : N); j++) {
+        double s = 0;
+        for (int k = 0; k < N; k++) {
+          if (left) s += (k >= i ? a[i * N + k] : 0) * x[k * K + j];
+          else s += x[i * N + k] * (j >= k ? a[k * N + j] : 0);
+        }
+        ok &= close(s, left ? bl[i * K + j] : br[i * N + j]);
+      }
+    free(r[0]);
+    CHECK(ok);
+  }
+}
+
+/* linalg_cholesky_ex: L L^T = A with the upper triangle zero and info 0;
+ * a matrix whose second leading minor is not positive-definite gives
+ * info 2, as LAPACK. */
+static void test_cholesky_ex(void) {
+  enum { N = 3 };
+  const int64_t d[3] = {2, N, N}, di[1] = {2};
+  float a[2 * N * N] = {4, 2, -2, 2, 5, 1, -2, 1, 6, /* */ 1, 2, 0, 2, 1, 0, 0, 0, 1};
+  tpu_lower_arg_t args[3] = {tpu_test_tensor_arg(TPU_DTYPE_FLOAT32, 3, d), {.kind = TPU_ARG_BOOL, .i = 0},
+                             {.kind = TPU_ARG_BOOL, .i = 0}};
+  const void* data[1] = {a};
+  tpu_hlo_type_t outs[2] = {tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 3, d), tpu_hlo_type_make(TPU_DTYPE_INT32, 1, di)};
+  void* r[2];
+  CHECK_OK(tpu_test_run_op("aten::linalg_cholesky_ex", args, 3, NULL, data, outs, 2, r));
+  float* l = r[0];
+  int32_t* info = r[1];
+  bool ok = true;
+  for (int i = 0; i < N; i++)
+    for (int j = 0; j < N; j++) {
+      double s = 0;
+      for (int k = 0; k < N; k++) s += l[i * N + k] * l[j * N + k];
+      ok &= close(s, a[i * N + j]);
+      if (j > i) ok &= l[i * N + j] == 0;
+    }
+  CHECK(ok);
+  CHECK(info[0] == 0 && info[1] == 2);
+  free(r[0]);
+  free(r[1]);
+}
+
+TPU_TEST_MAIN(TPU_TEST(test_bmm), TPU_TEST(test_solve_triangular), TPU_TEST(test_cholesky_ex), TPU_TEST(test_single_product_signed_zeros_as_cpu), TPU_TEST(test_addmm_beta_alpha),
               TPU_TEST(test_baddbmm_bf16_rounds_once), TPU_TEST(test_addbmm_sums_batches),
               TPU_TEST(test_dot_vdot_mv_addmv), TPU_TEST(test_addr), TPU_TEST(test_unsafe_view),
               TPU_TEST(test_bool_declines))

@@ -149,9 +149,8 @@ static tpu_status_t lower_mean(tpu_lower_ctx_t* ctx) {
   int64_t dims[TPU_HLO_MAX_RANK];
   int n = read_dims(ctx, list_arg(ctx, 1), t.rank, false, dims);
   tpu_hlo_value_t sum = reduce(b, x, 0, dims, n, "stablehlo.add");
-  tpu_hlo_type_t st = value_type(ctx, sum);
-  tpu_hlo_value_t count = tpu_emit_const_like(b, &st, (double)count_of(&t, dims, n));
-  set_out(ctx, 0, tpu_emit_binary(b, "stablehlo.divide", sum, count));
+  /* sum / n as CPU divides (not XLA's sum * (1 / n)). */
+  set_out(ctx, 0, tpu_emit_div_by_const(b, sum, (double)count_of(&t, dims, n)));
   return NULL;
 }
 
@@ -399,7 +398,7 @@ static tpu_status_t lower_var_std(tpu_lower_ctx_t* ctx, bool take_sqrt) {
   tpu_hlo_value_t sum = reduce(b, x, 0, dims, n, "stablehlo.add");
   tpu_hlo_type_t st = value_type(ctx, sum);
   double count = (double)count_of(&t, dims, n);
-  tpu_hlo_value_t cnt = tpu_emit_const_like(b, &st, count);
+  tpu_hlo_value_t cnt = tpu_emit_broadcast_to(b, tpu_emit_opaque(b, tpu_emit_const(b, st.dtype, count)), &st);
   tpu_hlo_value_t mean = tpu_emit_binary(b, "stablehlo.divide", sum, cnt);
   int64_t results = 1;
   for (int k = 0; k < st.rank; k++) results *= st.dims[k];
@@ -432,6 +431,7 @@ static tpu_status_t lower_var_std(tpu_lower_ctx_t* ctx, bool take_sqrt) {
                                         tpu_emit_binary(b, "stablehlo.subtract",
                                                         tpu_emit_const(b, t.dtype, count), correction),
                                         tpu_emit_const(b, t.dtype, 0));
+  div = tpu_emit_opaque(b, div); /* a division, as CPU's */
   tpu_hlo_value_t var = tpu_emit_binary(b, "stablehlo.divide", sq, tpu_emit_broadcast_to(b, div, &st));
   tpu_hlo_value_t r = take_sqrt ? tpu_emit_unary(b, "stablehlo.sqrt", var) : var;
   if (scaled) { /* (var * s) * s: no overflow before the result's own */
