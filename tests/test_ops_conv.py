@@ -294,3 +294,44 @@ def test_fold(dtype, case):
     blocks = F.unfold(torch.zeros(2, 3, 7, 8), **kw).shape
     x = make(tuple(blocks), dtype)
     check(lambda x: F.fold(x, (7, 8), **kw), x, grad=True, dtype=dtype)
+
+
+# ---- max_unpool ---------------------------------------------------------------
+
+@pytest.mark.parametrize("nd", [1, 2, 3])
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_max_unpool_on_the_device(nd, dtype):
+    """max_unpool1d/2d/3d ran on the CPU fallback (1752 sweep samples): one
+    scatter per call, with gradients."""
+    pool = {1: F.max_pool1d, 2: F.max_pool2d, 3: F.max_pool3d}[nd]
+    unpool = {1: F.max_unpool1d, 2: F.max_unpool2d, 3: F.max_unpool3d}[nd]
+    x = make((2, 3) + (6,) * nd, dtype)
+    _, idx = pool(x, 2, stride=2, return_indices=True)
+    y, _ = pool(x, 2, stride=2, return_indices=True)
+    check(lambda y, i: unpool(y, i, 2, stride=2), y, idx, grad=True, dtype=dtype, exact=True)
+    # overlapping windows: duplicate indices carry equal values
+    _, idx = pool(x, 3, stride=1, return_indices=True)
+    y, _ = pool(x, 3, stride=1, return_indices=True)
+    check(lambda y, i: unpool(y, i, 3, stride=1), y, idx, dtype=dtype, exact=True)
+
+
+@pytest.mark.parametrize("case", ["index_too_large", "negative_index", "int32_indices", "shape_mismatch"])
+def test_max_unpool_refuses_what_cpu_refuses(case):
+    from op_testing import same_as_cpu
+
+    def run(d):
+        y = torch.ones(1, 1, 2, 2, device=d)
+        i = torch.tensor([[[[0, 1], [2, 3]]]], device=d)
+        if case == "index_too_large":
+            i[0, 0, 1, 1] = 16
+        if case == "negative_index":
+            i[0, 0, 0, 1] = -1
+        if case == "int32_indices":
+            i = i.int()
+        if case == "shape_mismatch":
+            i = i[..., :1]
+        return F.max_unpool2d(y, i, 2, output_size=(4, 4))
+    err = same_as_cpu(run)
+    assert isinstance(err, RuntimeError)
+    if case == "index_too_large":
+        assert "Found an invalid max index: 16 (output volumes are of size 4x4)" in str(err)

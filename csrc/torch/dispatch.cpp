@@ -180,11 +180,14 @@ bool is_int_division(const std::string& name) {
 
 void check_multinomial(c10::ArrayRef<c10::IValue> inputs);
 void check_sorter(c10::ArrayRef<c10::IValue> inputs);
+void check_unpool_indices(c10::ArrayRef<c10::IValue> inputs);
 
 // The value check of facts.name, or nullptr.
 auto value_check_of(const std::string& name) -> void (*)(c10::ArrayRef<c10::IValue>) {
   if (name == "aten::multinomial" || name == "aten::multinomial.out") return &check_multinomial;
   if (name.rfind("aten::searchsorted.", 0) == 0) return &check_sorter;
+  if (name.rfind("aten::max_unpool2d", 0) == 0 || name.rfind("aten::max_unpool3d", 0) == 0)
+    return &check_unpool_indices;
   return nullptr;
 }
 
@@ -1225,6 +1228,27 @@ void check_multinomial(c10::ArrayRef<c10::IValue> inputs) {
   TORCH_CHECK(first != 2,
               "invalid multinomial distribution (encountering probability entry = infinity or NaN)");
   TORCH_CHECK(first != 3, "invalid multinomial distribution (sum of probabilities <= 0)");
+}
+
+// max_unpool's indices must fall in the output plane (CPU's kernel reads
+// them: "Found an invalid max index"). The first bad one in order is
+// named.
+void check_unpool_indices(c10::ArrayRef<c10::IValue> inputs) {
+  if (inputs.size() < 3 || !inputs[1].isTensor() || !inputs[2].isIntList()) return;
+  const at::Tensor& idx = inputs[1].toTensor();
+  const std::vector<int64_t> size = inputs[2].toIntVector();
+  if (idx.numel() == 0) return;
+  int64_t plane = 1;
+  for (int64_t s : size) plane *= s;
+  const at::Tensor bad = (idx < 0) | (idx >= plane);
+  const at::Tensor flat = idx.reshape({-1});
+  const at::Tensor first = bad.reshape({-1}).to(at::kByte).argmax(0, true);
+  const at::Tensor both = at::stack({bad.any().to(at::kLong), flat.gather(0, first).squeeze(0)}).cpu();
+  if (both[0].item<int64_t>() == 0) return;
+  std::string sizes;
+  for (size_t d = 0; d < size.size(); d++) sizes += (d ? "x" : "") + std::to_string(size[d]);
+  TORCH_CHECK(false, "Found an invalid max index: ", both[1].item<int64_t>(),
+              " (output volumes are of size ", sizes, ")");
 }
 
 // searchsorted's sorter must index its row (Bucketization.cpp reads its

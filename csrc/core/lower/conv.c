@@ -1051,6 +1051,54 @@ static tpu_status_t lower_col2im(tpu_lower_ctx_t* ctx) {
   return NULL;
 }
 
+/* max_unpool2d(self, indices, output_size) / max_unpool3d(..., stride,
+ * padding): every element of a (batch, channel) plane of self written to
+ * its flat index in the output plane, zeros elsewhere (one scatter over
+ * all planes). Indices out of the plane are refused before this runs
+ * (dispatch.cpp check_unpool_indices), as CPU refuses them; 3d's stride and
+ * padding only feed CPU's shape checks, so a call those would refuse is
+ * declined to the fallback. Duplicate indices: any one write wins, as on
+ * CUDA (from max_pool they carry equal values). */
+static tpu_status_t lower_max_unpool(tpu_lower_ctx_t* ctx) {
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  const tpu_lower_arg_t *x = tpu_lower_arg(ctx, 0), *idx = tpu_lower_arg(ctx, 1);
+  tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
+  int nsp = strstr(tpu_lower_op_name(ctx), "3d") ? 3 : 2;
+  if (x->kind != TPU_ARG_TENSOR || idx->kind != TPU_ARG_TENSOR || idx->type.dtype != TPU_DTYPE_INT64 ||
+      x->type.rank != out.rank || x->type.rank < nsp + 1 || x->type.dtype != out.dtype)
+    return tpu_lower_decline(ctx, "unsupported max_unpool call");
+  if (nsp == 3) {
+    for (int a = 3; a <= 4; a++) {
+      const tpu_lower_arg_t* v = tpu_lower_arg(ctx, a);
+      if (v->kind != TPU_ARG_INTS || v->num_ints != 3) return tpu_lower_decline(ctx, "stride / padding");
+      for (int k = 0; k < 3; k++)
+        if (a == 3 && v->ints[k] <= 0) return tpu_lower_decline(ctx, "stride %lld", (long long)v->ints[k]);
+    }
+    for (int k = 0; k < 3; k++)
+      if (out.dims[out.rank - 3 + k] <= 0) return tpu_lower_decline(ctx, "empty output volume");
+  }
+  if (product(out.dims, out.rank) == 0) {
+    tpu_lower_set_output(ctx, 0, tpu_emit_const_like(b, &out, 0));
+    return NULL;
+  }
+  int64_t planes = product(x->type.dims, x->type.rank - nsp);
+  int64_t in_plane = product(x->type.dims + x->type.rank - nsp, nsp);
+  int64_t out_plane = product(out.dims + out.rank - nsp, nsp);
+  const int64_t pd[2] = {planes, in_plane}, flat = planes * in_plane, pairs[2] = {flat, 1};
+  tpu_hlo_type_t pt = tpu_hlo_type_make(TPU_DTYPE_INT64, 2, pd);
+  tpu_hlo_value_t where = tpu_emit_add(
+      b, tpu_emit_reshape(b, tpu_lower_tensor(ctx, 1), pd, 2),
+      tpu_emit_mul(b, tpu_emit_iota(b, &pt, 0), tpu_emit_const_like(b, &pt, (double)out_plane)));
+  where = tpu_emit_reshape(b, where, pairs, 2);
+  const int64_t total = planes * out_plane, zero = 0;
+  tpu_hlo_type_t ot = tpu_hlo_type_make(out.dtype, 1, &total);
+  tpu_hlo_value_t r = tpu_emit_scatter(b, tpu_emit_const_like(b, &ot, 0), where,
+                                       tpu_emit_reshape(b, tpu_lower_tensor(ctx, 0), &flat, 1), NULL, 0,
+                                       &zero, &zero, 1, NULL);
+  tpu_lower_set_output(ctx, 0, tpu_emit_reshape(b, r, out.dims, out.rank));
+  return NULL;
+}
+
 const tpu_lowering_t tpu_lowerings_conv[] = {
     {"convolution", lower_convolution, 0},
     {"_convolution", lower_convolution, 0},
@@ -1074,6 +1122,8 @@ const tpu_lowering_t tpu_lowerings_conv[] = {
     {"_adaptive_avg_pool2d_backward", lower_adaptive_avg_pool_backward, 0},
     {"_adaptive_avg_pool3d_backward", lower_adaptive_avg_pool_backward, 0},
     {"im2col", lower_im2col, 0},
+    {"max_unpool2d", lower_max_unpool, 0},
+    {"max_unpool3d", lower_max_unpool, 0},
     {"col2im", lower_col2im, 0},
 };
 const size_t tpu_lowerings_conv_count = sizeof tpu_lowerings_conv / sizeof tpu_lowerings_conv[0];
