@@ -80,7 +80,9 @@ static const tpu_env_var_t kEnvVars[] = {
     {"TORCHTPU_PROGRAM_CACHE_MAX", "4096",
      "Most executables kept loaded in a process; those unused longest are "
      "unloaded beyond it (each holds code and memory maps: a process that "
-     "compiles without end would run out). 0: no cap.",
+     "compiles without end would run out). 0: no cap. Whatever the cap, "
+     "they are also unloaded when the process holds 60% of "
+     "vm.max_map_count memory maps.",
      "stable"},
     {"TORCHTPU_DTYPE_PLATFORM", "",
      "Testing: answer which dtypes the device holds as this PJRT platform "

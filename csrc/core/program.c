@@ -4,6 +4,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -70,6 +71,52 @@ static size_t cache_cap(void) {
 
 void tpu_program_cache_set_max(size_t max) {
   atomic_store_explicit(&g_cap, (long long)max, memory_order_relaxed);
+}
+
+/* Executables hold memory maps (XLA:CPU's JIT: several per program, more
+ * for a big fused one), and the kernel caps a process's maps
+ * (vm.max_map_count, 65530 by default). Past it LLVM cannot map the next
+ * program and the process dies: a defer_and_fuse fuzz run of 5,000
+ * programs did, 4,096 programs being more than 65,530 maps. So the cache
+ * also rotates when the process holds more than 60% of the limit, read
+ * every 32 new programs (Linux; elsewhere the count cap alone). */
+static _Atomic long g_map_limit = -1; /* -1: not read yet; 0: unknown */
+static _Atomic unsigned g_inserts = 0;
+
+void tpu_program_cache_set_map_limit(long limit) {
+  atomic_store_explicit(&g_map_limit, limit, memory_order_relaxed);
+}
+
+static long map_limit(void) {
+  long limit = atomic_load_explicit(&g_map_limit, memory_order_relaxed);
+  if (limit < 0) {
+    limit = 0;
+    FILE* f = fopen("/proc/sys/vm/max_map_count", "r");
+    if (f) {
+      if (fscanf(f, "%ld", &limit) != 1) limit = 0;
+      fclose(f);
+    }
+    atomic_store_explicit(&g_map_limit, limit, memory_order_relaxed);
+  }
+  return limit;
+}
+
+static long maps_held(void) {
+  FILE* f = fopen("/proc/self/maps", "r");
+  if (!f) return 0;
+  char buf[65536];
+  long lines = 0;
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, f)) > 0)
+    for (size_t i = 0; i < n; i++) lines += buf[i] == '\n';
+  fclose(f);
+  return lines;
+}
+
+static bool maps_pressure(void) {
+  if (atomic_fetch_add_explicit(&g_inserts, 1, memory_order_relaxed) % 32 != 0) return false;
+  long limit = map_limit();
+  return limit > 0 && maps_held() > limit / 10 * 6;
 }
 
 static void destroy_chain(tpu_program_t* p) {
@@ -176,18 +223,19 @@ tpu_status_t tpu_program_get(const char* mlir, size_t mlir_len,
   program->hash = hash;
   program->executable = executable;
   size_t cap = cache_cap();
-  if (cap) {
+  bool pressure = maps_pressure();
+  if (cap || pressure) {
     /* Queued launches hold program pointers: drain them before a rotation
      * destroys any (outside the lock: the queue's thread never takes it,
      * but a drain can take a while). */
     pthread_mutex_lock(&g_lock);
-    bool full = g_count + 1 > cap / 2;
+    bool full = pressure || g_count + 1 > cap / 2;
     pthread_mutex_unlock(&g_lock);
     if (full) tpu_launcher_drain();
   }
   pthread_mutex_lock(&g_lock);
   found = lookup(hash, mlir, mlir_len);
-  if (!found && cap && g_count + 1 > cap / 2) rotate();
+  if (!found && (pressure || (cap && g_count + 1 > cap / 2))) rotate();
   if (!found) {
     program->next = g_buckets[hash % BUCKETS];
     g_buckets[hash % BUCKETS] = program;

@@ -63,6 +63,10 @@ bool tpu_program_runs_inline(const tpu_program_t* program);
 size_t tpu_program_cache_size(void);
 /* Overrides TORCHTPU_PROGRAM_CACHE_MAX (tests); 0: no cap. */
 void tpu_program_cache_set_max(size_t max);
+/* The process's memory-map limit the cache keeps 40% below (rotating when
+ * more are held, checked every 32 new programs); read from
+ * /proc/sys/vm/max_map_count unless set. 0: not watched. Testing. */
+void tpu_program_cache_set_map_limit(long limit);
 /* Destroys every cached program (tests and shutdown only). */
 void tpu_program_cache_clear(void);
 /* Bumped by every clear and rotation: holders of program pointers (engine entries,

@@ -128,6 +128,29 @@ static void test_single_device_programs_are_bound(void) {
   for (int i = 0; i < 3; i++) CHECK(r[i] == a[i] - b[i]);
 }
 
+/* Memory-map pressure rotates the cache even without a count cap: with a
+ * limit the process is already past, every 32nd new program rotates (and
+ * the second rotation unloads the first period's programs). */
+static void test_map_pressure_rotates(void) {
+  CHECK_OK(tpu_runtime_init(NULL));
+  tpu_program_cache_clear();
+  tpu_program_cache_set_max(0);
+  tpu_program_cache_set_map_limit(10);
+  unsigned gen = tpu_program_cache_generation();
+  int64_t evicted = tpu_metrics_get("program_cache_evictions");
+  tpu_program_t* p = NULL;
+  for (int i = 0; i < 70; i++) CHECK_OK(binary_f32_program("aten::mul.Tensor", 300 + i, &p));
+  CHECK(tpu_program_cache_generation() != gen);
+  CHECK(tpu_program_cache_size() < 70);
+  CHECK(tpu_metrics_get("program_cache_evictions") > evicted);
+  tpu_program_cache_set_map_limit(0);
+  gen = tpu_program_cache_generation();
+  for (int i = 0; i < 40; i++) CHECK_OK(binary_f32_program("aten::mul.Tensor", 400 + i, &p));
+  CHECK(tpu_program_cache_generation() == gen);
+  tpu_program_cache_set_max(4096);
+  tpu_program_cache_set_map_limit(-1);
+}
+
 /* The cap: programs unused for a period (cap/2 new ones) are unloaded; a
  * program used in the period before is kept (the same pointer) and one
  * unloaded compiles again; each rotation bumps the generation. */
@@ -175,7 +198,7 @@ static void test_cleanup(void) {
   tpu_runtime_shutdown();
 }
 
-TPU_TEST_MAIN(TPU_TEST(test_same_text_compiles_once), TPU_TEST(test_scalar_is_a_runtime_argument),
+TPU_TEST_MAIN(TPU_TEST(test_map_pressure_rotates), TPU_TEST(test_same_text_compiles_once), TPU_TEST(test_scalar_is_a_runtime_argument),
               TPU_TEST(test_bad_program_is_not_cached),
               TPU_TEST(test_inline_programs_skip_completion_events),
               TPU_TEST(test_single_device_programs_are_bound),
