@@ -63,22 +63,6 @@ static void padding_attr(char* out, size_t cap, const int64_t* lo, const int64_t
   if ((size_t)len < cap) snprintf(out + len, cap - (size_t)len, "]> : tensor<%dx2xi64>", n);
 }
 
-static tpu_hlo_value_t emit_pad(tpu_hlo_builder_t* b, tpu_hlo_value_t x, tpu_hlo_value_t pad_value,
-                                const int64_t* lo, const int64_t* hi, const int64_t* interior) {
-  tpu_hlo_type_t t = tpu_hlo_value_type(b, x);
-  int64_t zeros[TPU_HLO_MAX_RANK] = {0};
-  if (!interior) interior = zeros;
-  for (int d = 0; d < t.rank; d++) t.dims[d] += lo[d] + hi[d] + (t.dims[d] > 0 ? (t.dims[d] - 1) * interior[d] : 0);
-  char a0[256], a1[256], a2[256], attrs[900];
-  tpu_emit_i64_array(a0, sizeof a0, hi, t.rank);
-  tpu_emit_i64_array(a1, sizeof a1, lo, t.rank);
-  tpu_emit_i64_array(a2, sizeof a2, interior, t.rank);
-  snprintf(attrs, sizeof attrs,
-           "edge_padding_high = %s, edge_padding_low = %s, interior_padding = %s", a0, a1, a2);
-  tpu_hlo_value_t ops[2] = {x, pad_value};
-  return tpu_hlo_op(b, "stablehlo.pad", ops, 2, t, attrs);
-}
-
 static int64_t product(const int64_t* v, int n) {
   int64_t p = 1;
   for (int i = 0; i < n; i++) p *= v[i];
@@ -495,7 +479,7 @@ static tpu_hlo_value_t pad_for_windows(tpu_hlo_builder_t* b, tpu_hlo_value_t x, 
     lo[1 + i] = p[i];
     hi[1 + i] = need - s->in[i] - p[i];
   }
-  return emit_pad(b, x, pv, lo, hi, NULL);
+  return tpu_emit_pad(b, x, pv, lo, hi, NULL);
 }
 
 typedef struct pool_params_s {
@@ -746,7 +730,7 @@ static tpu_status_t lower_avg_pool_backward(tpu_lower_ctx_t* ctx) {
     hi[1 + i] = s.in[i] + pp.k[i] - 1 - dil - lo[1 + i];
     if (lo[1 + i] < 0) return tpu_lower_decline(ctx, "padding larger than the window");
   }
-  g = emit_pad(b, g, tpu_emit_const(b, acc, 0), lo, hi, inner);
+  g = tpu_emit_pad(b, g, tpu_emit_const(b, acc, 0), lo, hi, inner);
   tpu_hlo_value_t r = sum_window(b, g, pp.k, one, nsp, s.in);
   tpu_lower_set_output(ctx, 0, tpu_emit_convert(b, reshape_to(b, r, &out), out.dtype));
   return NULL;
@@ -892,8 +876,8 @@ static tpu_status_t lower_adaptive_max_pool(tpu_lower_ctx_t* ctx) {
     free(rows);
     int64_t lo[MAX_SP + 1] = {0}, hi[MAX_SP + 1] = {0};
     hi[1 + i] = 1;
-    tpu_hlo_value_t vp = emit_pad(b, v, lowest(b, out.dtype), lo, hi, NULL);
-    tpu_hlo_value_t ip = emit_pad(b, ix, tpu_hlo_constant_int(b, tpu_hlo_type_scalar(TPU_DTYPE_INT64), INT64_MAX), lo, hi, NULL);
+    tpu_hlo_value_t vp = tpu_emit_pad(b, v, lowest(b, out.dtype), lo, hi, NULL);
+    tpu_hlo_value_t ip = tpu_emit_pad(b, ix, tpu_hlo_constant_int(b, tpu_hlo_type_scalar(TPU_DTYPE_INT64), INT64_MAX), lo, hi, NULL);
     /* gather along dim 1+i: result [B, ..before.., O, K, ..after..]. */
     tpu_hlo_type_t vt = tpu_hlo_value_type(b, vp);
     int rank = vt.rank;
@@ -990,7 +974,7 @@ static tpu_status_t lower_im2col(tpu_lower_ctx_t* ctx) {
   int64_t ow = (sp[1] + 2 * p[1] - d[1] * (k[1] - 1) - 1) / s[1] + 1;
   int64_t d4[4] = {N, C, sp[0], sp[1]}, lo[4] = {0, 0, p[0], p[1]}, hi[4] = {0, 0, p[0], p[1]};
   tpu_hlo_value_t x = tpu_emit_reshape(b, tpu_lower_tensor(ctx, 0), d4, 4);
-  x = emit_pad(b, x, tpu_emit_const(b, out.dtype, 0), lo, hi, NULL);
+  x = tpu_emit_pad(b, x, tpu_emit_const(b, out.dtype, 0), lo, hi, NULL);
   int64_t K = k[0] * k[1];
   tpu_hlo_value_t* parts = malloc(sizeof *parts * (size_t)K);
   if (!parts) return tpu_lower_decline(ctx, "out of host memory");
@@ -1041,7 +1025,7 @@ static tpu_status_t lower_col2im(tpu_lower_ctx_t* ctx) {
       tpu_hlo_value_t blk = tpu_emit_reshape(b, tpu_emit_slice(b, cols, start, limit, step), d4, 4);
       int64_t lo[4] = {0, 0, i * d[0], j * d[1]}, inner[4] = {0, 0, s[0] - 1, s[1] - 1};
       int64_t hi[4] = {0, 0, H - lo[2] - (oh - 1) * s[0] - 1, W - lo[3] - (ow - 1) * s[1] - 1};
-      blk = emit_pad(b, blk, zero, lo, hi, inner);
+      blk = tpu_emit_pad(b, blk, zero, lo, hi, inner);
       sum = sum.id < 0 ? blk : tpu_emit_binary(b, "stablehlo.add", sum, blk);
     }
   int64_t start[4] = {0, 0, p[0], p[1]}, limit[4] = {N, C, p[0] + size[0], p[1] + size[1]},

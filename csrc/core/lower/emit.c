@@ -334,23 +334,32 @@ tpu_hlo_value_t tpu_emit_gather(tpu_hlo_builder_t* b, tpu_hlo_value_t operand,
   return tpu_hlo_op(b, "stablehlo.gather", operands, 2, out, attrs);
 }
 
+tpu_hlo_value_t tpu_emit_pad(tpu_hlo_builder_t* b, tpu_hlo_value_t x, tpu_hlo_value_t pad_value,
+                             const int64_t* lo, const int64_t* hi, const int64_t* interior) {
+  tpu_hlo_type_t t = tpu_hlo_value_type(b, x);
+  int64_t zeros[TPU_HLO_MAX_RANK] = {0};
+  if (!interior) interior = zeros;
+  for (int d = 0; d < t.rank; d++)
+    t.dims[d] += lo[d] + hi[d] + (t.dims[d] > 0 ? (t.dims[d] - 1) * interior[d] : 0);
+  char a0[256], a1[256], a2[256], attrs[900];
+  tpu_emit_i64_array(a0, sizeof a0, hi, t.rank);
+  tpu_emit_i64_array(a1, sizeof a1, lo, t.rank);
+  tpu_emit_i64_array(a2, sizeof a2, interior, t.rank);
+  snprintf(attrs, sizeof attrs,
+           "edge_padding_high = %s, edge_padding_low = %s, interior_padding = %s", a0, a1, a2);
+  tpu_hlo_value_t ops[2] = {x, pad_value};
+  return tpu_hlo_op(b, "stablehlo.pad", ops, 2, t, attrs);
+}
+
 tpu_hlo_value_t tpu_emit_shift(tpu_hlo_builder_t* b, tpu_hlo_value_t y, int dim, int64_t s,
                                tpu_hlo_value_t fill) {
   tpu_hlo_type_t t = tpu_hlo_value_type(b, y);
   int64_t start[TPU_HLO_MAX_RANK] = {0}, limit[TPU_HLO_MAX_RANK], stride[TPU_HLO_MAX_RANK];
-  int64_t low[TPU_HLO_MAX_RANK] = {0}, high[TPU_HLO_MAX_RANK] = {0}, interior[TPU_HLO_MAX_RANK] = {0};
+  int64_t low[TPU_HLO_MAX_RANK] = {0}, high[TPU_HLO_MAX_RANK] = {0};
   for (int d = 0; d < t.rank; d++) limit[d] = t.dims[d], stride[d] = 1;
   limit[dim] = t.dims[dim] - s;
   low[dim] = s;
-  tpu_hlo_value_t head = tpu_emit_slice(b, y, start, limit, stride);
-  char l[24 * TPU_HLO_MAX_RANK + 16], h[sizeof l], in[sizeof l], attrs[3 * sizeof l + 96];
-  tpu_emit_i64_array(l, sizeof l, low, t.rank);
-  tpu_emit_i64_array(h, sizeof h, high, t.rank);
-  tpu_emit_i64_array(in, sizeof in, interior, t.rank);
-  snprintf(attrs, sizeof attrs,
-           "edge_padding_low = %s, edge_padding_high = %s, interior_padding = %s", l, h, in);
-  tpu_hlo_value_t ops[2] = {head, fill};
-  return tpu_hlo_op(b, "stablehlo.pad", ops, 2, t, attrs);
+  return tpu_emit_pad(b, tpu_emit_slice(b, y, start, limit, stride), fill, low, high, NULL);
 }
 
 /* Hillis-Steele: log2(n) steps of "y op= y shifted by s", the shift
@@ -431,15 +440,7 @@ static tpu_hlo_value_t slice_1d(tpu_hlo_builder_t* b, tpu_hlo_value_t x, int64_t
 static tpu_hlo_value_t spread_1d(tpu_hlo_builder_t* b, tpu_hlo_value_t x, int first, int64_t n) {
   tpu_hlo_type_t t = tpu_hlo_value_type(b, x);
   int64_t m = t.dims[0], low = first, high = n - first - (2 * m - 1), interior = 1;
-  char l[48], h[48], in[48], attrs[3 * 48 + 80];
-  tpu_emit_i64_array(l, sizeof l, &low, 1);
-  tpu_emit_i64_array(h, sizeof h, &high, 1);
-  tpu_emit_i64_array(in, sizeof in, &interior, 1);
-  snprintf(attrs, sizeof attrs,
-           "edge_padding_low = %s, edge_padding_high = %s, interior_padding = %s", l, h, in);
-  tpu_hlo_value_t ops[2] = {x, tpu_emit_const(b, t.dtype, 0)};
-  t.dims[0] = n;
-  return tpu_hlo_op(b, "stablehlo.pad", ops, 2, t, attrs);
+  return tpu_emit_pad(b, x, tpu_emit_const(b, t.dtype, 0), &low, &high, &interior);
 }
 
 /* The odd/even recursion (the work-efficient scan JAX's associative_scan

@@ -96,6 +96,10 @@ tpu_hlo_value_t tpu_emit_floor_divide_float(tpu_hlo_builder_t* b, tpu_hlo_value_
 /* Inclusive prefix sum of a 1-D value. */
 tpu_hlo_value_t tpu_emit_prefix_sum(tpu_hlo_builder_t* b, tpu_hlo_value_t y);
 
+/* stablehlo.pad of x with the rank-0 pad_value: lo / hi elements before /
+ * after each dim, interior (NULL: none) between its elements. */
+tpu_hlo_value_t tpu_emit_pad(tpu_hlo_builder_t* b, tpu_hlo_value_t x, tpu_hlo_value_t pad_value,
+                             const int64_t* lo, const int64_t* hi, const int64_t* interior);
 /* y shifted by s along dim (toward higher indices), filled with the
  * rank-0 `fill`. */
 tpu_hlo_value_t tpu_emit_shift(tpu_hlo_builder_t* b, tpu_hlo_value_t y, int dim, int64_t s,

@@ -74,28 +74,55 @@ static bool is_complex_of(tpu_dtype_t c, tpu_dtype_t r) {
          (c == TPU_DTYPE_COMPLEX128 && r == TPU_DTYPE_FLOAT64);
 }
 
+/* The signal sizes of the transformed dims, read from `sizes` (the
+ * input's, or for c2r the real output's); returns their product. */
+static double signal(const fft_dims_t* f, const int64_t* sizes, int64_t* lengths) {
+  double count = 1;
+  for (int k = 0; k < f->n; k++) lengths[k] = sizes[f->dims[k]], count *= (double)lengths[k];
+  return count;
+}
+
 static int64_t numel(const tpu_hlo_type_t* t) {
   int64_t n = 1;
   for (int d = 0; d < t->rank; d++) n *= t->dims[d];
   return n;
 }
 
+/* What every transform reads: self, dim, normalization, the output type. */
+typedef struct fft_call_s {
+  tpu_hlo_builder_t* b;
+  const tpu_lower_arg_t* x;
+  tpu_hlo_type_t out;
+  fft_dims_t f;
+  int64_t norm;
+} fft_call_t;
+
+/* False (the caller declines) unless self is a non-empty tensor and dim
+ * names at most three distinct dims of it. */
+static bool read_call(tpu_lower_ctx_t* ctx, fft_call_t* c) {
+  c->b = tpu_lower_builder(ctx);
+  c->x = tpu_lower_arg(ctx, 0);
+  c->out = tpu_lower_output_type(ctx, 0);
+  c->norm = tpu_lower_arg(ctx, 2)->i;
+  return c->x->kind == TPU_ARG_TENSOR && read_dims(tpu_lower_arg(ctx, 1), c->x->type.rank, &c->f) &&
+         numel(&c->x->type) > 0 && numel(&c->out) > 0;
+}
+
 /* _fft_r2c(self, dim, normalization, onesided): real -> complex; the last
  * transformed dim keeps n/2 + 1 bins when onesided, else all (a complex
  * FFT of the real signal). */
 static tpu_status_t lower_fft_r2c(tpu_lower_ctx_t* ctx) {
-  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
-  const tpu_lower_arg_t* x = tpu_lower_arg(ctx, 0);
-  tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
-  fft_dims_t f;
-  if (x->kind != TPU_ARG_TENSOR || !is_complex_of(out.dtype, x->type.dtype) ||
-      !read_dims(tpu_lower_arg(ctx, 1), x->type.rank, &f) || numel(&x->type) == 0)
-    return tpu_lower_decline(ctx, "r2c of %s", tpu_dtype_name(x->type.dtype));
-  int64_t norm = tpu_lower_arg(ctx, 2)->i;
+  fft_call_t c;
+  if (!read_call(ctx, &c) || !is_complex_of(c.out.dtype, c.x->type.dtype))
+    return tpu_lower_decline(ctx, "r2c of %s", tpu_dtype_name(c.x->type.dtype));
+  tpu_hlo_builder_t* b = c.b;
+  const tpu_lower_arg_t* x = c.x;
+  tpu_hlo_type_t out = c.out;
+  fft_dims_t f = c.f;
+  int64_t norm = c.norm;
   bool onesided = tpu_lower_arg(ctx, 3)->i != 0;
   int64_t lengths[3];
-  double count = 1;
-  for (int k = 0; k < f.n; k++) lengths[k] = x->type.dims[f.dims[k]], count *= (double)lengths[k];
+  double count = signal(&f, x->type.dims, lengths);
   tpu_hlo_value_t v = permute(b, tpu_lower_tensor(ctx, 0), f.perm);
   tpu_hlo_type_t vt = tpu_hlo_value_type(b, v);
   tpu_hlo_type_t ft = vt;
@@ -112,18 +139,16 @@ static tpu_status_t lower_fft_r2c(tpu_lower_ctx_t* ctx) {
 
 /* _fft_c2c(self, dim, normalization, forward). */
 static tpu_status_t lower_fft_c2c(tpu_lower_ctx_t* ctx) {
-  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
-  const tpu_lower_arg_t* x = tpu_lower_arg(ctx, 0);
-  tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
-  fft_dims_t f;
-  if (x->kind != TPU_ARG_TENSOR || !tpu_dtype_is_complex(x->type.dtype) || out.dtype != x->type.dtype ||
-      !read_dims(tpu_lower_arg(ctx, 1), x->type.rank, &f) || numel(&x->type) == 0)
-    return tpu_lower_decline(ctx, "c2c of %s", tpu_dtype_name(x->type.dtype));
-  int64_t norm = tpu_lower_arg(ctx, 2)->i;
+  fft_call_t c;
+  if (!read_call(ctx, &c) || !tpu_dtype_is_complex(c.x->type.dtype) || c.out.dtype != c.x->type.dtype)
+    return tpu_lower_decline(ctx, "c2c of %s", tpu_dtype_name(c.x->type.dtype));
+  tpu_hlo_builder_t* b = c.b;
+  const tpu_lower_arg_t* x = c.x;
+  fft_dims_t f = c.f;
+  int64_t norm = c.norm;
   bool forward = tpu_lower_arg(ctx, 3)->i != 0;
   int64_t lengths[3];
-  double count = 1;
-  for (int k = 0; k < f.n; k++) lengths[k] = x->type.dims[f.dims[k]], count *= (double)lengths[k];
+  double count = signal(&f, x->type.dims, lengths);
   tpu_hlo_value_t v = permute(b, tpu_lower_tensor(ctx, 0), f.perm);
   v = fft(b, v, forward ? "FFT" : "IFFT", lengths, f.n, tpu_hlo_value_type(b, v));
   tpu_lower_set_output(ctx, 0, unpermute(b, scale(b, v, norm, count, forward ? 1.0 : count), &f));
@@ -135,18 +160,15 @@ static tpu_status_t lower_fft_c2c(tpu_lower_ctx_t* ctx) {
  * input bins cut or zero-padded to last_dim_size / 2 + 1, as PyTorch's
  * kernels read them). */
 static tpu_status_t lower_fft_c2r(tpu_lower_ctx_t* ctx) {
-  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
-  const tpu_lower_arg_t* x = tpu_lower_arg(ctx, 0);
-  tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
-  fft_dims_t f;
-  if (x->kind != TPU_ARG_TENSOR || !is_complex_of(x->type.dtype, out.dtype) ||
-      !read_dims(tpu_lower_arg(ctx, 1), x->type.rank, &f) || numel(&out) == 0 ||
-      numel(&x->type) == 0)
-    return tpu_lower_decline(ctx, "c2r of %s", tpu_dtype_name(x->type.dtype));
-  int64_t norm = tpu_lower_arg(ctx, 2)->i;
+  fft_call_t c;
+  if (!read_call(ctx, &c) || !is_complex_of(c.x->type.dtype, c.out.dtype))
+    return tpu_lower_decline(ctx, "c2r of %s", tpu_dtype_name(c.x->type.dtype));
+  tpu_hlo_builder_t* b = c.b;
+  tpu_hlo_type_t out = c.out;
+  fft_dims_t f = c.f;
+  int64_t norm = c.norm;
   int64_t lengths[3];
-  double count = 1;
-  for (int k = 0; k < f.n; k++) lengths[k] = out.dims[f.dims[k]], count *= (double)lengths[k];
+  double count = signal(&f, out.dims, lengths);
   tpu_hlo_value_t v = permute(b, tpu_lower_tensor(ctx, 0), f.perm);
   tpu_hlo_type_t vt = tpu_hlo_value_type(b, v);
   int64_t bins = lengths[f.n - 1] / 2 + 1, have = vt.dims[vt.rank - 1];
