@@ -169,6 +169,14 @@ static tpu_status_t lower_mm(tpu_lower_ctx_t* ctx) {
                                  "dot_dimension_numbers = #stablehlo.dot<"
                                  "lhs_contracting_dimensions = [1], "
                                  "rhs_contracting_dimensions = [0]>");
+  /* A sum of one product keeps XLA's -0.0 where CPU's gemm does (float32
+   * and float64 of more than one row and column); CPU's half-type gemm and
+   * its vector paths (one row or column) sum from +0.0 (fuzz seed
+   * 1230705: bfloat16 [4,1] @ [1,4]). */
+  const tpu_hlo_type_t* l = &tpu_lower_arg(ctx, 0)->type;
+  if (l->rank == 2 && l->dims[1] == 1 && out.rank == 2 &&
+      (half || out.dims[0] == 1 || out.dims[1] == 1))
+    r = tpu_emit_positive_zeros(b, r);
   tpu_lower_set_output(ctx, 0, tpu_emit_convert(b, r, out.dtype));
   return NULL;
 }

@@ -128,7 +128,10 @@ static tpu_status_t lower_bmm(tpu_lower_ctx_t* ctx) {
   bool one = l->rank == 3 && r->rank == 3 && l->dims[2] == 1;
   bool gemm = one && l->dims[0] == 1 &&
               (l->dims[1] < 0 || r->dims[2] < 0 || l->dims[1] * r->dims[2] >= 400);
-  return set_product(ctx, dot(ctx, 0, 1, "0", "0", "2", "1"), one && !gemm);
+  /* CPU's half-type gemm sums from +0.0 too. */
+  tpu_dtype_t d = tpu_lower_output_type(ctx, 0).dtype;
+  bool half = d == TPU_DTYPE_BFLOAT16 || d == TPU_DTYPE_FLOAT16;
+  return set_product(ctx, dot(ctx, 0, 1, "0", "0", "2", "1"), one && (!gemm || half));
 }
 
 /* addmm(self, mat1, mat2[, out_dtype], *, beta, alpha). */
