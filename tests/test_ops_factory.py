@@ -34,6 +34,17 @@ def test_arange(args, dtype):
     same_on_tpu(lambda d: torch.arange(*args, device=d, **kw), exact=dtype != torch.bfloat16)
 
 
+def test_arange_after_an_empty_range():
+    """start / end / step are run-time program arguments, so one cached call
+    serves every range of one out= size: arange(1, 1) (nothing to resize)
+    cached an empty result that arange(1, 4) then reused (det of an empty
+    batch hit it through lu_det_P). The out= is sized before the lookup."""
+    def fn(d):
+        return [torch.arange(s, e, device=d, dtype=dt).tolist()
+                for dt in (torch.int32, torch.float32) for s, e in ((1, 1), (1, 4), (2, 2), (0, 7))]
+    same_on_tpu(fn, exact=True)
+
+
 def test_arange_out_resizes():
     def fn(d):
         out = torch.empty(0, device=d)

@@ -147,6 +147,10 @@ struct OpFacts {
   // How CPU's kernel converts this op's fill / limit / alpha numbers (see
   // check_scalars_fit).
   ScalarFit scalar_fit = ScalarFit::kNone;
+  // arange / range: the result's size comes from the values of run-time
+  // Scalar arguments, which the cache key does not hold, so the out= is
+  // sized before the lookup (presize_range).
+  bool sized_by_scalars = false;
   std::vector<ArgClass> args;
 };
 
@@ -225,6 +229,7 @@ const OpFacts& facts_of(const c10::OperatorHandle& op) {
     f->overlap_ok = overlap_policy(f->name);
     f->check_values = value_check_of(f->name);
     f->scalar_fit = scalar_fit_of(f->name);
+    f->sized_by_scalars = f->name.rfind("aten::arange", 0) == 0 || f->name.rfind("aten::range", 0) == 0;
     for (const auto& a : op.schema().arguments()) f->args.push_back(classify(a));
     slot = std::move(f);
   }
@@ -958,11 +963,13 @@ std::vector<int64_t> cpu_strides(const c10::OperatorHandle& op,
 }
 
 // arange.out resizes a wrong-sized out= with its own warning (CPU's
-// arange_out), where its meta kernel gives resize_output's: the size comes
-// from arange on the meta device, the warning is CPU's, and the meta
-// kernel gets an empty out=.
-void arange_resize_warning(const c10::OperatorHandle& op, const torch::jit::Stack& inputs,
-                           torch::jit::Stack* meta_stack) {
+// arange_out), where its meta kernel would give resize_output's. The size
+// comes from arange on the meta device; range's from range. Done before
+// the cache lookup: start / end / step are run-time arguments, so one
+// cached call (and its output plan) serves every range of one out= size,
+// and arange(1, 1) followed by arange(1, 4) would otherwise reuse the
+// empty result's plan.
+void presize_range(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> inputs) {
   const auto& args = op.schema().arguments();
   int out = -1;
   std::vector<c10::Scalar> range;
@@ -973,21 +980,26 @@ void arange_resize_warning(const c10::OperatorHandle& op, const torch::jit::Stac
   if (out < 0 || range.empty() || range.size() > 3) return;
   const at::Tensor& t = inputs[out].toTensor();
   const auto meta = at::TensorOptions().dtype(t.scalar_type()).device(at::kMeta);
+  const bool is_range = op.schema().name() == "aten::range";
   int64_t size;
   try {
-    size = (range.size() == 1 ? at::arange(range[0], meta)
-            : range.size() == 2 ? at::arange(range[0], range[1], meta)
-                                : at::arange(range[0], range[1], range[2], meta)).numel();
+    if (is_range)
+      size = (range.size() == 2 ? at::range(range[0], range[1], meta)
+                                : at::range(range[0], range[1], range[2], meta)).numel();
+    else
+      size = (range.size() == 1 ? at::arange(range[0], meta)
+              : range.size() == 2 ? at::arange(range[0], range[1], meta)
+                                  : at::arange(range[0], range[1], range[2], meta)).numel();
   } catch (const std::exception&) {
     return;  // the meta kernel raises it again
   }
   if (t.numel() == size) return;
-  if (t.numel() > 0)
+  if (!is_range && t.numel() > 0 && t.numel() != size)
     TORCH_WARN("The number of elements in the out tensor of shape ", t.sizes(), " is ", t.numel(),
                " which does not match the computed number of elements ", size,
                ". Note that this may occur as a result of rounding error. "
                "The out tensor will be resized to a tensor of shape (", size, ",).");
-  (*meta_stack)[out] = at::empty({0}, meta);
+  t.resize_({size});
 }
 
 // linspace, logspace, randperm and eye resize an out= of the wrong size
@@ -998,7 +1010,6 @@ void quiet_factory_resize(const c10::OperatorHandle& op, const torch::jit::Stack
                           torch::jit::Stack* meta_stack) {
   const auto& schema = op.schema();
   const std::string& name = schema.name();
-  if (name == "aten::arange") return arange_resize_warning(op, inputs, meta_stack);
   if (name != "aten::linspace" && name != "aten::logspace" && name != "aten::randperm" &&
       name != "aten::eye")
     return;
@@ -1568,6 +1579,7 @@ bool try_run_on_device(const c10::OperatorHandle& op, torch::jit::Stack* stack) 
   const OpFacts& facts = facts_of(op);
   if (!facts.lowered) return false;
   if (facts.scalar_fit != ScalarFit::kNone) check_scalars_fit(op, facts, torch::jit::last(*stack, facts.args.size()));
+  if (facts.sized_by_scalars) presize_range(op, torch::jit::last(*stack, facts.args.size()));
   BuilderLease lease;
   CallBuilder& builder = *lease;
   builder.reset(facts);

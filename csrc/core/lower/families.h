@@ -22,6 +22,7 @@
   TPU_FAMILY(shape) \
   TPU_FAMILY(search) \
   TPU_FAMILY(fft) \
+  TPU_FAMILY(factor) \
   TPU_FAMILY(factory) \
   TPU_FAMILY(foreach) \
   TPU_FAMILY(view_values)

@@ -1,0 +1,134 @@
+// det, slogdet, solve and inv on the device, as CPU PyTorch composes them
+// from an LU factorization (BatchLinearAlgebra.cpp, LinearAlgebra.cpp).
+// det and slogdet return (and their backward formulas read) the LU and
+// pivots of A^T when A is contiguous and real, else of A (checked against
+// torch 2.13's CPU: its solve always factorizes A), so which matrix is
+// factorized depends on A's layout. A lowering sees values, not layouts;
+// these kernels see the tensor, decide as CPU does, and call the
+// lowered linalg_lu_factor_ex / linalg_lu_solve (csrc/core/lower/factor.c).
+// CPU's meta kernel runs first on meta copies, so bad input raises CPU's
+// error. Complex, half and other dtypes the factor family declines take
+// the ordinary path (the CPU fallback, which raises CPU's dtype errors).
+#include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/library.h>
+
+#include "common.h"
+
+namespace torchtpu {
+void tpu_boxed_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+
+namespace {
+
+bool factorable(const at::Tensor& A) {
+  return A.defined() && A.device().is_privateuseone() &&
+         (A.scalar_type() == at::kFloat || A.scalar_type() == at::kDouble);
+}
+
+at::Tensor meta_of(const at::Tensor& t) {
+  return at::empty_strided(t.sizes(), t.strides(), t.options().device(at::kMeta));
+}
+
+// LU of A as CPU's det/slogdet/solve take it.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> cpu_lu(const at::Tensor& A) {
+  return at::linalg_lu_factor_ex(A.is_contiguous() ? A.mT() : A);
+}
+
+// sign of the permutation the pivots make: (-1)^#{i : pivots[i] != i + 1}.
+at::Tensor lu_det_P(const at::Tensor& pivots) {
+  return (at::arange(1, pivots.size(-1) + 1, pivots.options()) != pivots)
+      .sum(-1, false, at::kLong)
+      .fmod_(2)
+      .mul_(-2)
+      .add_(1);
+}
+
+void push3(torch::jit::Stack* stack, at::Tensor a, at::Tensor b, at::Tensor c) {
+  stack->emplace_back(std::move(a));
+  stack->emplace_back(std::move(b));
+  stack->emplace_back(std::move(c));
+}
+
+// _linalg_det(A) -> (det, LU, pivots)
+void det_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const at::Tensor A = stack->back().toTensor();
+  if (!factorable(A)) return tpu_boxed_kernel(op, stack);
+  at::_ops::_linalg_det::call(meta_of(A));
+  auto [LU, pivots, info] = cpu_lu(A);
+  at::Tensor det = at::mul(lu_det_P(pivots), at::prod(LU.diagonal(0, -2, -1), -1));
+  torch::jit::drop(*stack, 1);
+  push3(stack, det, LU, pivots);
+}
+
+// _linalg_slogdet(A) -> (sign, logabsdet, LU, pivots)
+void slogdet_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const at::Tensor A = stack->back().toTensor();
+  if (!factorable(A)) return tpu_boxed_kernel(op, stack);
+  at::_ops::_linalg_slogdet::call(meta_of(A));
+  auto [LU, pivots, info] = cpu_lu(A);
+  at::Tensor diag = LU.diagonal(0, -2, -1);
+  at::Tensor sign = at::mul(diag.sgn().prod(-1), lu_det_P(pivots));
+  at::Tensor logabsdet = diag.abs().log_().sum(-1);
+  torch::jit::drop(*stack, 1);
+  stack->emplace_back(sign);
+  push3(stack, logabsdet, LU, pivots);
+}
+
+// CPU's linalg_solve_is_vector_rhs.
+bool vector_rhs(const at::Tensor& LU, const at::Tensor& B) {
+  auto shape = LU.sizes().slice(0, LU.dim() - 1);
+  return B.dim() == 1 || (LU.dim() - 1 == B.dim() && B.sizes() == shape);
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> solve(const at::Tensor& A, const at::Tensor& B,
+                                                                 bool left, bool check_errors) {
+  auto [LU, pivots, info] = at::linalg_lu_factor_ex(A);
+  if (check_errors) at::_linalg_check_errors(info, "torch.linalg.solve_ex", A.dim() == 2);
+  const bool vector_case = vector_rhs(LU, B);
+  at::Tensor X = at::linalg_lu_solve(LU, pivots, vector_case ? B.unsqueeze(-1) : B, left, /*adjoint=*/false);
+  if (vector_case) X = X.squeeze(-1);
+  return {X, LU, pivots, info};
+}
+
+// _linalg_solve_ex(A, B, *, left=True, check_errors=False) -> (result, LU, pivots, info)
+void solve_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  auto args = torch::jit::last(*stack, 4);
+  const at::Tensor A = args[0].toTensor(), B = args[1].toTensor();
+  const bool left = args[2].toBool(), check_errors = args[3].toBool();
+  if (!factorable(A) || !factorable(B)) return tpu_boxed_kernel(op, stack);
+  at::_ops::_linalg_solve_ex::call(meta_of(A), meta_of(B), left, check_errors);
+  auto [X, LU, pivots, info] = solve(A, B, left, check_errors);
+  torch::jit::drop(*stack, 4);
+  stack->emplace_back(X);
+  push3(stack, LU, pivots, info);
+}
+
+// linalg_inv_ex(A, *, check_errors=False) -> (inverse, info): A X = I.
+void inv_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  auto args = torch::jit::last(*stack, 2);
+  const at::Tensor A = args[0].toTensor();
+  const bool check_errors = args[1].toBool();
+  if (!factorable(A)) return tpu_boxed_kernel(op, stack);
+  at::_ops::linalg_inv_ex::call(meta_of(A), check_errors);
+  at::Tensor eye = at::eye(A.size(-1), A.options()).expand(A.sizes());
+  auto [X, LU, pivots, info] = solve(A, eye, /*left=*/true, /*check_errors=*/false);
+  if (check_errors) at::_linalg_check_errors(info, "linalg.inv_ex", A.dim() == 2);
+  torch::jit::drop(*stack, 2);
+  stack->emplace_back(X);
+  stack->emplace_back(info);
+}
+
+template <void (*kernel)(const c10::OperatorHandle&, torch::jit::Stack*)>
+torch::CppFunction boxed() {
+  return torch::CppFunction::makeFromBoxedFunction<kernel>();
+}
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("_linalg_det", boxed<&det_kernel>());
+  m.impl("_linalg_slogdet", boxed<&slogdet_kernel>());
+  m.impl("_linalg_solve_ex", boxed<&solve_kernel>());
+  m.impl("linalg_inv_ex", boxed<&inv_kernel>());
+}
+
+}  // namespace
+}  // namespace torchtpu
