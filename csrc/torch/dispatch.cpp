@@ -3,6 +3,7 @@
 // metadata comes from PyTorch's meta kernel (once per key); ops the table
 // does not lower, or calls a lowering declines, go to the CPU fallback.
 #include <ATen/ATen.h>
+#include <ATen/Dispatch.h>
 #include <ATen/Dispatch_v2.h>
 #include <ATen/EmptyTensor.h>
 #include <ATen/MemoryOverlap.h>
@@ -185,6 +186,7 @@ bool is_int_division(const std::string& name) {
 void check_multinomial(c10::ArrayRef<c10::IValue> inputs);
 void check_sorter(c10::ArrayRef<c10::IValue> inputs);
 void check_unpool_indices(c10::ArrayRef<c10::IValue> inputs);
+void check_logspace_fill(c10::ArrayRef<c10::IValue> inputs);
 
 // The value check of facts.name, or nullptr.
 auto value_check_of(const std::string& name) -> void (*)(c10::ArrayRef<c10::IValue>) {
@@ -192,6 +194,7 @@ auto value_check_of(const std::string& name) -> void (*)(c10::ArrayRef<c10::IVal
   if (name.rfind("aten::searchsorted.", 0) == 0) return &check_sorter;
   if (name.rfind("aten::max_unpool2d", 0) == 0 || name.rfind("aten::max_unpool3d", 0) == 0)
     return &check_unpool_indices;
+  if (name.rfind("aten::logspace", 0) == 0) return &check_logspace_fill;
   return nullptr;
 }
 
@@ -1239,6 +1242,23 @@ void check_multinomial(c10::ArrayRef<c10::IValue> inputs) {
   TORCH_CHECK(first != 2,
               "invalid multinomial distribution (encountering probability entry = infinity or NaN)");
   TORCH_CHECK(first != 3, "invalid multinomial distribution (sum of probabilities <= 0)");
+}
+
+// One-step logspace into an integer dtype is fill_(base ** start) on the
+// CPU (RangeFactories.cpp), and fill_ refuses a value the dtype cannot
+// hold ("value cannot be converted to type int64_t without overflow").
+// inputs: start, end, steps, base, then out= (a tensor) or dtype.
+void check_logspace_fill(c10::ArrayRef<c10::IValue> inputs) {
+  if (inputs.size() < 5 || !inputs[2].isInt() || inputs[2].toInt() != 1) return;
+  at::ScalarType dtype;
+  if (inputs[4].isTensor()) dtype = inputs[4].toTensor().scalar_type();
+  else if (inputs[4].isInt()) dtype = static_cast<at::ScalarType>(inputs[4].toInt());
+  else return;  // the default dtype: floating
+  if (!at::isIntegralType(dtype, /*includeBool=*/false)) return;
+  const double start = inputs[0].isTensor() ? inputs[0].toTensor().item<double>() : inputs[0].toScalar().toDouble();
+  const double base = inputs[3].isDouble() ? inputs[3].toDouble() : 10.0;
+  const c10::Scalar value(std::pow(base, start));
+  AT_DISPATCH_INTEGRAL_TYPES(dtype, "logspace", [&] { (void)value.to<scalar_t>(); });
 }
 
 // max_unpool's indices must fall in the output plane (CPU's kernel reads

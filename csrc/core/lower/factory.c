@@ -466,9 +466,8 @@ static tpu_status_t lower_logspace(tpu_lower_ctx_t* ctx) {
     return tpu_lower_decline(ctx, "logspace into %s", tpu_dtype_name(out.dtype));
   int64_t steps = out.dims[0];
   /* One step fills base ** start, which CPU refuses when it overflows an
-   * integer dtype: left to the fallback. */
-  if (steps == 1 && !tpu_dtype_is_floating(out.dtype))
-    return tpu_lower_decline(ctx, "one-step logspace into %s", tpu_dtype_name(out.dtype));
+   * integer dtype: refused before the call (check_logspace_fill in
+   * csrc/torch/dispatch.cpp), so here it fits and truncates. */
   if (steps == 0) {
     tpu_lower_set_output(ctx, 0, tpu_emit_const_like(b, &out, 0));
     return NULL;
