@@ -453,3 +453,27 @@ def test_equal_on_the_device(case):
         return torch.tensor(_EQUAL_CASES[case](a, a.flip(0)))
     with no_fallback():
         same_as_cpu(run)
+
+
+def test_histogram_and_histogramdd_on_the_device():
+    """torch.histogram / histogramdd ran on the CPU fallback (about 290
+    sweep samples): now CPU's composition (outer edges from the range or
+    the input's min and max, linspace edges, upper_bound bins with the
+    rightmost bin closed, index_add of counts or weights, density) from
+    lowered ops; CPU's errors for a non-finite range or no bins."""
+    from op_testing import no_fallback, same_as_cpu
+    g = torch.Generator().manual_seed(0)
+    x, w = torch.randn(5, 7, generator=g), torch.rand(5, 7, generator=g)
+    edges = torch.tensor([-2.0, -0.5, 0.0, 0.1, 3.0])
+    y = torch.randn(20, 3, generator=g)
+    with no_fallback():
+        same_as_cpu(lambda d: torch.histogram(x.to(d), bins=6), exact=False)
+        same_as_cpu(lambda d: torch.histogram(x.to(d), bins=4, range=(-1.0, 1.0), weight=w.to(d),
+                                              density=True), exact=False)
+        same_as_cpu(lambda d: torch.histogram(x.to(d), bins=edges.to(d), weight=w.to(d)), exact=False)
+        same_as_cpu(lambda d: torch.histogram(torch.ones(4, device=d), bins=3), exact=False)
+        same_as_cpu(lambda d: torch.histogramdd(y.to(d), bins=[2, 3, 4]).hist, exact=False)
+        same_as_cpu(lambda d: torch.histogramdd(y.to(d), bins=[edges.to(d)] * 3, density=True).hist,
+                    exact=False)
+    same_as_cpu(lambda d: torch.histogram(torch.tensor([1.0, float("nan")], device=d), bins=3))
+    same_as_cpu(lambda d: torch.histogram(x.to(d), bins=0))
