@@ -477,3 +477,32 @@ def test_histogram_and_histogramdd_on_the_device():
                     exact=False)
     same_as_cpu(lambda d: torch.histogram(torch.tensor([1.0, float("nan")], device=d), bins=3))
     same_as_cpu(lambda d: torch.histogram(x.to(d), bins=0))
+
+
+@pytest.mark.parametrize("reduce", ["max", "min", "sum", "mean", "prod"])
+@pytest.mark.parametrize("by", ["lengths", "offsets"])
+def test_segment_reduce_on_the_device(reduce, by):
+    """segment_reduce and its backward ran on the CPU fallback (720 sweep
+    samples): now masked reductions per segment (sum, mean and prod
+    accumulated element after element in the data dtype, as CPU rounds
+    them), with CPU's empty-segment values and gradients."""
+    from op_testing import check
+    g = torch.Generator().manual_seed(0)
+    data = torch.randn(6, 3, generator=g)
+    data[2, 1] = 0.0  # prod's gradient at a zero
+    data[4, 0] = data[3, 0]  # a tie for max / min
+    lengths = torch.tensor([2, 0, 3, 1])
+    seg = {"lengths": lengths} if by == "lengths" else {"offsets": torch.cat([torch.zeros(1, dtype=torch.long),
+                                                                               lengths.cumsum(0)])}
+    for initial in (None, 1.5):
+        check(lambda x, s: torch.segment_reduce(x, reduce, axis=0, initial=initial, **{by: s}),
+              data, seg[by], grad=True)
+    check(lambda x, s: torch.segment_reduce(x, "sum", axis=0, **{by: s}), data.bfloat16(), seg[by],
+          dtype=torch.bfloat16)
+
+
+def test_segment_reduce_refuses_bad_lengths_like_cpu():
+    from op_testing import same_as_cpu
+    x = torch.randn(5)
+    same_as_cpu(lambda d: torch.segment_reduce(x.to(d), "sum", lengths=torch.tensor([2, 2], device=d)))
+    same_as_cpu(lambda d: torch.segment_reduce(x.to(d), "sum", lengths=torch.tensor([6, -1], device=d)))

@@ -187,6 +187,7 @@ void check_multinomial(c10::ArrayRef<c10::IValue> inputs);
 void check_sorter(c10::ArrayRef<c10::IValue> inputs);
 void check_unpool_indices(c10::ArrayRef<c10::IValue> inputs);
 void check_logspace_fill(c10::ArrayRef<c10::IValue> inputs);
+void check_segment_lengths(c10::ArrayRef<c10::IValue> inputs);
 
 // The value check of facts.name, or nullptr.
 auto value_check_of(const std::string& name) -> void (*)(c10::ArrayRef<c10::IValue>) {
@@ -195,6 +196,7 @@ auto value_check_of(const std::string& name) -> void (*)(c10::ArrayRef<c10::IVal
   if (name.rfind("aten::max_unpool2d", 0) == 0 || name.rfind("aten::max_unpool3d", 0) == 0)
     return &check_unpool_indices;
   if (name.rfind("aten::logspace", 0) == 0) return &check_logspace_fill;
+  if (name == "aten::segment_reduce") return &check_segment_lengths;
   return nullptr;
 }
 
@@ -1259,6 +1261,24 @@ void check_logspace_fill(c10::ArrayRef<c10::IValue> inputs) {
   const double base = inputs[3].isDouble() ? inputs[3].toDouble() : 10.0;
   const c10::Scalar value(std::pow(base, start));
   AT_DISPATCH_INTEGRAL_TYPES(dtype, "logspace", [&] { (void)value.to<scalar_t>(); });
+}
+
+// segment_reduce with lengths and unsafe=False reads them on the CPU
+// (SegmentReduce.cpp): none negative, and each row summing to the data's
+// size along the axis. inputs: data, reduce, lengths, indices, offsets,
+// axis, unsafe, initial. One read for both checks.
+void check_segment_lengths(c10::ArrayRef<c10::IValue> inputs) {
+  if (inputs.size() < 7 || !inputs[2].isTensor() || inputs[6].toBool()) return;
+  const at::Tensor& lengths = inputs[2].toTensor();
+  const at::Tensor& data = inputs[0].toTensor();
+  int64_t axis = inputs[5].toInt();
+  if (axis < 0) axis += data.dim();
+  if (lengths.numel() == 0 || axis < 0 || axis >= data.dim()) return;
+  const at::Tensor both = at::stack({lengths.min().to(at::kLong),
+                                     (lengths.sum({-1}) == data.size(axis)).all().to(at::kLong)}).cpu();
+  TORCH_CHECK(both[0].item<int64_t>() >= 0, "lengths contains negative value!");
+  TORCH_CHECK(both[1].item<int64_t>() != 0, "segment_reduce(): Expected all rows of lengths along axis ",
+              "to sum to data.size(lengths.dim()-1) when !unsafe.");
 }
 
 // max_unpool's indices must fall in the output plane (CPU's kernel reads

@@ -536,3 +536,47 @@ tpu_hlo_value_t tpu_emit_positive_zeros(tpu_hlo_builder_t* b, tpu_hlo_value_t va
   tpu_hlo_value_t zero = tpu_emit_const_like(b, &t, 0);
   return tpu_emit_select(b, tpu_emit_compare(b, "EQ", value, zero), zero, value);
 }
+
+tpu_hlo_value_t tpu_emit_dynamic_slice(tpu_hlo_builder_t* b, tpu_hlo_value_t x,
+                                       const tpu_hlo_value_t* starts, const int64_t* sizes) {
+  tpu_hlo_type_t t = tpu_hlo_value_type(b, x);
+  tpu_hlo_value_t ops[1 + TPU_HLO_MAX_RANK];
+  ops[0] = x;
+  for (int d = 0; d < t.rank; d++) ops[1 + d] = starts[d], t.dims[d] = sizes[d];
+  char arr[256], attrs[300];
+  tpu_emit_i64_array(arr, sizeof arr, sizes, t.rank);
+  snprintf(attrs, sizeof attrs, "slice_sizes = %s", arr);
+  return tpu_hlo_op(b, "stablehlo.dynamic_slice", ops, 1 + t.rank, t, attrs);
+}
+
+tpu_hlo_value_t tpu_emit_dynamic_update_slice(tpu_hlo_builder_t* b, tpu_hlo_value_t x,
+                                              tpu_hlo_value_t update, const tpu_hlo_value_t* starts) {
+  tpu_hlo_type_t t = tpu_hlo_value_type(b, x);
+  tpu_hlo_value_t ops[2 + TPU_HLO_MAX_RANK];
+  ops[0] = x, ops[1] = update;
+  for (int d = 0; d < t.rank; d++) ops[2 + d] = starts[d];
+  return tpu_hlo_op(b, "stablehlo.dynamic_update_slice", ops, 2 + t.rank, t, NULL);
+}
+
+void tpu_emit_for_loop(tpu_hlo_builder_t* b, int64_t lo, int64_t hi, int64_t step,
+                       tpu_hlo_value_t* state, int n, tpu_emit_loop_body_fn body, const void* arg) {
+  if (lo == hi) return;
+  tpu_hlo_type_t types[TPU_EMIT_MAX_LOOP_STATE + 1];
+  tpu_hlo_value_t init[TPU_EMIT_MAX_LOOP_STATE + 1], s[TPU_EMIT_MAX_LOOP_STATE + 1];
+  for (int i = 0; i < n; i++) types[i] = tpu_hlo_value_type(b, state[i]), init[i] = state[i];
+  types[n] = tpu_hlo_type_scalar(TPU_DTYPE_INT64);
+  init[n] = tpu_emit_const(b, TPU_DTYPE_INT64, (double)lo);
+  tpu_hlo_region_op_begin(b, "stablehlo.while", init, n + 1, types, n + 1, NULL);
+  tpu_hlo_block_begin(b, types, n + 1, s);
+  tpu_hlo_value_t more = tpu_emit_compare(b, step > 0 ? "LT" : "GT", s[n],
+                                          tpu_emit_const(b, TPU_DTYPE_INT64, (double)hi));
+  tpu_hlo_block_return(b, &more, 1);
+  tpu_hlo_block_begin(b, types, n + 1, s);
+  tpu_hlo_value_t i = s[n];
+  body(b, i, s, arg);
+  s[n] = tpu_emit_add(b, i, tpu_emit_const(b, TPU_DTYPE_INT64, (double)step));
+  tpu_hlo_block_return(b, s, n + 1);
+  tpu_hlo_value_t out[TPU_EMIT_MAX_LOOP_STATE + 1];
+  tpu_hlo_region_op_end(b, out);
+  for (int k = 0; k < n; k++) state[k] = out[k];
+}

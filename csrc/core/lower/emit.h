@@ -81,6 +81,21 @@ tpu_hlo_value_t tpu_emit_gather(tpu_hlo_builder_t* b, tpu_hlo_value_t operand,
                                 const int64_t* offset_dims, int num_offset,
                                 const int64_t* collapsed, const int64_t* start_map,
                                 int num_collapsed, const int64_t* slice_sizes);
+/* stablehlo.dynamic_slice of x at rank-0 int64 `starts` (one per dim),
+ * `sizes` elements per dim; dynamic_update_slice writes `update` there. */
+tpu_hlo_value_t tpu_emit_dynamic_slice(tpu_hlo_builder_t* b, tpu_hlo_value_t x,
+                                       const tpu_hlo_value_t* starts, const int64_t* sizes);
+tpu_hlo_value_t tpu_emit_dynamic_update_slice(tpu_hlo_builder_t* b, tpu_hlo_value_t x,
+                                              tpu_hlo_value_t update, const tpu_hlo_value_t* starts);
+/* for (i = lo; i != hi; i += step) body(b, i, state, arg): a stablehlo.while
+ * carrying up to TPU_EMIT_MAX_LOOP_STATE values, which the body updates in
+ * place (types unchanged); i is a rank-0 int64. On return `state` holds the
+ * loop's results. No loop is emitted when lo == hi. */
+#define TPU_EMIT_MAX_LOOP_STATE 8
+typedef void (*tpu_emit_loop_body_fn)(tpu_hlo_builder_t* b, tpu_hlo_value_t i,
+                                      tpu_hlo_value_t* state, const void* arg);
+void tpu_emit_for_loop(tpu_hlo_builder_t* b, int64_t lo, int64_t hi, int64_t step,
+                       tpu_hlo_value_t* state, int n, tpu_emit_loop_body_fn body, const void* arg);
 /* x / c, correctly rounded: XLA rewrites a division by a constant into a
  * multiplication by its reciprocal (-49 * (1 / 49) is not -1 in double),
  * so the constant passes an optimization_barrier and stays a value. */

@@ -80,48 +80,26 @@ static tpu_hlo_value_t spread(tpu_hlo_builder_t* b, tpu_hlo_value_t x, tpu_hlo_t
   return tpu_emit_broadcast_to(b, tpu_emit_reshape(b, x, dims, type.rank), &type);
 }
 
-/* stablehlo.dynamic_slice with rank-0 int64 starts. */
-static tpu_hlo_value_t dyn_slice(tpu_hlo_builder_t* b, tpu_hlo_value_t x, const tpu_hlo_value_t* starts,
-                                 const int64_t* sizes) {
-  tpu_hlo_type_t t = tpu_hlo_value_type(b, x);
-  tpu_hlo_value_t ops[1 + TPU_HLO_MAX_RANK];
-  ops[0] = x;
-  for (int d = 0; d < t.rank; d++) ops[1 + d] = starts[d], t.dims[d] = sizes[d];
-  char arr[256], attrs[300];
-  tpu_emit_i64_array(arr, sizeof arr, sizes, t.rank);
-  snprintf(attrs, sizeof attrs, "slice_sizes = %s", arr);
-  return tpu_hlo_op(b, "stablehlo.dynamic_slice", ops, 1 + t.rank, t, attrs);
-}
-
-static tpu_hlo_value_t dyn_update(tpu_hlo_builder_t* b, tpu_hlo_value_t x, tpu_hlo_value_t upd,
-                                  const tpu_hlo_value_t* starts) {
-  tpu_hlo_type_t t = tpu_hlo_value_type(b, x);
-  tpu_hlo_value_t ops[2 + TPU_HLO_MAX_RANK];
-  ops[0] = x, ops[1] = upd;
-  for (int d = 0; d < t.rank; d++) ops[2 + d] = starts[d];
-  return tpu_hlo_op(b, "stablehlo.dynamic_update_slice", ops, 2 + t.rank, t, NULL);
-}
-
 /* Column j of x [B, m, n] as [B, m]; row j as [B, n]. */
 static tpu_hlo_value_t column(tpu_hlo_builder_t* b, tpu_hlo_value_t x, tpu_hlo_value_t j) {
   tpu_hlo_type_t t = tpu_hlo_value_type(b, x);
   tpu_hlo_value_t z = i64(b, 0), st[3] = {z, z, j};
   int64_t sz[3] = {t.dims[0], t.dims[1], 1};
-  return reshape2(b, dyn_slice(b, x, st, sz), t.dims[0], t.dims[1]);
+  return reshape2(b, tpu_emit_dynamic_slice(b, x, st, sz), t.dims[0], t.dims[1]);
 }
 
 static tpu_hlo_value_t row(tpu_hlo_builder_t* b, tpu_hlo_value_t x, tpu_hlo_value_t j) {
   tpu_hlo_type_t t = tpu_hlo_value_type(b, x);
   tpu_hlo_value_t z = i64(b, 0), st[3] = {z, j, z};
   int64_t sz[3] = {t.dims[0], 1, t.dims[2]};
-  return reshape2(b, dyn_slice(b, x, st, sz), t.dims[0], t.dims[2]);
+  return reshape2(b, tpu_emit_dynamic_slice(b, x, st, sz), t.dims[0], t.dims[2]);
 }
 
 static tpu_hlo_value_t set_column(tpu_hlo_builder_t* b, tpu_hlo_value_t x, tpu_hlo_value_t j,
                                   tpu_hlo_value_t col) {
   tpu_hlo_type_t t = tpu_hlo_value_type(b, x);
   tpu_hlo_value_t z = i64(b, 0), st[3] = {z, z, j};
-  return dyn_update(b, x, reshape3(b, col, t.dims[0], t.dims[1], 1), st);
+  return tpu_emit_dynamic_update_slice(b, x, reshape3(b, col, t.dims[0], t.dims[1], 1), st);
 }
 
 /* Element j of each row of v [B, n], as [B]. */
@@ -129,7 +107,7 @@ static tpu_hlo_value_t element(tpu_hlo_builder_t* b, tpu_hlo_value_t v, tpu_hlo_
   tpu_hlo_type_t t = tpu_hlo_value_type(b, v);
   tpu_hlo_value_t st[2] = {i64(b, 0), j};
   int64_t sz[2] = {t.dims[0], 1};
-  return reshape1(b, dyn_slice(b, v, st, sz), t.dims[0]);
+  return reshape1(b, tpu_emit_dynamic_slice(b, v, st, sz), t.dims[0]);
 }
 
 /* Rows idx [B, K] (int64) of x [B, R, C], as [B, K, C] (a gather, so
@@ -151,33 +129,6 @@ static tpu_hlo_value_t gather_rows(tpu_hlo_builder_t* b, tpu_hlo_value_t x, tpu_
 static tpu_hlo_value_t gather_columns(tpu_hlo_builder_t* b, tpu_hlo_value_t x, tpu_hlo_value_t idx) {
   const int64_t perm[3] = {0, 2, 1};
   return tpu_emit_transpose(b, gather_rows(b, tpu_emit_transpose(b, x, perm), idx), perm);
-}
-
-/* for (j = lo; j != hi; j += step) body(j, state): a stablehlo.while over
- * `n` state values (their types unchanged by the body). */
-typedef void (*loop_body_fn)(tpu_hlo_builder_t* b, tpu_hlo_value_t j, tpu_hlo_value_t* state,
-                             const void* arg);
-#define MAX_STATE 8
-static void for_loop(tpu_hlo_builder_t* b, int64_t lo, int64_t hi, int64_t step,
-                     tpu_hlo_value_t* state, int n, loop_body_fn body, const void* arg) {
-  if (lo == hi) return;
-  tpu_hlo_type_t types[MAX_STATE + 1];
-  tpu_hlo_value_t init[MAX_STATE + 1], s[MAX_STATE + 1];
-  for (int i = 0; i < n; i++) types[i] = tpu_hlo_value_type(b, state[i]), init[i] = state[i];
-  types[n] = tpu_hlo_type_scalar(TPU_DTYPE_INT64);
-  init[n] = i64(b, lo);
-  tpu_hlo_region_op_begin(b, "stablehlo.while", init, n + 1, types, n + 1, NULL);
-  tpu_hlo_block_begin(b, types, n + 1, s);
-  tpu_hlo_value_t more = tpu_emit_compare(b, step > 0 ? "LT" : "GT", s[n], i64(b, hi));
-  tpu_hlo_block_return(b, &more, 1);
-  tpu_hlo_block_begin(b, types, n + 1, s);
-  tpu_hlo_value_t j = s[n];
-  body(b, j, s, arg);
-  s[n] = tpu_emit_add(b, j, i64(b, step));
-  tpu_hlo_block_return(b, s, n + 1);
-  tpu_hlo_value_t out[MAX_STATE + 1];
-  tpu_hlo_region_op_end(b, out);
-  for (int i = 0; i < n; i++) state[i] = out[i];
 }
 
 /* Reads tensor argument i as [B, m, n]. */
@@ -259,7 +210,7 @@ static void lu_step(tpu_hlo_builder_t* b, tpu_hlo_value_t j, tpu_hlo_value_t* s,
   A = tpu_emit_select(b, upd, tpu_emit_sub(b, A, prod), A);
   tpu_hlo_value_t piv = s[1], info = s[2];
   tpu_hlo_value_t st[2] = {i64(b, 0), j};
-  piv = dyn_update(b, piv, reshape2(b, tpu_emit_convert(b, tpu_emit_add(b, p, tpu_emit_splat(b, p, 1)),
+  piv = tpu_emit_dynamic_update_slice(b, piv, reshape2(b, tpu_emit_convert(b, tpu_emit_add(b, p, tpu_emit_splat(b, p, 1)),
                                                         TPU_DTYPE_INT32), B, 1), st);
   tpu_hlo_value_t first = and2(b, tpu_emit_unary(b, "stablehlo.not", nz),
                                tpu_emit_compare(b, "EQ", info, tpu_emit_splat(b, info, 0)));
@@ -277,7 +228,7 @@ static lu_t lu_factor(tpu_hlo_builder_t* b, tpu_hlo_value_t A) {
   tpu_hlo_type_t pt = type2(TPU_DTYPE_INT32, B, k), it = type2(TPU_DTYPE_INT32, B, 1);
   it.rank = 1;
   tpu_hlo_value_t s[3] = {A, tpu_emit_const_like(b, &pt, 0), tpu_emit_const_like(b, &it, 0)};
-  for_loop(b, 0, k, 1, s, 3, lu_step, NULL);
+  tpu_emit_for_loop(b, 0, k, 1, s, 3, lu_step, NULL);
   return (lu_t){s[0], s[1], s[2]};
 }
 
@@ -314,9 +265,9 @@ static tpu_hlo_value_t pivot_permutation(tpu_hlo_builder_t* b, tpu_hlo_value_t p
   perm_arg_t a = {pivots};
   int64_t k = pt.dims[1];
   if (inverse)
-    for_loop(b, k - 1, -1, -1, &perm, 1, perm_step, &a);
+    tpu_emit_for_loop(b, k - 1, -1, -1, &perm, 1, perm_step, &a);
   else
-    for_loop(b, 0, k, 1, &perm, 1, perm_step, &a);
+    tpu_emit_for_loop(b, 0, k, 1, &perm, 1, perm_step, &a);
   return perm;
 }
 
@@ -631,7 +582,7 @@ static void qr_step(tpu_hlo_builder_t* b, tpu_hlo_value_t j, tpu_hlo_value_t* s,
   A = apply_reflector(b, A, vf, tau, true, mask);
   tpu_hlo_value_t st[2] = {i64(b, 0), j};
   s[0] = A;
-  s[1] = dyn_update(b, s[1], reshape2(b, tau, B, 1), st);
+  s[1] = tpu_emit_dynamic_update_slice(b, s[1], reshape2(b, tau, B, 1), st);
 }
 
 typedef struct {
@@ -643,7 +594,7 @@ static qr_t geqrf(tpu_hlo_builder_t* b, tpu_hlo_value_t A) {
   int64_t B = t.dims[0], k = t.dims[1] < t.dims[2] ? t.dims[1] : t.dims[2];
   tpu_hlo_type_t tt = type2(t.dtype, B, k);
   tpu_hlo_value_t s[2] = {A, tpu_emit_const_like(b, &tt, 0)};
-  for_loop(b, 0, k, 1, s, 2, qr_step, NULL);
+  tpu_emit_for_loop(b, 0, k, 1, s, 2, qr_step, NULL);
   return (qr_t){s[0], s[1]};
 }
 
@@ -697,7 +648,7 @@ static tpu_hlo_value_t orgqr(tpu_hlo_builder_t* b, tpu_hlo_value_t a, tpu_hlo_va
                                          tpu_emit_const_like(b, &qt, 0));
   q = tpu_emit_select(b, tpu_emit_compare(b, "LT", c3, tpu_emit_const_like(b, &i3, (double)k)), q, unit);
   reflect_arg_t arg = {tau, {0}, true};
-  for_loop(b, k - 1, -1, -1, &q, 1, orgqr_step, &arg);
+  tpu_emit_for_loop(b, k - 1, -1, -1, &q, 1, orgqr_step, &arg);
   return q;
 }
 
@@ -779,9 +730,9 @@ static tpu_status_t lower_ormqr(tpu_lower_ctx_t* ctx) {
   bool left = flag(ctx, 3, true), trans = flag(ctx, 4, false);
   reflect_arg_t arg = {tau, V, left};
   if (left != trans)  /* Q C and C Q^T apply H(k-1) first */
-    for_loop(tpu_lower_builder(ctx), k - 1, -1, -1, &C, 1, ormqr_step, &arg);
+    tpu_emit_for_loop(tpu_lower_builder(ctx), k - 1, -1, -1, &C, 1, ormqr_step, &arg);
   else
-    for_loop(tpu_lower_builder(ctx), 0, k, 1, &C, 1, ormqr_step, &arg);
+    tpu_emit_for_loop(tpu_lower_builder(ctx), 0, k, 1, &C, 1, ormqr_step, &arg);
   set_output(ctx, 0, C);
   return NULL;
 }
@@ -1004,7 +955,7 @@ static void jacobi(tpu_hlo_builder_t* b, tpu_hlo_value_t* X, tpu_hlo_value_t* V,
   tpu_hlo_block_return(b, &more, 1);
   tpu_hlo_block_begin(b, types, 4, s);
   tpu_hlo_value_t inner[3] = {s[0], s[1], tpu_emit_const(b, TPU_DTYPE_BOOL, 0)};
-  for_loop(b, 0, pairs, 1, inner, 3, jacobi_step, &arg);
+  tpu_emit_for_loop(b, 0, pairs, 1, inner, 3, jacobi_step, &arg);
   tpu_hlo_value_t next[4] = {inner[0], inner[1], inner[2], tpu_emit_add(b, s[3], i64(b, 1))};
   tpu_hlo_block_return(b, next, 4);
   tpu_hlo_value_t out[4];

@@ -24,6 +24,7 @@
   TPU_FAMILY(fft) \
   TPU_FAMILY(factor) \
   TPU_FAMILY(polynomial) \
+  TPU_FAMILY(segment) \
   TPU_FAMILY(factory) \
   TPU_FAMILY(foreach) \
   TPU_FAMILY(view_values)
