@@ -1360,3 +1360,31 @@ def test_orthogonal_polynomials(name):
             torch.testing.assert_close(got, f(xs.to(dt), n.to(dt)), rtol=1e-4, atol=1e-5, equal_nan=True)
         same_as_cpu(lambda d: f(torch.tensor([1, 2, 3], device=d), 3))
         same_as_cpu(lambda d: f(0.3, torch.tensor([1, 5, 9], device=d)), exact=False)
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 3, 4])
+def test_polygamma_as_cpu_computes_it(n):
+    """CHLO's polygamma is zeta-based for every order: trigamma of a
+    negative x missed the reflection, and CPU's orders >= 2 evaluate
+    Cephes' Hurwitz zeta even at a negative x (all 60 float32 sweep samples
+    of polygamma mismatched). Now CPU's trigamma and zeta (special.c)."""
+    from op_testing import no_fallback
+    g = torch.Generator().manual_seed(0)
+    x = torch.cat([torch.randn(200, generator=g) * 6,
+                   torch.tensor([-8.478, -3.7, -0.3, 0.5, 1.0, 30.0, 0.0, float("inf")])])
+    with no_fallback():
+        for dt, tol in ((torch.float32, 1.3e-5), (torch.float64, 1e-10), (torch.bfloat16, 2e-2)):
+            got = torch.polygamma(n, x.to(dt).to("tpu")).cpu()
+            torch.testing.assert_close(got, torch.polygamma(n, x.to(dt)), rtol=tol, atol=1e-5, equal_nan=True)
+
+
+def test_special_zeta():
+    from op_testing import no_fallback
+    g = torch.Generator().manual_seed(1)
+    s, q = torch.rand(300, generator=g) * 8 + 0.5, torch.rand(300, generator=g) * 6 - 1
+    q[:5] = torch.tensor([-2.0, 0.0, -1.5, 3.0, 1e-3])
+    with no_fallback():
+        torch.testing.assert_close(torch.special.zeta(s.to("tpu"), q.to("tpu")).cpu(), torch.special.zeta(s, q),
+                                   rtol=1e-5, atol=1e-6, equal_nan=True)
+        torch.testing.assert_close(torch.special.zeta(s.to("tpu"), 2.0).cpu(), torch.special.zeta(s, 2.0),
+                                   equal_nan=True)

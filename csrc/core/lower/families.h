@@ -25,6 +25,7 @@
   TPU_FAMILY(factor) \
   TPU_FAMILY(polynomial) \
   TPU_FAMILY(segment) \
+  TPU_FAMILY(special) \
   TPU_FAMILY(factory) \
   TPU_FAMILY(foreach) \
   TPU_FAMILY(view_values)
@@ -39,5 +40,8 @@ TPU_LOWERING_FAMILIES
 /* Python's // of operands 0 and 1 (pointwise.c): div's rounding_mode="floor"
  * of floats is the same (PyTorch's div_floor_floating for both). */
 tpu_status_t tpu_lower_floor_divide(tpu_lower_ctx_t* ctx);
+/* digamma as PyTorch (pointwise.c): -inf at +0, +inf at -0; polygamma's
+ * order 0 (special.c). */
+tpu_hlo_value_t tpu_emit_digamma(tpu_hlo_builder_t* b, tpu_hlo_value_t x);
 
 #endif

@@ -1006,20 +1006,7 @@ static tpu_hlo_value_t f_digamma(tpu_hlo_builder_t* b, tpu_hlo_value_t x) {
   return sel(b, cmp(b, "EQ", x, tpu_emit_splat(b, x, 0)), at_zero, un(b, "chlo.digamma", x));
 }
 static tpu_status_t lower_digamma(tpu_lower_ctx_t* ctx) { return unary_math(ctx, f_digamma); }
-
-/* polygamma(n, x): n = 0 is digamma; CHLO's zeta-based form otherwise. At
- * +inf PyTorch gives 0 for n = 1 (its trigamma) and NaN for n >= 2. */
-static tpu_status_t lower_polygamma(tpu_lower_ctx_t* ctx) {
-  FLOAT_OUT_OR_DECLINE(ctx, d);
-  const tpu_lower_arg_t* n = tpu_lower_arg(ctx, 0);
-  if (n->kind != TPU_ARG_INT || n->i < 0) return tpu_lower_decline(ctx, "order argument");
-  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
-  tpu_hlo_value_t x = math_operand(ctx, 1, d);
-  if (n->i == 0) return finish(ctx, f_digamma(b, x));
-  tpu_hlo_value_t r = tpu_emit_binary(b, "chlo.polygamma", tpu_emit_splat(b, x, (double)n->i), x);
-  return finish(ctx, sel(b, cmp(b, "EQ", x, tpu_emit_splat(b, x, INFINITY)), tpu_emit_splat(b, x, n->i == 1 ? 0 : NAN),
-                         r));
-}
+tpu_hlo_value_t tpu_emit_digamma(tpu_hlo_builder_t* b, tpu_hlo_value_t x) { return f_digamma(b, x); }
 
 /* angle of a real number: pi for negatives, 0 otherwise, NaN kept. */
 static tpu_hlo_value_t f_angle(tpu_hlo_builder_t* b, tpu_hlo_value_t x) {
@@ -1368,7 +1355,6 @@ const tpu_lowering_t tpu_lowerings_pointwise[] = {
     {"sinc", lower_sinc, 0},
     {"lgamma", lower_lgamma, 0},
     {"digamma", lower_digamma, 0},
-    {"polygamma", lower_polygamma, 0},
     {"angle", lower_angle, 0},
     {"hypot", lower_hypot, 0},
     {"logaddexp", lower_logaddexp, 0},
