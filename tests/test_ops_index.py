@@ -857,3 +857,19 @@ def test_advanced_index_result_has_cpu_strides(case):
         got = run("tpu")
     assert got[:2] == want[:2]
     assert torch.equal(got[2], want[2])
+
+
+@pytest.mark.parametrize("shape,dim,dtype", [((6, 100), 0, torch.float32), ((5, 4, 40), 1, torch.int64),
+                                             ((70, 8), 1, torch.bool), ((0, 3), 0, torch.float32)])
+def test_unique_dim_of_wide_and_empty_slices(shape, dim, dtype):
+    """unique(dim=) of slices wider than one sort's 64 keys, and of no
+    slices, ran on the CPU fallback (144 sweep samples): wide slices now
+    sort one stable pass per element, least significant first."""
+    from op_testing import no_fallback, same_as_cpu
+    g = torch.Generator().manual_seed(0)
+    x = torch.randint(0, 2, shape, generator=g).to(dtype)
+    if x.numel():
+        x.select(dim, 1).copy_(x.select(dim, 3))
+    with no_fallback():
+        same_as_cpu(lambda d: torch.unique(x.to(d), dim=dim, return_inverse=True, return_counts=True))
+        same_as_cpu(lambda d: torch.unique_consecutive(x.to(d), dim=dim, return_inverse=True, return_counts=True))

@@ -287,6 +287,43 @@ static tpu_hlo_value_t sort_rows(tpu_hlo_builder_t* b, tpu_hlo_value_t rows,
 /* The most columns a lexicographic row sort takes (one sort key each). */
 #define MAX_SORT_COLUMNS (TPU_LOWER_MAX_INTS * 4)
 
+/* One pass of sort_wide_rows on {perm}: a stable sort of the permutation
+ * by column c of the rows it orders. */
+static void sort_pass(tpu_hlo_builder_t* b, tpu_hlo_value_t c, tpu_hlo_value_t* st, const void* arg) {
+  tpu_hlo_value_t cols = *(const tpu_hlo_value_t*)arg;
+  tpu_hlo_type_t t = tpu_hlo_value_type(b, cols);
+  int64_t s = t.dims[0], sizes[2] = {s, 1};
+  tpu_hlo_value_t starts[2] = {tpu_emit_const(b, TPU_DTYPE_INT64, 0), c};
+  tpu_hlo_value_t key = gather_rows(b, tpu_emit_reshape(b, tpu_emit_dynamic_slice(b, cols, starts, sizes), &s, 1),
+                                    st[0]);
+  tpu_hlo_value_t ops[2] = {key, st[0]};
+  tpu_hlo_type_t types[2] = {vec_type(t.dtype, s), vec_type(TPU_DTYPE_INT64, s)};
+  tpu_hlo_region_op_begin(b, "stablehlo.sort", ops, 2, types, 2, "dimension = 0 : i64, is_stable = true");
+  tpu_hlo_type_t bt[4] = {tpu_hlo_type_scalar(t.dtype), tpu_hlo_type_scalar(t.dtype),
+                          tpu_hlo_type_scalar(TPU_DTYPE_INT64), tpu_hlo_type_scalar(TPU_DTYPE_INT64)};
+  tpu_hlo_value_t a[4];
+  tpu_hlo_block_begin(b, bt, 4, a);
+  tpu_hlo_value_t lt = tpu_emit_compare(b, "LT", a[0], a[1]);
+  tpu_hlo_block_return(b, &lt, 1);
+  tpu_hlo_value_t r[2];
+  tpu_hlo_region_op_end(b, r);
+  st[0] = r[1];
+}
+
+/* sort_rows for rows too wide for one sort's keys: least significant
+ * column first, one stable single-key sort per column in a while loop (the
+ * same order as one lexicographic sort). */
+static tpu_hlo_value_t sort_wide_rows(tpu_hlo_builder_t* b, tpu_hlo_value_t rows,
+                                      tpu_hlo_value_t* out_perm) {
+  tpu_hlo_type_t t = tpu_hlo_value_type(b, rows);
+  tpu_hlo_value_t cols = t.dtype == TPU_DTYPE_BOOL ? tpu_emit_convert(b, rows, TPU_DTYPE_UINT8) : rows;
+  tpu_hlo_type_t it = vec_type(TPU_DTYPE_INT64, t.dims[0]);
+  tpu_hlo_value_t perm = tpu_emit_iota(b, &it, 0);
+  tpu_emit_for_loop(b, t.dims[1] - 1, -1, -1, &perm, 1, sort_pass, &cols);
+  *out_perm = perm;
+  return gather_rows(b, rows, perm);
+}
+
 typedef struct groups_s {
   tpu_hlo_value_t values; /* [S, K]: the first row of each run, compacted */
   tpu_hlo_value_t inverse; /* [S]: each input row's run */
@@ -301,7 +338,8 @@ static groups_t group_rows(tpu_hlo_builder_t* b, tpu_hlo_value_t rows, bool cons
   int64_t s = t.dims[0];
   tpu_hlo_type_t it = vec_type(TPU_DTYPE_INT64, s);
   tpu_hlo_value_t perm = {-1};
-  if (!consecutive) rows = sort_rows(b, rows, &perm);
+  if (!consecutive)
+    rows = t.dims[1] > MAX_SORT_COLUMNS ? sort_wide_rows(b, rows, &perm) : sort_rows(b, rows, &perm);
   /* A run starts at row 0 and wherever a row differs from the one before. */
   tpu_hlo_value_t prev;
   if (s > 1) {
@@ -369,7 +407,8 @@ static tpu_status_t lower_unique_padded(tpu_lower_ctx_t* ctx) {
 /* unique_dim_padded(self, dim, consecutive) -> (values (self's shape),
  * inverse [S], counts [S], count): unique_dim / unique_consecutive with a
  * dim, over the slices along dim (S of them). Slices sort
- * lexicographically with one sort key per element: wide slices decline. */
+ * lexicographically: one sort with a key per element, or for wide slices
+ * one stable sort per element (sort_wide_rows). */
 static tpu_status_t lower_unique_dim_padded(tpu_lower_ctx_t* ctx) {
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
   const tpu_lower_arg_t* self = tpu_lower_arg(ctx, 0);
@@ -380,10 +419,17 @@ static tpu_status_t lower_unique_dim_padded(tpu_lower_ctx_t* ctx) {
   int dim = (int)(d < 0 ? d + t.rank : d);
   bool consecutive = tpu_lower_arg(ctx, 2)->i != 0;
   int64_t n = numel(&t);
-  if (n == 0) return tpu_lower_decline(ctx, "empty input");
-  if (!consecutive && n / t.dims[dim] > MAX_SORT_COLUMNS)
-    return tpu_lower_decline(ctx, "slices of %lld elements: too many sort keys",
-                             (long long)(n / t.dims[dim]));
+  if (n == 0) {
+    /* no slices: every result empty. Empty slices along a non-empty dim
+     * CPU refuses ("0 sized dimensions ... aren't selected"). */
+    if (t.dims[dim] != 0) return tpu_lower_decline(ctx, "empty slices");
+    for (int i = 0; i < 3; i++) {
+      tpu_hlo_type_t ot = tpu_lower_output_type(ctx, i);
+      tpu_lower_set_output(ctx, i, tpu_emit_const_like(b, &ot, 0));
+    }
+    tpu_lower_set_output(ctx, 3, tpu_emit_const(b, TPU_DTYPE_INT64, 0));
+    return NULL;
+  }
   groups_t g = group_rows(b, as_rows(b, tpu_lower_tensor(ctx, 0), dim), consecutive);
   tpu_lower_set_output(ctx, 0, from_rows(b, g.values, dim, &t));
   tpu_lower_set_output(ctx, 1, g.inverse);
