@@ -339,3 +339,30 @@ def test_fft_on_the_device(case):
     x = make((3, 4, 8))
     check(lambda x: torch.view_as_real(_FFTS[case](x).resolve_conj()) if _FFTS[case](x.detach()).is_complex()
           else _FFTS[case](x), x, grad=True)
+
+
+@pytest.mark.parametrize("upper", [False, True])
+def test_cholesky_solve_inverse_and_old_api(upper):
+    """cholesky (the old API), cholesky_solve and cholesky_inverse ran on the
+    CPU fallback (about 100 sweep samples): now linalg_cholesky_ex with
+    CPU's error, two triangular solves, and potri's triangle mirrored (an
+    exactly symmetric inverse, as CPU's)."""
+    import warnings
+    from op_testing import same_as_cpu
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(3, 4, 4, generator=g)
+    a = x @ x.mT + 4 * torch.eye(4)
+    l = torch.linalg.cholesky(a, upper=upper)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # torch.cholesky's deprecation, on both
+        check(lambda a: torch.cholesky(a, upper=upper), a, grad=True)
+    check(lambda b, l: torch.cholesky_solve(b, l, upper=upper), make((3, 4, 2), seed=1), l, grad=True)
+    check(lambda b, l: torch.cholesky_solve(b, l, upper=upper), make((4, 2), seed=1), l)
+    check(lambda l: torch.cholesky_inverse(l, upper=upper), l, grad=True)
+    inv = torch.cholesky_inverse(l.to("tpu"), upper=upper).cpu()
+    assert torch.equal(inv, inv.mT)
+    bad = a.clone()
+    bad[1, 2, 2] = -50.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        assert "Batch element 1" in str(same_as_cpu(lambda d: torch.cholesky(bad.to(d))))

@@ -133,6 +133,31 @@ std::tuple<at::Tensor, at::Tensor> geqrf_meta(const at::Tensor& self) {
   return {a, at::empty(tau, self.options())};
 }
 
+// cholesky(A, upper=False): CPU's old API is linalg_cholesky_ex, then an
+// error for a matrix that is not positive-definite (its info read).
+void cholesky_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  auto args = torch::jit::last(*stack, 2);
+  const at::Tensor A = args[0].toTensor();
+  const bool upper = args[1].toBool();
+  if (!factorable(A)) return tpu_boxed_kernel(op, stack);
+  TORCH_WARN_ONCE(
+      "torch.cholesky is deprecated in favor of torch.linalg.cholesky and will be ",
+      "removed in a future PyTorch release.\n",
+      "L = torch.cholesky(A)\n",
+      "should be replaced with\n",
+      "L = torch.linalg.cholesky(A)\n",
+      "and\n"
+      "U = torch.cholesky(A, upper=True)\n",
+      "should be replaced with\n",
+      "U = torch.linalg.cholesky(A).mH\n"
+      "This transform will produce equivalent results for all valid (symmetric positive definite) inputs.");
+  at::_ops::cholesky::call(meta_of(A), upper);
+  auto [L, info] = at::linalg_cholesky_ex(A, upper, /*check_errors=*/false);
+  at::_linalg_check_errors(info, "cholesky", A.dim() == 2);
+  torch::jit::drop(*stack, 2);
+  stack->emplace_back(L);
+}
+
 template <void (*kernel)(const c10::OperatorHandle&, torch::jit::Stack*)>
 torch::CppFunction boxed() {
   return torch::CppFunction::makeFromBoxedFunction<kernel>();
@@ -143,6 +168,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_linalg_slogdet", boxed<&slogdet_kernel>());
   m.impl("_linalg_solve_ex", boxed<&solve_kernel>());
   m.impl("linalg_inv_ex", boxed<&inv_kernel>());
+  m.impl("cholesky", boxed<&cholesky_kernel>());
 }
 
 TORCH_LIBRARY_IMPL(aten, Meta, m) { m.impl("geqrf", geqrf_meta); }

@@ -580,3 +580,15 @@ void tpu_emit_for_loop(tpu_hlo_builder_t* b, int64_t lo, int64_t hi, int64_t ste
   tpu_hlo_region_op_end(b, out);
   for (int k = 0; k < n; k++) state[k] = out[k];
 }
+
+tpu_hlo_value_t tpu_emit_triangular_solve(tpu_hlo_builder_t* b, tpu_hlo_value_t a, tpu_hlo_value_t rhs,
+                                          bool left, bool lower, bool unit, bool transpose) {
+  char attrs[192];
+  snprintf(attrs, sizeof attrs,
+           "left_side = %s, lower = %s, unit_diagonal = %s, "
+           "transpose_a = #stablehlo<transpose %s>",
+           left ? "true" : "false", lower ? "true" : "false", unit ? "true" : "false",
+           transpose ? "TRANSPOSE" : "NO_TRANSPOSE");
+  tpu_hlo_value_t ops[2] = {a, rhs};
+  return tpu_hlo_op(b, "stablehlo.triangular_solve", ops, 2, tpu_hlo_value_type(b, rhs), attrs);
+}

@@ -96,6 +96,11 @@ typedef void (*tpu_emit_loop_body_fn)(tpu_hlo_builder_t* b, tpu_hlo_value_t i,
                                       tpu_hlo_value_t* state, const void* arg);
 void tpu_emit_for_loop(tpu_hlo_builder_t* b, int64_t lo, int64_t hi, int64_t step,
                        tpu_hlo_value_t* state, int n, tpu_emit_loop_body_fn body, const void* arg);
+/* stablehlo.triangular_solve: A X = rhs (left) or X A = rhs, A's `lower`
+ * or upper triangle only (unit: its diagonal taken as 1), A^T when
+ * `transpose`; batch dims leading and equal. */
+tpu_hlo_value_t tpu_emit_triangular_solve(tpu_hlo_builder_t* b, tpu_hlo_value_t a, tpu_hlo_value_t rhs,
+                                          bool left, bool lower, bool unit, bool transpose);
 /* x / c, correctly rounded: XLA rewrites a division by a constant into a
  * multiplication by its reciprocal (-49 * (1 / 49) is not -1 in double),
  * so the constant passes an optimization_barrier and stays a value. */

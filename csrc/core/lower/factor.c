@@ -16,6 +16,9 @@
  *   Jacobi: _linalg_svd (one-sided, then QR for U), _linalg_eigh
  *     (two-sided). Singular / eigen vectors are unique only up to sign;
  *     theirs may differ from CPU's LAPACK, as CUDA's do.
+ *   Cholesky solves (potrs, potri): _cholesky_solve_helper,
+ *     cholesky_inverse (the factorization itself is stablehlo.cholesky,
+ *     linalg.c).
  *
  * Matrices are read as [B, m, n] (the batch dims flattened); complex and
  * half dtypes are declined (CPU has no half LAPACK either: the fallback
@@ -306,17 +309,6 @@ static tpu_hlo_value_t unpack_u(tpu_hlo_builder_t* b, tpu_hlo_value_t lu) {
   return tpu_emit_select(b, tpu_emit_compare(b, "LE", r, c), x, tpu_emit_const_like(b, &xt, 0));
 }
 
-static tpu_hlo_value_t trsm(tpu_hlo_builder_t* b, tpu_hlo_value_t a, tpu_hlo_value_t rhs, bool left,
-                            bool lower, bool unit, bool transpose) {
-  char attrs[192];
-  snprintf(attrs, sizeof attrs,
-           "left_side = %s, lower = %s, unit_diagonal = %s, "
-           "transpose_a = #stablehlo<transpose %s>",
-           left ? "true" : "false", lower ? "true" : "false", unit ? "true" : "false",
-           transpose ? "TRANSPOSE" : "NO_TRANSPOSE");
-  tpu_hlo_value_t ops[2] = {a, rhs};
-  return tpu_hlo_op(b, "stablehlo.triangular_solve", ops, 2, tpu_hlo_value_type(b, rhs), attrs);
-}
 
 /* X from LU [B, n, n], pivots [B, n] and R [B, n, r] (left) or [B, r, n]:
  *   left, !adjoint:  A X = R    X = U^-1 L^-1 P^T R
@@ -328,22 +320,22 @@ static tpu_hlo_value_t lu_solve(tpu_hlo_builder_t* b, tpu_hlo_value_t lu, tpu_hl
   int64_t n = tpu_hlo_value_type(b, lu).dims[1];
   if (left && !adjoint) {
     r = gather_rows(b, r, pivot_permutation(b, pivots, n, false));
-    r = trsm(b, lu, r, true, true, true, false);
-    return trsm(b, lu, r, true, false, false, false);
+    r = tpu_emit_triangular_solve(b, lu, r, true, true, true, false);
+    return tpu_emit_triangular_solve(b, lu, r, true, false, false, false);
   }
   if (left) {
-    r = trsm(b, lu, r, true, false, false, true);
-    r = trsm(b, lu, r, true, true, true, true);
+    r = tpu_emit_triangular_solve(b, lu, r, true, false, false, true);
+    r = tpu_emit_triangular_solve(b, lu, r, true, true, true, true);
     return gather_rows(b, r, pivot_permutation(b, pivots, n, true));
   }
   if (!adjoint) {
-    r = trsm(b, lu, r, false, false, false, false);
-    r = trsm(b, lu, r, false, true, true, false);
+    r = tpu_emit_triangular_solve(b, lu, r, false, false, false, false);
+    r = tpu_emit_triangular_solve(b, lu, r, false, true, true, false);
     return gather_columns(b, r, pivot_permutation(b, pivots, n, true));
   }
   r = gather_columns(b, r, pivot_permutation(b, pivots, n, false));
-  r = trsm(b, lu, r, false, true, true, true);
-  return trsm(b, lu, r, false, false, false, true);
+  r = tpu_emit_triangular_solve(b, lu, r, false, true, true, true);
+  return tpu_emit_triangular_solve(b, lu, r, false, false, false, true);
 }
 
 static bool flag(tpu_lower_ctx_t* ctx, int i, bool dflt) {
@@ -1070,6 +1062,61 @@ static tpu_status_t lower_linalg_eigh(tpu_lower_ctx_t* ctx) {
   return NULL;
 }
 
+
+/* ---- Cholesky solves ---- */
+
+/* _cholesky_solve_helper(B, L, upper) -> X with A X = B, A = L L^T
+ * (lower) or U^T U (upper): two triangular solves (potrs). The operands
+ * arrive broadcast by cholesky_solve. */
+static tpu_status_t lower_cholesky_solve_helper(tpu_lower_ctx_t* ctx) {
+  tpu_status_t st = check_matrix(ctx, 0, "cholesky_solve");
+  if (!st) st = check_matrix(ctx, 1, "cholesky_solve");
+  if (st) return st;
+  tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
+  if (tpu_lower_arg(ctx, 0)->type.dtype != tpu_lower_arg(ctx, 1)->type.dtype || out.rank < 2)
+    return tpu_lower_decline(ctx, "cholesky_solve of two dtypes");
+  if (numel_of(&out) == 0) {
+    set_zero_output(ctx, 0);
+    return NULL;
+  }
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  int64_t B;
+  tpu_hlo_value_t rhs = batched(ctx, 0, &out, &B), l = batched(ctx, 1, &out, &B);
+  bool upper = flag(ctx, 2, false);
+  /* lower: L Y = B, L^T X = Y; upper: U^T Y = B, U X = Y */
+  tpu_hlo_value_t y = tpu_emit_triangular_solve(b, l, rhs, true, !upper, false, upper);
+  set_output(ctx, 0, tpu_emit_triangular_solve(b, l, y, true, !upper, false, !upper));
+  return NULL;
+}
+
+/* cholesky_inverse(L, upper) -> A^-1 for A = L L^T (U^T U): the identity
+ * solved as _cholesky_solve_helper, then the triangle LAPACK's potri
+ * computes (lower, or upper) mirrored into the other, so the result is
+ * exactly symmetric as CPU's. */
+static tpu_status_t lower_cholesky_inverse(tpu_lower_ctx_t* ctx) {
+  tpu_status_t st = check_matrix(ctx, 0, "cholesky_inverse");
+  if (st) return st;
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  int64_t B, m, n;
+  tpu_hlo_value_t l = matrices(ctx, 0, &B, &m, &n);
+  if (m != n) return tpu_lower_decline(ctx, "cholesky_inverse of a non-square matrix");
+  if (B * n == 0) {
+    set_zero_output(ctx, 0);
+    return NULL;
+  }
+  bool upper = flag(ctx, 1, false);
+  tpu_hlo_type_t t = tpu_hlo_value_type(b, l), i3 = t;
+  i3.dtype = TPU_DTYPE_INT64;
+  tpu_hlo_value_t r3 = tpu_emit_iota(b, &i3, 1), c3 = tpu_emit_iota(b, &i3, 2);
+  tpu_hlo_value_t eye = tpu_emit_select(b, tpu_emit_compare(b, "EQ", r3, c3), tpu_emit_const_like(b, &t, 1),
+                                        tpu_emit_const_like(b, &t, 0));
+  tpu_hlo_value_t y = tpu_emit_triangular_solve(b, l, eye, true, !upper, false, upper);
+  tpu_hlo_value_t x = tpu_emit_triangular_solve(b, l, y, true, !upper, false, !upper);
+  tpu_hlo_value_t mine = tpu_emit_compare(b, upper ? "LE" : "GE", r3, c3);
+  set_output(ctx, 0, tpu_emit_select(b, mine, x, transpose2(b, x)));
+  return NULL;
+}
+
 const tpu_lowering_t tpu_lowerings_factor[] = {
     {"linalg_lu_factor_ex", lower_lu_factor_ex, 0},
     {"linalg_lu", lower_linalg_lu, 0},
@@ -1081,5 +1128,7 @@ const tpu_lowering_t tpu_lowerings_factor[] = {
     {"linalg_qr", lower_linalg_qr, 0},
     {"_linalg_svd", lower_linalg_svd, 0},
     {"_linalg_eigh", lower_linalg_eigh, 0},
+    {"_cholesky_solve_helper", lower_cholesky_solve_helper, 0},
+    {"cholesky_inverse", lower_cholesky_inverse, 0},
 };
 const size_t tpu_lowerings_factor_count = sizeof tpu_lowerings_factor / sizeof tpu_lowerings_factor[0];

@@ -222,17 +222,6 @@ static tpu_hlo_value_t batched(tpu_lower_ctx_t* ctx, int i, const tpu_hlo_type_t
   return tpu_emit_broadcast_to(b, tpu_lower_tensor(ctx, i), &to);
 }
 
-static tpu_hlo_value_t triangular_solve(tpu_hlo_builder_t* b, tpu_hlo_value_t a, tpu_hlo_value_t rhs,
-                                        bool left, bool lower, bool unit, bool transpose) {
-  char attrs[192];
-  snprintf(attrs, sizeof attrs,
-           "left_side = %s, lower = %s, unit_diagonal = %s, "
-           "transpose_a = #stablehlo<transpose %s>",
-           left ? "true" : "false", lower ? "true" : "false", unit ? "true" : "false",
-           transpose ? "TRANSPOSE" : "NO_TRANSPOSE");
-  tpu_hlo_value_t ops[2] = {a, rhs};
-  return tpu_hlo_op(b, "stablehlo.triangular_solve", ops, 2, tpu_hlo_value_type(b, rhs), attrs);
-}
 
 /* linalg_solve_triangular(A, B, *, upper, left, unitriangular): A X = B
  * (left) or X A = B, batch dims broadcast; stablehlo.triangular_solve
@@ -254,12 +243,12 @@ static tpu_status_t lower_linalg_solve_triangular(tpu_lower_ctx_t* ctx) {
   bool upper = tpu_lower_arg(ctx, 2)->i != 0;
   bool left = tpu_lower_arg(ctx, 3)->kind != TPU_ARG_BOOL || tpu_lower_arg(ctx, 3)->i != 0;
   bool unit = tpu_lower_arg(ctx, 4)->kind == TPU_ARG_BOOL && tpu_lower_arg(ctx, 4)->i != 0;
-  tpu_lower_set_output(ctx, 0, triangular_solve(b, batched(ctx, 0, &out), batched(ctx, 1, &out),
+  tpu_lower_set_output(ctx, 0, tpu_emit_triangular_solve(b, batched(ctx, 0, &out), batched(ctx, 1, &out),
                                                 left, !upper, unit, false));
   return NULL;
 }
 
-/* triangular_solve(b, A, upper, transpose, unitriangular) -> (solution,
+/* tpu_emit_triangular_solve(b, A, upper, transpose, unitriangular) -> (solution,
  * cloned_coefficient): A X = b (A^T X = b when transpose), batch dims
  * broadcast; the second output is A broadcast. */
 static tpu_status_t lower_triangular_solve(tpu_lower_ctx_t* ctx) {
@@ -278,7 +267,7 @@ static tpu_status_t lower_triangular_solve(tpu_lower_ctx_t* ctx) {
     bool upper = tpu_lower_arg(ctx, 2)->kind != TPU_ARG_BOOL || tpu_lower_arg(ctx, 2)->i != 0;
     bool transpose = tpu_lower_arg(ctx, 3)->kind == TPU_ARG_BOOL && tpu_lower_arg(ctx, 3)->i != 0;
     bool unit = tpu_lower_arg(ctx, 4)->kind == TPU_ARG_BOOL && tpu_lower_arg(ctx, 4)->i != 0;
-    tpu_lower_set_output(ctx, 0, triangular_solve(b, coefficient, batched(ctx, 0, &out), true,
+    tpu_lower_set_output(ctx, 0, tpu_emit_triangular_solve(b, coefficient, batched(ctx, 0, &out), true,
                                                   !upper, unit, transpose));
   }
   tpu_lower_set_output(ctx, 1, tpu_emit_reshape(b, coefficient, coeff.dims, coeff.rank));
