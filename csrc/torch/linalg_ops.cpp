@@ -158,6 +158,57 @@ void cholesky_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   stack->emplace_back(L);
 }
 
+// linalg_lstsq(A, B, rcond=None, *, driver=None) -> (solution, residuals,
+// rank, singular_values), as CPU's drivers define the outputs (gelsy by
+// default): the minimum-norm solution from the (lowered) SVD with
+// singular values below rcond * max(S) dropped, which is what gelsy,
+// gelsd and gelss compute and what gels computes for a full-rank A; rank
+// except for gels; singular values for gelsd and gelss; residuals (the
+// squared error per column) for a tall A except with gelsy, and with
+// gelsd / gelss only when every matrix has full rank (read back: the
+// result's shape depends on it, as on the CPU).
+void lstsq_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  auto args = torch::jit::last(*stack, 4);
+  const at::Tensor A = args[0].toTensor(), B = args[1].toTensor();
+  if (!factorable(A) || !factorable(B)) return tpu_boxed_kernel(op, stack);
+  const std::string driver = args[3].isNone() ? "gelsy" : args[3].toStringRef();
+  TORCH_CHECK(driver == "gels" || driver == "gelsy" || driver == "gelsd" || driver == "gelss",
+              "torch.linalg.lstsq: parameter `driver` should be one of (gels, gelsy, gelsd, gelss)");
+  TORCH_CHECK(A.dim() >= 2, "torch.linalg.lstsq: input must have at least 2 dimensions.");
+  TORCH_CHECK(B.dim() >= 1, "torch.linalg.lstsq: other must have at least 1 dimension.");
+  TORCH_CHECK(A.scalar_type() == B.scalar_type(), "torch.linalg.lstsq: Expected input and other to have the same dtype, ",
+              "but got input with dtype ", A.scalar_type(), " and other with dtype ", B.scalar_type());
+  const int64_t dim_diff = A.dim() - B.dim();
+  TORCH_CHECK(0 <= dim_diff && dim_diff <= 1,
+              "torch.linalg.lstsq: input.dim() must be greater or equal to other.dim() and (input.dim() - other.dim()) <= 1");
+  const bool vector_case = dim_diff == 1;
+  const at::Tensor rhs = vector_case ? B.unsqueeze(-1) : B;
+  TORCH_CHECK(A.size(-2) == rhs.size(-2), vector_case
+                  ? "torch.linalg.lstsq: input.size(-2) should match other.size(-1) when other is a vector"
+                  : "torch.linalg.lstsq: input.size(-2) should match other.size(-2)");
+  const int64_t m = A.size(-2), n = A.size(-1);
+  const double eps = A.scalar_type() == at::kFloat ? 1.1920928955078125e-07 : 2.220446049250313e-16;
+  const double rcond = args[2].isNone() ? eps * static_cast<double>(std::max(m, n)) : args[2].toDouble();
+  auto [U, S, Vh] = at::linalg_svd(A, /*full_matrices=*/false);
+  at::Tensor keep = S > S.amax(-1, /*keepdim=*/true) * rcond;
+  if (S.size(-1) == 0) keep = S > 0;
+  at::Tensor inv = at::where(keep, S.reciprocal(), at::zeros({}, S.options()));
+  at::Tensor X = at::matmul(Vh.mT(), inv.unsqueeze(-1) * at::matmul(U.mT(), rhs));
+  at::Tensor rank = keep.sum(-1);
+  at::Tensor empty = at::empty({0}, A.options());
+  at::Tensor residuals = empty;
+  bool want_residuals = m > n && driver != "gelsy";
+  if (want_residuals && (driver == "gelsd" || driver == "gelss"))
+    want_residuals = (rank == n).all().item<bool>();
+  if (want_residuals) residuals = (at::matmul(A, X) - rhs).pow(2).sum(-2);
+  if (vector_case) X = X.squeeze(-1);
+  torch::jit::drop(*stack, 4);
+  stack->emplace_back(X);
+  stack->emplace_back(residuals);
+  stack->emplace_back(driver == "gels" ? at::empty({0}, A.options().dtype(at::kLong)) : rank);
+  stack->emplace_back(driver == "gelsd" || driver == "gelss" ? S : empty);
+}
+
 template <void (*kernel)(const c10::OperatorHandle&, torch::jit::Stack*)>
 torch::CppFunction boxed() {
   return torch::CppFunction::makeFromBoxedFunction<kernel>();
@@ -169,6 +220,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_linalg_solve_ex", boxed<&solve_kernel>());
   m.impl("linalg_inv_ex", boxed<&inv_kernel>());
   m.impl("cholesky", boxed<&cholesky_kernel>());
+  m.impl("linalg_lstsq", boxed<&lstsq_kernel>());
 }
 
 TORCH_LIBRARY_IMPL(aten, Meta, m) { m.impl("geqrf", geqrf_meta); }
