@@ -224,6 +224,9 @@ static tpu_hlo_value_t operand_in(tpu_lower_ctx_t* ctx, int i, tpu_dtype_t dtype
   return tpu_emit_convert(tpu_lower_builder(ctx), tpu_lower_tensor(ctx, i), dtype);
 }
 
+/* Integers are declined: XLA:CPU's s64 stablehlo.convolution returns
+ * wrong values (checked against CPU's exact slow path), so integer
+ * convolutions stay on the fallback until they are written as a dot. */
 static bool conv_dtype_ok(tpu_dtype_t d) {
   return d == TPU_DTYPE_FLOAT32 || d == TPU_DTYPE_FLOAT64 || is_half(d);
 }
