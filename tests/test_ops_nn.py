@@ -707,3 +707,28 @@ def test_multihead_attention_inference_fast_path_on_the_device(need_weights, ave
         assert_close(got[1], want[1])
     else:
         assert got[1] is None and want[1] is None
+
+
+@pytest.mark.parametrize("mode,shape", [("linear", (2, 3, 7)), ("bilinear", (2, 3, 5, 6)),
+                                        ("trilinear", (1, 2, 3, 4, 5)), ("bicubic", (2, 3, 5, 6))])
+@pytest.mark.parametrize("align", [False, True])
+def test_interpolation_reads_only_its_taps(mode, shape, align):
+    """Linear upsampling was a product with an interpolation matrix, so one
+    inf input made whole rows NaN (0 * inf) where CPU gives finite values;
+    now each output gathers its own taps (resample.c), and bicubic (on the
+    CPU fallback before) does the same with CPU's cubic weights."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(shape, generator=g)
+    x.view(-1)[3] = float("inf")
+    for kw in ({"scale_factor": 2.0}, {"scale_factor": 1.7}, {"size": tuple(max(1, s - 2) for s in shape[2:])}):
+        same_on_tpu_close(lambda t: F.interpolate(t, mode=mode, align_corners=align, **kw), x)
+        check(lambda t: F.interpolate(t, mode=mode, align_corners=align, **kw), make(shape, seed=1), grad=True)
+    check(lambda t: F.interpolate(t, mode=mode, align_corners=align, scale_factor=2.0),
+          make(shape, dtype=torch.bfloat16, seed=2), dtype=torch.bfloat16)
+
+
+def same_on_tpu_close(fn, x):
+    from op_testing import no_fallback
+    with no_fallback():
+        got = fn(x.to("tpu")).cpu()
+    torch.testing.assert_close(got, fn(x), equal_nan=True)

@@ -26,6 +26,7 @@
   TPU_FAMILY(polynomial) \
   TPU_FAMILY(segment) \
   TPU_FAMILY(special) \
+  TPU_FAMILY(resample) \
   TPU_FAMILY(factory) \
   TPU_FAMILY(foreach) \
   TPU_FAMILY(view_values)
