@@ -346,3 +346,19 @@ def test_writes_of_negative_zero_through_expanded_and_overlapping_views():
         got = fn("tpu")
     for g, w in zip(got, want):
         assert torch.equal(torch.signbit(g.cpu()), torch.signbit(w)) and torch.equal(g.cpu(), w)
+
+
+def test_unsafe_view_aliases_like_cpu():
+    """_unsafe_view returns a view (it only skips autograd's view tracking);
+    eager ran its lowering and returned a copy, so kron's out= (a mul_out
+    into _unsafe_view(out)) left out unwritten."""
+    a = torch.randn(2, 3, device="tpu")
+    v = torch.ops.aten._unsafe_view(a, [3, 2])
+    assert v.untyped_storage().data_ptr() == a.untyped_storage().data_ptr()
+    v.mul_(0)
+    assert torch.equal(a.cpu(), torch.zeros(2, 3))
+    x, y = torch.randn(2, 3), torch.randn(3, 2)
+    out = torch.full((6, 6), 7.0, device="tpu")
+    r = torch.kron(x.to("tpu"), y.to("tpu"), out=out)
+    assert r.data_ptr() == out.data_ptr()
+    torch.testing.assert_close(out.cpu(), torch.kron(x, y))

@@ -188,15 +188,6 @@ static tpu_status_t lower_addr(tpu_lower_ctx_t* ctx) {
   return set_scaled_sum(ctx, dot(ctx, 1, 2, "", "", "", ""), 3);
 }
 
-/* _unsafe_view(self, size): a reshape of the logical value (views are
- * already folded in, so contiguity does not matter here). */
-static tpu_status_t lower_unsafe_view(tpu_lower_ctx_t* ctx) {
-  tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
-  tpu_lower_set_output(ctx, 0, tpu_emit_reshape(tpu_lower_builder(ctx), tpu_lower_tensor(ctx, 0),
-                                                out.dims, out.rank));
-  return NULL;
-}
-
 /* ---- factorizations XLA has as HLO ---- */
 
 static bool solver_dtype(tpu_dtype_t d) {
@@ -348,7 +339,7 @@ const tpu_lowering_t tpu_lowerings_linalg[] = {
     {"bmm", lower_bmm, 0},       {"addmm", lower_addmm, 0}, {"baddbmm", lower_baddbmm, 0},
     {"addbmm", lower_addbmm, 0}, {"dot", lower_dot, 0},     {"vdot", lower_dot, 0},
     {"mv", lower_mv, 0},         {"addmv", lower_addmv, 0},
-    {"addr", lower_addr, 0}, {"_unsafe_view", lower_unsafe_view, 0},
+    {"addr", lower_addr, 0},
     {"linalg_solve_triangular", lower_linalg_solve_triangular, 0},
     {"triangular_solve", lower_triangular_solve, 0},
     {"linalg_cholesky_ex", lower_linalg_cholesky_ex, 0},

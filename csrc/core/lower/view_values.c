@@ -227,6 +227,10 @@ static tpu_status_t lower_empty(tpu_lower_ctx_t* ctx) {
 #define G TPU_LOWER_GRAPH_ONLY
 const tpu_lowering_t tpu_lowerings_view_values[] = {
     {"view", lower_reshape_to_output, G},
+    /* _unsafe_view returns a view (it only skips autograd's view
+     * tracking): eager must keep PyTorch's aliasing kernel, or kron's
+     * out= (a mul_out into _unsafe_view(out)) wrote into a copy */
+    {"_unsafe_view", lower_reshape_to_output, G},
     {"reshape", lower_reshape_to_output, G},   {"view_copy", lower_reshape_to_output, G},
     {"_reshape_alias", lower_reshape_to_output, G},
     {"unsqueeze", lower_reshape_to_output, G}, {"squeeze", lower_reshape_to_output, G},
