@@ -506,3 +506,14 @@ def test_segment_reduce_refuses_bad_lengths_like_cpu():
     x = torch.randn(5)
     same_as_cpu(lambda d: torch.segment_reduce(x.to(d), "sum", lengths=torch.tensor([2, 2], device=d)))
     same_as_cpu(lambda d: torch.segment_reduce(x.to(d), "sum", lengths=torch.tensor([6, -1], device=d)))
+
+
+def test_max_min_unary_out():
+    """max.unary_out(self, out) read its out= as max.other's other: every
+    call failed to compile."""
+    from op_testing import no_fallback, same_as_cpu
+    x = torch.randn(3, 4)
+    with no_fallback():
+        for f in (torch.max, torch.min):
+            same_as_cpu(lambda d: f(x.to(d), out=torch.full((), 7.0, device=d)))
+            same_as_cpu(lambda d: f(x.to(d), out=torch.full((2,), 7.0, device=d)[1]))

@@ -239,7 +239,10 @@ static tpu_status_t lower_max_min(tpu_lower_ctx_t* ctx, bool is_max) {
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
   tpu_hlo_value_t x = tpu_lower_tensor(ctx, 0);
   tpu_hlo_type_t t = value_type(ctx, x);
-  const tpu_lower_arg_t* a1 = tpu_lower_arg(ctx, 1);
+  /* max.unary_out(self, out): its second argument is the out= tensor,
+   * not max.other's other */
+  bool unary_out = strstr(tpu_lower_op_name(ctx), "unary_out") != NULL;
+  const tpu_lower_arg_t* a1 = unary_out ? tpu_lower_arg(ctx, -1) : tpu_lower_arg(ctx, 1);
   if (a1->kind == TPU_ARG_TENSOR || a1->kind == TPU_ARG_SCALAR) {
     tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
     if (out.dtype == TPU_DTYPE_BOOL) return tpu_lower_decline(ctx, "bool maximum");
