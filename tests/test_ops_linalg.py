@@ -395,3 +395,16 @@ def test_lstsq_rank_deficient_drops_residuals_like_cpu():
         r = same_as_cpu(lambda d: torch.linalg.lstsq(a.to(d), b.to(d), driver=driver).residuals)
         assert r.numel() == 0
         same_as_cpu(lambda d: torch.linalg.lstsq(a.to(d), b.to(d), driver=driver).rank)
+
+
+def test_silent_out_resizes_like_cpu():
+    """addbmm, log_sigmoid, multinomial and bernoulli resize a wrong-sized
+    out= silently on the CPU (resize_); their meta kernels warned."""
+    from op_testing import same_as_cpu
+    b1, b2, m = make((2, 4, 5), seed=1), make((2, 5, 4), seed=2), make((4, 4), seed=3)
+    same_as_cpu(lambda d: torch.addbmm(m.to(d), b1.to(d), b2.to(d), out=torch.full((20,), 7.0, device=d)),
+                exact=False, warns=True)
+    same_as_cpu(lambda d: torch._C._nn.log_sigmoid(m.to(d), out=torch.full((20,), 7.0, device=d)),
+                exact=False, warns=True)
+    same_as_cpu(lambda d: torch.bernoulli(torch.ones(3, 4, device=d), out=torch.full((20,), 7.0, device=d)),
+                warns=True)

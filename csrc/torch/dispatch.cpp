@@ -1011,10 +1011,30 @@ void presize_range(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> inp
 // without a word on the CPU (resize_, not resize_output); their Python meta
 // kernels warn as resize_output does. Such an out= reaches the meta kernel
 // empty, which it resizes silently.
+// Kernels that resize a wrong-sized out= with resize_ (no warning) on the
+// CPU, where their meta kernels use resize_output (which warns): every
+// out= reaches the meta kernel empty, so it plans the size silently.
+bool resizes_out_silently(const c10::OperatorHandle& op) {
+  const auto& n = op.operator_name();
+  return (n.name == "aten::addbmm" && n.overload_name == "out") ||
+         (n.name == "aten::log_sigmoid_forward" && n.overload_name == "output") ||
+         (n.name == "aten::multinomial" && n.overload_name == "out") ||
+         (n.name == "aten::bernoulli" && n.overload_name == "out");
+}
+
 void quiet_factory_resize(const c10::OperatorHandle& op, const torch::jit::Stack& inputs,
                           torch::jit::Stack* meta_stack) {
   const auto& schema = op.schema();
   const std::string& name = schema.name();
+  if (resizes_out_silently(op)) {
+    const auto& args = schema.arguments();
+    for (size_t i = 0; i < args.size() && i < inputs.size(); i++)
+      if (args[i].is_out() && inputs[i].isTensor()) {
+        const at::Tensor& t = inputs[i].toTensor();
+        (*meta_stack)[i] = at::empty({0}, at::TensorOptions().dtype(t.scalar_type()).device(at::kMeta));
+      }
+    return;
+  }
   if (name != "aten::linspace" && name != "aten::logspace" && name != "aten::randperm" &&
       name != "aten::eye")
     return;
