@@ -873,3 +873,41 @@ def test_unique_dim_of_wide_and_empty_slices(shape, dim, dtype):
     with no_fallback():
         same_as_cpu(lambda d: torch.unique(x.to(d), dim=dim, return_inverse=True, return_counts=True))
         same_as_cpu(lambda d: torch.unique_consecutive(x.to(d), dim=dim, return_inverse=True, return_counts=True))
+
+
+_OOB = {
+    "gather": lambda d, T: torch.gather(torch.zeros(3, 2, device=d), 1, T([[0, 23]])),
+    "gather_negative": lambda d, T: torch.gather(torch.zeros(3, 2, device=d), 1, T([[0, -1]])),
+    "scatter": lambda d, T: torch.zeros(3, 2, device=d).scatter(0, T([[5, 0]]), torch.ones(1, 2, device=d)),
+    "scatter_value": lambda d, T: torch.zeros(3, 2, device=d).scatter_(0, T([[-1, 0]]), 1.0),
+    "scatter_add": lambda d, T: torch.zeros(3, 2, device=d).scatter_add(0, T([[5, 0]]), torch.ones(1, 2, device=d)),
+    "scatter_reduce": lambda d, T: torch.zeros(3, 2, device=d).scatter_reduce(0, T([[5, 0]]), torch.ones(1, 2, device=d), "sum"),
+    "take": lambda d, T: torch.take(torch.zeros(3, 2, device=d), T([50])),
+    "take_negative": lambda d, T: torch.take(torch.zeros(3, 2, device=d), T([-7])),
+    "index": lambda d, T: torch.zeros(3, 2, device=d)[T([7])],
+    "index_negative": lambda d, T: torch.zeros(3, 2, device=d)[:, T([-3])],
+    "index_put": lambda d, T: torch.zeros(3, 2, device=d).index_put_((T([5]),), torch.tensor(1.0, device=d)),
+    "index_add": lambda d, T: torch.zeros(3, 2, device=d).index_add(0, T([-1]), torch.ones(1, 2, device=d)),
+    "index_copy": lambda d, T: torch.zeros(3, 2, device=d).index_copy(0, T([5]), torch.ones(1, 2, device=d)),
+    "index_fill": lambda d, T: torch.zeros(3, 2, device=d).index_fill(0, T([5]), 1.0),
+    "put": lambda d, T: torch.zeros(3, 2, device=d).put_(T([9]), torch.ones(1, device=d)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_OOB))
+def test_out_of_range_indices_raise_like_cpu(case):
+    """XLA clamps an out-of-range index where CPU raises: gather, scatter*,
+    take, put_, index / index_put_ and index_add / copy / fill returned
+    values read at a clamped index with no error. Each now leaves a device
+    flag read before the next host read, which raises CPU's error."""
+    from op_testing import same_as_cpu
+    err = same_as_cpu(lambda d: _OOB[case](d, lambda v: torch.tensor(v, device=d)).cpu())
+    assert "out of" in str(err)
+
+
+def test_in_range_negative_indices_do_not_raise():
+    from op_testing import same_as_cpu
+    x = torch.arange(6.0).reshape(3, 2)
+    same_as_cpu(lambda d: torch.take(x.to(d), torch.tensor([-6, 5], device=d)))
+    same_as_cpu(lambda d: x.to(d)[torch.tensor([-3, 2], device=d)])
+    same_as_cpu(lambda d: x.to(d).index_fill(0, torch.tensor([-1], device=d), 9.0))

@@ -78,6 +78,10 @@ void resize_storage_bytes(const c10::Storage& storage, size_t nbytes);
 // op; it is read here, before a host read, so the error surfaces at the
 // next sync in strict and defer_and_fuse; debug raises at the op).
 void check_pending_index_errors();
+// Index tensors made from a mask (its nonzero columns) are in range by
+// construction: their bounds checks are skipped (see record_index_check).
+void trust_mask_index(const at::Tensor& index);
+void clear_trusted_mask_indices();
 
 // Raises CPU's error for a literal number `op` cannot convert to its dtype
 // ("value cannot be converted to type uint8_t without overflow"), as eager

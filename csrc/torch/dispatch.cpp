@@ -1516,11 +1516,21 @@ static void check_scalars_fit(const c10::OperatorHandle& op, const OpFacts& fact
 // fuses into the same run in defer_and_fuse), read before the next host
 // read; a true flag raises CPU's error for that op. Per thread: the op's
 // thread is the one that reads its results.
+// How CPU words an out-of-range index, per op family.
+enum class IndexMessage {
+  kInSelf,        // IndexError "index out of range in self"
+  kDataBounds,    // RuntimeError "INDICES element is out of DATA bounds, id=.. axis_dim=.."
+  kBoundsIndex,   // IndexError "index 5 is out of bounds for dimension 0 with size 3"
+  kBoundsRuntime, // the same words as a RuntimeError
+  kFlat,          // IndexError "out of range: tried to access index 9 on a tensor of 6 elements."
+};
 struct PendingIndexCheck {
   at::Tensor bad;    // 0-d bool on the device
-  at::Tensor index;  // for the RuntimeError's message
-  int64_t size;
-  bool index_error;  // IndexError "index out of range in self", else RuntimeError
+  at::Tensor index;  // for the message
+  int64_t lo, size;  // valid: lo <= index < size
+  int64_t dim;
+  IndexMessage message;
+  const char* prefix;  // before kBounds* words ("index_copy_(): ")
 };
 thread_local std::vector<PendingIndexCheck> t_pending_index_checks;
 
@@ -1570,9 +1580,92 @@ static void check_pending_target_errors() {
   TORCH_CHECK_INDEX(false, "Target is out of bounds.");  // (its targets are no longer kept)
 }
 
+thread_local std::vector<const c10::TensorImpl*> t_trusted_indices;
+
+void trust_mask_index(const at::Tensor& index) { t_trusted_indices.push_back(index.unsafeGetTensorImpl()); }
+void clear_trusted_mask_indices() { t_trusted_indices.clear(); }
+
+static void push_index_check(const at::Tensor& index, int64_t lo, int64_t size, int64_t dim,
+                             IndexMessage message, const char* prefix = "") {
+  if (!index.defined() || index.numel() == 0 || !is_tpu(index) ||
+      !at::isIntegralType(index.scalar_type(), /*includeBool=*/false))
+    return;
+  for (const c10::TensorImpl* t : t_trusted_indices)
+    if (t == index.unsafeGetTensorImpl()) return;
+  at::Tensor bad = at::logical_or(index.lt(lo), index.ge(size)).any();
+  t_pending_index_checks.push_back({bad, index, lo, size, dim, message, prefix});
+  // Nothing reads results for a long time: check now rather than grow.
+  if (t_pending_index_checks.size() > 64) check_pending_index_errors();
+}
+
+// The ops that take indices into self, where an index fell: (index
+// argument, dim argument or -1 for a flat index, lowest valid index as 0
+// or -size, CPU's message).
+struct IndexRule {
+  const char* base;  // "aten::gather"
+  int index_arg, dim_arg;
+  bool negative_ok;
+  IndexMessage message;
+  const char* prefix;
+};
+static const IndexRule kIndexRules[] = {
+    {"aten::gather", 2, 1, false, IndexMessage::kBoundsRuntime, ""},
+    {"aten::scatter", 2, 1, false, IndexMessage::kBoundsRuntime, ""},
+    {"aten::scatter_", 2, 1, false, IndexMessage::kBoundsRuntime, ""},
+    {"aten::scatter_add", 2, 1, false, IndexMessage::kBoundsRuntime, ""},
+    {"aten::scatter_add_", 2, 1, false, IndexMessage::kBoundsRuntime, ""},
+    {"aten::scatter_reduce", 2, 1, false, IndexMessage::kBoundsRuntime, ""},
+    {"aten::scatter_reduce_", 2, 1, false, IndexMessage::kBoundsRuntime, ""},
+    {"aten::index_add", 2, 1, false, IndexMessage::kBoundsRuntime, ""},
+    {"aten::index_add_", 2, 1, false, IndexMessage::kBoundsRuntime, ""},
+    {"aten::index_copy", 2, 1, false, IndexMessage::kBoundsIndex, "index_copy_(): "},
+    {"aten::index_copy_", 2, 1, false, IndexMessage::kBoundsIndex, "index_copy_(): "},
+    {"aten::index_fill", 2, 1, true, IndexMessage::kBoundsIndex, ""},
+    {"aten::index_fill_", 2, 1, true, IndexMessage::kBoundsIndex, ""},
+    {"aten::index_reduce", 2, 1, false, IndexMessage::kInSelf, ""},
+    {"aten::index_reduce_", 2, 1, false, IndexMessage::kInSelf, ""},
+    {"aten::take", 1, -1, true, IndexMessage::kFlat, ""},
+    {"aten::put", 1, -1, true, IndexMessage::kFlat, ""},
+    {"aten::put_", 1, -1, true, IndexMessage::kFlat, ""},
+};
+
 static void record_index_check(const OpFacts& facts, c10::ArrayRef<c10::IValue> inputs) {
   if (facts.name == "aten::nll_loss_forward" || facts.name == "aten::nll_loss2d_forward") {
     if (eager_mode() != EagerMode::kDebug) record_target_check(inputs);
+    return;
+  }
+  if (inputs.empty() || !inputs[0].isTensor()) return;
+  const at::Tensor& self = inputs[0].toTensor();
+  if (!self.defined()) return;
+  const std::string base = facts.name.substr(0, facts.name.find('.'));
+  // index / index_put (self, indices, ...): index k indexes dim k of self.
+  if (base == "aten::index" || base == "aten::index_put" || base == "aten::index_put_" ||
+      base == "aten::_index_put_impl_" || base == "aten::_unsafe_index") {
+    if (eager_mode() == EagerMode::kDebug || inputs.size() < 2 || !inputs[1].isList()) return;
+    auto list = inputs[1].toList();
+    for (size_t k = 0; k < list.size() && static_cast<int64_t>(k) < self.dim(); k++) {
+      c10::IValue e = list.get(k);
+      if (!e.isTensor()) continue;
+      const int64_t size = self.size(static_cast<int64_t>(k));
+      push_index_check(e.toTensor(), -size, size, static_cast<int64_t>(k), IndexMessage::kBoundsIndex);
+    }
+    return;
+  }
+  for (const IndexRule& r : kIndexRules) {
+    if (base != r.base) continue;
+    if (eager_mode() == EagerMode::kDebug || inputs.size() <= static_cast<size_t>(r.index_arg) ||
+        !inputs[r.index_arg].isTensor())
+      return;
+    int64_t size, dim = 0;
+    if (r.dim_arg < 0) {
+      size = self.numel();
+    } else {
+      if (!inputs[r.dim_arg].isInt()) return;
+      dim = c10::maybe_wrap_dim(inputs[r.dim_arg].toInt(), std::max<int64_t>(self.dim(), 1));
+      size = self.dim() == 0 ? 1 : self.size(dim);
+    }
+    push_index_check(inputs[r.index_arg].toTensor(), r.negative_ok ? -size : 0, size, dim, r.message,
+                     r.prefix);
     return;
   }
   // index_select(self, dim, index): CPU raises a RuntimeError naming the
@@ -1586,10 +1679,8 @@ static void record_index_check(const OpFacts& facts, c10::ArrayRef<c10::IValue> 
     TORCH_CHECK_INDEX(inputs[at].toTensor().dim() <= 1,
                       "index_select(): Index is supposed to be a vector");
   if (eager_mode() == EagerMode::kDebug) return;  // Debug ran CPU's kernel first
-  if (inputs.size() <= at || !inputs[0].isTensor() || !inputs[at].isTensor()) return;
-  const at::Tensor& self = inputs[0].toTensor();
+  if (inputs.size() <= at || !inputs[at].isTensor()) return;
   const at::Tensor& index = inputs[at].toTensor();
-  if (!index.defined() || index.numel() == 0 || !is_tpu(index)) return;
   const int64_t rank = self.dim();
   const int64_t dim =
       select ? c10::maybe_wrap_dim(inputs[1].toInt(), std::max<int64_t>(rank, 1)) : 0;
@@ -1599,10 +1690,7 @@ static void record_index_check(const OpFacts& facts, c10::ArrayRef<c10::IValue> 
                                inputs[3].toTensor().is_contiguous());
   const bool runtime_error =
       select && rank > 1 && ((dim == 1 && contiguous_out) || self.numel() == 0);
-  at::Tensor bad = at::logical_or(index.lt(0), index.ge(size)).any();
-  t_pending_index_checks.push_back({bad, index, size, !runtime_error});
-  // Nothing reads results for a long time: check now rather than grow.
-  if (t_pending_index_checks.size() > 64) check_pending_index_errors();
+  push_index_check(index, 0, size, dim, runtime_error ? IndexMessage::kDataBounds : IndexMessage::kInSelf);
 }
 
 static bool resolve_lazy_bits(const c10::OperatorHandle& op, torch::jit::Stack* stack, size_t num_args) {
@@ -1803,18 +1891,35 @@ void check_pending_index_errors() {
   // Taken first: reading a flag is itself a host read.
   std::vector<PendingIndexCheck> pending;
   pending.swap(t_pending_index_checks);
+  if (pending.size() > 1) {  // one read for them all in the common case
+    std::vector<at::Tensor> flags;
+    for (const PendingIndexCheck& c : pending) flags.push_back(c.bad);
+    if (!at::stack(flags).any().item<bool>()) return;
+  }
   for (const PendingIndexCheck& c : pending) {
     if (!c.bad.item<bool>()) continue;
-    TORCH_CHECK_INDEX(!c.index_error, "index out of range in self");
+    TORCH_CHECK_INDEX(c.message != IndexMessage::kInSelf, "index out of range in self");
     at::Tensor host = c.index.cpu().reshape(-1).to(at::kLong);
     const int64_t* v = host.const_data_ptr<int64_t>();
     int64_t id = 0;
     for (int64_t i = 0; i < host.numel(); i++)
-      if (v[i] < 0 || v[i] >= c.size) {
+      if (v[i] < c.lo || v[i] >= c.size) {
         id = v[i];
         break;
       }
-    TORCH_CHECK(false, "INDICES element is out of DATA bounds, id=", id, " axis_dim=", c.size);
+    switch (c.message) {
+      case IndexMessage::kDataBounds:
+        TORCH_CHECK(false, "INDICES element is out of DATA bounds, id=", id, " axis_dim=", c.size);
+      case IndexMessage::kBoundsIndex:
+        TORCH_CHECK_INDEX(false, c.prefix, "index ", id, " is out of bounds for dimension ", c.dim,
+                          " with size ", c.size);
+      case IndexMessage::kBoundsRuntime:
+        TORCH_CHECK(false, c.prefix, "index ", id, " is out of bounds for dimension ", c.dim, " with size ",
+                    c.size);
+      default:
+        TORCH_CHECK_INDEX(false, "out of range: tried to access index ", id, " on a tensor of ", c.size,
+                          " elements.");
+    }
   }
 }
 

@@ -235,7 +235,11 @@ std::optional<IndexList> expand_masks(const at::Tensor& self, const IndexList& i
     // A CPU mask is expanded on the CPU: no device sync at all.
     at::Tensor nz = is_tpu(mask) ? nonzero_on_device(mask) : mask.nonzero().to(self.device());
     if (!nz.defined()) return std::nullopt;
-    for (int64_t j = 0; j < mask.dim(); j++) out.push_back(nz.select(1, j));
+    for (int64_t j = 0; j < mask.dim(); j++) {
+      at::Tensor column = nz.select(1, j);
+      trust_mask_index(column);
+      out.push_back(column);
+    }
   }
   return out;
 }
@@ -301,6 +305,9 @@ void index_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   auto expanded = expand_masks(self, indices);
   if (!expanded) return cpu_fallback(op, stack);
   (*stack)[stack->size() - args.size() + 1] = *expanded;
+  struct Clear {
+    ~Clear() { clear_trusted_mask_indices(); }
+  } clear;
   tpu_boxed_kernel(op, stack);
 }
 
@@ -370,6 +377,9 @@ void index_put_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   auto expanded = expand_masks(self, indices);
   if (!expanded) return cpu_fallback(op, stack);
   (*stack)[stack->size() - args.size() + 1] = *expanded;
+  struct Clear {
+    ~Clear() { clear_trusted_mask_indices(); }
+  } clear;
   if (accumulate_into_expanded(op, stack)) return;
   tpu_boxed_kernel(op, stack);
 }
