@@ -911,3 +911,23 @@ def test_in_range_negative_indices_do_not_raise():
     same_as_cpu(lambda d: torch.take(x.to(d), torch.tensor([-6, 5], device=d)))
     same_as_cpu(lambda d: x.to(d)[torch.tensor([-3, 2], device=d)])
     same_as_cpu(lambda d: x.to(d).index_fill(0, torch.tensor([-1], device=d), 9.0))
+
+
+_OVERLAP = {
+    "cat": lambda x, d: torch.cat([x[:2], x[2:]], out=x),
+    "stack": lambda x, d: torch.stack([x[0], x[1]], out=x[:2]),
+    "gather": lambda x, d: torch.gather(x, 1, torch.tensor([[0, 1, 2, 3]] * 4, device=d), out=x),
+    "index_select": lambda x, d: torch.index_select(x, 0, torch.tensor([0, 1, 2, 3], device=d), out=x),
+    "masked_select": lambda x, d: torch.masked_select(x, torch.ones(4, 4, dtype=torch.bool, device=d),
+                                                      out=x.view(-1)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_OVERLAP))
+def test_out_that_is_an_input_raises_like_cpu(case):
+    """cat, stack, gather, index_select and masked_select refuse an out= that
+    shares memory with an input on the CPU, even a full overlap (they
+    wrote into it on tpu)."""
+    from op_testing import same_as_cpu
+    x = torch.randn(4, 4)
+    same_as_cpu(lambda d: _OVERLAP[case](x.clone().to(d), d))

@@ -152,6 +152,9 @@ struct OpFacts {
   // Scalar arguments, which the cache key does not hold, so the out= is
   // sized before the lookup (presize_range).
   bool sized_by_scalars = false;
+  // out= kernels that refuse any overlap of out with an input, a full one
+  // included (CPU's assert_no_overlap: cat, gather, index_select, take).
+  bool no_overlap = false;
   std::vector<ArgClass> args;
 };
 
@@ -235,6 +238,9 @@ const OpFacts& facts_of(const c10::OperatorHandle& op) {
     f->check_values = value_check_of(f->name);
     f->scalar_fit = scalar_fit_of(f->name);
     f->sized_by_scalars = f->name.rfind("aten::arange", 0) == 0 || f->name.rfind("aten::range", 0) == 0;
+    f->no_overlap = f->name == "aten::cat.out" || f->name == "aten::gather.out" ||
+                    f->name == "aten::index_select.out" || f->name == "aten::take.out" ||
+                    f->name == "aten::stack.out";
     for (const auto& a : op.schema().arguments()) f->args.push_back(classify(a));
     slot = std::move(f);
   }
@@ -1839,10 +1845,18 @@ bool try_run_on_device(const c10::OperatorHandle& op, torch::jit::Stack* stack) 
     const tpu_eager_output_t* out = tpu_eager_entry_output(entry, o);
     if (out->alias_arg < 0 || !inputs[out->alias_arg].isTensor()) continue;
     const at::Tensor& written = inputs[out->alias_arg].toTensor();
-    for (size_t i = 0; i < num_args; i++)
-      if (static_cast<int>(i) != out->alias_arg && inputs[i].isTensor() &&
-          inputs[i].toTensor().defined() && is_tpu(inputs[i].toTensor()))
-        at::assert_no_partial_overlap(written, inputs[i].toTensor());
+    for (size_t i = 0; i < num_args; i++) {
+      if (static_cast<int>(i) == out->alias_arg) continue;
+      if (facts.no_overlap && inputs[i].isTensorList()) {
+        for (const at::Tensor& t : inputs[i].toTensorVector())
+          if (t.defined() && is_tpu(t)) at::assert_no_overlap(written, t);
+        continue;
+      }
+      if (!inputs[i].isTensor() || !inputs[i].toTensor().defined() || !is_tpu(inputs[i].toTensor()))
+        continue;
+      if (facts.no_overlap) at::assert_no_overlap(written, inputs[i].toTensor());
+      else at::assert_no_partial_overlap(written, inputs[i].toTensor());
+    }
   }
   // Fresh outputs get their tensors first; the engine fills their storages
   // (or, deferred, marks them with the run's value).

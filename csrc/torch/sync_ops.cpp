@@ -155,9 +155,12 @@ void masked_select_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stac
   if (!r.defined()) return cpu_fallback(op, stack);
   if (args.size() == 3) {
     at::Tensor out = args[2].toTensor();
-    // CPU's check (its kernel would have refused before computing)
+    // CPU's checks (its kernel would have refused before computing)
     TORCH_CHECK(out.scalar_type() == r.scalar_type(),
                 "masked_select(): self and result must have the same scalar type");
+    at::assert_no_internal_overlap(out);
+    at::assert_no_overlap(out, args[0].toTensor());
+    at::assert_no_overlap(out, args[1].toTensor());
     write_out(out, r);
     r = out;
   }
