@@ -517,3 +517,17 @@ def test_max_min_unary_out():
         for f in (torch.max, torch.min):
             same_as_cpu(lambda d: f(x.to(d), out=torch.full((), 7.0, device=d)))
             same_as_cpu(lambda d: f(x.to(d), out=torch.full((2,), 7.0, device=d)[1]))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_histc_bins_in_the_input_dtype(dtype):
+    """CPU bins x as (x - lo) * bins / (hi - lo) in the input dtype, each
+    step rounded: in float64 a bfloat16 value at a bin edge fell in the
+    neighbouring bin (18 bfloat16 sweep samples mismatched)."""
+    from op_testing import no_fallback
+    g = torch.Generator().manual_seed(0)
+    with no_fallback():
+        for _ in range(10):
+            x = (torch.randn(200, generator=g) * 5).to(dtype)
+            for lo, hi, bins in ((-10, 10, 100), (0, 0, 7), (-1.5, 2.25, 9)):
+                assert torch.equal(torch.histc(x.to("tpu"), bins, lo, hi).cpu(), torch.histc(x, bins, lo, hi))

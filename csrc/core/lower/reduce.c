@@ -896,18 +896,27 @@ static tpu_status_t lower_histc(tpu_lower_ctx_t* ctx) {
     lo = tpu_emit_select(b, flat, tpu_emit_sub(b, lo, tpu_emit_const(b, f, 1)), lo);
     hi = tpu_emit_select(b, flat, tpu_emit_add(b, hi, tpu_emit_const(b, f, 1)), hi);
   }
-  tpu_hlo_type_t xt1 = tpu_hlo_type_make(f, 1, &n);
-  tpu_hlo_value_t lob = tpu_emit_broadcast_to(b, lo, &xt1), hib = tpu_emit_broadcast_to(b, hi, &xt1);
+  /* CPU's kernel (HistogramKernel.cpp, LINEAR_INTERPOLATION): the edges
+   * are linspace(lo, hi) in the input dtype, so lo and hi rounded to it;
+   * the bin is (x - lo) * bins / (hi - lo) in the input dtype, each step
+   * rounded (bfloat16 at the bin edges lands in CPU's bin), truncated; x
+   * == hi falls in the last bin; NaN and values outside are skipped.
+   * Integer inputs (CUDA's kernel; CPU has none) stay in float64. */
+  tpu_dtype_t cd = tpu_dtype_is_floating(xt.dtype) ? xt.dtype : f;
+  tpu_hlo_value_t xc = tpu_emit_convert(b, x, cd);
+  tpu_hlo_type_t xt1 = tpu_hlo_type_make(cd, 1, &n);
+  tpu_hlo_value_t lob = tpu_emit_broadcast_to(b, tpu_emit_convert(b, lo, cd), &xt1),
+                  hib = tpu_emit_broadcast_to(b, tpu_emit_convert(b, hi, cd), &xt1);
   tpu_hlo_value_t scaled = tpu_emit_div(
-      b, tpu_emit_mul(b, tpu_emit_sub(b, x, lob), tpu_emit_const_like(b, &xt1, (double)bins)),
+      b, tpu_emit_mul(b, tpu_emit_sub(b, xc, lob), tpu_emit_const_like(b, &xt1, (double)bins)),
       tpu_emit_sub(b, hib, lob));
   tpu_hlo_value_t idx = tpu_emit_convert(b, tpu_emit_unary(b, "stablehlo.floor", scaled),
                                          TPU_DTYPE_INT64);
   tpu_hlo_type_t it1 = tpu_hlo_type_make(TPU_DTYPE_INT64, 1, &n);
-  idx = tpu_emit_select(b, tpu_emit_compare(b, "EQ", x, hib),
+  idx = tpu_emit_select(b, tpu_emit_compare(b, "GE", idx, tpu_emit_const_like(b, &it1, (double)bins)),
                         tpu_emit_const_like(b, &it1, (double)(bins - 1)), idx);
-  tpu_hlo_value_t inside = tpu_emit_binary(b, "stablehlo.and", tpu_emit_compare(b, "GE", x, lob),
-                                           tpu_emit_compare(b, "LE", x, hib));
+  tpu_hlo_value_t inside = tpu_emit_binary(b, "stablehlo.and", tpu_emit_compare(b, "GE", xc, lob),
+                                           tpu_emit_compare(b, "LE", xc, hib));
   idx = tpu_emit_select(b, inside, idx, tpu_emit_const_like(b, &it1, -1.0));
   int64_t nb[2] = {n, bins};
   tpu_hlo_type_t grid = tpu_hlo_type_make(TPU_DTYPE_INT64, 2, nb);
