@@ -732,3 +732,23 @@ def same_on_tpu_close(fn, x):
     with no_fallback():
         got = fn(x.to("tpu")).cpu()
     torch.testing.assert_close(got, fn(x), equal_nan=True)
+
+
+@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
+@pytest.mark.parametrize("padding_idx", [None, 4])
+def test_embedding_bag_on_the_device(mode, padding_idx):
+    """nn.EmbeddingBag ran on the CPU fallback (130 sweep samples): now
+    CPU's composition on the device, with its auxiliary outputs and
+    backward; max_norm's embedding_renorm_ too."""
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(10, 3, generator=g)
+    idx, off = torch.tensor([1, 2, 4, 5, 4, 3, 2, 9]), torch.tensor([0, 4, 4, 6])
+    check(lambda w, i, o: F.embedding_bag(i, w, o, mode=mode, padding_idx=padding_idx), w, idx, off, grad=True)
+    for fn in (torch.ops.aten._embedding_bag, torch.ops.aten._embedding_bag_forward_only):
+        check(lambda w, i, o: fn(w, i, o, False, ["sum", "mean", "max"].index(mode), False, None, False,
+                                 -1 if padding_idx is None else padding_idx), w, idx, off, exact=True)
+    if mode == "sum":
+        psw = torch.rand(8, generator=g)
+        check(lambda w, i, o, p: F.embedding_bag(i, w, o, mode="sum", per_sample_weights=p), w, idx, off, psw,
+              grad=True)
+    check(lambda w, i: F.embedding_bag(i, w, mode=mode, max_norm=1.0), w * 3, idx.reshape(2, 4))
