@@ -752,3 +752,21 @@ def test_embedding_bag_on_the_device(mode, padding_idx):
         check(lambda w, i, o, p: F.embedding_bag(i, w, o, mode="sum", per_sample_weights=p), w, idx, off, psw,
               grad=True)
     check(lambda w, i: F.embedding_bag(i, w, mode=mode, max_norm=1.0), w * 3, idx.reshape(2, 4))
+
+
+@pytest.mark.parametrize("mode", ["bilinear", "nearest", "bicubic"])
+@pytest.mark.parametrize("padding_mode", ["zeros", "border", "reflection"])
+@pytest.mark.parametrize("align", [False, True])
+def test_grid_sample_on_the_device(mode, padding_mode, align):
+    """grid_sample ran on the CPU fallback (234 sweep samples): now CPU's
+    coordinate arithmetic (in the input dtype), padding and corner order,
+    with the backward for bilinear / trilinear and nearest."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 3, 5, 6, generator=g)
+    grid = torch.rand(2, 4, 3, 2, generator=g) * 2.4 - 1.2
+    fn = lambda x, grid: F.grid_sample(x, grid, mode=mode, padding_mode=padding_mode, align_corners=align)
+    check(fn, x, grid, grad=mode != "bicubic")
+    check(fn, x.bfloat16(), grid.bfloat16(), dtype=torch.bfloat16)
+    if mode != "bicubic":
+        x3, grid3 = torch.randn(1, 2, 4, 5, 3, generator=g), torch.rand(1, 3, 2, 4, 3, generator=g) * 2.4 - 1.2
+        check(fn, x3, grid3, grad=True)
