@@ -943,3 +943,23 @@ def test_sampling_ops_compile_into_the_graph():
     assert sorted(samples[0]) == [0, 2] and sorted(samples[1]) == [1, 3]
     assert delta(before, "compiled_graphs") == 1
     assert delta(before, "device_ops") == 0
+
+
+@pytest.mark.parametrize("case", ["gather", "take", "index", "scatter_add"])
+def test_compiled_out_of_range_indices_raise_like_cpu(case):
+    """A compiled graph computes the same out-of-range flag as eager for
+    gather, scatter*, take, index / index_put_ and index_add / copy / fill
+    (XLA clamps the indices), and raises CPU's exception type."""
+    fs = {"gather": lambda x, i: torch.gather(x, 1, i),
+          "take": lambda x, i: torch.take(x, i.flatten()),
+          "index": lambda x, i: x[i.flatten()],
+          "scatter_add": lambda x, i: x.scatter_add(0, i, torch.ones_like(i, dtype=x.dtype))}
+    f = fs[case]
+    x = torch.randn(3, 2)
+    cf = torch.compile(f, backend="tpu")
+    good, bad = torch.tensor([[0, 1]]), torch.tensor([[0, 7]])
+    torch.testing.assert_close(cf(x.to("tpu"), good.to("tpu")).cpu(), f(x, good))
+    with pytest.raises(Exception) as cpu_err:
+        f(x, bad)
+    with pytest.raises(cpu_err.type):
+        cf(x.to("tpu"), bad.to("tpu")).cpu()

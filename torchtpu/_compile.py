@@ -37,6 +37,21 @@ def _log_enabled(what):
     return what in os.environ.get("TORCHTPU_LOG", "").split(",")
 
 
+# Ops indexing self along a dim with an index tensor (self, dim, index, ...):
+# the exception CPU raises for an index out of range, and whether it wraps
+# negative indices.
+_DIM_INDEXED = {
+    "aten::gather": (RuntimeError, False), "aten::scatter": (RuntimeError, False),
+    "aten::scatter_": (RuntimeError, False), "aten::scatter_add": (RuntimeError, False),
+    "aten::scatter_add_": (RuntimeError, False), "aten::scatter_reduce": (RuntimeError, False),
+    "aten::scatter_reduce_": (RuntimeError, False), "aten::index_add": (RuntimeError, False),
+    "aten::index_add_": (RuntimeError, False), "aten::index_copy": (IndexError, False),
+    "aten::index_copy_": (IndexError, False), "aten::index_fill": (IndexError, True),
+    "aten::index_fill_": (IndexError, True), "aten::index_reduce": (IndexError, False),
+    "aten::index_reduce_": (IndexError, False),
+}
+
+
 class _Unsupported(Exception):
     """The graph cannot become one program; it runs eagerly instead."""
 
@@ -469,16 +484,16 @@ class _Builder:
                 and not xv.dtype.is_complex and isinstance(e, (int, bool)) and e < 0):
             self.literal_errors.append("Integers to negative integer powers are not allowed.")
 
-    def _out_of_range_flag(self, graph, idx, size, ignore=None):
+    def _out_of_range_flag(self, graph, idx, size, ignore=None, lo=0):
         """A 0-d bool value: whether an element of the index node idx lies
-        outside [0, size) (an element equal to ignore aside)."""
+        outside [lo, size) (an element equal to ignore aside)."""
         vid, shape = self._value(idx), list(idx.meta["val"].shape)
 
         def node(op, args, out_shape=shape):
             return graph.add_node(op, args, [], [(torch.bool, out_shape)])[0]
 
         try:
-            low = node("aten::lt.Scalar", [("tensor", vid), ("scalar", 0)])
+            low = node("aten::lt.Scalar", [("tensor", vid), ("scalar", lo)])
             high = node("aten::ge.Scalar", [("tensor", vid), ("scalar", size)])
             bad = node("aten::logical_or", [("tensor", low), ("tensor", high)])
             if ignore is not None:
@@ -510,6 +525,23 @@ class _Builder:
         """index_select and embedding with an index outside [0, size) raise
         on the CPU (the eager modes raise likewise): the program also
         computes whether one is, and the runner raises CPU's error."""
+        base = name.split(".")[0]
+        if base in _DIM_INDEXED:
+            # gather / scatter* / index_add / copy / fill / reduce (self, dim, index, ...)
+            src, dim, idx = (list(n.args) + [None] * 3)[:3]
+            exc, negative_ok = _DIM_INDEXED[base]
+            self._range_flag(graph, src, idx, dim, exc, negative_ok, base)
+            return
+        if base in ("aten::take", "aten::put", "aten::put_"):
+            src, idx = (list(n.args) + [None] * 2)[:2]
+            self._range_flag(graph, src, idx, None, IndexError, True, base)
+            return
+        if base in ("aten::index", "aten::index_put", "aten::index_put_", "aten::_index_put_impl_",
+                    "aten::_unsafe_index"):
+            src, indices = (list(n.args) + [None] * 2)[:2]
+            for k, idx in enumerate(indices or []):
+                self._range_flag(graph, src, idx, k, IndexError, True, base)
+            return
         if name == "aten::index_select":
             src, dim, idx = (list(n.args) + [None] * 3)[:3]
         elif name == "aten::embedding":
@@ -533,6 +565,25 @@ class _Builder:
             self.flags.append((flag, RuntimeError,
                                "INDICES element is out of DATA bounds (index_select of a "
                                "compiled graph)"))
+
+    def _range_flag(self, graph, src, idx, dim, exc, negative_ok, base):
+        """An index node idx into dim of src (None: src flattened) outside
+        [0, size) ([-size, size) where CPU wraps negatives) raises exc, as
+        the eager modes raise CPU's error."""
+        if not isinstance(src, torch.fx.Node) or not isinstance(idx, torch.fx.Node):
+            return
+        sv, iv = src.meta.get("val"), idx.meta.get("val")
+        if not isinstance(sv, torch.Tensor) or not isinstance(iv, torch.Tensor) or not iv.numel() or \
+                iv.dtype.is_floating_point or iv.dtype == torch.bool:
+            return
+        if dim is None:
+            size = sv.numel()
+        elif isinstance(dim, int):
+            size = sv.shape[dim % sv.dim()] if sv.dim() else 1
+        else:
+            return
+        flag = self._out_of_range_flag(graph, idx, int(size), lo=-int(size) if negative_ok else 0)
+        self.flags.append((flag, exc, f"index out of bounds ({base[6:]} of a compiled graph)"))
 
     def _storage_layouts(self, graph, nodes, placeholders, outputs):
         """The outputs eager would return with a layout of their own: views
