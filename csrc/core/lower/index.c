@@ -470,6 +470,13 @@ static tpu_status_t lower_take(tpu_lower_ctx_t* ctx) {
   tpu_hlo_type_t xt = tpu_lower_arg(ctx, 0)->type;
   int64_t n = 1;
   for (int d = 0; d < xt.rank; d++) n *= xt.dims[d];
+  if (n == 0) {
+    /* nothing to read: any index is out of range, which the dispatcher's
+     * flag raises (CPU's IndexError); the values are never seen */
+    tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
+    tpu_lower_set_output(ctx, 0, tpu_emit_const_like(b, &out, 0));
+    return NULL;
+  }
   tpu_hlo_value_t flat = tpu_emit_reshape(b, tpu_lower_tensor(ctx, 0), &n, 1);
   adv_t a = adv_one(b, tpu_lower_tensor(ctx, 1), 0, n);
   set_output_reshaped(ctx, adv_gather(b, flat, &a, NULL));
