@@ -395,6 +395,8 @@ def main(argv=None):
     parser.add_argument("--no-recheck", action="store_true",
                         help="do not re-run failing jobs in fresh processes (off with --fast)")
     parser.add_argument("--label", help="what was measured (default: git describe of the checkout)")
+    parser.add_argument("--check-floors", action="store_true",
+                        help="exit 1 when a section of the full sweep falls under conformance/floors.json")
     parser.add_argument("--inject-fault", help=argparse.SUPPRESS)  # OP:K:abort|hang, for tests
     args = parser.parse_args(argv)
     args.modes_given = args.modes is not None
@@ -429,7 +431,37 @@ def main(argv=None):
     report.write(doc, args.out)
     for line in report.summary_lines(doc):
         print(line)
+    if args.check_floors:
+        below = check_floors(doc)
+        for line in below:
+            print("below floor: " + line)
+        if below:
+            sys.exit(1)
     return doc
+
+
+def check_floors(doc):
+    """The sections of a full sweep under their floors in
+    conformance/floors.json ("full": device-native pass % for forward and
+    backward, pass % for the err / out / inplace checks; crashes must be
+    0). Returns one line per shortfall."""
+    with open(os.path.join(ROOT, "conformance", "floors.json")) as f:
+        floors = json.load(f).get("full", {})
+    below = []
+    for sec, floor in floors.items():
+        if sec.startswith("_"):
+            continue
+        t = doc["totals"].get(sec)
+        if not t or not t.get("compared"):
+            below.append(f"{sec}: not measured")
+            continue
+        for key, want in floor.items():
+            got = 100.0 * (t["pass"] - t["pass_fallback"] if key == "native_pct" else t["pass"]) / t["compared"]
+            if got < want:
+                below.append(f"{sec} {key} {got:.1f} < {want}")
+        if t.get("crash"):
+            below.append(f"{sec}: {t['crash']} crashed")
+    return below
 
 
 if __name__ == "__main__":

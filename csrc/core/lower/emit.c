@@ -592,3 +592,13 @@ tpu_hlo_value_t tpu_emit_triangular_solve(tpu_hlo_builder_t* b, tpu_hlo_value_t 
   tpu_hlo_value_t ops[2] = {a, rhs};
   return tpu_hlo_op(b, "stablehlo.triangular_solve", ops, 2, tpu_hlo_value_type(b, rhs), attrs);
 }
+
+tpu_hlo_value_t tpu_lower_batched_matrix(tpu_lower_ctx_t* ctx, int i, const tpu_hlo_type_t* batch) {
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  const tpu_hlo_type_t* t = &tpu_lower_arg(ctx, i)->type;
+  tpu_hlo_type_t to = *batch;
+  to.dtype = t->dtype;
+  to.dims[to.rank - 2] = t->dims[t->rank - 2];
+  to.dims[to.rank - 1] = t->dims[t->rank - 1];
+  return tpu_emit_broadcast_to(b, tpu_lower_tensor(ctx, i), &to);
+}

@@ -101,6 +101,9 @@ void tpu_emit_for_loop(tpu_hlo_builder_t* b, int64_t lo, int64_t hi, int64_t ste
  * `transpose`; batch dims leading and equal. */
 tpu_hlo_value_t tpu_emit_triangular_solve(tpu_hlo_builder_t* b, tpu_hlo_value_t a, tpu_hlo_value_t rhs,
                                           bool left, bool lower, bool unit, bool transpose);
+/* Tensor argument i (matrices in its last two dims) broadcast to `batch`'s
+ * leading dims (all but its last two), keeping its own last two dims. */
+tpu_hlo_value_t tpu_lower_batched_matrix(tpu_lower_ctx_t* ctx, int i, const tpu_hlo_type_t* batch);
 /* x / c, correctly rounded: XLA rewrites a division by a constant into a
  * multiplication by its reciprocal (-49 * (1 / 49) is not -1 in double),
  * so the constant passes an optimization_barrier and stays a value. */

@@ -382,6 +382,20 @@ static void set_plu(tpu_lower_ctx_t* ctx, tpu_hlo_value_t lu, tpu_hlo_value_t pi
   else set_output(ctx, 2, unpack_u(b, lu));
 }
 
+/* P, L, U of an empty factorization: P is still the identity (no swaps,
+ * m x m), L and U have no elements. */
+static tpu_status_t set_empty_plu(tpu_lower_ctx_t* ctx, int64_t B, int64_t m) {
+  tpu_hlo_type_t pt = tpu_lower_output_type(ctx, 0);
+  if (numel_of(&pt) > 0) {
+    tpu_hlo_type_t it = type2(TPU_DTYPE_INT64, B, m);
+    set_output(ctx, 0, permutation_matrix(tpu_lower_builder(ctx), tpu_emit_iota(tpu_lower_builder(ctx), &it, 1), pt.dtype));
+  } else {
+    set_zero_output(ctx, 0);
+  }
+  set_zero_output(ctx, 1), set_zero_output(ctx, 2);
+  return NULL;
+}
+
 /* linalg_lu(A, *, pivot=True) -> (P, L, U). */
 static tpu_status_t lower_linalg_lu(tpu_lower_ctx_t* ctx) {
   tpu_status_t st = check_matrix(ctx, 0, "lu");
@@ -389,19 +403,7 @@ static tpu_status_t lower_linalg_lu(tpu_lower_ctx_t* ctx) {
   if (!flag(ctx, 1, true)) return tpu_lower_decline(ctx, "lu without pivoting");
   int64_t B, m, n;
   tpu_hlo_value_t A = matrices(ctx, 0, &B, &m, &n);
-  if (B * m * n == 0) {
-    /* P of an empty-column matrix is still the identity (no swaps) */
-    tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
-    tpu_hlo_type_t pt = tpu_lower_output_type(ctx, 0);
-    if (numel_of(&pt) > 0) {
-      tpu_hlo_type_t it = type2(TPU_DTYPE_INT64, B, m);
-      set_output(ctx, 0, permutation_matrix(b, tpu_emit_iota(b, &it, 1), pt.dtype));
-    } else {
-      set_zero_output(ctx, 0);
-    }
-    set_zero_output(ctx, 1), set_zero_output(ctx, 2);
-    return NULL;
-  }
+  if (B * m * n == 0) return set_empty_plu(ctx, B, m);
   lu_t f = lu_factor(tpu_lower_builder(ctx), A);
   set_plu(ctx, f.lu, f.pivots, m);
   return NULL;
@@ -423,17 +425,7 @@ static tpu_status_t lower_lu_unpack(tpu_lower_ctx_t* ctx) {
   if (pb != B || p->dims[p->rank - 1] != k)
     return tpu_lower_decline(ctx, "lu_unpack pivots of another shape");
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
-  if (B * m * n == 0) {
-    tpu_hlo_type_t pt = tpu_lower_output_type(ctx, 0);
-    if (numel_of(&pt) > 0) {
-      tpu_hlo_type_t it = type2(TPU_DTYPE_INT64, B, m);
-      set_output(ctx, 0, permutation_matrix(b, tpu_emit_iota(b, &it, 1), pt.dtype));
-    } else {
-      set_zero_output(ctx, 0);
-    }
-    set_zero_output(ctx, 1), set_zero_output(ctx, 2);
-    return NULL;
-  }
+  if (B * m * n == 0) return set_empty_plu(ctx, B, m);
   set_plu(ctx, lu, reshape2(b, tpu_lower_tensor(ctx, 1), B, k), m);
   return NULL;
 }
@@ -441,16 +433,11 @@ static tpu_status_t lower_lu_unpack(tpu_lower_ctx_t* ctx) {
 /* Tensor argument i broadcast to the batch dims of `out` ([..., r, c]),
  * keeping its own last two dims, as [B, r_i, c_i]. */
 static tpu_hlo_value_t batched(tpu_lower_ctx_t* ctx, int i, const tpu_hlo_type_t* out, int64_t* B) {
-  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
-  const tpu_hlo_type_t* t = &tpu_lower_arg(ctx, i)->type;
-  tpu_hlo_type_t to = *out;
-  to.dtype = t->dtype;
-  to.dims[to.rank - 2] = t->dims[t->rank - 2];
-  to.dims[to.rank - 1] = t->dims[t->rank - 1];
+  tpu_hlo_value_t v = tpu_lower_batched_matrix(ctx, i, out);
+  tpu_hlo_type_t t = tpu_hlo_value_type(tpu_lower_builder(ctx), v);
   *B = 1;
-  for (int d = 0; d + 2 < to.rank; d++) *B *= to.dims[d];
-  return reshape3(b, tpu_emit_broadcast_to(b, tpu_lower_tensor(ctx, i), &to), *B, to.dims[to.rank - 2],
-                  to.dims[to.rank - 1]);
+  for (int d = 0; d + 2 < t.rank; d++) *B *= t.dims[d];
+  return reshape3(tpu_lower_builder(ctx), v, *B, t.dims[t.rank - 2], t.dims[t.rank - 1]);
 }
 
 /* linalg_lu_solve(LU, pivots, B, *, left=True, adjoint=False) -> X. */

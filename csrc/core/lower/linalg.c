@@ -201,17 +201,6 @@ static int64_t numel_of(const tpu_hlo_type_t* t) {
   return n;
 }
 
-/* Tensor argument i broadcast to `batch`'s leading dims (all but its last
- * two) followed by its own last two dims. */
-static tpu_hlo_value_t batched(tpu_lower_ctx_t* ctx, int i, const tpu_hlo_type_t* batch) {
-  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
-  const tpu_hlo_type_t* t = &tpu_lower_arg(ctx, i)->type;
-  tpu_hlo_type_t to = *batch;
-  to.dtype = t->dtype;
-  to.dims[to.rank - 2] = t->dims[t->rank - 2];
-  to.dims[to.rank - 1] = t->dims[t->rank - 1];
-  return tpu_emit_broadcast_to(b, tpu_lower_tensor(ctx, i), &to);
-}
 
 
 /* linalg_solve_triangular(A, B, *, upper, left, unitriangular): A X = B
@@ -234,7 +223,7 @@ static tpu_status_t lower_linalg_solve_triangular(tpu_lower_ctx_t* ctx) {
   bool upper = tpu_lower_arg(ctx, 2)->i != 0;
   bool left = tpu_lower_arg(ctx, 3)->kind != TPU_ARG_BOOL || tpu_lower_arg(ctx, 3)->i != 0;
   bool unit = tpu_lower_arg(ctx, 4)->kind == TPU_ARG_BOOL && tpu_lower_arg(ctx, 4)->i != 0;
-  tpu_lower_set_output(ctx, 0, tpu_emit_triangular_solve(b, batched(ctx, 0, &out), batched(ctx, 1, &out),
+  tpu_lower_set_output(ctx, 0, tpu_emit_triangular_solve(b, tpu_lower_batched_matrix(ctx, 0, &out), tpu_lower_batched_matrix(ctx, 1, &out),
                                                 left, !upper, unit, false));
   return NULL;
 }
@@ -251,14 +240,14 @@ static tpu_status_t lower_triangular_solve(tpu_lower_ctx_t* ctx) {
       a->type.rank < 2 || rhs->type.rank < 2 || tpu_lower_num_outputs(ctx) != 2)
     return tpu_lower_decline(ctx, "triangular_solve of %s and %s", tpu_dtype_name(rhs->type.dtype),
                              tpu_dtype_name(a->type.dtype));
-  tpu_hlo_value_t coefficient = batched(ctx, 1, &out);
+  tpu_hlo_value_t coefficient = tpu_lower_batched_matrix(ctx, 1, &out);
   if (numel_of(&out) == 0) {
     tpu_lower_set_output(ctx, 0, tpu_emit_const_like(b, &out, 0));
   } else {
     bool upper = tpu_lower_arg(ctx, 2)->kind != TPU_ARG_BOOL || tpu_lower_arg(ctx, 2)->i != 0;
     bool transpose = tpu_lower_arg(ctx, 3)->kind == TPU_ARG_BOOL && tpu_lower_arg(ctx, 3)->i != 0;
     bool unit = tpu_lower_arg(ctx, 4)->kind == TPU_ARG_BOOL && tpu_lower_arg(ctx, 4)->i != 0;
-    tpu_lower_set_output(ctx, 0, tpu_emit_triangular_solve(b, coefficient, batched(ctx, 0, &out), true,
+    tpu_lower_set_output(ctx, 0, tpu_emit_triangular_solve(b, coefficient, tpu_lower_batched_matrix(ctx, 0, &out), true,
                                                   !upper, unit, transpose));
   }
   tpu_lower_set_output(ctx, 1, tpu_emit_reshape(b, coefficient, coeff.dims, coeff.rank));
