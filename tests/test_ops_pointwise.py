@@ -1388,3 +1388,20 @@ def test_special_zeta():
                                    rtol=1e-5, atol=1e-6, equal_nan=True)
         torch.testing.assert_close(torch.special.zeta(s.to("tpu"), 2.0).cpu(), torch.special.zeta(s, 2.0),
                                    equal_nan=True)
+
+
+@pytest.mark.parametrize("p", [1, 2, 3, 5])
+def test_mvlgamma_and_polygamma_in_place(p):
+    """mvlgamma (CPU's sum of lgamma at half-integer offsets) and the
+    in-place polygamma_(self, n) (its arguments come in the other order)
+    ran on the CPU fallback."""
+    from op_testing import no_fallback
+    g = torch.Generator().manual_seed(p)
+    x = torch.rand(50, generator=g) * 10 + 2
+    y = torch.randn(30, generator=g) * 3
+    with no_fallback():
+        for dt, tol in ((torch.float32, 1e-5), (torch.float64, 1e-10), (torch.bfloat16, 2e-2)):
+            torch.testing.assert_close(torch.mvlgamma(x.to(dt).to("tpu"), p).cpu(), torch.mvlgamma(x.to(dt), p),
+                                       rtol=tol, atol=tol)
+        got = y.to("tpu").polygamma_(p % 3).cpu()
+    torch.testing.assert_close(got, y.clone().polygamma_(p % 3), rtol=1e-4, atol=1e-5, equal_nan=True)

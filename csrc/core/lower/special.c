@@ -10,6 +10,7 @@
  *                    then the asymptotic series, in the math dtype
  *   polygamma(n, x)  (-1)^(n+1) exp(lgamma(n + 1)) zeta(n + 1, x)
  *   special_zeta     zeta(x, q)
+ *   mvlgamma         CPU's sum of lgamma at half-integer offsets
  *
  * zeta is Cephes' (Euler-Maclaurin): terms (q + i)^-x summed until one is
  * below MACHEP of the sum (at least 9 of them and a > 9), as a while loop
@@ -168,12 +169,14 @@ static tpu_hlo_value_t operand(tpu_lower_ctx_t* ctx, int i, tpu_dtype_t d) {
 /* polygamma(int n, Tensor x) */
 static tpu_status_t lower_polygamma(tpu_lower_ctx_t* ctx) {
   tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
-  const tpu_lower_arg_t* n = tpu_lower_arg(ctx, 0);
+  /* polygamma(n, self) / polygamma.out; polygamma_(self, n) in place */
+  int ni = tpu_lower_arg(ctx, 0)->kind == TPU_ARG_TENSOR ? 1 : 0, xi = 1 - ni;
+  const tpu_lower_arg_t* n = tpu_lower_arg(ctx, ni);
   if (!is_float(out.dtype) || n->kind != TPU_ARG_INT || n->i < 0)
     return tpu_lower_decline(ctx, "polygamma of this order or dtype");
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
   tpu_dtype_t d = out.dtype, md = d == TPU_DTYPE_FLOAT64 ? d : TPU_DTYPE_FLOAT32;
-  tpu_hlo_value_t x = operand(ctx, 1, d);  /* rounded to the dtype first, as CPU reads it */
+  tpu_hlo_value_t x = operand(ctx, xi, d);  /* rounded to the dtype first, as CPU reads it */
   tpu_hlo_value_t xm = tpu_emit_convert(b, x, md), r;
   if (n->i == 0) {
     r = tpu_emit_digamma(b, xm);
@@ -191,6 +194,28 @@ static tpu_status_t lower_polygamma(tpu_lower_ctx_t* ctx) {
   return NULL;
 }
 
+/* mvlgamma(self, p): CPU's composition, sum over i of lgamma(self -
+ * (p - 1) / 2 + i / 2) (the offsets arange(-p / 2 + 0.5, 0.5, 0.5)), plus
+ * p (p - 1) / 4 log(pi). */
+static tpu_status_t lower_mvlgamma(tpu_lower_ctx_t* ctx) {
+  tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
+  const tpu_lower_arg_t* p = tpu_lower_arg(ctx, 1);
+  if (!is_float(out.dtype) || p->kind != TPU_ARG_INT || p->i < 1)
+    return tpu_lower_decline(ctx, "mvlgamma of this order or dtype");
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  tpu_dtype_t d = out.dtype, md = d == TPU_DTYPE_FLOAT64 ? d : TPU_DTYPE_FLOAT32;
+  tpu_hlo_value_t x = operand(ctx, 0, d), r = {-1};
+  for (int64_t i = 0; i < p->i; i++) {
+    /* self + offset in the dtype, then lgamma in the math dtype */
+    tpu_hlo_value_t a = tpu_emit_add(b, x, cs(b, x, -(double)p->i / 2 + 0.5 + 0.5 * (double)i));
+    tpu_hlo_value_t l = tpu_emit_convert(b, tpu_emit_unary(b, "chlo.lgamma", tpu_emit_convert(b, a, md)), d);
+    r = i == 0 ? l : tpu_emit_add(b, r, l);
+  }
+  double c = (double)p->i * (double)(p->i - 1) * log(M_PI) / 4;
+  tpu_lower_set_output(ctx, 0, tpu_emit_add(b, r, cs(b, r, c)));
+  return NULL;
+}
+
 /* special_zeta(x, q), every overload. */
 static tpu_status_t lower_special_zeta(tpu_lower_ctx_t* ctx) {
   tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
@@ -205,5 +230,6 @@ static tpu_status_t lower_special_zeta(tpu_lower_ctx_t* ctx) {
 const tpu_lowering_t tpu_lowerings_special[] = {
     {"polygamma", lower_polygamma, 0},
     {"special_zeta", lower_special_zeta, 0},
+    {"mvlgamma", lower_mvlgamma, 0},
 };
 const size_t tpu_lowerings_special_count = sizeof tpu_lowerings_special / sizeof tpu_lowerings_special[0];
