@@ -1,6 +1,7 @@
 """nn family on the tpu device vs CPU: softmax, normalizations, losses,
 embedding backward, dropout, attention (through its math path), RNN cells and
 modules."""
+import contextlib
 import copy
 
 import pytest
@@ -770,3 +771,26 @@ def test_grid_sample_on_the_device(mode, padding_mode, align):
     if mode != "bicubic":
         x3, grid3 = torch.randn(1, 2, 4, 5, 3, generator=g), torch.rand(1, 3, 2, 4, 3, generator=g) * 2.4 - 1.2
         check(fn, x3, grid3, grad=True)
+
+
+@pytest.mark.parametrize("variant", ["with_update", "no_update", "functional"])
+def test_batch_norm_with_update_on_the_device(variant):
+    """_batch_norm_with_update / _no_update / _functional (torch.compile's
+    BatchNorm) ran on the CPU fallback: now native_batch_norm as CPU's
+    kernels compose them, running stats and gradients included."""
+    from op_testing import no_fallback
+    g = torch.Generator().manual_seed(0)
+    x, w, b = torch.randn(4, 3, 5, generator=g), torch.randn(3, generator=g), torch.randn(3, generator=g)
+    results = []
+    for d in ("cpu", "tpu"):
+        rm, rv = torch.zeros(3, device=d), torch.ones(3, device=d)
+        xi, wi, bi = [t.to(d).requires_grad_() for t in (x, w, b)]
+        with no_fallback() if d == "tpu" else contextlib.nullcontext():
+            fn = getattr(torch.ops.aten, "_batch_norm_" + ("with_update_functional" if variant == "functional"
+                                                            else variant))
+            r = fn(xi, wi, bi, rm, rv, 0.1, 1e-5)
+            grads = torch.autograd.grad(r[0], (xi, wi, bi), torch.ones_like(r[0])) if variant != "functional" else ()
+        results.append([t.detach().cpu() for t in list(r) + [rm, rv] + list(grads)])
+    for got, want in zip(results[1], results[0]):
+        assert got.shape == want.shape and got.dtype == want.dtype
+        torch.testing.assert_close(got, want)
