@@ -794,3 +794,24 @@ def test_batch_norm_with_update_on_the_device(variant):
     for got, want in zip(results[1], results[0]):
         assert got.shape == want.shape and got.dtype == want.dtype
         torch.testing.assert_close(got, want)
+
+
+@pytest.mark.parametrize("nd", [2, 3])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_fractional_max_pool_on_the_device(nd, dtype):
+    """fractional_max_pool2d/3d and their backward ran on the CPU fallback
+    (340 sweep samples): now CPU's window starts from each plane's sample
+    (in the input dtype) and CPU's first-maximum / last-NaN rule."""
+    g = torch.Generator().manual_seed(nd)
+    shape = (2, 3, 9, 8) if nd == 2 else (2, 2, 7, 6, 8)
+    x = torch.randn(shape, generator=g).to(dtype)
+    x.view(-1)[5] = float("nan")
+    rs = torch.rand(shape[0], shape[1], nd, generator=g).to(dtype)
+    f = F.fractional_max_pool2d if nd == 2 else F.fractional_max_pool3d
+    for k, o in ((2, 3), (3, 3)):
+        check(lambda x, rs: f(x, k, output_size=o, return_indices=True, _random_samples=rs), x, rs, exact=True,
+              dtype=dtype)
+    if dtype == torch.float32:
+        rs_t = rs.to("tpu")
+        check(lambda x: f(x, 2, output_size=3, _random_samples=rs if x.device.type == "cpu" else rs_t),
+              torch.randn(shape, generator=g), grad=True)

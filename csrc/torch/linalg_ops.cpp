@@ -118,21 +118,6 @@ void inv_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   stack->emplace_back(info);
 }
 
-// geqrf has no meta kernel in PyTorch, and the engine plans every
-// lowered op's outputs on the meta device: CPU's checks and shapes (a in
-// LAPACK's column-major layout, tau [..., min(m, n)]).
-std::tuple<at::Tensor, at::Tensor> geqrf_meta(const at::Tensor& self) {
-  TORCH_CHECK(self.dim() >= 2, "torch.geqrf: input must have at least 2 dimensions.");
-  TORCH_CHECK(at::isFloatingType(self.scalar_type()) || at::isComplexType(self.scalar_type()),
-              "torch.geqrf: Expected a floating point or complex tensor as input. Got ", self.scalar_type());
-  std::vector<int64_t> t = self.sizes().vec();
-  std::swap(t[t.size() - 1], t[t.size() - 2]);
-  at::Tensor a = at::empty(t, self.options()).mT();
-  std::vector<int64_t> tau(self.sizes().begin(), self.sizes().end() - 2);
-  tau.push_back(std::min(self.size(-2), self.size(-1)));
-  return {a, at::empty(tau, self.options())};
-}
-
 // cholesky(A, upper=False): CPU's old API is linalg_cholesky_ex, then an
 // error for a matrix that is not positive-definite (its info read).
 void cholesky_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
@@ -222,8 +207,6 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("cholesky", boxed<&cholesky_kernel>());
   m.impl("linalg_lstsq", boxed<&lstsq_kernel>());
 }
-
-TORCH_LIBRARY_IMPL(aten, Meta, m) { m.impl("geqrf", geqrf_meta); }
 
 }  // namespace
 }  // namespace torchtpu

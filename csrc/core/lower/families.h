@@ -27,6 +27,7 @@
   TPU_FAMILY(segment) \
   TPU_FAMILY(special) \
   TPU_FAMILY(resample) \
+  TPU_FAMILY(fractional) \
   TPU_FAMILY(factory) \
   TPU_FAMILY(foreach) \
   TPU_FAMILY(view_values)
