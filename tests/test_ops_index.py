@@ -931,3 +931,17 @@ def test_out_that_is_an_input_raises_like_cpu(case):
     from op_testing import same_as_cpu
     x = torch.randn(4, 4)
     same_as_cpu(lambda d: _OVERLAP[case](x.clone().to(d), d))
+
+
+def test_masked_scatter_broadcasts_self_and_refuses_a_short_source():
+    """masked_scatter of a self smaller than the mask failed to compile, and
+    a source with fewer elements than the mask has ones reused its last
+    element with no error (CPU raises)."""
+    from op_testing import no_fallback, same_as_cpu
+    g = torch.Generator().manual_seed(0)
+    m, x, s = torch.rand(5, 5, generator=g) > 0.5, torch.randn(5, generator=g), torch.randn(5, 5, generator=g)
+    with no_fallback():
+        same_as_cpu(lambda d: x.to(d).masked_scatter(m.to(d), s.to(d)))
+    err = same_as_cpu(lambda d: torch.zeros(3, device=d).masked_scatter(
+        torch.ones(3, dtype=torch.bool, device=d), torch.ones(2, device=d)).cpu())
+    assert "Number of elements of source" in str(err)

@@ -1529,6 +1529,7 @@ enum class IndexMessage {
   kBoundsIndex,   // IndexError "index 5 is out of bounds for dimension 0 with size 3"
   kBoundsRuntime, // the same words as a RuntimeError
   kFlat,          // IndexError "out of range: tried to access index 9 on a tensor of 6 elements."
+  kSourceTooSmall,  // masked_scatter: RuntimeError "Number of elements of source < number of ones in mask"
 };
 struct PendingIndexCheck {
   at::Tensor bad;    // 0-d bool on the device
@@ -1644,6 +1645,18 @@ static void record_index_check(const OpFacts& facts, c10::ArrayRef<c10::IValue> 
   const at::Tensor& self = inputs[0].toTensor();
   if (!self.defined()) return;
   const std::string base = facts.name.substr(0, facts.name.find('.'));
+  // masked_scatter(self, mask, source): CPU refuses a source with fewer
+  // elements than the mask has ones (XLA would reuse its last element).
+  if (base == "aten::masked_scatter" || base == "aten::masked_scatter_") {
+    if (eager_mode() == EagerMode::kDebug || inputs.size() < 3 || !inputs[1].isTensor() || !inputs[2].isTensor())
+      return;
+    const at::Tensor& mask = inputs[1].toTensor();
+    if (!mask.defined() || mask.numel() == 0 || !is_tpu(mask)) return;
+    // the count of ones as the "index": valid while <= source.numel()
+    push_index_check(mask.sum(at::kLong).reshape({1}), 0, inputs[2].toTensor().numel() + 1, 0,
+                     IndexMessage::kSourceTooSmall);
+    return;
+  }
   // index / index_put (self, indices, ...): index k indexes dim k of self.
   if (base == "aten::index" || base == "aten::index_put" || base == "aten::index_put_" ||
       base == "aten::_index_put_impl_" || base == "aten::_unsafe_index") {
@@ -1927,6 +1940,8 @@ void check_pending_index_errors() {
       case IndexMessage::kBoundsIndex:
         TORCH_CHECK_INDEX(false, c.prefix, "index ", id, " is out of bounds for dimension ", c.dim,
                           " with size ", c.size);
+      case IndexMessage::kSourceTooSmall:
+        TORCH_CHECK(false, "Number of elements of source < number of ones in mask");
       case IndexMessage::kBoundsRuntime:
         TORCH_CHECK(false, c.prefix, "index ", id, " is out of bounds for dimension ", c.dim, " with size ",
                     c.size);

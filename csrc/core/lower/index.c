@@ -523,7 +523,8 @@ static tpu_status_t lower_masked_scatter(tpu_lower_ctx_t* ctx) {
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
   tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
   tpu_hlo_type_t st = tpu_lower_arg(ctx, 2)->type;
-  tpu_hlo_value_t x = tpu_emit_convert(b, tpu_lower_tensor(ctx, 0), out.dtype);
+  /* self broadcasts to the mask's shape out of place (masked_scatter) */
+  tpu_hlo_value_t x = tpu_emit_cast_to(b, tpu_lower_tensor(ctx, 0), &out);
   int64_t n = 1, m = 1;
   for (int d = 0; d < out.rank; d++) n *= out.dims[d];
   for (int d = 0; d < st.rank; d++) m *= st.dims[d];
