@@ -15,12 +15,18 @@ namespace {
 
 at::Tensor reserve_of(const at::Tensor& input) { return at::empty({0}, input.options().dtype(at::kByte)); }
 
+// CPU's kernels save the statistics in the input's dtype (bfloat16 /
+// float16 too), where native_batch_norm's meta kernel keeps float32.
+at::Tensor saved(const at::Tensor& stat, const at::Tensor& input) {
+  return stat.scalar_type() == input.scalar_type() ? stat : stat.to(input.scalar_type());
+}
+
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> with_update(
     const at::Tensor& input, const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias,
     at::Tensor& running_mean, at::Tensor& running_var, double momentum, double eps) {
   auto [out, mean, invstd] =
       at::native_batch_norm(input, weight, bias, running_mean, running_var, /*training=*/true, momentum, eps);
-  return {out, mean, invstd, reserve_of(input)};
+  return {out, saved(mean, input), saved(invstd, input), reserve_of(input)};
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> with_update_functional(
@@ -28,7 +34,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
     const at::Tensor& running_mean, const at::Tensor& running_var, double momentum, double eps) {
   at::Tensor rm = running_mean.clone(), rv = running_var.clone();
   auto [out, mean, invstd] = at::native_batch_norm(input, weight, bias, rm, rv, /*training=*/true, momentum, eps);
-  return {out, mean, invstd, reserve_of(input), rm, rv};
+  return {out, saved(mean, input), saved(invstd, input), reserve_of(input), rm, rv};
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> no_update(
@@ -43,7 +49,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> no_update(
     mean = at::empty({0}, mean.options());
     invstd = at::empty({0}, invstd.options());
   }
-  return {out, mean, invstd, reserve_of(input)};
+  return {out, saved(mean, input), saved(invstd, input), reserve_of(input)};
 }
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
