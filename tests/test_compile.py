@@ -963,3 +963,15 @@ def test_compiled_out_of_range_indices_raise_like_cpu(case):
         f(x, bad)
     with pytest.raises(cpu_err.type):
         cf(x.to("tpu"), bad.to("tpu")).cpu()
+
+
+def test_compiled_masked_scatter_refuses_a_short_source():
+    """masked_scatter with fewer source elements than the mask's ones raises
+    CPU's RuntimeError in a compiled graph too (XLA reused the last one)."""
+    f = lambda x, m, s: x.masked_scatter(m, s)  # noqa: E731
+    cf = torch.compile(f, backend="tpu")
+    x, s = torch.zeros(3), torch.arange(2.0)
+    m = torch.tensor([True, False, True])
+    torch.testing.assert_close(cf(x.to("tpu"), m.to("tpu"), s.to("tpu")).cpu(), f(x, m, s))
+    with pytest.raises(RuntimeError, match="Number of elements of source"):
+        cf(x.to("tpu"), torch.ones(3, dtype=torch.bool, device="tpu"), s.to("tpu")).cpu()

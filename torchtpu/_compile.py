@@ -532,6 +532,24 @@ class _Builder:
             exc, negative_ok = _DIM_INDEXED[base]
             self._range_flag(graph, src, idx, dim, exc, negative_ok, base)
             return
+        if base in ("aten::masked_scatter", "aten::masked_scatter_"):
+            # a source with fewer elements than the mask has ones: CPU's
+            # RuntimeError (XLA would reuse the source's last element)
+            _, mask, source = (list(n.args) + [None] * 3)[:3]
+            mv = mask.meta.get("val") if isinstance(mask, torch.fx.Node) else None
+            sv = source.meta.get("val") if isinstance(source, torch.fx.Node) else None
+            if isinstance(mv, torch.Tensor) and isinstance(sv, torch.Tensor) and mv.numel():
+                try:
+                    ones = graph.add_node("aten::sum", [("tensor", self._value(mask))], [],
+                                          [(torch.int64, [])])[0]
+                    flag = graph.add_node("aten::gt.Scalar", [("tensor", ones), ("scalar", sv.numel())], [],
+                                          [(torch.bool, [])])[0]
+                except (RuntimeError, TypeError, ValueError) as e:
+                    raise _Unsupported(str(e)) from None
+                self.flags.append((flag, RuntimeError,
+                                   "Number of elements of source < number of ones in mask "
+                                   "(masked_scatter of a compiled graph)"))
+            return
         if base in ("aten::take", "aten::put", "aten::put_"):
             src, idx = (list(n.args) + [None] * 2)[:2]
             self._range_flag(graph, src, idx, None, IndexError, True, base)
