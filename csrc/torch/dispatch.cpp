@@ -155,6 +155,10 @@ struct OpFacts {
   // out= kernels that refuse any overlap of out with an input, a full one
   // included (CPU's assert_no_overlap: cat, gather, index_select, take).
   bool no_overlap = false;
+  // Which bounds check runs after the op (record_index_check): decided
+  // once here, so ops without one pay nothing per call.
+  int index_check = 0;  // IndexCheck
+  int index_rule = -1;  // kIndexRules entry for IndexCheck::kRule
   std::vector<ArgClass> args;
 };
 
@@ -191,6 +195,7 @@ void check_sorter(c10::ArrayRef<c10::IValue> inputs);
 void check_unpool_indices(c10::ArrayRef<c10::IValue> inputs);
 void check_logspace_fill(c10::ArrayRef<c10::IValue> inputs);
 void check_segment_lengths(c10::ArrayRef<c10::IValue> inputs);
+int index_check_of(const std::string& name, int* rule);
 
 // The value check of facts.name, or nullptr.
 auto value_check_of(const std::string& name) -> void (*)(c10::ArrayRef<c10::IValue>) {
@@ -238,6 +243,7 @@ const OpFacts& facts_of(const c10::OperatorHandle& op) {
     f->check_values = value_check_of(f->name);
     f->scalar_fit = scalar_fit_of(f->name);
     f->sized_by_scalars = f->name.rfind("aten::arange", 0) == 0 || f->name.rfind("aten::range", 0) == 0;
+    f->index_check = index_check_of(f->name, &f->index_rule);
     f->no_overlap = f->name == "aten::cat.out" || f->name == "aten::gather.out" ||
                     f->name == "aten::index_select.out" || f->name == "aten::take.out" ||
                     f->name == "aten::stack.out";
@@ -1636,18 +1642,39 @@ static const IndexRule kIndexRules[] = {
     {"aten::put_", 1, -1, true, IndexMessage::kFlat, ""},
 };
 
+enum IndexCheck { kNoIndexCheck = 0, kTargets, kMaskedScatter, kIndexList, kRule, kSelect, kEmbedding };
+
+namespace {  // declared with the other per-op facts above
+int index_check_of(const std::string& name, int* rule) {
+  if (name == "aten::nll_loss_forward" || name == "aten::nll_loss2d_forward") return kTargets;
+  if (name == "aten::index_select" || name == "aten::index_select.out") return kSelect;
+  if (name == "aten::embedding") return kEmbedding;
+  const std::string base = name.substr(0, name.find('.'));
+  if (base == "aten::masked_scatter" || base == "aten::masked_scatter_") return kMaskedScatter;
+  if (base == "aten::index" || base == "aten::index_put" || base == "aten::index_put_" ||
+      base == "aten::_index_put_impl_" || base == "aten::_unsafe_index")
+    return kIndexList;
+  for (size_t i = 0; i < sizeof kIndexRules / sizeof kIndexRules[0]; i++)
+    if (base == kIndexRules[i].base) {
+      *rule = static_cast<int>(i);
+      return kRule;
+    }
+  return kNoIndexCheck;
+}
+}  // namespace
+
 static void record_index_check(const OpFacts& facts, c10::ArrayRef<c10::IValue> inputs) {
-  if (facts.name == "aten::nll_loss_forward" || facts.name == "aten::nll_loss2d_forward") {
+  if (facts.index_check == kNoIndexCheck) return;
+  if (facts.index_check == kTargets) {
     if (eager_mode() != EagerMode::kDebug) record_target_check(inputs);
     return;
   }
   if (inputs.empty() || !inputs[0].isTensor()) return;
   const at::Tensor& self = inputs[0].toTensor();
   if (!self.defined()) return;
-  const std::string base = facts.name.substr(0, facts.name.find('.'));
   // masked_scatter(self, mask, source): CPU refuses a source with fewer
   // elements than the mask has ones (XLA would reuse its last element).
-  if (base == "aten::masked_scatter" || base == "aten::masked_scatter_") {
+  if (facts.index_check == kMaskedScatter) {
     if (eager_mode() == EagerMode::kDebug || inputs.size() < 3 || !inputs[1].isTensor() || !inputs[2].isTensor())
       return;
     const at::Tensor& mask = inputs[1].toTensor();
@@ -1658,8 +1685,7 @@ static void record_index_check(const OpFacts& facts, c10::ArrayRef<c10::IValue> 
     return;
   }
   // index / index_put (self, indices, ...): index k indexes dim k of self.
-  if (base == "aten::index" || base == "aten::index_put" || base == "aten::index_put_" ||
-      base == "aten::_index_put_impl_" || base == "aten::_unsafe_index") {
+  if (facts.index_check == kIndexList) {
     if (eager_mode() == EagerMode::kDebug || inputs.size() < 2 || !inputs[1].isList()) return;
     auto list = inputs[1].toList();
     for (size_t k = 0; k < list.size() && static_cast<int64_t>(k) < self.dim(); k++) {
@@ -1670,8 +1696,8 @@ static void record_index_check(const OpFacts& facts, c10::ArrayRef<c10::IValue> 
     }
     return;
   }
-  for (const IndexRule& r : kIndexRules) {
-    if (base != r.base) continue;
+  if (facts.index_check == kRule) {
+    const IndexRule& r = kIndexRules[facts.index_rule];
     if (eager_mode() == EagerMode::kDebug || inputs.size() <= static_cast<size_t>(r.index_arg) ||
         !inputs[r.index_arg].isTensor())
       return;
@@ -1691,8 +1717,7 @@ static void record_index_check(const OpFacts& facts, c10::ArrayRef<c10::IValue> 
   // bad index for dim 1 of an n-d self (into a contiguous result) and for
   // an empty n-d self, IndexError for the rest.
   // embedding(weight, indices): IndexError (rows of dim 0).
-  const bool select = facts.name == "aten::index_select" || facts.name == "aten::index_select.out";
-  if (!select && facts.name != "aten::embedding") return;
+  const bool select = facts.index_check == kSelect;
   const size_t at = select ? 2 : 1;
   if (select && inputs.size() > at && inputs[at].isTensor())
     TORCH_CHECK_INDEX(inputs[at].toTensor().dim() <= 1,
