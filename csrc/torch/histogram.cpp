@@ -186,15 +186,19 @@ void histogram_bins_tensor(const c10::OperatorHandle& op, torch::jit::Stack* sta
   stack->emplace_back(edges);
 }
 
+// The edges of (self, bins int[], range, ...) arguments.
+std::vector<at::Tensor> edges_of_args(const at::Tensor& self, c10::ArrayRef<c10::IValue> a) {
+  std::vector<double> r;
+  auto range = opt_range(a[2], &r);
+  return edges_from_counts(self, a[1].toIntVector(), range);
+}
+
 // _histogramdd_bin_edges(self, bins, *, range=None, weight=None, density=False) -> Tensor[]
 void histogramdd_bin_edges(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   auto a = torch::jit::last(*stack, 5);
   const at::Tensor self = a[0].toTensor();
   if (!on_device_dtype(self)) return tpu_boxed_kernel(op, stack);
-  std::vector<double> r;
-  auto range = opt_range(a[2], &r);
-  const std::vector<int64_t> bins = a[1].toIntVector();
-  std::vector<at::Tensor> edges = edges_from_counts(self, bins, range);
+  std::vector<at::Tensor> edges = edges_of_args(self, a);
   torch::jit::drop(*stack, 5);
   stack->emplace_back(edges);
 }
@@ -204,10 +208,7 @@ void histogramdd_from_bin_cts(const c10::OperatorHandle& op, torch::jit::Stack* 
   auto a = torch::jit::last(*stack, 5);
   const at::Tensor self = a[0].toTensor();
   if (!on_device_dtype(self)) return tpu_boxed_kernel(op, stack);
-  std::vector<double> r;
-  auto range = opt_range(a[2], &r);
-  const std::vector<int64_t> bins = a[1].toIntVector();
-  std::vector<at::Tensor> edges = edges_from_counts(self, bins, range);
+  std::vector<at::Tensor> edges = edges_of_args(self, a);
   at::Tensor hist = hist_from_edges(self, edges, opt_tensor(a[3]), a[4].toBool());
   torch::jit::drop(*stack, 5);
   stack->emplace_back(hist);

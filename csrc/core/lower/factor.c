@@ -284,29 +284,21 @@ static tpu_hlo_value_t permutation_matrix(tpu_hlo_builder_t* b, tpu_hlo_value_t 
   return tpu_emit_convert(b, tpu_emit_compare(b, "EQ", r, pi), d);
 }
 
-/* L [B, m, k] (unit lower) and U [B, k, n] from LU [B, m, n]. */
-static tpu_hlo_value_t unpack_l(tpu_hlo_builder_t* b, tpu_hlo_value_t lu) {
+/* L [B, m, k] (unit lower) and U [B, k, n] from LU [B, m, n], k = min(m,
+ * n): LU's leading block with the other triangle zeroed (and L's diagonal
+ * 1). */
+static tpu_hlo_value_t unpack(tpu_hlo_builder_t* b, tpu_hlo_value_t lu, bool lower) {
   tpu_hlo_type_t t = tpu_hlo_value_type(b, lu);
   int64_t B = t.dims[0], m = t.dims[1], n = t.dims[2], k = m < n ? m : n;
-  int64_t start[3] = {0, 0, 0}, limit[3] = {B, m, k}, stride[3] = {1, 1, 1};
+  int64_t start[3] = {0, 0, 0}, limit[3] = {B, lower ? m : k, lower ? k : n}, stride[3] = {1, 1, 1};
   tpu_hlo_value_t x = tpu_emit_slice(b, lu, start, limit, stride);
   tpu_hlo_type_t xt = tpu_hlo_value_type(b, x), it = xt;
   it.dtype = TPU_DTYPE_INT64;
   tpu_hlo_value_t r = tpu_emit_iota(b, &it, 1), c = tpu_emit_iota(b, &it, 2);
+  tpu_hlo_value_t zero = tpu_emit_const_like(b, &xt, 0);
+  if (!lower) return tpu_emit_select(b, tpu_emit_compare(b, "LE", r, c), x, zero);
   return tpu_emit_select(b, tpu_emit_compare(b, "GT", r, c), x,
-                         tpu_emit_select(b, tpu_emit_compare(b, "EQ", r, c), tpu_emit_const_like(b, &xt, 1),
-                                         tpu_emit_const_like(b, &xt, 0)));
-}
-
-static tpu_hlo_value_t unpack_u(tpu_hlo_builder_t* b, tpu_hlo_value_t lu) {
-  tpu_hlo_type_t t = tpu_hlo_value_type(b, lu);
-  int64_t B = t.dims[0], m = t.dims[1], n = t.dims[2], k = m < n ? m : n;
-  int64_t start[3] = {0, 0, 0}, limit[3] = {B, k, n}, stride[3] = {1, 1, 1};
-  tpu_hlo_value_t x = tpu_emit_slice(b, lu, start, limit, stride);
-  tpu_hlo_type_t xt = tpu_hlo_value_type(b, x), it = xt;
-  it.dtype = TPU_DTYPE_INT64;
-  tpu_hlo_value_t r = tpu_emit_iota(b, &it, 1), c = tpu_emit_iota(b, &it, 2);
-  return tpu_emit_select(b, tpu_emit_compare(b, "LE", r, c), x, tpu_emit_const_like(b, &xt, 0));
+                         tpu_emit_select(b, tpu_emit_compare(b, "EQ", r, c), tpu_emit_const_like(b, &xt, 1), zero));
 }
 
 
@@ -377,9 +369,9 @@ static void set_plu(tpu_lower_ctx_t* ctx, tpu_hlo_value_t lu, tpu_hlo_value_t pi
   if (numel_of(&pt) == 0) set_zero_output(ctx, 0);
   else set_output(ctx, 0, permutation_matrix(b, pivot_permutation(b, pivots, m, false), pt.dtype));
   if (numel_of(&lt) == 0) set_zero_output(ctx, 1);
-  else set_output(ctx, 1, unpack_l(b, lu));
+  else set_output(ctx, 1, unpack(b, lu, true));
   if (numel_of(&ut) == 0) set_zero_output(ctx, 2);
-  else set_output(ctx, 2, unpack_u(b, lu));
+  else set_output(ctx, 2, unpack(b, lu, false));
 }
 
 /* P, L, U of an empty factorization: P is still the identity (no swaps,
