@@ -81,7 +81,8 @@ def train(device, steps, batch_size=16, seq_len=64, log_every=0, seed=0, model_k
           backend=None, return_model=False):
     """Trains TinyGPT on `device` from a fixed seed; returns (losses, tokens/s).
     With `backend`, the model (forward and backward) and the optimizer step
-    run under torch.compile(backend=backend)."""
+    run under torch.compile(backend=backend); backend="default" calls
+    torch.compile with no backend argument, as most code does."""
     import time
 
     data, vocab = make_corpus()
@@ -93,8 +94,9 @@ def train(device, steps, batch_size=16, seq_len=64, log_every=0, seed=0, model_k
                             capturable=bool(backend))
     run_model, opt_step = model, opt.step
     if backend:
-        run_model = torch.compile(model, backend=backend)
-        opt_step = torch.compile(opt.step, backend=backend)
+        options = {} if backend == "default" else {"backend": backend}
+        run_model = torch.compile(model, **options)
+        opt_step = torch.compile(opt.step, **options)
     losses = []
     stream = batches(data, batch_size, seq_len, seed)
     start = time.perf_counter()

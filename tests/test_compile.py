@@ -48,7 +48,10 @@ def test_function_compiles_to_one_graph_and_matches_cpu():
     assert delta(before, "device_ops") == 0  # no eager op ran
 
 
-def test_registered_backend_and_device_interface():
+@pytest.mark.parametrize("backend", ["tpu", None])
+def test_registered_backend_and_device_interface(backend):
+    """Either torch.compile call installs the "tpu" device interface."""
+    torch.compile(lambda x: x, **({"backend": backend} if backend else {}))
     from torch._dynamo import list_backends
     from torch._dynamo.device_interface import get_interface_for_device
     assert "tpu" in list_backends(exclude_tags=())
@@ -69,6 +72,139 @@ def test_demo_transformer_trains_20_steps_like_eager():
     assert delta(before, "compile_graphs_eager") == 0
     torch.testing.assert_close(torch.tensor(compiled), torch.tensor(eager), rtol=1e-4, atol=1e-4)
     assert compiled[-1] < compiled[0] - 0.3
+
+
+def test_default_backend_compiles_tpu_graphs_through_torchtpu():
+    """torch.compile with no backend argument: a tpu graph compiles through
+    torchtpu (Inductor would reach for Google's torch_tpu Pallas stack), a
+    CPU graph in the same process still goes to Inductor."""
+    def f(x, w):
+        return torch.tanh(x @ w).softmax(-1) * 2, torch.ones(2, device=x.device) + 1
+
+    x, w = torch.randn(5, 4), torch.randn(4, 3)
+    before = counters()
+    got = torch.compile(f)(x.to("tpu"), w.to("tpu"))
+    assert delta(before, "compiled_graphs") == 1
+    assert delta(before, "device_ops") == 0
+    want = f(x, w)
+    for g, r in zip(got, want):
+        assert g.device.type == "tpu"
+        torch.testing.assert_close(g.cpu(), r, rtol=1e-5, atol=1e-5)
+    before = counters()
+    on_cpu = torch.compile(lambda x: torch.tanh(x) * 2)(x)
+    torch.testing.assert_close(on_cpu, torch.tanh(x) * 2)
+    assert delta(before, "compiled_graphs") == 0  # Inductor's
+
+
+def test_default_backend_graph_that_only_creates_tpu_tensors():
+    got = torch.compile(lambda: torch.arange(6, device="tpu").reshape(2, 3) * 2)()
+    assert got.device.type == "tpu" and got.cpu().tolist() == [[0, 2, 4], [6, 8, 10]]
+
+
+def test_default_backend_reports_inductor_modes_once():
+    torchtpu._default_backend._reported.clear()
+    x = torch.randn(4)
+    for _ in range(2):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            torch._dynamo.reset()
+            got = torch.compile(lambda x: x * 3 + 1, mode="max-autotune")(x.to("tpu"))
+        torch.testing.assert_close(got.cpu(), x * 3 + 1)
+        warned = sum("mode='max-autotune'" in str(w.message) for w in caught)
+        assert warned == (1 if _ == 0 else 0)
+    # an option Inductor does not know fails as it does for cuda
+    with pytest.raises(RuntimeError, match="Unexpected optimization option"):
+        torch.compile(lambda x: x, options={"no_such_option": 1})
+
+
+def test_demo_transformer_trains_under_default_torch_compile_like_eager():
+    from tiny_gpt import train
+    before = counters()
+    kwargs = dict(batch_size=4, seq_len=32, model_kwargs=dict(dim=32, heads=2, layers=2))
+    eager, _ = train("tpu", 12, **kwargs)
+    compiled, _ = train("tpu", 12, backend="default", **kwargs)
+    assert delta(before, "compiled_graphs") >= 3
+    assert delta(before, "compile_graphs_eager") == 0
+    torch.testing.assert_close(torch.tensor(compiled), torch.tensor(eager), rtol=1e-4, atol=1e-4)
+
+
+class NanoStyleGPT(nn.Module):
+    """A GPT with what nanoGPT's model.py does (written here, not copied):
+    LayerNorm without bias through F.layer_norm, one fused qkv Linear,
+    causal SDPA with dropout in training, tanh-free GELU MLP, a head tied
+    to the token embedding, and logits of the last position only when no
+    targets are given."""
+
+    def __init__(self, vocab=96, block=32, layers=2, heads=4, dim=48, dropout=0.0):
+        super().__init__()
+        self.heads, self.dropout = heads, dropout
+        self.wte, self.wpe = nn.Embedding(vocab, dim), nn.Embedding(block, dim)
+        self.ln_w = nn.ParameterList([nn.Parameter(torch.ones(dim)) for _ in range(2 * layers + 1)])
+        self.attn = nn.ModuleList([nn.Linear(dim, 3 * dim, bias=False) for _ in range(layers)])
+        self.proj = nn.ModuleList([nn.Linear(dim, dim, bias=False) for _ in range(layers)])
+        self.fc = nn.ModuleList([nn.Linear(dim, 4 * dim, bias=False) for _ in range(layers)])
+        self.out = nn.ModuleList([nn.Linear(4 * dim, dim, bias=False) for _ in range(layers)])
+        self.head = nn.Linear(dim, vocab, bias=False)
+        self.wte.weight = self.head.weight
+        for name, p in self.named_parameters():
+            if name.endswith("weight") and p.dim() == 2:
+                nn.init.normal_(p, 0.0, 0.02)
+
+    def forward(self, idx, targets=None):
+        b, t = idx.shape
+        x = self.wte(idx) + self.wpe(torch.arange(t, device=idx.device))
+        d = x.shape[-1]
+        for i in range(len(self.attn)):
+            h = F.layer_norm(x, (d,), self.ln_w[2 * i], None, 1e-5)
+            q, k, v = self.attn[i](h).split(d, dim=2)
+            q, k, v = (z.view(b, t, self.heads, -1).transpose(1, 2) for z in (q, k, v))
+            y = F.scaled_dot_product_attention(q, k, v, dropout_p=self.dropout if self.training else 0,
+                                               is_causal=True)
+            x = x + self.proj[i](y.transpose(1, 2).contiguous().view(b, t, d))
+            h = F.layer_norm(x, (d,), self.ln_w[2 * i + 1], None, 1e-5)
+            x = x + self.out[i](F.gelu(self.fc[i](h)))
+        x = F.layer_norm(x, (d,), self.ln_w[-1], None, 1e-5)
+        if targets is None:
+            return self.head(x[:, [-1], :]), None
+        logits = self.head(x)
+        return logits, F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1),
+                                       ignore_index=-1)
+
+
+def _train_nano(device, compiled, steps=6):
+    torch.manual_seed(0)
+    model = NanoStyleGPT().to(device)
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
+                             {"params": no_decay, "weight_decay": 0.0}], lr=1e-3, betas=(0.9, 0.95))
+    run = torch.compile(model) if compiled else model
+    g = torch.Generator().manual_seed(1)
+    losses = []
+    for _ in range(steps):
+        x = torch.randint(0, 96, (4, 32), generator=g)
+        _, loss = run(x.to(device), torch.roll(x, -1, 1).to(device))
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(loss.item())
+    model.eval()
+    with torch.no_grad():
+        logits, _ = run(torch.arange(8).view(1, 8).to(device))
+    return losses, logits.cpu()
+
+
+def test_nanogpt_style_model_trains_under_default_torch_compile_like_eager():
+    before = counters()
+    eager, eager_logits = _train_nano("tpu", False)
+    compiled, compiled_logits = _train_nano("tpu", True)
+    cpu, cpu_logits = _train_nano("cpu", False)
+    assert delta(before, "compile_graphs_eager") == 0
+    assert delta(before, "compiled_graphs") >= 3  # forward, backward, inference
+    torch.testing.assert_close(torch.tensor(compiled), torch.tensor(eager), rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(torch.tensor(compiled), torch.tensor(cpu), rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(compiled_logits, cpu_logits, rtol=1e-4, atol=1e-4)
 
 
 class ConvNet(nn.Module):

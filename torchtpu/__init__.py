@@ -53,3 +53,6 @@ from .runtime import plugin_info, devices_info  # noqa: E402,F401
 from . import debug  # noqa: E402,F401
 from .modes import eager_mode, flush, get_eager_mode, set_eager_mode  # noqa: E402,F401
 from . import distributed  # noqa: E402,F401  (registers the tpudist c10d backend)
+from . import _default_backend  # noqa: E402
+
+_default_backend.install()  # torch.compile(model) on tpu tensors compiles through torchtpu
