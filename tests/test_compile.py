@@ -1111,3 +1111,71 @@ def test_compiled_masked_scatter_refuses_a_short_source():
     torch.testing.assert_close(cf(x.to("tpu"), m.to("tpu"), s.to("tpu")).cpu(), f(x, m, s))
     with pytest.raises(RuntimeError, match="Number of elements of source"):
         cf(x.to("tpu"), torch.ones(3, dtype=torch.bool, device="tpu"), s.to("tpu")).cpu()
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_graph_returning_python_ints_compiles_as_one_program(dynamic):
+    def f(x):
+        return x * 2, x.shape[0] + 1, x.shape[0] * x.shape[1]
+
+    fn = torch.compile(f, backend="tpu", dynamic=dynamic)
+    before = counters()
+    for n in (3, 5, 6):
+        x = torch.randn(n, 4)
+        got = fn(x.to("tpu"))
+        want = f(x)
+        torch.testing.assert_close(got[0].cpu(), want[0])
+        assert got[1:] == want[1:] and all(type(v) is int for v in got[1:])
+    assert delta(before, "compile_graphs_eager") == 0
+    assert delta(before, "compiled_graphs") >= 1
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_empty_permuted_in_graphs_compiles_with_eager_layout(dynamic):
+    def f(x):
+        e = torch.empty_permuted(x.shape, (0, 2, 3, 1), device=x.device, dtype=x.dtype)
+        e.copy_(x * 2)
+        return e, e + 1
+
+    x = torch.randn(2, 3, 4, 5)
+    before = counters()
+    got = torch.compile(f, backend="tpu", dynamic=dynamic)(x.to("tpu"))
+    assert delta(before, "compile_graphs_eager") == 0
+    for g, w in zip(got, f(x)):
+        assert g.stride() == w.stride()
+        assert torch.equal(g.cpu(), w)
+
+
+class _ConvGroupNormNet(nn.Module):
+    """The diffusers/efficientnet pattern: conv, GroupNorm, depthwise conv,
+    BatchNorm, SiLU, nearest upsampling."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1, self.gn = nn.Conv2d(3, 8, 3, padding=1), nn.GroupNorm(2, 8)
+        self.c2, self.bn = nn.Conv2d(8, 8, 3, padding=1, groups=8), nn.BatchNorm2d(8)
+
+    def forward(self, x):
+        h = F.silu(self.bn(self.c2(F.silu(self.gn(self.c1(x))))))
+        return F.interpolate(h, scale_factor=2.0, mode="nearest").mean((2, 3))
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_conv_groupnorm_net_compiles_whole_under_dynamic_shapes(channels_last):
+    torch.manual_seed(0)
+    net, ref = _ConvGroupNormNet(), _ConvGroupNormNet()
+    ref.load_state_dict(net.state_dict())
+    fmt = torch.channels_last if channels_last else torch.contiguous_format
+    net, ref = net.to("tpu", memory_format=fmt), ref.to(memory_format=fmt)
+    fn = torch.compile(net, backend="tpu", dynamic=True)
+    before = counters()
+    for n in (2, 3):
+        x = torch.randn(n, 3, 8, 8).to(memory_format=fmt)
+        out = fn(x.to("tpu"))
+        out.sum().backward()
+        want = ref(x)
+        want.sum().backward()
+        torch.testing.assert_close(out.cpu(), want, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(net.c1.weight.grad.cpu(), ref.c1.weight.grad, rtol=1e-4, atol=1e-4)
+    assert delta(before, "compile_graphs_eager") == 0
+    assert delta(before, "compiled_graphs") >= 2

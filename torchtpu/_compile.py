@@ -268,6 +268,10 @@ class _Builder:
             if n.target is operator.getitem:
                 src, idx = n.args
                 ids = self.ids.get(src)
+                if isinstance(ids, list) and ids[idx] is None and not n.users:
+                    # an output the op does not compute (a mask left it
+                    # out), taken and dropped by a retraced graph
+                    continue
                 if not isinstance(ids, list) or ids[idx] is None:
                     raise _Unsupported(f"getitem of {src.name}")
                 self.ids[n] = ids[idx]
@@ -326,10 +330,16 @@ class _Builder:
             self._check_literal_scalars(n)
             self._check_indices(graph, n, name)
             self._check_targets(graph, n, name)
-        for o in outputs:
-            if o is not None and not isinstance(o, torch.fx.Node):
+        # A Python number output (a size the graph returns: under dynamic
+        # shapes it is a constant of the specialised graph) is returned
+        # as it is, beside the program's tensors.
+        self.out_consts = {}
+        for k, o in enumerate(outputs):
+            if isinstance(o, (bool, int, float)):
+                self.out_consts[k] = o
+            elif o is not None and not isinstance(o, torch.fx.Node):
                 raise _Unsupported(f"a non-tensor output ({type(o).__name__})")
-            if o is not None:
+            elif o is not None:
                 v = self.ids.get(o)
                 if v is None or isinstance(v, list):
                     raise _Unsupported(f"output {o.name} is not a tensor value")
@@ -356,7 +366,7 @@ class _Builder:
         out_ids, out_specs = [], []
         storage_slot = {}
         for k, o in enumerate(outputs):
-            if o is None:
+            if o is None or k in self.out_consts:
                 self.out_slots.append(None)
             elif k in layouts:
                 g, geometry = layouts[k]
@@ -905,7 +915,7 @@ def _eager_values(nodes):
 
 
 def _runner(compiled, inputs, out_slots, out_writes, out_cpu=(), out_aliases=None,
-            out_views=None, checks=(), literal_errors=(), out_same=None):
+            out_views=None, checks=(), literal_errors=(), out_same=None, out_consts=None):
     consts = [t for kind, t in inputs if kind == "const"]
     arg_pos = [(i, kind == "cpu") for kind, i in inputs if kind in ("arg", "cpu")]
     # Output k -> the position, among the graph's tensors, of the input it
@@ -915,6 +925,7 @@ def _runner(compiled, inputs, out_slots, out_writes, out_cpu=(), out_aliases=Non
     aliases = sorted((out_aliases or {}).items())
     views = sorted((out_views or {}).items())
     same = sorted((out_same or {}).items())
+    numbers = sorted((out_consts or {}).items())
 
     def run(args):
         if literal_errors:
@@ -947,6 +958,8 @@ def _runner(compiled, inputs, out_slots, out_writes, out_cpu=(), out_aliases=Non
                 out[k] = base.as_strided(size, stride, base.storage_offset() + rel)
         for k, k0 in same:
             out[k] = out[k0]
+        for k, v in numbers:
+            out[k] = v
         args.clear()  # boxed convention: the caller's list is ours to drop
         return out
 
@@ -1103,7 +1116,7 @@ def _compile_static(gm, input_alias_outputs=None, layout_outputs=frozenset()):
     _bump("compiled_graphs")
     _bump("compiled_graph_ns", int((time.perf_counter() - t0) * 1e9))
     return _runner(compiled, b.inputs, b.out_slots, b.out_writes, b.out_cpu, b.out_aliases,
-                   b.out_views, b.checks, b.literal_errors, b.out_same)
+                   b.out_views, b.checks, b.literal_errors, b.out_same, b.out_consts)
 
 
 def _specializing(gm, input_alias_outputs=None, layout_outputs=frozenset()):

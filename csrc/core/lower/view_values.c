@@ -241,12 +241,18 @@ const tpu_lowering_t tpu_lowerings_view_values[] = {
     {"slice", lower_slice, G},                 {"select", lower_select, G},
     {"split", lower_split, G},                 {"split_with_sizes", lower_split, G},
     {"unbind", lower_split, G},                {"_to_copy", lower_to_copy, G},
+    /* prims::convert_element_type: left by decompositions traced under
+     * symbolic shapes (native_group_norm_backward's) */
+    {"convert_element_type", lower_to_copy, G},
     {"as_strided", lower_as_strided, G},       {"as_strided_copy", lower_as_strided, G},
     {"unfold", lower_unfold, G},               {"unfold_copy", lower_unfold, G},
     {"full", lower_full, G},                   {"full_like", lower_full, G},
     {"scalar_tensor", lower_full, G},          {"empty", lower_empty, G},
     {"empty_like", lower_empty, G},            {"empty_strided", lower_empty, G},
     {"new_empty", lower_empty, G},             {"new_empty_strided", lower_empty, G},
+    /* a graph value has no layout of its own: the permutation only
+     * matters for an output, which takes eager's layout (_compile.py) */
+    {"empty_permuted", lower_empty, G},
 };
 #undef G
 const size_t tpu_lowerings_view_values_count =
