@@ -406,7 +406,7 @@ class _Builder:
             out_specs.append((torch.bool, []))
             self.out_writes.append(-1)
         text = graph.finish(out_ids)
-        return _C._CompiledGraph(text, self.input_specs, out_specs, self.with_rng)
+        return text, out_specs
 
     def _check_divisor(self, graph, n, name):
         """An integer division (//, %, fmod, div with a rounding mode) by
@@ -914,7 +914,7 @@ def _eager_values(nodes):
     return eager
 
 
-def _runner(compiled, inputs, out_slots, out_writes, out_cpu=(), out_aliases=None,
+def _runner(compiled, *, inputs, out_slots, out_writes, out_cpu=(), out_aliases=None,
             out_views=None, checks=(), literal_errors=(), out_same=None, out_consts=None):
     consts = [t for kind, t in inputs if kind == "const"]
     arg_pos = [(i, kind == "cpu") for kind, i in inputs if kind in ("arg", "cpu")]
@@ -969,7 +969,9 @@ def _runner(compiled, inputs, out_slots, out_writes, out_cpu=(), out_aliases=Non
 
 def _eager_runner(gm, why):
     _warn_eager(why)
-    return _boxed_module(gm)
+    run = _boxed_module(gm)
+    run._tpu_recipe = ("module", gm, why)
+    return run
 
 
 def _warn_eager(why):
@@ -1110,13 +1112,30 @@ def _compile_static(gm, input_alias_outputs=None, layout_outputs=frozenset()):
     t0 = time.perf_counter()
     try:
         b = _Builder(gm, input_alias_outputs, layout_outputs)
-        compiled = b.build()
+        text, out_specs = b.build()
     except _Unsupported as e:
         return _eager_runner(gm, str(e))
+    # Everything the runner needs, as plain data: a compiled graph is
+    # rebuilt from it in another process (torchtpu._precompile).
+    plan = dict(text=text, input_specs=b.input_specs, out_specs=out_specs,
+                with_rng=b.with_rng, inputs=b.inputs, out_slots=b.out_slots,
+                out_writes=b.out_writes, out_cpu=b.out_cpu, out_aliases=b.out_aliases,
+                out_views=b.out_views, checks=b.checks, literal_errors=b.literal_errors,
+                out_same=b.out_same, out_consts=b.out_consts)
+    run = _plan_runner(plan)
     _bump("compiled_graphs")
     _bump("compiled_graph_ns", int((time.perf_counter() - t0) * 1e9))
-    return _runner(compiled, b.inputs, b.out_slots, b.out_writes, b.out_cpu, b.out_aliases,
-                   b.out_views, b.checks, b.literal_errors, b.out_same, b.out_consts)
+    return run
+
+
+def _plan_runner(plan):
+    """The runner of a compiled graph's plan (_compile_static)."""
+    p = dict(plan)
+    compiled = _C._CompiledGraph(p.pop("text"), p.pop("input_specs"), p.pop("out_specs"),
+                                 p.pop("with_rng"))
+    run = _runner(compiled, **p)
+    run._tpu_recipe = ("program", plan)
+    return run
 
 
 def _specializing(gm, input_alias_outputs=None, layout_outputs=frozenset()):
@@ -1158,6 +1177,7 @@ def _specializing(gm, input_alias_outputs=None, layout_outputs=frozenset()):
         return out
 
     run._boxed_call = True
+    run._tpu_recipe = ("symbolic", gm, input_alias_outputs, layout_outputs)
     return run
 
 
@@ -1329,15 +1349,18 @@ def tpu_backend(gm, example_inputs, **kwargs):
     if _writes_through_unfold(gm):
         _warn_eager("a write through an unfold() view (functionalization would lose it)")
         return gm
-    backend = aot_autograd(fw_compiler=_compile_forward, bw_compiler=_compile_graph,
-                           inference_compiler=_compile_forward,
+    from . import _precompile
+    forward = _precompile.output_code(_compile_forward)
+    backend = aot_autograd(fw_compiler=forward, bw_compiler=_precompile.output_code(_compile_graph),
+                           inference_compiler=forward,
                            decompositions=_decompositions(),
                            # Inference graphs (an optimizer step) keep their
                            # input mutations as copy_ nodes: written straight
                            # into the inputs' storages, no epilogue copies.
                            keep_inference_input_mutations=True)
     try:
-        return backend(gm, example_inputs)
+        with _precompile.persistence():
+            return backend(gm, example_inputs)
     except _CpuHasNoKernel:
         return gm  # eagerly: the op raises CPU's NotImplementedError
 
