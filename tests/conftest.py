@@ -14,6 +14,13 @@ if not os.environ.get("TORCHTPU_CACHE_DIR"):
     os.environ["TORCHTPU_CACHE_DIR"] = _cache_dir
     atexit.register(shutil.rmtree, _cache_dir, ignore_errors=True)
 
+# PyTorch's compile caches (AOTAutograd's, which holds torchtpu's compiled
+# graphs, torchtpu._precompile) likewise: per session, never the user's.
+if not os.environ.get("TORCHINDUCTOR_CACHE_DIR"):
+    _inductor_dir = tempfile.mkdtemp(prefix="torchtpu-pytest-inductor-")
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = _inductor_dir
+    atexit.register(shutil.rmtree, _inductor_dir, ignore_errors=True)
+
 import pytest  # noqa: E402
 import torch  # noqa: E402
 

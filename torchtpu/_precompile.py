@@ -118,6 +118,7 @@ class TpuOutputCode(OutputCode):
         if self._run is None:
             check_stamp(self._stamp)
             self._run = _rebuild(self._recipe)
+            _bump("compiled_graph_loads")
 
     def set_triton_bundle(self, triton_bundle):
         pass
@@ -231,14 +232,38 @@ def _sources_unchanged(aot_fn):
     import importlib
 
     from torch._dynamo.package import _hash_sourcelines
+    # The whole module, not only the traced lines: a module-level constant
+    # the traced code read (and Dynamo folded) lies outside them.
     for src in aot_fn.source_info().inlined_sources:
         try:
             m = importlib.import_module(src.module)
+            if _module_source(m) != src.content:
+                return f"the source of {src.module} changed"
             if _hash_sourcelines(m, src.firstlineno, src.lastlineno) != src.checksum:
                 return f"the source of {src.module} (lines {src.firstlineno}-{src.lastlineno}) changed"
         except Exception as e:  # a module that no longer imports
             return f"{src.module} cannot be checked ({type(e).__name__}: {e})"
     return None
+
+
+def _module_source(m):
+    import inspect
+    import linecache
+    linecache.checkcache(inspect.getsourcefile(m))
+    return inspect.getsource(m)
+
+
+def _serializable_guards(entries):
+    """Dynamo's guards kept with a saved function: every kind that
+    serializes, globals included (aot_compile's default drops guards on
+    globals, so a changed module-level constant would load a program that
+    folded the old one)."""
+    from torch._dynamo.guards import CheckFunctionManager
+    unsupported = CheckFunctionManager.UNSUPPORTED_SERIALIZATION_GUARD_TYPES
+    # (names Dynamo makes up, "__builtins_dict___0", "__import_torch...",
+    # exist only in the tracing process's globals)
+    return [g.guard_type not in unsupported and not (g.is_global and g.name.startswith("G['__"))
+            for g in entries]
 
 
 def _bump(name):
@@ -323,8 +348,14 @@ class Precompiled:
                 _bump("precompile_hits")
                 return aot_fn(*args, **kwargs)
         _bump("precompile_misses")
+        if self._entries and os.environ.get("TORCHTPU_LOG", "").split(",").count("recompiles"):
+            import sys
+            f_locals = self._entries[-1][0].prepare_f_locals(*args, **kwargs)
+            why = self._entries[-1][0]._artifacts.guard_manager.check_verbose(f_locals)
+            print(f"torchtpu: precompiled {self._path}: recompiling: {why}", file=sys.stderr)
         from torch._dynamo.aot_compile import AOTCompiledFunction
-        compiled = torch.compile(self._fn, backend="tpu", fullgraph=True, dynamic=self._dynamic)
+        compiled = torch.compile(self._fn, backend="tpu", fullgraph=True, dynamic=self._dynamic,
+                                 options={"guard_filter_fn": _serializable_guards})
         try:
             aot_fn = compiled.aot_compile((args, kwargs))
             data = AOTCompiledFunction.serialize(aot_fn).serialized_data
