@@ -70,16 +70,20 @@ class Runner:
 
 
 def first_steps(runner, py, reps):
-    """Time to first step of a fresh process, cold (empty TORCHTPU_CACHE_DIR)
-    and warm (the same dir again), per mode; reps cold/warm pairs each."""
+    """Time to first step of a fresh process, cold (empty TORCHTPU_CACHE_DIR
+    and TORCHINDUCTOR_CACHE_DIR) and warm (the same dirs again), per mode;
+    reps cold/warm pairs each. "compile" is torch.compile(backend="tpu")
+    (warm: AOTAutograd's cache holds the graphs, Dynamo traces);
+    "precompile" is torchtpu.compiler.precompile (warm: nothing traced)."""
     out = {}
-    for mode in ("strict", "defer_and_fuse", "compile"):
+    for mode in ("strict", "defer_and_fuse", "compile", "precompile"):
         runs = {"cold": [], "warm": []}
         for rep in range(reps):
             with tempfile.TemporaryDirectory(prefix="torchtpu-bench-cache-") as cache:
                 for kind in ("cold", "warm"):
                     name = f"first_step_{mode}_{kind}_{rep + 1}"
-                    env = {"TORCHTPU_CACHE": "1", "TORCHTPU_CACHE_DIR": cache}
+                    env = {"TORCHTPU_CACHE": "1", "TORCHTPU_CACHE_DIR": cache,
+                           "TORCHINDUCTOR_CACHE_DIR": os.path.join(cache, "inductor")}
                     runner.run(name, [py, os.path.join(HERE, "train_bench.py"),
                                       "--first-step", mode], env=env)
                     piece = runner.pieces[name]

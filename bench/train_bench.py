@@ -54,6 +54,7 @@ CONTENDERS = {  # name: (device, eager mode, torch.compile backend)
     "tpu_strict": ("tpu", "strict", None),
     "tpu_defer_and_fuse": ("tpu", "defer_and_fuse", None),
     "tpu_compile": ("tpu", "strict", "tpu"),
+    "tpu_precompile": ("tpu", "strict", "precompile"),  # --first-step only
     "cpu_eager": ("cpu", None, None),
     "cpu_inductor": ("cpu", None, "inductor"),
 }
@@ -76,7 +77,17 @@ class Trainer:
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=3e-3, weight_decay=0.01,
                                      foreach=True, capturable=bool(self.backend))
         self.run_model, self.opt_step = self.model, self.opt.step
-        if self.backend:
+        if self.backend == "precompile":
+            # torchtpu.compiler.precompile: a fresh process with its files
+            # loads the step without tracing (first-step timing only)
+            import torchtpu.compiler
+            from tiny_gpt import model_loss
+            folder = os.environ["TORCHTPU_CACHE_DIR"]
+            loss_fn = torchtpu.compiler.precompile(model_loss, os.path.join(folder, "loss.tpuc"))
+            self.run_model = lambda x, y: loss_fn(self.model, x, y)
+            self.opt_step = torchtpu.compiler.precompile(self.opt.step,
+                                                         os.path.join(folder, "step.tpuc"))
+        elif self.backend:
             self.run_model = torch.compile(self.model, backend=self.backend)
             self.opt_step = torch.compile(self.opt.step, backend=self.backend)
         self.stream = batches(data, BATCH, SEQ, seed=0)
@@ -282,19 +293,22 @@ def first_step(mode):
     """One fresh-process first step; prints a JSON line."""
     t0 = time.perf_counter()
     import torch  # noqa: F401
+    import torch._dynamo  # noqa: F401  (every mode's AdamW imports it: import time)
     import torchtpu
     from tiny_gpt import make_corpus
     t1 = time.perf_counter()
     data, vocab = make_corpus()
     name = {"strict": "tpu_strict", "defer_and_fuse": "tpu_defer_and_fuse",
-            "compile": "tpu_compile"}[mode]
+            "compile": "tpu_compile", "precompile": "tpu_precompile"}[mode]
     tr = Trainer(name, data, vocab)
     tr.steps(1)
     t2 = time.perf_counter()
     m = torchtpu.metrics.metrics()
     print(json.dumps({"mode": mode, "import_s": t1 - t0, "first_step_s": t2 - t1,
                       "compiles": m.get("compiles", 0),
-                      "disk_hits": m.get("cache_hits::local", 0)}))
+                      "disk_hits": m.get("cache_hits::local", 0),
+                      "graphs_built": m.get("compiled_graphs", 0),
+                      "graphs_loaded": m.get("compiled_graph_loads", 0)}))
 
 
 def main():
@@ -302,7 +316,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--steps", type=int, default=3, help="steps per contender per round")
     ap.add_argument("--only", help="comma-separated contenders (default: all)")
-    ap.add_argument("--first-step", choices=("strict", "defer_and_fuse", "compile"))
+    ap.add_argument("--first-step", choices=("strict", "defer_and_fuse", "compile", "precompile"))
     ap.add_argument("--xla-python", help="also torch_xla.compile, run by this interpreter "
                     "(a venv with torch_xla) as bench/xla_peer.py --serve")
     ap.add_argument("--json")

@@ -77,12 +77,19 @@ class TinyGPT(nn.Module):
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
 
+def model_loss(model, x, y):
+    """The forward step as a function of the model (for precompile)."""
+    return model(x, y)
+
+
 def train(device, steps, batch_size=16, seq_len=64, log_every=0, seed=0, model_kwargs=None,
-          backend=None, return_model=False):
+          backend=None, return_model=False, precompile=None):
     """Trains TinyGPT on `device` from a fixed seed; returns (losses, tokens/s).
     With `backend`, the model (forward and backward) and the optimizer step
     run under torch.compile(backend=backend); backend="default" calls
-    torch.compile with no backend argument, as most code does."""
+    torch.compile with no backend argument, as most code does. With
+    `precompile` (a folder), both are torchtpu.compiler.precompile'd there:
+    a later process loads them instead of tracing."""
     import time
 
     data, vocab = make_corpus()
@@ -91,9 +98,16 @@ def train(device, steps, batch_size=16, seq_len=64, log_every=0, seed=0, model_k
     # capturable: the step counts live on the device, so a compiled step is
     # one device program (CPU step counts would keep it partly on the host).
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01, foreach=True,
-                            capturable=bool(backend))
+                            capturable=bool(backend or precompile))
     run_model, opt_step = model, opt.step
-    if backend:
+    if precompile:
+        import os
+
+        import torchtpu.compiler
+        loss_fn = torchtpu.compiler.precompile(model_loss, os.path.join(precompile, "loss.tpuc"))
+        opt_step = torchtpu.compiler.precompile(opt.step, os.path.join(precompile, "step.tpuc"))
+        run_model = lambda x, y: loss_fn(model, x, y)  # noqa: E731
+    elif backend:
         options = {} if backend == "default" else {"backend": backend}
         run_model = torch.compile(model, **options)
         opt_step = torch.compile(opt.step, **options)
