@@ -1166,7 +1166,10 @@ def _specializing(gm, input_alias_outputs=None, layout_outputs=frozenset()):
                     full[i] = t
                 return gm(*full)
 
-            static = make_fx(body, tracing_mode="fake")(*[args[i] for i in pos])
+            # (graph constants are real tensors: AOTAutograd folds
+            # scalar_tensor nodes into them when it bundles its cache)
+            static = make_fx(body, tracing_mode="fake", _allow_non_fake_inputs=True)(
+                *[args[i] for i in pos])
             # the retraced graph's inputs are the tensors only
             aliases = None if input_alias_outputs is None else {
                 k: pos.index(i) for k, i in input_alias_outputs.items() if i in pos}
