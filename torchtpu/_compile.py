@@ -1343,7 +1343,6 @@ def _dynamo_graph_cpu_refuses(gm):
 
 def tpu_backend(gm, example_inputs, **kwargs):
     """The Dynamo backend registered as "tpu"."""
-    from torch._dynamo.backends.common import aot_autograd
     options = kwargs.get("options") or {}
     if options:
         raise ValueError(f"torchtpu: backend 'tpu' takes no options, got {sorted(options)}")
@@ -1352,6 +1351,30 @@ def tpu_backend(gm, example_inputs, **kwargs):
     if _writes_through_unfold(gm):
         _warn_eager("a write through an unfold() view (functionalization would lose it)")
         return gm
+    if _has_symbols_dynamo(gm):
+        from . import _buckets
+        if _buckets.enabled():
+            runner = _buckets.plan(gm, example_inputs, _aot_compile)
+            if runner is not None:
+                return runner
+    return _aot_compile(gm, example_inputs)
+
+
+def _has_symbols_dynamo(gm):
+    for n in gm.graph.nodes:
+        if n.op == "placeholder":
+            v = n.meta.get("example_value")
+            if isinstance(v, torch.SymInt) or (isinstance(v, torch.Tensor) and any(
+                    isinstance(s, torch.SymInt) for s in v.shape)):
+                return True
+    return False
+
+
+def _aot_compile(gm, example_inputs):
+    """AOTAutograd with torchtpu's graph compilers (forward, backward,
+    inference), persisted in AOTAutograd's cache (torchtpu._precompile)."""
+    from torch._dynamo.backends.common import aot_autograd
+
     from . import _precompile
     forward = _precompile.output_code(_compile_forward)
     backend = aot_autograd(fw_compiler=forward, bw_compiler=_precompile.output_code(_compile_graph),

@@ -1,0 +1,997 @@
+"""Bounded dynamic shapes: one program per size bucket, padding masked.
+
+A Dynamo graph with symbolic sizes (dynamic=True, mark_dynamic, automatic
+dynamic) would otherwise be retraced and compiled for every new size
+(_compile._specializing). Here each size symbol's value is rounded up to a
+bucket (the next power of two, up to TORCHTPU_BUCKET_MAX; beyond it the exact
+size), the tensor inputs are padded to the buckets, and one program per
+bucket runs every size in it; outputs are cut back to the true sizes.
+
+Exactness comes from an analysis of the Dynamo graph (torch-level ops, before
+autograd, so gradients of the rewrite are right by construction):
+
+  - every tensor dimension is described by its *factors*: sizes (sympy
+    expressions of the symbols) whose product is the dimension; a factor
+    with symbols is padded: its positions at or beyond the true size hold
+    padding. A view that merges [s0, s1] into s0*s1 keeps both factors, so
+    its validity stays known;
+  - an op that mixes positions along a padded dimension is rewritten to
+    ignore the padding: sums and means (divided by the count of valid
+    elements), max/min, softmax and log-softmax, matrix products contracting
+    over it (both operands zeroed there), attention over padded keys (an
+    additive mask, finite), losses over padded targets (ignore_index), and
+    index inputs (embedding) are set to 0 where padded;
+  - position-wise ops need nothing: the padding only reaches padded positions;
+  - inputs are padded by repeating their last element, so padded positions
+    hold values like real data (finite wherever the model is); with the
+    losses masked, every gradient reaching a padded position is zero, so
+    parameter gradients are exact too;
+  - anything else touching a padded dimension (an op without a rule, an
+    index from the end, random ops, in-place writes, an output aliasing an
+    input) declines: the graph specialises per size as before, and the
+    metric bucket_declined::<reason> says why.
+
+Masks are computed from bool vectors (arange(padded) < true) passed to the
+program as inputs, so one program serves every true size in its bucket."""
+import operator
+import os
+
+import sympy
+import torch
+import torch.fx
+
+from . import _C
+
+_ELEMENTWISE = {
+    "add", "sub", "mul", "truediv", "div", "floordiv", "neg", "pos", "pow", "rsqrt", "sqrt", "exp",
+    "log", "log1p", "expm1", "tanh", "sigmoid", "relu", "gelu", "silu", "erf", "abs", "clamp",
+    "clip", "where", "masked_fill", "float", "half", "bfloat16", "double", "int", "long", "bool",
+    "to", "type_as", "contiguous", "clone", "detach", "eq", "ne", "lt", "le", "gt", "ge",
+    "logical_and", "logical_or", "logical_not", "and_", "or_", "invert", "cos", "sin",
+    "maximum", "minimum", "mish", "softplus", "leaky_relu", "elu", "hardtanh", "relu6",
+    "reciprocal", "square", "sign", "tril", "triu", "lerp", "addcmul", "addcdiv", "rsub",
+    "bitwise_and", "bitwise_or", "bitwise_not", "hardswish", "hardsigmoid", "logit",
+    "nan_to_num", "type", "sub_", "iadd", "isub", "imul", "itruediv", "cast",
+}
+_VIEWS = {"view", "reshape", "flatten", "unflatten", "view_as", "reshape_as"}
+_PERMUTES = {"permute", "transpose", "t", "swapaxes", "movedim"}
+_FACTORIES = {"arange", "zeros", "ones", "full", "empty", "tensor", "scalar_tensor"}
+_LIKE = {"zeros_like", "ones_like", "full_like", "empty_like", "new_zeros", "new_ones",
+         "new_full", "new_empty"}
+_RANDOM = ("rand", "bernoulli", "multinomial", "normal", "uniform", "exponential", "poisson",
+           "dropout")
+_REDUCE_FILL = {"sum": 0, "nansum": 0, "mean": 0, "count_nonzero": 0, "prod": 1,
+                "amax": "min", "max": "min", "logsumexp": "min", "argmax": "min",
+                "softmax": "min", "log_softmax": "min", "amin": "max", "min": "max",
+                "argmin": "max", "all": True, "any": False}
+_CUMULATIVE = {"cumsum", "cumprod", "cummax", "cummin", "logcumsumexp"}
+
+
+class Decline(Exception):
+    pass
+
+
+def _exprs(val):
+    return tuple(sympy.sympify(d.node.expr) if isinstance(d, torch.SymInt) else sympy.Integer(d)
+                 for d in val.shape)
+
+
+def _padded(f):
+    return bool(sympy.sympify(f).free_symbols)
+
+
+def _dim_padded(factors):
+    return any(_padded(f) for f in factors)
+
+
+def _name(n):
+    if n.op == "call_method":
+        return n.target
+    return getattr(n.target, "__name__", str(n.target)).lstrip("_")
+
+
+def _val(a):
+    return a.meta.get("example_value") if isinstance(a, torch.fx.Node) else a
+
+
+def _same(a, b):
+    return sympy.simplify(sympy.sympify(a) - sympy.sympify(b)) == 0
+
+
+class _Analysis:
+    """Factor layouts of every tensor node of a Dynamo graph, and the
+    rewrites its ops need (node -> rule)."""
+
+    def __init__(self, gm):
+        self.gm = gm
+        self.layout = {}
+        self.rules = {}  # node -> (kind, details) for the rewriter
+        self.symbols = set()
+        for n in gm.graph.nodes:
+            self._visit(n)
+
+    # -- helpers
+    def _lay(self, a):
+        if isinstance(a, torch.fx.Node):
+            if a not in self.layout:
+                v = _val(a)
+                if isinstance(v, torch.Tensor) and not any(_padded(e) for e in _exprs(v)):
+                    return tuple((e,) for e in _exprs(v))
+                raise Decline(f"the layout of {a.name}")
+            return self.layout[a]
+        return None
+
+    def _tensor_args(self, n):
+        out = []
+        for a in list(n.args) + list(n.kwargs.values()):
+            for x in (a if isinstance(a, (list, tuple)) else [a]):
+                if isinstance(x, torch.fx.Node) and isinstance(_val(x), torch.Tensor):
+                    out.append(x)
+        return out
+
+    def _has_padding(self, lay):
+        return lay is not None and any(_dim_padded(d) for d in lay)
+
+    def _broadcast(self, n, out_exprs):
+        lays = [self._lay(a) for a in self._tensor_args(n)]
+        rank = len(out_exprs)
+        out = []
+        for k in range(rank):
+            chosen = None
+            for lay in lays:
+                j = len(lay) - rank + k
+                if j < 0:
+                    continue
+                d = lay[j]
+                if len(d) == 1 and _same(d[0], 1) and not _same(out_exprs[k], 1):
+                    continue  # broadcast from 1
+                if chosen is None:
+                    chosen = d
+                elif tuple(map(str, chosen)) != tuple(map(str, d)):
+                    if _dim_padded(chosen) or _dim_padded(d):
+                        raise Decline(f"{_name(n)}: operands padded differently")
+            if chosen is None:
+                if _padded(out_exprs[k]):
+                    raise Decline(f"{_name(n)}: a padded dimension from nowhere")
+                chosen = (out_exprs[k],)
+            out.append(chosen)
+        return tuple(out)
+
+    def _regroup(self, name, lay, out_exprs):
+        """A view: the input's factors regrouped into the output's dims."""
+        queue = [f for d in lay for f in d if not _same(f, 1)]
+        out = []
+        for e in out_exprs:
+            if _same(e, 1):
+                out.append((sympy.Integer(1),))
+                continue
+            dim, prod = [], sympy.Integer(1)
+            while not _same(prod, e):
+                if not queue:
+                    raise Decline(f"{name}: a view that does not regroup the padded factors")
+                f = queue.pop(0)
+                rest = sympy.simplify(e / prod)
+                if _padded(f) or _same(sympy.gcd(f, rest), f) or rest.free_symbols:
+                    dim.append(f)
+                    prod = sympy.simplify(prod * f)
+                    continue
+                # split a constant factor
+                if f.is_Integer and rest.is_Integer and int(f) % int(rest) == 0:
+                    dim.append(rest)
+                    queue.insert(0, sympy.Integer(int(f) // int(rest)))
+                    prod = sympy.simplify(prod * rest)
+                    continue
+                raise Decline(f"{name}: a view splitting a padded dimension")
+            out.append(tuple(dim))
+        if queue:
+            raise Decline(f"{name}: a view that does not regroup the padded factors")
+        return tuple(out)
+
+    # -- the visit
+    def _visit(self, n):
+        if n.op == "placeholder":
+            v = _val(n)
+            if isinstance(v, torch.SymInt):
+                expr = sympy.sympify(v.node.expr)
+                if not expr.is_Symbol:
+                    raise Decline("an input size that is an expression")
+                self.symbols.add(expr)
+            elif isinstance(v, torch.Tensor):
+                lay = []
+                for e in _exprs(v):
+                    if e.free_symbols and not e.is_Symbol:
+                        raise Decline("an input size that is an expression")
+                    self.symbols |= e.free_symbols
+                    lay.append((e,))
+                self.layout[n] = tuple(lay)
+            return
+        if n.op in ("output", "get_attr"):
+            if n.op == "get_attr":
+                v = getattr(self.gm, n.target, None)
+                if isinstance(v, torch.Tensor):
+                    self.layout[n] = tuple((sympy.Integer(s),) for s in v.shape)
+            return
+        val = _val(n)
+        name = _name(n)
+        targs = self._tensor_args(n)
+        padded_in = any(self._has_padding(self._lay(a)) for a in targs)
+        if n.op == "call_function" and n.target is operator.getitem and \
+                isinstance(_val(n.args[0]), (tuple, list)):
+            src = self.layout.get(n.args[0])
+            if isinstance(src, list):
+                self.layout[n] = src[n.args[1]]
+            elif isinstance(val, torch.Tensor) and not any(_padded(e) for e in _exprs(val)):
+                self.layout[n] = tuple((e,) for e in _exprs(val))
+            elif isinstance(val, torch.Tensor):
+                raise Decline("getitem of an unknown padded tuple")
+            return
+        if not isinstance(val, (torch.Tensor, tuple, list)):
+            # sizes and other Python values: a symbolic value feeding a
+            # tensor op is caught there
+            return
+        if any(r in name for r in _RANDOM):
+            if name == "dropout" and not self._dropout_active(n):
+                self.layout[n] = self._lay(n.args[0])
+                return
+            if padded_in or any(_padded(e) for e in self._out_exprs(val)):
+                raise Decline(f"random op {name}")
+        for a in list(n.args) + list(n.kwargs.values()):
+            v = _val(a)
+            if isinstance(v, (torch.SymInt, torch.SymFloat)) and \
+                    sympy.sympify(v.node.expr).free_symbols & self.symbols and name not in (
+                    _VIEWS | _FACTORIES | _LIKE | {"expand", "narrow", "getitem", "split",
+                                                   "new_zeros", "new_ones", "new_full"}):
+                if sympy.sympify(v.node.expr).free_symbols:
+                    raise Decline(f"{name} computes with a size as a value")
+        if name.endswith("_") and name not in ("sub_",) and padded_in:
+            raise Decline(f"in-place {name} on a padded tensor")
+        out_exprs = self._out_exprs(val) if isinstance(val, torch.Tensor) else None
+        if not padded_in and name not in _LIKE | _FACTORIES:
+            if isinstance(val, torch.Tensor) and not any(_padded(e) for e in out_exprs):
+                self.layout[n] = tuple((e,) for e in out_exprs)
+                return
+            if isinstance(val, (tuple, list)) and all(
+                    isinstance(v, torch.Tensor) and not any(_padded(e) for e in _exprs(v))
+                    for v in val):
+                self.layout[n] = [tuple((e,) for e in _exprs(v)) for v in val]
+                return
+        handler = getattr(self, "_rule_" + name, None)
+        if handler is None:
+            if name in _ELEMENTWISE:
+                handler = self._elementwise
+            elif name in _VIEWS:
+                handler = self._view
+            elif name in _PERMUTES:
+                handler = self._permute
+            elif name in _REDUCE_FILL:
+                handler = self._reduce
+            elif name in _CUMULATIVE:
+                handler = self._cumulative
+            elif name in _FACTORIES:
+                handler = self._factory
+            elif name in _LIKE:
+                handler = self._like
+            else:
+                raise Decline(f"{name} on a padded tensor")
+        self.layout[n] = handler(n, name, val, out_exprs)
+
+    def _out_exprs(self, val):
+        return _exprs(val) if isinstance(val, torch.Tensor) else None
+
+    def _dropout_active(self, n):
+        p = n.kwargs.get("p", n.args[1] if len(n.args) > 1 else 0.5)
+        training = n.kwargs.get("training", n.args[2] if len(n.args) > 2 else True)
+        return bool(training) and p != 0
+
+    def _elementwise(self, n, name, val, out_exprs):
+        if name in ("floordiv", "div") and (n.kwargs.get("rounding_mode") or name == "floordiv"):
+            if not _val(n.args[0]).is_floating_point():
+                raise Decline("integer division of padded values")
+        return self._broadcast(n, out_exprs)
+
+    def _factory(self, n, name, val, out_exprs):
+        return tuple((e,) for e in out_exprs)
+
+    def _like(self, n, name, val, out_exprs):
+        src = self._lay(n.args[0])
+        if name.startswith("new_"):
+            return tuple((e,) for e in out_exprs)
+        return src
+
+    def _view(self, n, name, val, out_exprs):
+        return self._regroup(name, self._lay(n.args[0]), out_exprs)
+
+    def _rule_expand(self, n, name, val, out_exprs):
+        lay = self._lay(n.args[0])
+        lead = len(out_exprs) - len(lay)
+        out = [(e,) for e in out_exprs[:lead]]
+        for d, e in zip(lay, out_exprs[lead:]):
+            out.append(d if not (len(d) == 1 and _same(d[0], 1) and not _same(e, 1)) else (e,))
+        return tuple(out)
+
+    _rule_expand_as = _rule_expand
+
+    def _rule_unsqueeze(self, n, name, val, out_exprs):
+        lay = list(self._lay(n.args[0]))
+        dim = n.kwargs.get("dim", n.args[1] if len(n.args) > 1 else None)
+        dim = dim % (len(lay) + 1)
+        lay.insert(dim, (sympy.Integer(1),))
+        return tuple(lay)
+
+    def _rule_squeeze(self, n, name, val, out_exprs):
+        return self._regroup(name, self._lay(n.args[0]), out_exprs)
+
+    def _permute(self, n, name, val, out_exprs):
+        lay = list(self._lay(n.args[0]))
+        r = len(lay)
+        args = list(n.args[1:])
+        if name == "permute":
+            dims = args[0] if args and isinstance(args[0], (list, tuple)) else args
+            dims = n.kwargs.get("dims", dims)
+            return tuple(lay[d % r] for d in dims)
+        if name == "t":
+            return tuple(reversed(lay))
+        if name == "movedim":
+            src, dst = args[0] % r, args[1] % r
+            d = lay.pop(src)
+            lay.insert(dst, d)
+            return tuple(lay)
+        a = n.kwargs.get("dim0", args[0] if args else -2) % r
+        b = n.kwargs.get("dim1", args[1] if len(args) > 1 else -1) % r
+        lay[a], lay[b] = lay[b], lay[a]
+        return tuple(lay)
+
+    def _rule_getitem(self, n, name, val, out_exprs):
+        lay = self._lay(n.args[0])
+        idx = n.args[1]
+        idx = idx if isinstance(idx, tuple) else (idx,)
+        if any(isinstance(i, torch.fx.Node) and isinstance(_val(i), torch.Tensor) for i in idx):
+            raise Decline("tensor indexing of a padded tensor")
+        out, d = [], 0
+        n_real = sum(1 for i in idx if i is not None and i is not Ellipsis)
+        for i in idx:
+            if i is Ellipsis:
+                for _ in range(len(lay) - n_real):
+                    out.append(lay[d])
+                    d += 1
+                continue
+            if i is None:
+                out.append((sympy.Integer(1),))
+                continue
+            dim = lay[d]
+            d += 1
+            if isinstance(i, int):
+                if _dim_padded(dim) and i < 0:
+                    raise Decline("an index from the end of a padded dimension")
+                if _dim_padded(dim) and i != 0:
+                    self.rules.setdefault("min_size", []).append((dim, i + 1))
+                continue
+            if isinstance(i, slice):
+                if not _dim_padded(dim):
+                    out.append(None)  # filled from the output's exprs
+                    continue
+                start, step = _val(i.start), _val(i.step)
+                if step not in (None, 1) or len(dim) != 1 or \
+                        (start is not None and (not isinstance(start, int) or start < 0)):
+                    raise Decline("a slice from the end of a padded dimension")
+                out.append("prefix")
+                continue
+            raise Decline("an index the bucketing does not read")
+        out.extend(lay[d:])
+        res = []
+        for k, (o, e) in enumerate(zip(out, out_exprs)):
+            res.append((e,) if o in (None, "prefix") else o)
+        return tuple(res)
+
+    def _rule_narrow(self, n, name, val, out_exprs):
+        lay = list(self._lay(n.args[0]))
+        dim = n.args[1] % len(lay)
+        start = _val(n.args[2])
+        if _dim_padded(lay[dim]) and (len(lay[dim]) != 1 or not isinstance(start, int) or start < 0):
+            raise Decline("narrow of a padded dimension")
+        lay[dim] = (out_exprs[dim],)
+        return tuple(lay)
+
+    def _split_dim(self, n):
+        dim = n.kwargs.get("dim", n.args[2] if len(n.args) > 2 else 0)
+        return dim
+
+    def _rule_split(self, n, name, val, out_exprs):
+        lay = self._lay(n.args[0])
+        dim = self._split_dim(n) % len(lay)
+        if _dim_padded(lay[dim]):
+            raise Decline("split along a padded dimension")
+        outs = []
+        for v in val:
+            e = _exprs(v)
+            outs.append(tuple(d if k != dim else (e[k],) for k, d in enumerate(lay)))
+        return outs
+
+    _rule_split_with_sizes = _rule_split
+
+    def _rule_chunk(self, n, name, val, out_exprs):
+        lay = self._lay(n.args[0])
+        dim = n.kwargs.get("dim", n.args[2] if len(n.args) > 2 else 0) % len(lay)
+        if _dim_padded(lay[dim]):
+            raise Decline("chunk along a padded dimension")
+        return [tuple(d if k != dim else (_exprs(v)[k],) for k, d in enumerate(lay)) for v in val]
+
+    def _rule_unbind(self, n, name, val, out_exprs):
+        lay = self._lay(n.args[0])
+        dim = n.kwargs.get("dim", n.args[1] if len(n.args) > 1 else 0) % len(lay)
+        if _dim_padded(lay[dim]):
+            raise Decline("unbind along a padded dimension")
+        return [tuple(d for k, d in enumerate(lay) if k != dim) for _ in val]
+
+    def _rule_cat(self, n, name, val, out_exprs):
+        # (cat skips 1-d empty tensors: a fresh cache's keys, say)
+        tensors = [t for t in n.args[0] if tuple(_val(t).shape) != (0,)]
+        dim = n.kwargs.get("dim", n.args[1] if len(n.args) > 1 else 0)
+        lays = [self._lay(t) for t in tensors]
+        rank = len(out_exprs)
+        dim %= rank
+        if len(lays) == 1:
+            return lays[0]
+        if any(_dim_padded(lay[dim]) for lay in lays):
+            raise Decline("cat along a padded dimension")
+        out = self._broadcast_list(n, lays, out_exprs, skip=dim)
+        return out
+
+    _rule_concat = _rule_cat
+    _rule_concatenate = _rule_cat
+
+    def _broadcast_list(self, n, lays, out_exprs, skip=None):
+        out = []
+        for k, e in enumerate(out_exprs):
+            if k == skip:
+                out.append((e,))
+                continue
+            ds = {tuple(map(str, lay[k])): lay[k] for lay in lays}
+            if len(ds) > 1 and any(_dim_padded(d) for d in ds.values()):
+                raise Decline(f"{_name(n)}: operands padded differently")
+            out.append(next(iter(ds.values())))
+        return tuple(out)
+
+    def _rule_stack(self, n, name, val, out_exprs):
+        tensors = n.args[0]
+        dim = n.kwargs.get("dim", n.args[1] if len(n.args) > 1 else 0) % len(out_exprs)
+        lays = [self._lay(t) for t in tensors]
+        inner = [e for k, e in enumerate(out_exprs) if k != dim]
+        merged = list(self._broadcast_list(n, lays, inner))
+        merged.insert(dim, (out_exprs[dim],))
+        return tuple(merged)
+
+    def _reduce_dims(self, n, rank, name):
+        if name in ("softmax", "log_softmax"):
+            dim = n.kwargs.get("dim", n.args[1] if len(n.args) > 1 else None)
+            return [dim % rank], True
+        dim = n.kwargs.get("dim", n.args[1] if len(n.args) > 1 else None)
+        keep = n.kwargs.get("keepdim", n.args[2] if len(n.args) > 2 and
+                            isinstance(n.args[2], bool) else False)
+        if dim is None:
+            return list(range(rank)), False
+        dims = dim if isinstance(dim, (list, tuple)) else [dim]
+        return [d % rank for d in dims], keep
+
+    def _reduce(self, n, name, val, out_exprs):
+        lay = self._lay(n.args[0])
+        dims, keep = self._reduce_dims(n, len(lay), name)
+        if any(_dim_padded(lay[d]) for d in dims):
+            self.rules[n] = ("mask_reduce", name, dims, keep)
+        if name in ("softmax", "log_softmax"):
+            return lay
+        if name in ("max", "min") and isinstance(val, (tuple, list)):
+            one = tuple(d if k not in dims else (sympy.Integer(1),) for k, d in enumerate(lay)) \
+                if keep else tuple(d for k, d in enumerate(lay) if k not in dims)
+            return [one, one]
+        if keep:
+            return tuple(d if k not in dims else (sympy.Integer(1),) for k, d in enumerate(lay))
+        return tuple(d for k, d in enumerate(lay) if k not in dims)
+
+    def _cumulative(self, n, name, val, out_exprs):
+        lay = self._lay(n.args[0])
+        dim = n.kwargs.get("dim", n.args[1] if len(n.args) > 1 else 0) % len(lay)
+        if _dim_padded(lay[dim]) and len(lay[dim]) != 1:
+            raise Decline(f"{name} along a merged padded dimension")
+        return lay if not isinstance(val, (tuple, list)) else [lay, lay]
+
+    def _matmul_layout(self, n, a, b, out_exprs):
+        la, lb = self._lay(a), self._lay(b)
+        if len(la) < 2 or len(lb) < 2:
+            raise Decline("a vector matmul with padding")
+        if _dim_padded(la[-1]) or _dim_padded(lb[-2]):
+            self.rules[n] = ("mask_contract",)
+        rank = len(out_exprs)
+        batch = []
+        for k in range(rank - 2):
+            ds = []
+            for lay in (la, lb):
+                j = len(lay) - rank + k
+                if j >= 0 and not (len(lay[j]) == 1 and _same(lay[j][0], 1) and
+                                   not _same(out_exprs[k], 1)):
+                    ds.append(lay[j])
+            if len({tuple(map(str, d)) for d in ds}) > 1 and any(_dim_padded(d) for d in ds):
+                raise Decline("matmul: batch dims padded differently")
+            batch.append(ds[0] if ds else (out_exprs[k],))
+        return tuple(batch) + (la[-2], lb[-1])
+
+    def _rule_matmul(self, n, name, val, out_exprs):
+        return self._matmul_layout(n, n.args[0], n.args[1], out_exprs)
+
+    _rule_mm = _rule_matmul
+    _rule_bmm = _rule_matmul
+
+    def _rule_linear(self, n, name, val, out_exprs):
+        lay = self._lay(n.args[0])
+        w = n.kwargs.get("weight", n.args[1] if len(n.args) > 1 else None)
+        if _dim_padded(lay[-1]) or self._has_padding(self._lay(w)):
+            raise Decline("linear over a padded feature dimension")
+        return tuple(lay[:-1]) + ((out_exprs[-1],),)
+
+    def _rule_layer_norm(self, n, name, val, out_exprs):
+        lay = self._lay(n.args[0])
+        shape = n.kwargs.get("normalized_shape", n.args[1] if len(n.args) > 1 else None)
+        k = len(shape) if isinstance(shape, (list, tuple)) else 1
+        if any(_dim_padded(d) for d in lay[-k:]):
+            raise Decline(f"{name} over a padded dimension")
+        return lay
+
+    _rule_rms_norm = _rule_layer_norm
+
+    def _rule_embedding(self, n, name, val, out_exprs):
+        lay = self._lay(n.args[0])
+        if self._has_padding(lay):
+            self.rules[n] = ("zero_index", 0)
+        return tuple(lay) + ((out_exprs[-1],),)
+
+    def _rule_cross_entropy(self, n, name, val, out_exprs):
+        inp = n.args[0]
+        tgt = n.kwargs.get("target", n.args[1] if len(n.args) > 1 else None)
+        li, lt = self._lay(inp), self._lay(tgt)
+        if _val(tgt).is_floating_point():
+            raise Decline(f"{name} with probabilities over padding")
+        if len(li) > 1 and _dim_padded(li[1]):
+            raise Decline(f"{name} over a padded class dimension")
+        if self._has_padding(li) and not self._has_padding(lt):
+            raise Decline(f"{name}: padded input, unpadded target")
+        if self._has_padding(lt):
+            self.rules[n] = ("ignore_target",)
+        reduction = n.kwargs.get("reduction", "mean")
+        if reduction == "none":
+            return lt
+        return ()
+
+    _rule_nll_loss = _rule_cross_entropy
+
+    def _zero_at_run(self, a):
+        """A value that must be 0 for the padding to stay exact (a dropout
+        probability): a constant is checked now; .item() of an input is
+        checked at each call (_BucketRunner)."""
+        if isinstance(a, torch.fx.Node):
+            if a.op == "call_method" and a.target == "item" and a.args[0].op == "placeholder":
+                self.rules.setdefault("zero_items", []).append(a.name)
+                return True
+            return False
+        return not a
+
+    def _rule_pad(self, n, name, val, out_exprs):
+        lay = self._lay(n.args[0])
+        pad = n.args[1] if len(n.args) > 1 else n.kwargs.get("pad")
+        mode = n.kwargs.get("mode", n.args[2] if len(n.args) > 2 else "constant")
+        if mode != "constant" or not isinstance(pad, (list, tuple)):
+            raise Decline("pad that is not constant")
+        out = list(lay)
+        for j in range(len(pad) // 2):
+            d = len(lay) - 1 - j
+            if pad[2 * j] or pad[2 * j + 1]:
+                if _dim_padded(lay[d]) and len(lay[d]) != 1:
+                    raise Decline("pad of a merged padded dimension")
+                out[d] = (out_exprs[d],)
+        if self._has_padding(lay):
+            value = n.kwargs.get("value", n.args[3] if len(n.args) > 3 else 0)
+            self.rules[n] = ("fill_padding", 0, value or 0)
+        return tuple(out)
+
+    def _rule_scaled_dot_product_attention(self, n, name, val, out_exprs):
+        q, k, v = n.args[:3]
+        lq, lk, lv = self._lay(q), self._lay(k), self._lay(v)
+        kw = dict(n.kwargs)
+        if not self._zero_at_run(kw.get("dropout_p", n.args[4] if len(n.args) > 4 else 0.0)):
+            raise Decline("attention dropout over padding")
+        if _dim_padded(lq[-1]) or _dim_padded(lk[-1]) or _dim_padded(lv[-1]):
+            raise Decline("attention over a padded head dimension")
+        causal = kw.get("is_causal", n.args[5] if len(n.args) > 5 else False)
+        mask = kw.get("attn_mask", n.args[3] if len(n.args) > 3 else None)
+        if _dim_padded(lk[-2]):
+            same = tuple(map(str, lq[-2])) == tuple(map(str, lk[-2]))
+            if not (causal and mask is None and same):
+                if causal:
+                    raise Decline("causal attention with a mask or other lengths over padding")
+                self.rules[n] = ("mask_keys",)
+        return tuple(lq[:-1]) + ((out_exprs[-1],),)
+
+
+# ---------------------------------------------------------------------------
+
+
+def bucket(n, bound):
+    if n <= 1 or n > bound:
+        return n
+    return 1 << (int(n) - 1).bit_length()
+
+
+class _Rewriter:
+    """The graph with the rules applied and one bool vector input per padded
+    factor (positions valid at the call's true sizes)."""
+
+    def __init__(self, gm, an):
+        self.gm, self.an = gm, an
+        self.factors = []  # padded factor exprs, in input order
+        self.g = torch.fx.Graph()
+        self.env = {}
+        self.vec = {}
+        self.masks = {}
+
+    def build(self):
+        nodes = list(self.gm.graph.nodes)
+        last_ph = None
+        for n in nodes:
+            if n.op == "placeholder":
+                self.env[n] = last_ph = self.g.node_copy(n, lambda a: self.env[a])
+        # the factor vectors, after the graph's own inputs
+        wanted = []
+        for lay in self.an.layout.values():
+            for lay1 in (lay if isinstance(lay, list) else [lay]):
+                for d in lay1:
+                    for f in d:
+                        if _padded(f) and str(f) not in map(str, wanted):
+                            wanted.append(f)
+        for f in wanted:
+            self.vec[str(f)] = self.g.placeholder(f"bucket_valid_{len(self.factors)}")
+            self.factors.append(f)
+        for n in nodes:
+            if n.op == "placeholder":
+                continue
+            rule = self.an.rules.get(n)
+            if rule is None:
+                self.env[n] = self.g.node_copy(n, lambda a: self.env[a])
+            else:
+                self.env[n] = getattr(self, "_" + rule[0])(n, *rule[1:])
+        out = torch.fx.GraphModule(self.gm, self.g)
+        return out
+
+    def _call(self, fn, *args, **kwargs):
+        return self.g.call_function(fn, args, kwargs)
+
+    def mask(self, node):
+        """A bool tensor broadcastable to node's value: True where valid."""
+        if node in self.masks:
+            return self.masks[node]
+        lay = self.an.layout[node]
+        rank = len(lay)
+        m = None
+        for k, d in enumerate(lay):
+            if not _dim_padded(d):
+                continue
+            dm = None
+            for j, f in enumerate(d):
+                if _padded(f):
+                    v = self.vec[str(f)]
+                else:
+                    v = self._call(torch.ones, int(f), dtype=torch.bool, device=self._device(node))
+                # place factor j among the dim's factors: [.., P_j, ..]
+                shape = [1] * len(d)
+                shape[j] = -1
+                v = self._call(torch.reshape, v, shape)
+                dm = v if dm is None else self._call(torch.logical_and, dm, v)
+            if len(d) > 1:
+                dm = self._call(torch.reshape, dm, [-1])
+            shape = [1] * rank
+            shape[k] = -1
+            dm = self._call(torch.reshape, dm, shape)
+            m = dm if m is None else self._call(torch.logical_and, m, dm)
+        self.masks[node] = m
+        return m
+
+    def _device(self, node):
+        return _val(node).device
+
+    def _fill(self, x, value):
+        v = _val(x)
+        if value in ("min", "max"):
+            info = torch.finfo(v.dtype) if v.is_floating_point() else torch.iinfo(v.dtype)
+            value = info.min if value == "min" else info.max
+        return value
+
+    def _masked(self, node, value):
+        m = self.mask(node)
+        x = self.env[node]
+        if m is None:
+            return x
+        fill = self._fill(node, value)
+        return self._call(torch.where, m, x, self._call(torch.scalar_tensor, fill,
+                                                        dtype=_val(node).dtype,
+                                                        device=self._device(node)))
+
+    def _mask_reduce(self, n, name, dims, keep):
+        src = n.args[0]
+        x = self._masked(src, _REDUCE_FILL[name])
+        if name != "mean":
+            return self._with_args(n, {0: _Raw(x)})
+        # mean: the masked sum over the count of valid elements
+        m = self.mask(src)
+        dtype = _val(n).dtype
+        total = self._call(torch.sum, x, dims, keep)
+        full = self._call(torch.logical_and, m, self._call(torch.ones_like, self.env[src],
+                                                            dtype=torch.bool))
+        count = self._call(torch.sum, full, dims, keep)
+        return self._call(torch.div, total, self._call(torch.Tensor.to, count, dtype))
+
+    def _mask_contract(self, n):
+        a, b = n.args[0], n.args[1]
+        return self._with_args(n, {0: _Raw(self._masked(a, 0)), 1: _Raw(self._masked(b, 0))})
+
+    def _fill_padding(self, n, pos, value):
+        """Padded positions of the operand set to the op's fill value: the
+        positions an end-pad adds then all hold it (a shifted label's -100)."""
+        return self._with_args(n, {pos: _Raw(self._masked(n.args[pos], value))})
+
+    def _zero_index(self, n, pos):
+        return self._with_args(n, {pos: _Raw(self._masked(n.args[pos], 0))})
+
+    def _ignore_target(self, n):
+        tgt = n.kwargs.get("target", n.args[1] if len(n.args) > 1 else None)
+        ignore = n.kwargs.get("ignore_index", -100)
+        masked = self._masked(tgt, ignore)
+        if "target" in n.kwargs:
+            kwargs = dict(n.kwargs)
+            kwargs["target"] = _Raw(masked)
+            n2 = _FakeNode(n, n.args, kwargs)
+            return self._with_args(n2, {})
+        return self._with_args(n, {1: _Raw(masked)})
+
+    def _mask_keys(self, n):
+        q, k = n.args[0], n.args[1]
+        # validity of the key positions: k's mask reduced to its key dim
+        m = self.mask(k)
+        km = self._call(torch.Tensor.any, m, -1, True)  # [..., S, 1]
+        km = self._call(torch.transpose, km, -2, -1)  # [..., 1, S]
+        dtype = _val(q).dtype
+        add = self._call(torch.where, km, self._call(torch.scalar_tensor, 0.0, dtype=dtype,
+                                                     device=self._device(q)),
+                         self._call(torch.scalar_tensor, torch.finfo(dtype).min, dtype=dtype,
+                                    device=self._device(q)))
+        mask = n.kwargs.get("attn_mask", n.args[3] if len(n.args) > 3 else None)
+        if mask is not None:
+            mv = _val(mask)
+            if mv.dtype == torch.bool:
+                add = self._call(torch.where, self.env[mask], add,
+                                 self._call(torch.scalar_tensor, torch.finfo(dtype).min,
+                                            dtype=dtype, device=self._device(q)))
+            else:
+                add = self._call(torch.add, self.env[mask], add)
+        kwargs = dict(n.kwargs)
+        args = list(n.args)
+        if len(args) > 3:
+            args[3] = _Raw(add)
+        else:
+            kwargs["attn_mask"] = _Raw(add)
+        return self._with_args(_FakeNode(n, tuple(args), kwargs), {})
+
+
+class _Raw:
+    """An argument already in the new graph."""
+
+    def __init__(self, node):
+        self.node = node
+
+
+class _FakeNode:
+    def __init__(self, n, args, kwargs):
+        self.op, self.target, self.args, self.kwargs = n.op, n.target, args, kwargs
+
+
+def _with_args(self, n, replace):
+    args = [replace.get(i, a) for i, a in enumerate(n.args)]
+
+    def conv(a):
+        if isinstance(a, _Raw):
+            return a.node
+        if isinstance(a, torch.fx.Node):
+            return self.env[a]
+        if isinstance(a, (list, tuple)):
+            return type(a)(conv(x) for x in a)
+        if isinstance(a, dict):
+            return {k: conv(v) for k, v in a.items()}
+        return a
+
+    args = conv(tuple(args))
+    kwargs = conv(dict(n.kwargs))
+    if n.op == "call_method":
+        return self.g.call_method(n.target, args, kwargs)
+    return self.g.call_function(n.target, args, kwargs)
+
+
+_Rewriter._with_args = _with_args
+
+
+def _aliases_an_input(gm):
+    views = _VIEWS | _PERMUTES | {"getitem", "expand", "unsqueeze", "squeeze", "detach", "alias",
+                                  "narrow", "view_as", "expand_as", "contiguous", "split",
+                                  "chunk", "unbind"}
+    from_input = set()
+    for n in gm.graph.nodes:
+        if n.op == "placeholder":
+            from_input.add(n)
+        elif n.op in ("call_function", "call_method") and _name(n) in views and \
+                n.args and n.args[0] in from_input:
+            from_input.add(n)
+        elif n.op == "output":
+            outs = torch.fx.node.map_aggregate(n.args[0], lambda a: a)
+            flat = []
+            torch.fx.node.map_arg(outs, lambda a: flat.append(a))
+            return any(a in from_input for a in flat)
+    return False
+
+
+def _bump(name):
+    _C._metrics_add(name, 1)
+
+
+def bound():
+    try:
+        return int(os.environ.get("TORCHTPU_BUCKET_MAX", "4096"))
+    except ValueError:
+        return 4096
+
+
+def enabled():
+    return os.environ.get("TORCHTPU_DYNAMIC_BUCKETS", "1") != "0"
+
+
+def plan(gm, example_inputs, compile_static):
+    """A bucketed runner for a Dynamo graph with symbolic sizes, or None
+    (with the reason counted) when the graph cannot be bucketed exactly.
+    compile_static(gm, example_inputs) compiles a graph at static shapes."""
+    try:
+        an = _Analysis(gm)
+        if not an.symbols:
+            return None
+        if _aliases_an_input(gm):
+            raise Decline("an output aliasing an input")
+        out_node = next(n for n in gm.graph.nodes if n.op == "output")
+        outs = []
+        torch.fx.node.map_arg(out_node.args[0], lambda a: outs.append(a))
+        for a in outs:
+            v = _val(a)
+            if isinstance(v, torch.Tensor):
+                lay = an._lay(a)
+                if any(len(d) != 1 and _dim_padded(d) for d in lay):
+                    raise Decline("an output with merged padded dimensions")
+        rewritten = _Rewriter(gm, an)
+        new_gm = rewritten.build()
+    except Decline as e:
+        _bump("bucket_declined::" + str(e).split(":")[0][:60])
+        return None
+    except Exception as e:  # a graph the analysis does not read: decline
+        _bump("bucket_declined::analysis " + type(e).__name__)
+        return None
+    return _BucketRunner(gm, an, new_gm, rewritten.factors, compile_static)
+
+
+class _BucketRunner:
+    def __init__(self, gm, an, new_gm, factors, compile_static):
+        self.an, self.gm, self.new_gm = an, gm, new_gm
+        self.factors = factors
+        self.compile_static = compile_static
+        self.cache = {}
+        self.vectors = {}
+        self.placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        out_node = next(n for n in gm.graph.nodes if n.op == "output")
+        self.out_spec = out_node.args[0]
+        self.min_size = an.rules.get("min_size", [])
+
+    def _values(self, args):
+        vals = {}
+        for n, a in zip(self.placeholders, args):
+            v = _val(n)
+            if isinstance(v, torch.SymInt):
+                vals[sympy.sympify(v.node.expr)] = int(a)
+            elif isinstance(v, torch.Tensor):
+                for e, s in zip(_exprs(v), a.shape):
+                    if e.is_Symbol:
+                        vals[e] = int(s)
+        return vals
+
+    def __call__(self, *args):
+        vals = self._values(args)
+        lim = bound()
+        buckets = {s: bucket(v, lim) for s, v in vals.items()}
+        for dim, need in self.min_size:
+            for f in dim:
+                if _padded(f) and int(f.subs(vals)) < need:
+                    buckets = dict(vals)  # an index past the true size: exact
+        items = self._items(args)
+        if any(items.get(name) for name in self.an.rules.get("zero_items", ())):
+            buckets = dict(vals)  # active dropout: the exact sizes
+        key = tuple(sorted((str(s), b) for s, b in buckets.items())) + tuple(
+            (i, args[i]) for i, n in enumerate(self.placeholders)
+            if isinstance(_val(n), torch.SymFloat)) + tuple(sorted(items.items()))
+        padded = []
+        for n, a in zip(self.placeholders, args):
+            v = _val(n)
+            if isinstance(v, torch.SymInt):
+                padded.append(buckets[sympy.sympify(v.node.expr)])
+            elif isinstance(v, torch.Tensor):
+                for d, e in enumerate(_exprs(v)):
+                    if e.is_Symbol and buckets[e] != a.shape[d]:
+                        if a.shape[d] == 0:
+                            buckets = dict(vals)
+                            break
+                        extra = buckets[e] - a.shape[d]
+                        last = a.narrow(d, a.shape[d] - 1, 1)
+                        shape = list(a.shape)
+                        shape[d] = extra
+                        a = torch.cat([a, last.expand(shape)], d)
+                padded.append(a)
+            else:
+                padded.append(a)
+        device = next((a.device for a in args if isinstance(a, torch.Tensor)), None)
+        vectors = []
+        for f in self.factors:
+            p, t = int(f.subs(buckets)), int(f.subs(vals))
+            vk = (p, t, str(device))
+            if vk not in self.vectors:
+                self.vectors[vk] = torch.arange(p, device=device) < t
+            vectors.append(self.vectors[vk])
+        fn = self.cache.get(key)
+        ints = [i for i, n in enumerate(self.placeholders)
+                if isinstance(_val(n), (torch.SymInt, torch.SymFloat))]
+        tensors = [a for i, a in enumerate(padded) if i not in ints]
+        if fn is None:
+            _bump("bucket_compiles")
+            fn = self.cache[key] = self.compile_static(
+                self._at_sizes({i: padded[i] for i in ints}, items), tensors + vectors)
+        out = fn(*tensors, *vectors)
+        return self._cut(out, vals)
+
+    def _items(self, args):
+        """Values of .item() of scalar inputs (Dynamo's dynamic floats: a
+        module's float attribute becomes a 0-dim input read by .item()),
+        constants of a bucket's program like the sizes."""
+        pos = {n.name: i for i, n in enumerate(self.placeholders)}
+        return {n.name: args[pos[n.args[0].name]].item() for n in self.new_gm.graph.nodes
+                if n.op == "call_method" and n.target == "item" and n.args[0].op == "placeholder"
+                and n.args[0].name in pos}
+
+    def _at_sizes(self, sizes, items):
+        """The rewritten graph with its size inputs (the buckets) and the
+        .item() of scalar inputs as constants."""
+        import copy
+        gm = copy.deepcopy(self.new_gm)
+        for n in list(gm.graph.nodes):
+            if n.op == "call_method" and n.target == "item" and n.name in items:
+                n.replace_all_uses_with(items[n.name])
+                gm.graph.erase_node(n)
+        phs = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        for i, value in sizes.items():
+            phs[i].replace_all_uses_with(value)
+            gm.graph.erase_node(phs[i])
+        gm.recompile()
+        return gm
+
+    def _cut(self, out, vals):
+        flat_out = list(out) if isinstance(out, (list, tuple)) else [out]
+        spec = []
+        torch.fx.node.map_arg(self.out_spec, lambda a: spec.append(a))
+        res = []
+        for o, node in zip(flat_out, spec):
+            v = _val(node)
+            if isinstance(o, torch.Tensor) and isinstance(v, torch.Tensor):
+                for d, e in enumerate(_exprs(v)):
+                    if _padded(e):
+                        o = o.narrow(d, 0, int(e.subs(vals)))
+            elif isinstance(v, torch.SymInt):
+                o = int(sympy.sympify(v.node.expr).subs(vals))
+            res.append(o)
+        return type(out)(res) if isinstance(out, (list, tuple)) else res[0]
