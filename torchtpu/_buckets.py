@@ -64,6 +64,11 @@ _REDUCE_FILL = {"sum": 0, "nansum": 0, "mean": 0, "count_nonzero": 0, "prod": 1,
                 "amax": "min", "max": "min", "logsumexp": "min", "argmax": "min",
                 "softmax": "min", "log_softmax": "min", "amin": "max", "min": "max",
                 "argmin": "max", "all": True, "any": False}
+# factories whose arguments may hold a size used as a value: positions and
+# keywords of those arguments (arange(end) alone is a size)
+_VALUE_ARGS = {"arange": ((0, 2), ("start", "step")), "full": ((1,), ("fill_value",)),
+               "new_full": ((2,), ("fill_value",)), "full_like": ((1,), ("fill_value",)),
+               "linspace": ((0, 1), ("start", "end")), "logspace": ((0, 1), ("start", "end"))}
 _CUMULATIVE = {"cumsum", "cumprod", "cummax", "cummin", "logcumsumexp"}
 
 
@@ -243,6 +248,17 @@ class _Analysis:
                                                    "new_zeros", "new_ones", "new_full"}):
                 if sympy.sympify(v.node.expr).free_symbols:
                     raise Decline(f"{name} computes with a size as a value")
+        if name in _VALUE_ARGS:
+            # a size used as a start, step or fill value, not as a size
+            pos, keys = _VALUE_ARGS[name]
+            values = [n.args[i] for i in pos if i < len(n.args)] + [n.kwargs.get(k) for k in keys]
+            if name == "arange" and len(n.args) < 2:
+                values = [n.kwargs.get("start"), n.kwargs.get("step")]
+            for a in values:
+                v = _val(a)
+                if isinstance(v, (torch.SymInt, torch.SymFloat)) and \
+                        sympy.sympify(v.node.expr).free_symbols & self.symbols:
+                    raise Decline(f"{name} with a size as a value")
         if name.endswith("_") and name not in ("sub_",) and padded_in:
             raise Decline(f"in-place {name} on a padded tensor")
         out_exprs = self._out_exprs(val) if isinstance(val, torch.Tensor) else None
@@ -827,10 +843,9 @@ def _aliases_an_input(gm):
                 n.args and n.args[0] in from_input:
             from_input.add(n)
         elif n.op == "output":
-            outs = torch.fx.node.map_aggregate(n.args[0], lambda a: a)
             flat = []
-            torch.fx.node.map_arg(outs, lambda a: flat.append(a))
-            return any(a in from_input for a in flat)
+            torch.fx.node.map_arg(n.args[0], lambda a: flat.append(a))
+            return any(a in from_input and isinstance(_val(a), torch.Tensor) for a in flat)
     return False
 
 

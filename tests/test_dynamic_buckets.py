@@ -1,0 +1,172 @@
+"""Bounded dynamic shapes (torchtpu._buckets): a graph with symbolic sizes
+runs one program per power-of-two bucket, its padding masked; results,
+losses and gradients equal the unpadded run on CPU, and a graph the analysis
+cannot prove exact declines to per-size specialisation, still correct."""
+import copy
+import os
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torchtpu
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "examples"))
+
+
+def counters():
+    return dict(torchtpu.metrics.metrics())
+
+
+def delta(before, prefix):
+    now = counters()
+    return {k: now.get(k, 0) - before.get(k, 0) for k in now
+            if k.startswith(prefix) and now.get(k, 0) != before.get(k, 0)}
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo(monkeypatch):
+    monkeypatch.delenv("TORCHTPU_DYNAMIC_BUCKETS", raising=False)
+    monkeypatch.delenv("TORCHTPU_BUCKET_MAX", raising=False)
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def _grads_close(model, ref, tol=1e-4):
+    for (name, p), q in zip(model.named_parameters(), ref.parameters()):
+        if q.grad is None:
+            assert p.grad is None, name
+            continue
+        torch.testing.assert_close(p.grad.cpu(), q.grad, rtol=tol, atol=tol, msg=name)
+
+
+def test_demo_transformer_lengths_share_bucket_programs_with_exact_losses():
+    from tiny_gpt import TinyGPT
+    torch.manual_seed(0)
+    model = TinyGPT(14, dim=32, heads=2, layers=2)
+    ref = copy.deepcopy(model)
+    model.to("tpu")
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+    fn = torch.compile(model, backend="tpu", dynamic=True)
+    before = counters()
+    g = torch.Generator().manual_seed(1)
+    lengths = [9, 13, 16, 11, 17, 30, 33, 8]
+    for t in lengths:
+        x = torch.randint(0, 14, (3, t), generator=g)
+        loss = fn(x.to("tpu"), x.roll(-1, 1).to("tpu"))
+        loss.backward()
+        want = ref(x, x.roll(-1, 1))
+        want.backward()
+        torch.testing.assert_close(loss.cpu(), want, rtol=1e-5, atol=1e-5)
+        _grads_close(model, ref)
+        opt.step()
+        ref_opt.step()
+        opt.zero_grad()
+        ref_opt.zero_grad()
+    # buckets 16 (9..16), 32 (17..32), 64 (33), 8 (8): forward and backward each
+    assert delta(before, "bucket_compiles") == {"bucket_compiles": 4}
+    assert delta(before, "bucket_declined") == {}
+    assert delta(before, "compile_specializations") == {}
+    assert delta(before, "compile_graphs_eager") == {}
+
+
+def test_llama_from_transformers_buckets_with_exact_loss_logits_and_grads():
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2, vocab_size=96,
+                                   max_position_embeddings=64, head_dim=8)
+    model = transformers.LlamaForCausalLM(cfg)
+    ref = copy.deepcopy(model)
+    model.to("tpu")
+    fn = torch.compile(model, backend="tpu", dynamic=True)
+    before = counters()
+    g = torch.Generator().manual_seed(2)
+    for t in (9, 13, 11, 17, 30):
+        ids = torch.randint(0, 96, (2, t), generator=g)
+        out = fn(input_ids=ids.to("tpu"), labels=ids.to("tpu"))
+        out.loss.backward()
+        want = ref(input_ids=ids, labels=ids)
+        want.loss.backward()
+        torch.testing.assert_close(out.loss.cpu(), want.loss, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(out.logits.cpu(), want.logits, rtol=1e-4, atol=1e-4)
+        _grads_close(model, ref)
+    assert delta(before, "bucket_compiles") == {"bucket_compiles": 2}
+    assert delta(before, "compile_specializations") == {}
+
+
+# (function, bucketed?) — the declined ones must still be right
+CASES = {
+    "sum": (lambda x: x.sum(1), True),
+    "reductions": (lambda x: (x.mean(1), x.amax(1), x.softmax(1), x.log_softmax(-1),
+                              x.cumsum(1), x.logsumexp(1), x.max(1).values, x.argmax(1)), True),
+    "mean_all": (lambda x: x.mean(), True),
+    "contract_padded": (lambda x: x @ x.t(), True),
+    "contract_tokens": (lambda x: x.t() @ x, True),
+    "flatten_sum": (lambda x: x.flatten().sum(), True),
+    "shift_difference": (lambda x: x[:, 1:] - x[:, :-1], True),
+    "prefix_slice": (lambda x: x[:, :3].sum(1), True),
+    "end_pad": (lambda x: F.pad(x, (1, 2), value=3.0), True),
+    "expand": (lambda x: x.unsqueeze(0).expand(2, -1, -1).sum(), True),
+    "arange_positions": (lambda x: torch.arange(x.shape[1], device=x.device) * x, True),
+    "index_from_end": (lambda x: x[:, -1] * 2, False),
+    "variance": (lambda x: x.var(1), False),
+    "sort": (lambda x: x.sort(1).values, False),
+    "flip": (lambda x: x.flip(1), False),
+    "cat_padded": (lambda x: torch.cat([x, x], 1), False),
+    "flat_slice": (lambda x: x.reshape(-1)[:4], False),
+    "size_as_value": (lambda x: x / x.shape[1], False),
+    "numel": (lambda x: x.numel() * x.sum(), False),
+    "arange_start": (lambda x: torch.arange(x.shape[1], x.shape[1] + 2, device=x.device)
+                     + x[:, :1], False),
+    "roll": (lambda x: x.roll(1, 1), False),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_padding_is_masked_or_the_graph_declines(case):
+    f, bucketed = CASES[case]
+    fn = torch.compile(f, backend="tpu", dynamic=True)
+    before = counters()
+    for shape in ((3, 5), (3, 7), (4, 6)):
+        x = torch.randn(*shape)
+        got, want = fn(x.to("tpu")), f(x)
+        got = got if isinstance(got, tuple) else (got,)
+        want = want if isinstance(want, tuple) else (want,)
+        for g, w in zip(got, want):
+            assert g.shape == w.shape
+            torch.testing.assert_close(g.cpu(), w, rtol=1e-5, atol=1e-5)
+    declined = delta(before, "bucket_declined")
+    if bucketed:
+        assert not declined and delta(before, "bucket_compiles")
+    else:
+        assert declined and not delta(before, "bucket_compiles")
+
+
+def test_python_size_outputs_are_the_true_sizes():
+    fn = torch.compile(lambda x: (x.shape[1] + 1, x.sum(1)), backend="tpu", dynamic=True)
+    for t in (5, 7):
+        got = fn(torch.ones(2, t, device="tpu"))
+        assert got[0] == t + 1 and got[1].cpu().tolist() == [float(t)] * 2
+
+
+def test_buckets_off_and_bound(monkeypatch):
+    f = lambda x: x.sum(1)  # noqa: E731
+    monkeypatch.setenv("TORCHTPU_DYNAMIC_BUCKETS", "0")
+    before = counters()
+    fn = torch.compile(f, backend="tpu", dynamic=True)
+    for t in (5, 7):
+        assert torch.equal(fn(torch.ones(2, t, device="tpu")).cpu(), torch.full((2,), float(t)))
+    assert not delta(before, "bucket_compiles")
+    torch._dynamo.reset()
+    monkeypatch.setenv("TORCHTPU_DYNAMIC_BUCKETS", "1")
+    monkeypatch.setenv("TORCHTPU_BUCKET_MAX", "8")
+    before = counters()
+    fn = torch.compile(f, backend="tpu", dynamic=True)
+    for t in (5, 7, 9, 10):  # 5, 7 -> 8; beyond the bound each size is its own
+        assert torch.equal(fn(torch.ones(3, t, device="tpu")).cpu(), torch.full((3,), float(t)))
+    assert delta(before, "bucket_compiles") == {"bucket_compiles": 3}
