@@ -113,11 +113,14 @@ CASES = {
     "end_pad": (lambda x: F.pad(x, (1, 2), value=3.0), True),
     "expand": (lambda x: x.unsqueeze(0).expand(2, -1, -1).sum(), True),
     "arange_positions": (lambda x: torch.arange(x.shape[1], device=x.device) * x, True),
-    "index_from_end": (lambda x: x[:, -1] * 2, False),
+    "index_from_end": (lambda x: x[:, -1] * 2, True),
+    "slice_from_end": (lambda x: x[:, -3:].sum(1), True),
+    "ellipsis_from_end": (lambda x: x[..., -2], False),
     "variance": (lambda x: x.var(1), False),
     "sort": (lambda x: x.sort(1).values, False),
     "flip": (lambda x: x.flip(1), False),
-    "cat_padded": (lambda x: torch.cat([x, x], 1), False),
+    "cat_padded": (lambda x: torch.cat([x, x * 2], 1), True),
+    "cat_padded_static": (lambda x: torch.cat([x, x[:, :2]], 1).cumsum(1), True),
     "flat_slice": (lambda x: x.reshape(-1)[:4], False),
     "size_as_value": (lambda x: x / x.shape[1], False),
     "numel": (lambda x: x.numel() * x.sum(), False),
@@ -170,3 +173,33 @@ def test_buckets_off_and_bound(monkeypatch):
     for t in (5, 7, 9, 10):  # 5, 7 -> 8; beyond the bound each size is its own
         assert torch.equal(fn(torch.ones(3, t, device="tpu")).cpu(), torch.full((3,), float(t)))
     assert delta(before, "bucket_compiles") == {"bucket_compiles": 3}
+
+
+def test_outputs_have_eager_strides_not_views_of_the_padding():
+    f = lambda x: (x * 2).transpose(0, 1)  # noqa: E731
+    fn = torch.compile(f, backend="tpu", dynamic=True)
+    for t in (5, 7):
+        x = torch.randn(3, t)
+        got, want = fn(x.to("tpu")), f(x)
+        assert got.shape == want.shape and got.stride() == want.stride()
+        assert got.storage_offset() == 0 and got.untyped_storage().nbytes() == want.numel() * 4
+        torch.testing.assert_close(got.cpu(), want)
+
+
+def test_hf_generate_with_the_dynamic_cache_compiles_per_bucket_not_per_length():
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2, vocab_size=96,
+                                   max_position_embeddings=128, head_dim=8)
+    model = transformers.LlamaForCausalLM(cfg).eval()
+    ids = torch.randint(0, 96, (1, 7), generator=torch.Generator().manual_seed(3))
+    want = model.generate(ids, max_new_tokens=20, do_sample=False)
+    model.to("tpu")
+    model.forward = torch.compile(model.forward, backend="tpu", dynamic=True)
+    before = counters()
+    got = model.generate(ids.to("tpu"), max_new_tokens=20, do_sample=False)
+    assert torch.equal(got.cpu(), want)
+    # prefill (7 -> 8) and decode over cache lengths 7..26 (buckets 8, 16, 32)
+    assert delta(before, "bucket_compiles") == {"bucket_compiles": 4}
+    assert delta(before, "compile_specializations") == {}

@@ -89,6 +89,17 @@ def _dim_padded(factors):
     return any(_padded(f) for f in factors)
 
 
+def _const(a):
+    """An int for a size Dynamo already specialised (a SymInt node whose
+    value is a number); anything else as it is."""
+    v = _val(a)
+    if isinstance(v, torch.SymInt) and not sympy.sympify(v.node.expr).free_symbols:
+        return int(sympy.sympify(v.node.expr))
+    if isinstance(a, slice):
+        return a
+    return v if isinstance(v, int) else a
+
+
 def _name(n):
     if n.op == "call_method":
         return n.target
@@ -198,9 +209,10 @@ class _Analysis:
             v = _val(n)
             if isinstance(v, torch.SymInt):
                 expr = sympy.sympify(v.node.expr)
-                if not expr.is_Symbol:
+                if expr.is_Symbol:
+                    self.symbols.add(expr)
+                elif expr.free_symbols:
                     raise Decline("an input size that is an expression")
-                self.symbols.add(expr)
             elif isinstance(v, torch.Tensor):
                 lay = []
                 for e in _exprs(v):
@@ -365,7 +377,7 @@ class _Analysis:
             raise Decline("tensor indexing of a padded tensor")
         out, d = [], 0
         n_real = sum(1 for i in idx if i is not None and i is not Ellipsis)
-        for i in idx:
+        for pos, i in enumerate(idx):
             if i is Ellipsis:
                 for _ in range(len(lay) - n_real):
                     out.append(lay[d])
@@ -376,17 +388,25 @@ class _Analysis:
                 continue
             dim = lay[d]
             d += 1
+            i = _const(i)
             if isinstance(i, int):
                 if _dim_padded(dim) and i < 0:
-                    raise Decline("an index from the end of a padded dimension")
-                if _dim_padded(dim) and i != 0:
+                    # the i-th from the end of the true size (n + i)
+                    self._from_end(n, dim, d - 1, pos, "int", -i)
+                elif _dim_padded(dim) and i != 0:
                     self.rules.setdefault("min_size", []).append((dim, i + 1))
                 continue
             if isinstance(i, slice):
                 if not _dim_padded(dim):
                     out.append(None)  # filled from the output's exprs
                     continue
-                start, step = _val(i.start), _val(i.step)
+                start, stop, step = _const(i.start), _const(i.stop), _const(i.step)
+                if step in (None, 1) and len(dim) == 1 and isinstance(start, int) and \
+                        start < 0 and stop is None:
+                    # the last -start positions of the true size
+                    self._from_end(n, dim, d - 1, pos, "slice", -start)
+                    out.append(None)
+                    continue
                 if step not in (None, 1) or len(dim) != 1 or \
                         (start is not None and (not isinstance(start, int) or start < 0)):
                     raise Decline("a slice from the end of a padded dimension")
@@ -398,6 +418,11 @@ class _Analysis:
         for k, (o, e) in enumerate(zip(out, out_exprs)):
             res.append((e,) if o in (None, "prefix") else o)
         return tuple(res)
+
+    def _from_end(self, n, dim, d, pos, kind, k):
+        if len(dim) != 1 or n in self.rules:
+            raise Decline("an index from the end of a padded dimension")
+        self.rules[n] = ("from_end", d, pos, kind, k, dim[0])
 
     def _rule_narrow(self, n, name, val, out_exprs):
         lay = list(self._lay(n.args[0]))
@@ -448,9 +473,14 @@ class _Analysis:
         dim %= rank
         if len(lays) == 1:
             return lays[0]
-        if any(_dim_padded(lay[dim]) for lay in lays):
-            raise Decline("cat along a padded dimension")
         out = self._broadcast_list(n, lays, out_exprs, skip=dim)
+        if any(_dim_padded(lay[dim]) for lay in lays):
+            # each input's true part placed right after the previous one's
+            # (a KV cache growing by the new keys)
+            if any(len(lay[dim]) != 1 for lay in lays) or n.args[0] != list(n.args[0]) and \
+                    len(tensors) != len(n.args[0]):
+                raise Decline("cat along a merged padded dimension")
+            self.rules[n] = ("padded_cat", dim, [lay[dim][0] for lay in lays])
         return out
 
     _rule_concat = _rule_cat
@@ -747,6 +777,49 @@ class _Rewriter:
         a, b = n.args[0], n.args[1]
         return self._with_args(n, {0: _Raw(self._masked(a, 0)), 1: _Raw(self._masked(b, 0))})
 
+    def _true_size(self, factor):
+        """The true size of a padded factor, as a 0-dim int64 tensor of the
+        program (the count of its valid positions)."""
+        return self._call(torch.sum, self.vec[str(factor)])
+
+    def _from_end(self, n, d, pos, kind, k, factor):
+        """x[..., -k:, ...] or x[..., -k, ...] along a padded dim: the
+        positions n-k .. n-1 of the true size n, gathered, then the rest of
+        the index applied with that dim taken whole (or at 0)."""
+        src = n.args[0]
+        dev = self._device(src)
+        idx = self._call(torch.add, self._call(torch.arange, k, device=dev),
+                         self._call(torch.sub, self._true_size(factor), k))
+        picked = self._call(torch.index_select, self.env[src], d, idx)
+        index = list(n.args[1] if isinstance(n.args[1], tuple) else (n.args[1],))
+        index[pos] = 0 if kind == "int" else slice(None)
+        return self._with_args(_FakeNode(n, (_Raw(picked), tuple(index)), {}), {})
+
+    def _padded_cat(self, n, dim, factors):
+        tensors = [t for t in n.args[0] if tuple(_val(t).shape) != (0,)]
+        dev = self._device(tensors[0])
+        acc = self.env[tensors[0]]
+        n_acc = self._size_of(acc, dim, factors[0])
+        for t, f in zip(tensors[1:], factors[1:]):
+            b = self.env[t]
+            cat = self._call(torch.cat, [acc, b], dim)
+            p_b = self.g.call_method("size", (b, dim))
+            idx = self._call(torch.arange, self.g.call_method("size", (cat, dim)), device=dev)
+            shift = self._call(torch.sub, idx, n_acc)
+            b_idx = self._call(torch.clamp, shift, 0, self._call(operator.sub, p_b, 1))
+            from_b = self._call(torch.ge, shift, 0)
+            shape = [1] * _val(t).dim()
+            shape[dim] = -1
+            from_b = self._call(torch.reshape, from_b, shape)
+            acc = self._call(torch.where, from_b, self._call(torch.index_select, b, dim, b_idx), cat)
+            n_acc = self._call(torch.add, n_acc, self._size_of(b, dim, f))
+        return acc
+
+    def _size_of(self, x, dim, factor):
+        if _padded(factor):
+            return self._true_size(factor)
+        return self.g.call_method("size", (x, dim))
+
     def _fill_padding(self, n, pos, value):
         """Padded positions of the operand set to the op's fill value: the
         positions an end-pad adds then all hold it (a shifted label's -100)."""
@@ -819,6 +892,8 @@ def _with_args(self, n, replace):
             return type(a)(conv(x) for x in a)
         if isinstance(a, dict):
             return {k: conv(v) for k, v in a.items()}
+        if isinstance(a, slice):
+            return slice(conv(a.start), conv(a.stop), conv(a.step))
         return a
 
     args = conv(tuple(args))
@@ -911,7 +986,8 @@ class _BucketRunner:
         for n, a in zip(self.placeholders, args):
             v = _val(n)
             if isinstance(v, torch.SymInt):
-                vals[sympy.sympify(v.node.expr)] = int(a)
+                if sympy.sympify(v.node.expr).is_Symbol:
+                    vals[sympy.sympify(v.node.expr)] = int(a)
             elif isinstance(v, torch.Tensor):
                 for e, s in zip(_exprs(v), a.shape):
                     if e.is_Symbol:
@@ -936,7 +1012,8 @@ class _BucketRunner:
         for n, a in zip(self.placeholders, args):
             v = _val(n)
             if isinstance(v, torch.SymInt):
-                padded.append(buckets[sympy.sympify(v.node.expr)])
+                e = sympy.sympify(v.node.expr)
+                padded.append(buckets[e] if e.is_Symbol else int(a))
             elif isinstance(v, torch.Tensor):
                 for d, e in enumerate(_exprs(v)):
                     if e.is_Symbol and buckets[e] != a.shape[d]:
@@ -1002,10 +1079,17 @@ class _BucketRunner:
         res = []
         for o, node in zip(flat_out, spec):
             v = _val(node)
-            if isinstance(o, torch.Tensor) and isinstance(v, torch.Tensor):
+            if isinstance(o, torch.Tensor) and isinstance(v, torch.Tensor) and \
+                    any(_padded(e) for e in _exprs(v)):
                 for d, e in enumerate(_exprs(v)):
                     if _padded(e):
                         o = o.narrow(d, 0, int(e.subs(vals)))
+                # a tensor of its own with eager's strides, as the unpadded
+                # run returns (not a view into the padded result)
+                strides = [int(sympy.sympify(st.node.expr).subs(vals))
+                           if isinstance(st, torch.SymInt) else st for st in v.stride()]
+                fresh = torch.empty_strided(o.shape, strides, dtype=o.dtype, device=o.device)
+                o = fresh.copy_(o)
             elif isinstance(v, torch.SymInt):
                 o = int(sympy.sympify(v.node.expr).subs(vals))
             res.append(o)
