@@ -459,6 +459,10 @@ def write_report(res, runner, made, total_s):
                          "(`bench/eager_modes.py`)"),
                         ("compile_bench", "Demo step, compiled vs peers "
                          "(`bench/compile_bench.py`)"),
+                        ("jax_peer", "Bench-sized step, compiled vs JAX's jax.jit "
+                         "(`bench/jax_peer.py`)"),
+                        ("dynamic_bench", "Dynamic shapes: 26 lengths and HF generate, "
+                         "buckets vs specialised (`bench/dynamic_bench.py`)"),
                         ("xla_cpu_floor", "What XLA:CPU itself costs: the demo's graphs "
                          "run by JAX, a + a by size, the warm first step split "
                          "(`bench/xla_cpu_floor.py`)"),
@@ -619,6 +623,15 @@ def main():
             "compile_bench", [py, os.path.join(HERE, "compile_bench.py"),
                               *(["--rounds", "1", "--steps", "5"] if args.quick else []),
                               "--json", js("compile_bench")], json_path=js("compile_bench"))
+    if "jax_peer" not in skip:
+        res["jax_peer"] = runner.run(
+            "jax_peer", [py, os.path.join(HERE, "jax_peer.py"),
+                         *(["--rounds", "1", "--steps", "3"] if args.quick else []),
+                         "--json", js("jax_peer")], json_path=js("jax_peer"))
+    if "dynamic_bench" not in skip:
+        res["dynamic_bench"] = runner.run(
+            "dynamic_bench", [py, os.path.join(HERE, "dynamic_bench.py"),
+                              "--json", js("dynamic_bench")], json_path=js("dynamic_bench"))
     if "xla_cpu_floor" not in skip:
         res["xla_cpu_floor"] = runner.run(
             "xla_cpu_floor", [py, os.path.join(HERE, "xla_cpu_floor.py"),
