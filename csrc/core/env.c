@@ -49,6 +49,16 @@ static const tpu_env_var_t kEnvVars[] = {
      "scalar kind, structural value), and each torch.compile recompile with "
      "Dynamo's reason (a failed guard: new shape, new dtype, ...).",
      "stable"},
+    {"TORCHTPU_DYNAMIC_BUCKETS", "1",
+     "torch.compile graphs with dynamic sizes: 1 runs each size in a "
+     "program of its power-of-two bucket, the padding masked "
+     "(torchtpu/_buckets.py; a graph the analysis cannot prove exact is "
+     "specialised per size, metric bucket_declined::<reason>); 0 specialises "
+     "every new size.",
+     "experimental"},
+    {"TORCHTPU_BUCKET_MAX", "4096",
+     "Largest bucket: a size beyond it gets a program of its own exact size.",
+     "experimental"},
     {"TORCHTPU_LAUNCHER", "1",
      "0: Strict eager ops call PJRT on the thread that runs them. 1 (and "
      "more than one CPU): while ops arrive back to back, a host thread "
