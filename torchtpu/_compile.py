@@ -14,8 +14,10 @@ Modes: "default", "reduce-overhead" and "max-autotune" are accepted and
 mean the same thing here: XLA always compiles with its optimising pipeline,
 and one compiled graph is already one launch. Dynamic shapes
 (dynamic=True, mark_dynamic, or Dynamo's automatic dynamic after a shape
-change) are specialised: each new set of concrete shapes is retraced into a
-static graph and compiled once (metric compile_specializations)."""
+change) run one program per size bucket, the padding masked
+(torchtpu._buckets); a graph that analysis declines is specialised: each
+new set of concrete shapes is retraced into a static graph and compiled
+once (metric compile_specializations)."""
 import operator
 import os
 import sys
