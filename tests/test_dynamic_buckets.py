@@ -203,3 +203,35 @@ def test_hf_generate_with_the_dynamic_cache_compiles_per_bucket_not_per_length()
     # prefill (7 -> 8) and decode over cache lengths 7..26 (buckets 8, 16, 32)
     assert delta(before, "bucket_compiles") == {"bucket_compiles": 4}
     assert delta(before, "compile_specializations") == {}
+
+
+@pytest.mark.parametrize("ignore", [-100, 0])
+def test_cross_entropy_positional_ignore_index_and_reduction(ignore):
+    """Also: an int argument Dynamo makes symbolic (ignore_index) is a value,
+    never bucketed like a size."""
+    def f(logits, target):  # logits [N, C, T], target [N, T]
+        return (F.cross_entropy(logits, target, None, None, ignore, None, "sum"),
+                F.cross_entropy(logits.transpose(1, 2).reshape(-1, 4), target.reshape(-1),
+                                ignore_index=ignore))
+
+    fn = torch.compile(f, backend="tpu", dynamic=True)
+    g = torch.Generator().manual_seed(0)
+    for t in (5, 7):
+        logits, target = torch.randn(2, 4, t, generator=g), torch.randint(0, 4, (2, t), generator=g)
+        got, want = fn(logits.to("tpu"), target.to("tpu")), f(logits, target)
+        for a, b in zip(got, want):
+            torch.testing.assert_close(a.cpu(), b, rtol=1e-5, atol=1e-5)
+
+
+def test_flat_argmax_and_zero_sizes():
+    f = lambda x: (x.argmax(), x.sum(1))  # noqa: E731
+    fn = torch.compile(f, backend="tpu", dynamic=True)
+    for shape in ((3, 5), (3, 7), (3, 0), (2, 6)):
+        x = torch.randn(*shape)
+        if x.numel() == 0:
+            torch.testing.assert_close(torch.compile(lambda x: x.sum(1), backend="tpu",
+                                                     dynamic=True)(x.to("tpu")).cpu(), x.sum(1))
+            continue
+        got, want = fn(x.to("tpu")), f(x)
+        assert int(got[0]) == int(want[0])
+        torch.testing.assert_close(got[1].cpu(), want[1])

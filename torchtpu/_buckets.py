@@ -89,6 +89,17 @@ def _dim_padded(factors):
     return any(_padded(f) for f in factors)
 
 
+# cross_entropy(input, target, weight, size_average, ignore_index, reduce,
+# reduction, label_smoothing); nll_loss has the same up to reduction
+_LOSS_ARGS = {"ignore_index": (4, -100), "reduction": (6, "mean")}
+
+
+def _loss_arg(n, key):
+    pos, default = _LOSS_ARGS[key]
+    v = n.kwargs.get(key, n.args[pos] if len(n.args) > pos else default)
+    return _const(v)
+
+
 def _const(a):
     """An int for a size Dynamo already specialised (a SymInt node whose
     value is a number); anything else as it is."""
@@ -122,7 +133,8 @@ class _Analysis:
         self.gm = gm
         self.layout = {}
         self.rules = {}  # node -> (kind, details) for the rewriter
-        self.symbols = set()
+        self.symbols = set()  # sizes of tensor inputs: bucketed
+        self.int_symbols = set()
         for n in gm.graph.nodes:
             self._visit(n)
 
@@ -210,7 +222,9 @@ class _Analysis:
             if isinstance(v, torch.SymInt):
                 expr = sympy.sympify(v.node.expr)
                 if expr.is_Symbol:
-                    self.symbols.add(expr)
+                    # an int input: a size if some tensor input has it in its
+                    # shape (then bucketed), else a value (kept exact)
+                    self.int_symbols.add(expr)
                 elif expr.free_symbols:
                     raise Decline("an input size that is an expression")
             elif isinstance(v, torch.Tensor):
@@ -522,6 +536,8 @@ class _Analysis:
     def _reduce(self, n, name, val, out_exprs):
         lay = self._lay(n.args[0])
         dims, keep = self._reduce_dims(n, len(lay), name)
+        if name in ("argmax", "argmin") and len(dims) > 1 and self._has_padding(lay):
+            raise Decline(f"{name} over all dims: a flat index into the padding")
         if any(_dim_padded(lay[d]) for d in dims):
             self.rules[n] = ("mask_reduce", name, dims, keep)
         if name in ("softmax", "log_softmax"):
@@ -586,6 +602,9 @@ class _Analysis:
 
     def _rule_embedding(self, n, name, val, out_exprs):
         lay = self._lay(n.args[0])
+        max_norm = n.kwargs.get("max_norm", n.args[3] if len(n.args) > 3 else None)
+        if max_norm is not None and _const(max_norm) is not None:
+            raise Decline("embedding with max_norm (it renormalises the rows it reads)")
         if self._has_padding(lay):
             self.rules[n] = ("zero_index", 0)
         return tuple(lay) + ((out_exprs[-1],),)
@@ -602,8 +621,7 @@ class _Analysis:
             raise Decline(f"{name}: padded input, unpadded target")
         if self._has_padding(lt):
             self.rules[n] = ("ignore_target",)
-        reduction = n.kwargs.get("reduction", "mean")
-        if reduction == "none":
+        if _loss_arg(n, "reduction") == "none":
             return lt
         return ()
 
@@ -743,6 +761,8 @@ class _Rewriter:
         return _val(node).device
 
     def _fill(self, x, value):
+        if isinstance(value, torch.fx.Node):  # a value of the graph (an int input)
+            return self.env[value]
         v = _val(x)
         if value in ("min", "max"):
             info = torch.finfo(v.dtype) if v.is_floating_point() else torch.iinfo(v.dtype)
@@ -830,8 +850,7 @@ class _Rewriter:
 
     def _ignore_target(self, n):
         tgt = n.kwargs.get("target", n.args[1] if len(n.args) > 1 else None)
-        ignore = n.kwargs.get("ignore_index", -100)
-        masked = self._masked(tgt, ignore)
+        masked = self._masked(tgt, _loss_arg(n, "ignore_index"))
         if "target" in n.kwargs:
             kwargs = dict(n.kwargs)
             kwargs["target"] = _Raw(masked)
@@ -997,11 +1016,16 @@ class _BucketRunner:
     def __call__(self, *args):
         vals = self._values(args)
         lim = bound()
-        buckets = {s: bucket(v, lim) for s, v in vals.items()}
+        buckets = {s: bucket(v, lim) if s in self.an.symbols else v for s, v in vals.items()}
         for dim, need in self.min_size:
             for f in dim:
                 if _padded(f) and int(f.subs(vals)) < need:
                     buckets = dict(vals)  # an index past the true size: exact
+        for n, a in zip(self.placeholders, args):
+            v = _val(n)
+            if isinstance(v, torch.Tensor) and any(
+                    e.is_Symbol and s == 0 for e, s in zip(_exprs(v), a.shape)):
+                buckets = dict(vals)  # nothing to repeat into the padding: exact
         items = self._items(args)
         if any(items.get(name) for name in self.an.rules.get("zero_items", ())):
             buckets = dict(vals)  # active dropout: the exact sizes
@@ -1017,9 +1041,6 @@ class _BucketRunner:
             elif isinstance(v, torch.Tensor):
                 for d, e in enumerate(_exprs(v)):
                     if e.is_Symbol and buckets[e] != a.shape[d]:
-                        if a.shape[d] == 0:
-                            buckets = dict(vals)
-                            break
                         extra = buckets[e] - a.shape[d]
                         last = a.narrow(d, a.shape[d] - 1, 1)
                         shape = list(a.shape)
