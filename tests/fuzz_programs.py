@@ -961,9 +961,11 @@ def check(program, mode, skip=frozenset()):
     """Runs `program` on CPU and on tpu in `mode`; returns [Mismatch].
     skip: KNOWN_SKIPPED_CHECKS entries not to make."""
     import torchtpu
-    if mode == "compiled":
+    if mode in ("compiled", "compiled_dynamic"):
+        # compiled_dynamic: torch.compile(dynamic=True), every size symbolic,
+        # so the graph runs padded to its buckets (torchtpu._buckets)
         return _check_compiled(program, "compiled.views_of_intermediates" not in skip,
-                               "compiled.strides" not in skip)
+                               "compiled.strides" not in skip, dynamic=mode == "compiled_dynamic")
     ns_c = {"torch": torch, "DEV": "cpu", **make_inputs(program, "cpu")}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -1011,7 +1013,7 @@ def _judge(program, mode, ic, ec, idd, ed, sync_exc, ns_c, ns_d, cpu_copies, che
 _COMPILE_COUNT = [0]
 
 
-def _check_compiled(program, views_of_intermediates=True, check_strides=True):
+def _check_compiled(program, views_of_intermediates=True, check_strides=True, dynamic=False):
     import torchtpu  # noqa: F401
     # every name a step assigns is returned, plus the inputs (in-place writes)
     outs = []
@@ -1039,7 +1041,7 @@ def _check_compiled(program, views_of_intermediates=True, check_strides=True):
             torch._dynamo.reset()
         dev_in = make_inputs(program, "tpu")
         try:
-            fn = torch.compile(build("tpu"), backend="tpu")
+            fn = torch.compile(build("tpu"), backend="tpu", dynamic=dynamic or None)
             res_d, ed = fn(*dev_in.values()), None
             torch.tpu.synchronize()
         except Exception as e:  # noqa: BLE001

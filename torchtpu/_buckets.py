@@ -925,22 +925,42 @@ def _with_args(self, n, replace):
 _Rewriter._with_args = _with_args
 
 
-def _aliases_an_input(gm):
-    views = _VIEWS | _PERMUTES | {"getitem", "expand", "unsqueeze", "squeeze", "detach", "alias",
-                                  "narrow", "view_as", "expand_as", "contiguous", "split",
-                                  "chunk", "unbind"}
-    from_input = set()
+# ops whose result may share its first operand's storage (views, and the
+# casts and reshapes that return their input itself when nothing changes)
+_MAY_ALIAS = _VIEWS | _PERMUTES | {
+    "getitem", "expand", "expand_as", "unsqueeze", "squeeze", "detach", "alias", "narrow",
+    "split", "chunk", "unbind", "diagonal", "as_strided", "unfold", "select", "real", "imag",
+    "view_as_real", "view_as_complex", "to", "float", "double", "half", "bfloat16", "int", "long",
+    "bool", "type", "type_as", "contiguous", "flatten", "reshape", "clone_if_needed"}
+
+
+def _output_aliasing(gm):
+    """Why the outputs cannot be cut back into fresh tensors: one shares
+    storage with an input, or two share storage with each other (eager
+    returns views of one tensor; fresh copies would separate them)."""
+    root = {}
     for n in gm.graph.nodes:
         if n.op == "placeholder":
-            from_input.add(n)
-        elif n.op in ("call_function", "call_method") and _name(n) in views and \
-                n.args and n.args[0] in from_input:
-            from_input.add(n)
+            root[n] = n
+        elif n.op in ("call_function", "call_method") and _name(n) in _MAY_ALIAS and n.args \
+                and isinstance(n.args[0], torch.fx.Node) and n.args[0] in root:
+            root[n] = root[n.args[0]]
         elif n.op == "output":
             flat = []
             torch.fx.node.map_arg(n.args[0], lambda a: flat.append(a))
-            return any(a in from_input and isinstance(_val(a), torch.Tensor) for a in flat)
-    return False
+            seen = set()
+            for a in flat:
+                if not isinstance(_val(a), torch.Tensor):
+                    continue
+                r = root.get(a, a)
+                if r.op == "placeholder":
+                    return "an output aliasing an input"
+                if r in seen:
+                    return "outputs sharing storage"
+                seen.add(r)
+        else:
+            root[n] = n
+    return None
 
 
 def _bump(name):
@@ -966,8 +986,9 @@ def plan(gm, example_inputs, compile_static):
         an = _Analysis(gm)
         if not an.symbols:
             return None
-        if _aliases_an_input(gm):
-            raise Decline("an output aliasing an input")
+        why = _output_aliasing(gm)
+        if why:
+            raise Decline(why)
         out_node = next(n for n in gm.graph.nodes if n.op == "output")
         outs = []
         torch.fx.node.map_arg(out_node.args[0], lambda a: outs.append(a))

@@ -32,6 +32,7 @@ import hashlib
 import os
 
 import torch
+import torch.fx
 from torch._inductor.output_code import OutputCode
 
 
@@ -72,13 +73,40 @@ def _to_host(recipe):
     """A recipe with its tensors (graph constants) on the host, for pickling."""
     kind = recipe[0]
     if kind == "program":
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
         plan = dict(recipe[1])
-        plan["inputs"] = [(k, v.detach().cpu() if k == "const" else v) for k, v in plan["inputs"]]
+        with unset_fake_temporarily():  # (AOTAutograd saves inside its fake mode)
+            plan["inputs"] = [(k, v.detach().cpu() if k == "const" else v)
+                              for k, v in plan["inputs"]]
         return (kind, plan)
     if kind in ("module", "symbolic"):
-        gm = copy.copy(recipe[1])  # GraphModule pickles its code and attributes
-        return (kind, gm) + tuple(recipe[2:])
+        return (kind, _graph_module_to(recipe[1], "cpu")) + tuple(recipe[2:])
     raise AssertionError(kind)
+
+
+def _graph_module_to(gm, device=None):
+    """A GraphModule with the tensors it reads (get_attr: constants) moved:
+    to `device`, keeping each one's device in the returned module's
+    _tpu_devices; with device=None, back to the devices recorded there
+    (tpu tensors do not pickle inside AOTAutograd's fake mode)."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+    back = getattr(gm, "_tpu_devices", {})
+    root, devices = {}, {}
+    for n in gm.graph.nodes:
+        if n.op == "get_attr":
+            v = gm
+            for atom in n.target.split("."):
+                v = getattr(v, atom)
+            if isinstance(v, torch.Tensor):
+                devices[n.target] = str(v.device)
+                with unset_fake_temporarily():
+                    v = v.detach().to(device or back.get(n.target, str(v.device)))
+            root[n.target] = v
+    out = torch.fx.GraphModule(root, copy.deepcopy(gm.graph))
+    out.meta = {}
+    if device is not None:
+        out._tpu_devices = devices
+    return out
 
 
 def _rebuild(recipe):
@@ -89,9 +117,9 @@ def _rebuild(recipe):
         plan["inputs"] = [(k, v.to("tpu") if k == "const" else v) for k, v in plan["inputs"]]
         return _compile._plan_runner(plan)
     if kind == "module":
-        return _compile._eager_runner(recipe[1], recipe[2])
+        return _compile._eager_runner(_graph_module_to(recipe[1]), recipe[2])
     if kind == "symbolic":
-        return _compile._specializing(*recipe[1:])
+        return _compile._specializing(_graph_module_to(recipe[1]), *recipe[2:])
     raise AssertionError(kind)
 
 
