@@ -293,15 +293,17 @@ def test_transformer_block_fullgraph_forward_and_backward():
         torch.testing.assert_close(p.grad.cpu(), q.grad, rtol=1e-4, atol=1e-5, msg=name)
 
 
-def test_new_shapes_recompile_and_dynamic_is_specialised():
+@pytest.mark.parametrize("buckets", [True, False])
+def test_new_shapes_recompile_and_dynamic_is_bucketed_or_specialised(buckets, monkeypatch):
+    monkeypatch.setenv("TORCHTPU_DYNAMIC_BUCKETS", "1" if buckets else "0")
     f = torch.compile(lambda x: (x * x).sum(-1), backend="tpu")
     before = counters()
     for n in (3, 5, 7):
         x = torch.randn(4, n)
         torch.testing.assert_close(f(x.to("tpu")).cpu(), (x * x).sum(-1))
-    # a static graph first; Dynamo then marks the dim dynamic and each new
-    # size is specialised (compiled once each)
-    assert graphs_built(before) == 3
+    # a static graph first; Dynamo then marks the dim dynamic: 5 and 7 share
+    # the bucket of 8, or each size is specialised (compiled once each)
+    assert graphs_built(before) == (2 if buckets else 3)
     again = counters()
     f(torch.randn(4, 5).to("tpu"))
     assert delta(again, "compiled_graphs") == 0
@@ -311,7 +313,10 @@ def test_new_shapes_recompile_and_dynamic_is_specialised():
     for n in (2, 6, 2):
         x = torch.randn(n)
         torch.testing.assert_close(g(x.to("tpu")).cpu(), x.cumsum(0) + 1)
-    assert delta(before, "compile_specializations") == 2
+    if buckets:
+        assert delta(before, "bucket_compiles") == 2 and delta(before, "compile_specializations") == 0
+    else:
+        assert delta(before, "compile_specializations") == 2
 
 
 _INPUT_VIEWS = {

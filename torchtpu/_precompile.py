@@ -20,8 +20,9 @@ The XLA executable itself comes from the program caches (memory, then
 disk), keyed by the StableHLO text, so a rebuilt runner does not compile.
 
 A recipe carries a stamp of what produced it: torchtpu's version, a digest
-of the compiled extension (a rebuilt core may lower differently) and the
-global settings a program depends on. A stamp that differs from this
+of the compiled extension and of torchtpu's Python sources (a rebuilt core
+or changed lowering code may lower differently) and the global settings a
+program depends on. A stamp that differs from this
 process's raises StaleProgramError when the recipe is rebuilt: AOTAutograd's
 cache counts that as a miss and compiles afresh; an explicit load fails
 with the reason."""
@@ -43,11 +44,18 @@ class StaleProgramError(RuntimeError):
 
 @functools.lru_cache(maxsize=None)
 def _build_digest():
+    """The compiled extension and the Python that drives compilation: a
+    change to either may lower a graph differently (or change a recipe's
+    form), so entries made before it are never used."""
     from . import _C
     h = hashlib.sha256()
-    with open(_C.__file__, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
+    here = os.path.dirname(os.path.abspath(__file__))
+    files = [_C.__file__] + sorted(os.path.join(here, f) for f in os.listdir(here)
+                                   if f.endswith(".py"))
+    for path in files:
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
     return h.hexdigest()[:16]
 
 
