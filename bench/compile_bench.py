@@ -28,6 +28,7 @@ import os, sys, time, json
 t0 = time.perf_counter()
 sys.path.insert(0, {examples!r})
 import torch, torchtpu
+import torch._dynamo  # every mode's AdamW imports it: counted as import time
 from tiny_gpt import train
 t1 = time.perf_counter()
 if {api!r} == "precompile":

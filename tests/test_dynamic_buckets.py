@@ -235,3 +235,22 @@ def test_flat_argmax_and_zero_sizes():
         got, want = fn(x.to("tpu")), f(x)
         assert int(got[0]) == int(want[0])
         torch.testing.assert_close(got[1].cpu(), want[1])
+
+
+def test_in_place_writes_to_padded_inputs_decline():
+    def f(x, y):
+        x += 1
+        y.sub_(2)
+        return x.sum(1) + y.sum(1)
+
+    fn = torch.compile(f, backend="tpu", dynamic=True)
+    before = counters()
+    for t in (5, 7):
+        x, y = torch.randn(2, t), torch.randn(2, t)
+        xd, yd = x.to("tpu"), y.to("tpu")
+        got = fn(xd, yd)
+        want = f(x, y)
+        torch.testing.assert_close(got.cpu(), want)
+        torch.testing.assert_close(xd.cpu(), x)
+        torch.testing.assert_close(yd.cpu(), y)
+    assert delta(before, "bucket_declined") and not delta(before, "bucket_compiles")

@@ -51,7 +51,7 @@ _ELEMENTWISE = {
     "maximum", "minimum", "mish", "softplus", "leaky_relu", "elu", "hardtanh", "relu6",
     "reciprocal", "square", "sign", "tril", "triu", "lerp", "addcmul", "addcdiv", "rsub",
     "bitwise_and", "bitwise_or", "bitwise_not", "hardswish", "hardsigmoid", "logit",
-    "nan_to_num", "type", "sub_", "iadd", "isub", "imul", "itruediv", "cast",
+    "nan_to_num", "type",
 }
 _VIEWS = {"view", "reshape", "flatten", "unflatten", "view_as", "reshape_as"}
 _PERMUTES = {"permute", "transpose", "t", "swapaxes", "movedim"}
@@ -285,7 +285,7 @@ class _Analysis:
                 if isinstance(v, (torch.SymInt, torch.SymFloat)) and \
                         sympy.sympify(v.node.expr).free_symbols & self.symbols:
                     raise Decline(f"{name} with a size as a value")
-        if name.endswith("_") and name not in ("sub_",) and padded_in:
+        if (name.endswith("_") or name.startswith("i") and name[1:] in _ELEMENTWISE) and padded_in:
             raise Decline(f"in-place {name} on a padded tensor")
         out_exprs = self._out_exprs(val) if isinstance(val, torch.Tensor) else None
         if not padded_in and name not in _LIKE | _FACTORIES:
@@ -931,7 +931,7 @@ _MAY_ALIAS = _VIEWS | _PERMUTES | {
     "getitem", "expand", "expand_as", "unsqueeze", "squeeze", "detach", "alias", "narrow",
     "split", "chunk", "unbind", "diagonal", "as_strided", "unfold", "select", "real", "imag",
     "view_as_real", "view_as_complex", "to", "float", "double", "half", "bfloat16", "int", "long",
-    "bool", "type", "type_as", "contiguous", "flatten", "reshape", "clone_if_needed"}
+    "bool", "type", "type_as", "contiguous", "flatten", "reshape"}
 
 
 def _output_aliasing(gm):
