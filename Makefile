@@ -84,11 +84,13 @@ test-debug: install
 	TORCHTPU_EAGER_MODE=debug $(PY) -m pytest -q -p no:cacheprovider $(MODE_SUITES)
 
 # The same in defer_and_fuse (ops recorded and flushed as fused programs).
-# Run once (strict), to keep CI inside its time: test_compile.py (compiled
-# graphs do not go through the eager modes), test_device.py (device
+# Run once (strict), to keep CI inside its time: test_compile.py,
+# test_precompile.py and test_dynamic_buckets.py (compiled graphs do not go
+# through the eager modes), test_device.py (device
 # selection in subprocesses), and test_distributed.py's worlds of 4 and its
 # torchrun examples (the backend stages tensors the same way in every mode).
-DEFER_SUITES = $(filter-out tests/test_distributed.py tests/test_compile.py tests/test_device.py,$(MODE_SUITES))
+DEFER_SUITES = $(filter-out tests/test_distributed.py tests/test_compile.py tests/test_device.py \
+  tests/test_precompile.py tests/test_dynamic_buckets.py,$(MODE_SUITES))
 pytest-defer: install
 	TORCHTPU_EAGER_MODE=defer_and_fuse $(PY) -m pytest -q -p no:cacheprovider $(DEFER_SUITES)
 	TORCHTPU_EAGER_MODE=defer_and_fuse $(PY) -m pytest -q -p no:cacheprovider \
@@ -111,7 +113,7 @@ test: install ctest ctest-asan pytest pytest-debug pytest-defer
 # leaves out the known classes (tests/fuzz_programs.py KNOWN_*), as
 # tests/test_fuzz.py's short run does.
 FUZZ_PROGRAMS ?= 5000
-FUZZ_MODES ?= strict,debug,defer_and_fuse,compiled
+FUZZ_MODES ?= strict,debug,defer_and_fuse,compiled,compiled_dynamic
 FUZZ_SEED ?= 0
 fuzz: install
 	FUZZ_EXCLUDE=$(FUZZ_EXCLUDE) $(PY) tests/fuzz_programs.py --programs $(FUZZ_PROGRAMS) \

@@ -33,7 +33,7 @@ F32, BF16, I64, BOOL, U8 = torch.float32, torch.bfloat16, torch.int64, torch.boo
 DTYPES = (F32, BF16, I64, BOOL, U8)
 DTYPE_SRC = {F32: "torch.float32", BF16: "torch.bfloat16", I64: "torch.int64",
              BOOL: "torch.bool", U8: "torch.uint8"}
-MODES = ("strict", "debug", "defer_and_fuse", "compiled")
+MODES = ("strict", "debug", "defer_and_fuse", "compiled", "compiled_dynamic")
 
 # Step tags whose mismatches are known and being fixed elsewhere; the CI run
 # does not generate them (see tests/test_fuzz.py). `make fuzz` generates

@@ -9,7 +9,7 @@ import pytest
 
 import fuzz_programs as fz
 
-PROGRAMS = {"strict": 80, "debug": 120, "defer_and_fuse": 80, "compiled": 30}
+PROGRAMS = {"strict": 80, "debug": 120, "defer_and_fuse": 80, "compiled": 30, "compiled_dynamic": 30}
 SEED = 1000
 
 
