@@ -551,6 +551,24 @@ def summary_rows(res):
     for m, v in (res.get("first_step") or {}).items():
         rows.append((f"first step in a fresh process, {m}, cold vs warm cache",
                      f"{v['cold_s']:.2f} s vs {v['warm_s']:.2f} s: **{v['ratio']:.2f}x**"))
+    jp = res.get("jax_peer")
+    if jp:
+        t = jp["tokens_per_s"]
+        rows.append(("bench-sized step, tpu torch.compile / JAX jax.jit (tokens/s)",
+                     f"{t['torchtpu compiled']:,.0f} / {t['jax.jit']:,.0f}: "
+                     f"**{jp['compiled/jax']:.2f}x**"))
+    dy = res.get("dynamic_bench")
+    if dy:
+        lb, ls = dy["lengths_8_33"]["buckets"], dy["lengths_8_33"]["specialised"]
+        rows.append(("26 lengths 8..33 under dynamic=True, buckets vs specialised",
+                     f"{lb['total_s']:.1f} s vs {ls['total_s']:.1f} s "
+                     f"(**{dy['lengths_8_33']['speedup']:.2f}x**); programs per graph "
+                     f"{lb['bucket_programs']} vs {ls['specialisations'] // 2}; graphs run "
+                     f"eagerly {lb['graphs_eager']}"))
+        gb, gs = dy["hf_generate"]["buckets"], dy["hf_generate"]["specialised"]
+        rows.append(("HF generate() first call / steady tokens/s, buckets vs specialised",
+                     f"{gb['first_call_s']:.2f} s / {gb['steady_tokens_per_s']:.0f} vs "
+                     f"{gs['first_call_s']:.2f} s / {gs['steady_tokens_per_s']:.0f}"))
     return rows
 
 
