@@ -74,13 +74,17 @@ def test_demo_transformer_lengths_share_bucket_programs_with_exact_losses():
     assert delta(before, "compile_graphs_eager") == {}
 
 
-def test_llama_from_transformers_buckets_with_exact_loss_logits_and_grads():
+def _tiny_llama(max_positions):
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)
     cfg = transformers.LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                                    num_attention_heads=4, num_key_value_heads=2, vocab_size=96,
-                                   max_position_embeddings=64, head_dim=8)
-    model = transformers.LlamaForCausalLM(cfg)
+                                   max_position_embeddings=max_positions, head_dim=8)
+    return transformers.LlamaForCausalLM(cfg)
+
+
+def test_llama_from_transformers_buckets_with_exact_loss_logits_and_grads():
+    model = _tiny_llama(64)
     ref = copy.deepcopy(model)
     model.to("tpu")
     fn = torch.compile(model, backend="tpu", dynamic=True)
@@ -187,12 +191,7 @@ def test_outputs_have_eager_strides_not_views_of_the_padding():
 
 
 def test_hf_generate_with_the_dynamic_cache_compiles_per_bucket_not_per_length():
-    transformers = pytest.importorskip("transformers")
-    torch.manual_seed(0)
-    cfg = transformers.LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                   num_attention_heads=4, num_key_value_heads=2, vocab_size=96,
-                                   max_position_embeddings=128, head_dim=8)
-    model = transformers.LlamaForCausalLM(cfg).eval()
+    model = _tiny_llama(128).eval()
     ids = torch.randint(0, 96, (1, 7), generator=torch.Generator().manual_seed(3))
     want = model.generate(ids, max_new_tokens=20, do_sample=False)
     model.to("tpu")

@@ -72,6 +72,12 @@ _VALUE_ARGS = {"arange": ((0, 2), ("start", "step")), "full": ((1,), ("fill_valu
 _CUMULATIVE = {"cumsum", "cumprod", "cummax", "cummin", "logcumsumexp"}
 
 
+# op families without a rule of their own: (names, the _Analysis method)
+_FAMILIES = ((_ELEMENTWISE, "_elementwise"), (_VIEWS, "_view"), (_PERMUTES, "_permute"),
+             (_REDUCE_FILL, "_reduce"), (_CUMULATIVE, "_cumulative"), (_FACTORIES, "_factory"),
+             (_LIKE, "_like"))
+
+
 class Decline(Exception):
     pass
 
@@ -297,24 +303,10 @@ class _Analysis:
                     for v in val):
                 self.layout[n] = [tuple((e,) for e in _exprs(v)) for v in val]
                 return
-        handler = getattr(self, "_rule_" + name, None)
+        handler = getattr(self, "_rule_" + name, None) or next(
+            (getattr(self, method) for names, method in _FAMILIES if name in names), None)
         if handler is None:
-            if name in _ELEMENTWISE:
-                handler = self._elementwise
-            elif name in _VIEWS:
-                handler = self._view
-            elif name in _PERMUTES:
-                handler = self._permute
-            elif name in _REDUCE_FILL:
-                handler = self._reduce
-            elif name in _CUMULATIVE:
-                handler = self._cumulative
-            elif name in _FACTORIES:
-                handler = self._factory
-            elif name in _LIKE:
-                handler = self._like
-            else:
-                raise Decline(f"{name} on a padded tensor")
+            raise Decline(f"{name} on a padded tensor")
         self.layout[n] = handler(n, name, val, out_exprs)
 
     def _out_exprs(self, val):
