@@ -253,3 +253,29 @@ def test_in_place_writes_to_padded_inputs_decline():
         torch.testing.assert_close(xd.cpu(), x)
         torch.testing.assert_close(yd.cpu(), y)
     assert delta(before, "bucket_declined") and not delta(before, "bucket_compiles")
+
+
+@pytest.mark.parametrize("write", ["setitem", "view_add_", "index_copy_"])
+def test_writes_through_views_of_padded_inputs_decline(write):
+    """Fuzz seed 5059: `v0 = a.permute(1, 0); v0[:-1] = 0` wrote into the
+    padded copy of `a`, not `a`."""
+    def f(x, cache):
+        if write == "setitem":
+            x.permute(1, 0)[:-1] = 0
+        elif write == "view_add_":
+            x[:, 0].add_(1)
+        else:
+            cache.index_copy_(1, torch.arange(x.shape[1], device=x.device), x)
+        return x.sum(1)
+
+    fn = torch.compile(f, backend="tpu", dynamic=True)
+    before = counters()
+    for t in (3, 5):
+        x, cache = torch.randn(2, t), torch.zeros(2, 8)
+        xd, cd = x.to("tpu"), cache.to("tpu")
+        got = fn(xd, cd)
+        want = f(x, cache)
+        torch.testing.assert_close(got.cpu(), want)
+        torch.testing.assert_close(xd.cpu(), x)
+        torch.testing.assert_close(cd.cpu(), cache)
+    assert delta(before, "bucket_declined") and not delta(before, "bucket_compiles")

@@ -106,6 +106,13 @@ def _loss_arg(n, key):
     return _const(v)
 
 
+def _mutates(n, name):
+    """Whether a call writes into a tensor argument."""
+    return (name.endswith("_") and not name.endswith("__")) or name in (
+        "setitem", "copy_", "index_put_", "masked_scatter_") or (
+        name.startswith("i") and name[1:] in _ELEMENTWISE) or "out" in n.kwargs
+
+
 def _const(a):
     """An int for a size Dynamo already specialised (a SymInt node whose
     value is a number); anything else as it is."""
@@ -141,8 +148,12 @@ class _Analysis:
         self.rules = {}  # node -> (kind, details) for the rewriter
         self.symbols = set()  # sizes of tensor inputs: bucketed
         self.int_symbols = set()
+        self.root = {}  # node -> the node whose storage it may share
         for n in gm.graph.nodes:
             self._visit(n)
+
+    def _root(self, a):
+        return self.root.get(a, a) if isinstance(a, torch.fx.Node) else a
 
     # -- helpers
     def _lay(self, a):
@@ -224,6 +235,7 @@ class _Analysis:
     # -- the visit
     def _visit(self, n):
         if n.op == "placeholder":
+            self.root[n] = n
             v = _val(n)
             if isinstance(v, torch.SymInt):
                 expr = sympy.sympify(v.node.expr)
@@ -254,6 +266,7 @@ class _Analysis:
         padded_in = any(self._has_padding(self._lay(a)) for a in targs)
         if n.op == "call_function" and n.target is operator.getitem and \
                 isinstance(_val(n.args[0]), (tuple, list)):
+            self.root[n] = self._root(n.args[0])
             src = self.layout.get(n.args[0])
             if isinstance(src, list):
                 self.layout[n] = src[n.args[1]]
@@ -262,9 +275,22 @@ class _Analysis:
             elif isinstance(val, torch.Tensor):
                 raise Decline("getitem of an unknown padded tuple")
             return
+        if _mutates(n, name):
+            # a write: into a padded input (through any view of it) it would
+            # land in the padded copy; from padded values it would carry
+            # padding into its destination
+            roots = {self._root(a) for a in targs}
+            if padded_in or any(r.op == "placeholder" and self._has_padding(self.layout.get(r))
+                                for r in roots):
+                raise Decline(f"in-place {name} with padding")
+        self.root[n] = self._root(n.args[0]) if name in _MAY_ALIAS and n.args and \
+            isinstance(n.args[0], torch.fx.Node) else n
         if not isinstance(val, (torch.Tensor, tuple, list)):
-            # sizes and other Python values: a symbolic value feeding a
-            # tensor op is caught there
+            # sizes, dims and other Python values: a size feeding a tensor op
+            # as a value is caught there; anything else read from a padded
+            # tensor (an .item(), a .tolist()) would read the padding
+            if padded_in and name not in ("size", "dim", "numel", "stride", "getattr"):
+                raise Decline(f"{name} reads a padded tensor")
             return
         if any(r in name for r in _RANDOM):
             if name == "dropout" and not self._dropout_active(n):
@@ -291,8 +317,6 @@ class _Analysis:
                 if isinstance(v, (torch.SymInt, torch.SymFloat)) and \
                         sympy.sympify(v.node.expr).free_symbols & self.symbols:
                     raise Decline(f"{name} with a size as a value")
-        if (name.endswith("_") or name.startswith("i") and name[1:] in _ELEMENTWISE) and padded_in:
-            raise Decline(f"in-place {name} on a padded tensor")
         out_exprs = self._out_exprs(val) if isinstance(val, torch.Tensor) else None
         if not padded_in and name not in _LIKE | _FACTORIES:
             if isinstance(val, torch.Tensor) and not any(_padded(e) for e in out_exprs):
