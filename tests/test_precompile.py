@@ -236,3 +236,26 @@ def test_torch_compiler_save_and_load_of_a_tpu_function(env):
     stale = env(TORCH_API.format(save=False, path=path),
                 prelude="torchtpu.__version__ = '0.0.0+other'")
     assert "does not match this process" in stale["out"] and "0.0.0+other" in stale["out"]
+
+
+def test_graph_constants_keep_their_devices_through_saving_twice_and_pickling():
+    """A graph run eagerly keeps its constants (tpu and CPU) across
+    AOTAutograd's cache: moved to the host to pickle (AOTAutograd may do
+    it twice), back to their devices on load."""
+    import pickle
+
+    import torch
+
+    from torchtpu._precompile import _graph_module_to
+
+    class M(torch.nn.Module):
+        def forward(self, x):
+            return x + self.c + self.d
+
+    m = M()
+    m.c, m.d = torch.ones(2, device="tpu"), torch.tensor(2.0)
+    gm = torch.fx.symbolic_trace(m)
+    saved = pickle.loads(pickle.dumps(_graph_module_to(_graph_module_to(gm, "cpu"), "cpu")))
+    loaded = _graph_module_to(saved)
+    assert loaded.c.device.type == "tpu" and loaded.d.device.type == "cpu"
+    assert loaded(torch.zeros(2, device="tpu")).cpu().tolist() == [3.0, 3.0]

@@ -94,22 +94,29 @@ def _to_host(recipe):
 
 def _graph_module_to(gm, device=None):
     """A GraphModule with the tensors it reads (get_attr: constants) moved:
-    to `device`, keeping each one's device in the returned module's
-    _tpu_devices; with device=None, back to the devices recorded there
-    (tpu tensors do not pickle inside AOTAutograd's fake mode)."""
+    to `device`, keeping each one's device, in the order the graph reads
+    them, in the returned module's _tpu_devices; with device=None, back to
+    the devices recorded there (tpu tensors do not pickle inside
+    AOTAutograd's fake mode). AOTAutograd may prepare an entry twice and
+    renames constants when it pickles a module: devices go by position and
+    a module moved before keeps the devices recorded then."""
     from torch._subclasses.fake_tensor import unset_fake_temporarily
-    back = getattr(gm, "_tpu_devices", {})
-    root, devices = {}, {}
-    for n in gm.graph.nodes:
-        if n.op == "get_attr":
-            v = gm
-            for atom in n.target.split("."):
-                v = getattr(v, atom)
-            if isinstance(v, torch.Tensor):
-                devices[n.target] = str(v.device)
-                with unset_fake_temporarily():
-                    v = v.detach().to(device or back.get(n.target, str(v.device)))
-            root[n.target] = v
+    back = getattr(gm, "_tpu_devices", None)
+    reads = [n.target for n in gm.graph.nodes if n.op == "get_attr"]
+    values = []
+    for target in reads:
+        v = gm
+        for atom in target.split("."):
+            v = getattr(v, atom)
+        values.append(v)
+    tensors = [i for i, v in enumerate(values) if isinstance(v, torch.Tensor)]
+    if back is not None and len(back) != len(tensors):
+        raise StaleProgramError("torchtpu: a serialized graph's constants do not match it")
+    devices = list(back) if back is not None else [str(values[i].device) for i in tensors]
+    root = dict(zip(reads, values))
+    with unset_fake_temporarily():
+        for k, i in enumerate(tensors):
+            root[reads[i]] = values[i].detach().to(device or devices[k])
     out = torch.fx.GraphModule(root, copy.deepcopy(gm.graph))
     out.meta = {}
     if device is not None:
