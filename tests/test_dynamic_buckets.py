@@ -242,16 +242,22 @@ def test_in_place_writes_to_padded_inputs_decline():
         y.sub_(2)
         return x.sum(1) + y.sum(1)
 
+    _writes_decline_and_land(f, lambda t: (torch.randn(2, t), torch.randn(2, t)), (5, 7))
+
+
+def _writes_decline_and_land(f, make_inputs, lengths):
+    """f writes into its inputs: the graph declines the buckets, and the
+    results and the inputs written equal CPU's."""
     fn = torch.compile(f, backend="tpu", dynamic=True)
     before = counters()
-    for t in (5, 7):
-        x, y = torch.randn(2, t), torch.randn(2, t)
-        xd, yd = x.to("tpu"), y.to("tpu")
-        got = fn(xd, yd)
-        want = f(x, y)
+    for t in lengths:
+        inputs = make_inputs(t)
+        on_device = [a.to("tpu") for a in inputs]
+        got = fn(*on_device)
+        want = f(*inputs)
         torch.testing.assert_close(got.cpu(), want)
-        torch.testing.assert_close(xd.cpu(), x)
-        torch.testing.assert_close(yd.cpu(), y)
+        for d, c in zip(on_device, inputs):
+            torch.testing.assert_close(d.cpu(), c)
     assert delta(before, "bucket_declined") and not delta(before, "bucket_compiles")
 
 
@@ -268,14 +274,4 @@ def test_writes_through_views_of_padded_inputs_decline(write):
             cache.index_copy_(1, torch.arange(x.shape[1], device=x.device), x)
         return x.sum(1)
 
-    fn = torch.compile(f, backend="tpu", dynamic=True)
-    before = counters()
-    for t in (3, 5):
-        x, cache = torch.randn(2, t), torch.zeros(2, 8)
-        xd, cd = x.to("tpu"), cache.to("tpu")
-        got = fn(xd, cd)
-        want = f(x, cache)
-        torch.testing.assert_close(got.cpu(), want)
-        torch.testing.assert_close(xd.cpu(), x)
-        torch.testing.assert_close(cd.cpu(), cache)
-    assert delta(before, "bucket_declined") and not delta(before, "bucket_compiles")
+    _writes_decline_and_land(f, lambda t: (torch.randn(2, t), torch.zeros(2, 8)), (3, 5))

@@ -147,7 +147,6 @@ class _Analysis:
         self.layout = {}
         self.rules = {}  # node -> (kind, details) for the rewriter
         self.symbols = set()  # sizes of tensor inputs: bucketed
-        self.int_symbols = set()
         self.root = {}  # node -> the node whose storage it may share
         for n in gm.graph.nodes:
             self._visit(n)
@@ -239,11 +238,9 @@ class _Analysis:
             v = _val(n)
             if isinstance(v, torch.SymInt):
                 expr = sympy.sympify(v.node.expr)
-                if expr.is_Symbol:
-                    # an int input: a size if some tensor input has it in its
-                    # shape (then bucketed), else a value (kept exact)
-                    self.int_symbols.add(expr)
-                elif expr.free_symbols:
+                # a plain symbol is a size if some tensor input has it in its
+                # shape (then bucketed), else a value (kept exact)
+                if not expr.is_Symbol and expr.free_symbols:
                     raise Decline("an input size that is an expression")
             elif isinstance(v, torch.Tensor):
                 lay = []
@@ -994,7 +991,7 @@ def enabled():
     return os.environ.get("TORCHTPU_DYNAMIC_BUCKETS", "1") != "0"
 
 
-def plan(gm, example_inputs, compile_static):
+def plan(gm, compile_static):
     """A bucketed runner for a Dynamo graph with symbolic sizes, or None
     (with the reason counted) when the graph cannot be bucketed exactly.
     compile_static(gm, example_inputs) compiles a graph at static shapes."""
@@ -1036,6 +1033,13 @@ class _BucketRunner:
         out_node = next(n for n in gm.graph.nodes if n.op == "output")
         self.out_spec = out_node.args[0]
         self.min_size = an.rules.get("min_size", [])
+        # found once: the .item() reads of inputs, the inputs that are numbers
+        pos = {n.name: i for i, n in enumerate(self.placeholders)}
+        self.item_reads = [(n.name, pos[n.args[0].name]) for n in new_gm.graph.nodes
+                           if n.op == "call_method" and n.target == "item"
+                           and n.args[0].op == "placeholder" and n.args[0].name in pos]
+        self.ints = [i for i, n in enumerate(self.placeholders)
+                     if isinstance(_val(n), (torch.SymInt, torch.SymFloat))]
 
     def _values(self, args):
         vals = {}
@@ -1095,8 +1099,7 @@ class _BucketRunner:
                 self.vectors[vk] = torch.arange(p, device=device) < t
             vectors.append(self.vectors[vk])
         fn = self.cache.get(key)
-        ints = [i for i, n in enumerate(self.placeholders)
-                if isinstance(_val(n), (torch.SymInt, torch.SymFloat))]
+        ints = self.ints
         tensors = [a for i, a in enumerate(padded) if i not in ints]
         if fn is None:
             _bump("bucket_compiles")
@@ -1109,10 +1112,7 @@ class _BucketRunner:
         """Values of .item() of scalar inputs (Dynamo's dynamic floats: a
         module's float attribute becomes a 0-dim input read by .item()),
         constants of a bucket's program like the sizes."""
-        pos = {n.name: i for i, n in enumerate(self.placeholders)}
-        return {n.name: args[pos[n.args[0].name]].item() for n in self.new_gm.graph.nodes
-                if n.op == "call_method" and n.target == "item" and n.args[0].op == "placeholder"
-                and n.args[0].name in pos}
+        return {name: args[i].item() for name, i in self.item_reads}
 
     def _at_sizes(self, sizes, items):
         """The rewritten graph with its size inputs (the buckets) and the

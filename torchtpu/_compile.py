@@ -1356,7 +1356,7 @@ def tpu_backend(gm, example_inputs, **kwargs):
     if _has_symbols_dynamo(gm):
         from . import _buckets
         if _buckets.enabled():
-            runner = _buckets.plan(gm, example_inputs, _aot_compile)
+            runner = _buckets.plan(gm, _aot_compile)
             if runner is not None:
                 return runner
     return _aot_compile(gm, example_inputs)
