@@ -20,6 +20,7 @@ new set of concrete shapes is retraced into a static graph and compiled
 once (metric compile_specializations)."""
 import operator
 import os
+import re
 import sys
 import warnings
 
@@ -1119,7 +1120,8 @@ def _compile_static(gm, input_alias_outputs=None, layout_outputs=frozenset()):
         return _eager_runner(gm, str(e))
     # Everything the runner needs, as plain data: a compiled graph is
     # rebuilt from it in another process (torchtpu._precompile).
-    plan = dict(text=text, input_specs=b.input_specs, out_specs=out_specs,
+    plan = dict(text=text, precision=_C._matmul_precision(), input_specs=b.input_specs,
+                out_specs=out_specs,
                 with_rng=b.with_rng, inputs=b.inputs, out_slots=b.out_slots,
                 out_writes=b.out_writes, out_cpu=b.out_cpu, out_aliases=b.out_aliases,
                 out_views=b.out_views, checks=b.checks, literal_errors=b.literal_errors,
@@ -1130,11 +1132,43 @@ def _compile_static(gm, input_alias_outputs=None, layout_outputs=frozenset()):
     return run
 
 
+_PRECISION_ATTR = re.compile(rb"#stablehlo<precision (DEFAULT|HIGH|HIGHEST)>")
+_PRECISION_NAMES = (None, b"DEFAULT", b"HIGH", b"HIGHEST")  # by _C._matmul_precision()
+
+
+class _PerPrecision:
+    """A compiled graph's program for each float32 matmul precision it ran
+    under. Dynamo's guards do not see the precision ("high" and "medium"
+    look the same to them), so the graph checks it on every call: a new
+    precision rewrites the precision_config attributes of the graph's text
+    (they are on dot_general and convolution only, and every one of them
+    came from the precision at compile time) and compiles that once."""
+
+    def __init__(self, text, precision, input_specs, out_specs, with_rng):
+        self.text, self.specs = text, (input_specs, out_specs, with_rng)
+        self.programs = {precision: _C._CompiledGraph(text, *self.specs)}
+        self.last = precision
+
+    def run(self, tensors, writes):
+        p = _C._matmul_precision()
+        compiled = self.programs.get(p)
+        if compiled is None:
+            _bump("compile_precision_variants")
+            text = _PRECISION_ATTR.sub(b"#stablehlo<precision " + _PRECISION_NAMES[p] + b">",
+                                       self.text)
+            compiled = self.programs[p] = _C._CompiledGraph(text, *self.specs)
+        return compiled.run(tensors, writes)
+
+
 def _plan_runner(plan):
     """The runner of a compiled graph's plan (_compile_static)."""
     p = dict(plan)
-    compiled = _C._CompiledGraph(p.pop("text"), p.pop("input_specs"), p.pop("out_specs"),
-                                 p.pop("with_rng"))
+    text, precision = p.pop("text"), p.pop("precision", None)
+    specs = (p.pop("input_specs"), p.pop("out_specs"), p.pop("with_rng"))
+    if precision is None or not _PRECISION_ATTR.search(bytes(text)):
+        compiled = _C._CompiledGraph(text, *specs)  # no float products: one program
+    else:
+        compiled = _PerPrecision(text, precision, *specs)
     run = _runner(compiled, **p)
     run._tpu_recipe = ("program", plan)
     return run

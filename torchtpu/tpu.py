@@ -278,6 +278,48 @@ def get_autocast_dtype():
     return torch.get_autocast_dtype("tpu")
 
 
+# ---- matmul precision --------------------------------------------------------
+# Float32 products (matmul, linear, bmm, einsum, conv ...) carry StableHLO's
+# precision_config: PyTorch's torch.set_float32_matmul_precision picks it
+# ("highest" -> HIGHEST, six bfloat16 passes on a TPU: float32-exact, as on
+# CPU; "high" -> HIGH, three passes; "medium" -> DEFAULT, one bfloat16 pass,
+# XLA's and JAX's TPU default). torch.tpu.precision overrides it for tpu
+# only. The precision is part of every program's key: eager ops, deferred
+# runs and compiled graphs compile again under another one.
+
+_PRECISIONS = ("", "medium", "high", "highest")  # index: the C code
+
+
+def get_precision():
+    """The precision tpu float32 products use now: "highest", "high" or
+    "medium" (torch.tpu.precision's if one is active, else PyTorch's
+    float32 matmul precision)."""
+    return _PRECISIONS[_C._matmul_precision()]
+
+
+class precision:
+    """Context manager: float32 products on tpu use `value` ("highest",
+    "high", "medium") inside the block, whatever
+    torch.set_float32_matmul_precision says; CPU and other devices are not
+    affected. Nested blocks restore the outer one on exit."""
+
+    def __init__(self, value):
+        if value not in _PRECISIONS[1:]:
+            raise ValueError(f"torch.tpu.precision: {value!r} is not one of 'highest', 'high', "
+                             f"or 'medium'")
+        self.value = value
+        self._saved = []
+
+    def __enter__(self):
+        self._saved.append(_C._precision_override())
+        _C._set_precision_override(_PRECISIONS.index(self.value))
+        return self
+
+    def __exit__(self, *exc):
+        _C._set_precision_override(self._saved.pop())
+        return False
+
+
 # ---- streams and events ------------------------------------------------------
 # The device runs work in order, so every stream names one queue: any stream
 # works with stream-using code, and waiting on a stream, an event or the

@@ -133,6 +133,7 @@ static void collect_slots(const tpu_eager_call_t* call, slots_t* s) {
 static void build_key(const tpu_eager_call_t* call, keybuf_t* k, slots_t* s) {
   key_put(k, call->op_name, strlen(call->op_name) + 1);
   KEY_PUT(k, call->state);
+  KEY_PUT(k, call->precision);
   KEY_PUT(k, call->num_args);
   for (int i = 0; i < call->num_args; i++) {
     const tpu_eager_arg_t* a = &call->args[i];
@@ -494,6 +495,13 @@ static void log_recompile(const tpu_eager_call_t* call) {
     snprintf(out, kPart, "arg %d: %s", i, body);
     parts[i] = out;
   }
+  /* The global settings of the key (texts has room for one more part). */
+  static const char* const kPrecision[] = {"unset", "medium", "high", "highest"};
+  char* settings = texts + (size_t)n * kPart;
+  snprintf(settings, kPart, "settings: matmul precision %s, state 0x%x",
+           (unsigned)call->precision < 4 ? kPrecision[call->precision] : "?", (unsigned)call->state);
+  parts[n < kMaxParts ? n : kMaxParts - 1] = settings;
+  if (n < kMaxParts) n++;
   char* change = tpu_recompile_note(call->op_name, parts, n);
   if (change) fprintf(stderr, "torchtpu: recompile %s: %s\n", call->op_name, change);
   free(change);
@@ -555,6 +563,7 @@ tpu_status_t tpu_eager_compile(const tpu_eager_call_t* call, const tpu_eager_out
   }
   status = tpu_hlo_builder_create(&b);
   if (status) goto done;
+  tpu_hlo_builder_set_precision(b, call->precision);
   /* Parameters: flat storages, then scalars, then the generator state. */
   for (int i = 0; i < s.count; i++)
     slot_values[i] = slot_args[i] =

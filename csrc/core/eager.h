@@ -58,6 +58,10 @@ typedef struct tpu_eager_call_s {
    * packed by the caller. Part of the key: an entry compiled under one
    * setting never serves another. */
   uint32_t state;
+  /* Precision of float32 products (torch.set_float32_matmul_precision,
+   * torch.tpu.precision): put on the op's dot_general / convolution. Part
+   * of the key, and so of a deferred run's. */
+  tpu_hlo_precision_t precision;
 } tpu_eager_call_t;
 
 typedef struct tpu_eager_output_s {

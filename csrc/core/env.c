@@ -47,7 +47,9 @@ static const tpu_env_var_t kEnvVars[] = {
      "Comma-separated logs to stderr. 'recompiles': each eager op compiled "
      "again with the part of its key that changed (shape, dtype, strides, "
      "scalar kind, structural value), and each torch.compile recompile with "
-     "Dynamo's reason (a failed guard: new shape, new dtype, ...).",
+     "Dynamo's reason (a failed guard: new shape, new dtype, ...). "
+     "'programs': the StableHLO text of every program compiled (a cache "
+     "miss), e.g. to see the precision_config of the matmuls.",
      "stable"},
     {"TORCHTPU_DYNAMIC_BUCKETS", "1",
      "torch.compile graphs with dynamic sizes: 1 runs each size in a "
@@ -172,4 +174,15 @@ tpu_status_t tpu_env_get_index_list(const char* name, int limit, int capacity,
   }
   *out_count = count;
   return NULL;
+}
+
+bool tpu_env_log_enabled(const char* what) {
+  size_t n = strlen(what);
+  for (const char* p = tpu_env_get("TORCHTPU_LOG"); p && *p;) {
+    while (*p == ' ' || *p == ',') p++;
+    size_t m = strcspn(p, ", ");
+    if (m == n && strncmp(p, what, n) == 0) return true;
+    p += m;
+  }
+  return false;
 }

@@ -5,6 +5,7 @@
 #ifndef TORCHTPU_CORE_ENV_H_
 #define TORCHTPU_CORE_ENV_H_
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -30,6 +31,8 @@ const tpu_env_var_t* tpu_env_find(const char* name);
  * Reading a name missing from the registry is a programming error and
  * returns "". */
 const char* tpu_env_get(const char* name);
+/* Whether `what` is one of TORCHTPU_LOG's comma-separated items. */
+bool tpu_env_log_enabled(const char* what);
 /* Parses tpu_env_get(name) as a decimal integer; `fallback` when it is not
  * one. */
 int64_t tpu_env_get_int(const char* name, int64_t fallback);

@@ -65,5 +65,17 @@ static void test_index_list(void) {
     CHECK_EQ(parse_visible(bad[i], idx), -1);
 }
 
-TPU_TEST_MAIN(TPU_TEST(test_registry_lookup), TPU_TEST(test_defaults_and_parsing),
+static void test_log_items(void) {
+  setenv("TORCHTPU_LOG", "recompiles, programs", 1);
+  CHECK(tpu_env_log_enabled("programs"));
+  CHECK(tpu_env_log_enabled("recompiles"));
+  CHECK(!tpu_env_log_enabled("program"));
+  CHECK(!tpu_env_log_enabled("compiles"));
+  setenv("TORCHTPU_LOG", "programsx", 1);
+  CHECK(!tpu_env_log_enabled("programs"));
+  unsetenv("TORCHTPU_LOG");
+  CHECK(!tpu_env_log_enabled("programs"));
+}
+
+TPU_TEST_MAIN(TPU_TEST(test_registry_lookup), TPU_TEST(test_log_items), TPU_TEST(test_defaults_and_parsing),
               TPU_TEST(test_index_list))

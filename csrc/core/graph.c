@@ -89,6 +89,10 @@ tpu_status_t tpu_graph_create(const tpu_hlo_type_t* input_types, int num_inputs,
   return NULL;
 }
 
+void tpu_graph_set_precision(tpu_graph_t* g, tpu_hlo_precision_t precision) {
+  if (g) tpu_hlo_builder_set_precision(g->b, precision);
+}
+
 void tpu_graph_destroy(tpu_graph_t* g) {
   if (!g) return;
   tpu_hlo_builder_destroy(g->b);

@@ -58,6 +58,10 @@ tpu_status_t tpu_graph_create(const tpu_hlo_type_t* input_types, int num_inputs,
                               tpu_graph_t** out_graph);
 void tpu_graph_destroy(tpu_graph_t* graph); /* NULL is fine */
 
+/* Precision of the float32 products of nodes added from now on (the eager
+ * engine's, see tpu_hlo_builder_set_precision). */
+void tpu_graph_set_precision(tpu_graph_t* graph, tpu_hlo_precision_t precision);
+
 /* Whether the table row for `op_name` ("aten::bernoulli.p") draws random
  * bits (the graph then needs with_rng), and whether the table has it. */
 bool tpu_graph_op_supported(const char* op_name);

@@ -203,6 +203,9 @@ tpu_status_t tpu_program_get(const char* mlir, size_t mlir_len,
   /* Load or compile outside the lock: compiles take milliseconds to
    * seconds. Threads racing on one text meet at the disk cache's key lock
    * (one compiles, the others load); the loser's copy is dropped below. */
+  if (tpu_env_log_enabled("programs"))
+    fprintf(stderr, "torchtpu: program %016llx:\n%.*s\n", (unsigned long long)hash, (int)mlir_len,
+            mlir);
   tpu_compile_options_t options = tpu_program_compile_options(client);
   tpu_executable_t* executable = NULL;
   TPU_RETURN_IF_ERROR(

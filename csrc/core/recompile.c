@@ -22,8 +22,7 @@ static seen_t* g_seen;
 bool tpu_recompile_logging(void) {
   static int enabled = -1;
   if (enabled < 0) {
-    const char* v = tpu_env_get("TORCHTPU_LOG");
-    enabled = v && strstr(v, "recompiles") != NULL;
+    enabled = tpu_env_log_enabled("recompiles");
   }
   return enabled == 1;
 }

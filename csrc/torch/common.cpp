@@ -3,6 +3,7 @@
 #include <atomic>
 #include <mutex>
 
+#include <ATen/Context.h>
 #include <c10/core/Allocator.h>
 #include <c10/core/StorageImpl.h>
 
@@ -11,6 +12,31 @@ extern "C" {
 }
 
 namespace torchtpu {
+
+namespace {
+// Process-wide like PyTorch's own setting (which is not per thread either).
+std::atomic<int> g_precision_override{TPU_HLO_PRECISION_UNSET};
+}  // namespace
+
+tpu_hlo_precision_t matmul_precision() {
+  int o = g_precision_override.load(std::memory_order_relaxed);
+  if (o != TPU_HLO_PRECISION_UNSET) return static_cast<tpu_hlo_precision_t>(o);
+  switch (at::globalContext().float32MatmulPrecision()) {
+    case at::Float32MatmulPrecision::HIGHEST: return TPU_HLO_PRECISION_HIGHEST;
+    case at::Float32MatmulPrecision::HIGH: return TPU_HLO_PRECISION_HIGH;
+    case at::Float32MatmulPrecision::MEDIUM: return TPU_HLO_PRECISION_DEFAULT;
+  }
+  return TPU_HLO_PRECISION_HIGHEST;
+}
+
+tpu_hlo_precision_t precision_override() {
+  return static_cast<tpu_hlo_precision_t>(g_precision_override.load(std::memory_order_relaxed));
+}
+
+void set_precision_override(tpu_hlo_precision_t precision) {
+  g_precision_override.store(precision, std::memory_order_relaxed);
+}
+
 
 namespace {
 std::mutex g_path_lock;

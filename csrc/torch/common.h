@@ -13,6 +13,7 @@
 
 extern "C" {
 #include "core/dtype.h"
+#include "core/hlo/builder.h"
 #include "core/status.h"
 #include "core/storage.h"
 }
@@ -48,6 +49,15 @@ void check_not_forked();
 // The plugin path Python found (installed xla-cpu-pjrt); may be empty.
 void set_default_plugin_path(const std::string& path);
 std::string default_plugin_path();
+
+// Precision of float32 products for the programs built now: the override
+// of torch.tpu.precision(...) if one is active, else PyTorch's
+// torch.set_float32_matmul_precision ("highest" -> HIGHEST, "high" -> HIGH,
+// "medium" -> DEFAULT). Read per op: it is part of every program's key.
+tpu_hlo_precision_t matmul_precision();
+// TPU_HLO_PRECISION_UNSET clears the override.
+void set_precision_override(tpu_hlo_precision_t precision);
+tpu_hlo_precision_t precision_override();
 
 // The calling thread's current tpu device index.
 c10::DeviceIndex current_device();

@@ -565,6 +565,7 @@ struct CallBuilder {
     // DeferAndFuse records the op in the device's run instead.
     c.defer = mode == EagerMode::kDeferAndFuse;
     c.state = process_state();
+    c.precision = matmul_precision();
     return c;
   }
 };

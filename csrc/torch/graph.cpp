@@ -115,6 +115,7 @@ class Graph {
     auto types = types_of(inputs);
     tpu_status_t s = tpu_graph_create(types.data(), static_cast<int>(types.size()), with_rng, &g_);
     if (s) raise(s, "creating a graph");
+    tpu_graph_set_precision(g_, matmul_precision());
   }
   ~Graph() { tpu_graph_destroy(g_); }
 

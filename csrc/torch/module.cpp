@@ -206,6 +206,14 @@ PYBIND11_MODULE(_C, m) {
   m.def("_devices_info", &devices_info);
   m.def("_probe_plugin", &probe_plugin);
   m.def("_memory_stats", &memory_stats);
+  // 0 unset (override only), 1 DEFAULT, 2 HIGH, 3 HIGHEST: tpu_hlo_precision_t.
+  m.def("_matmul_precision", []() { return static_cast<int>(torchtpu::matmul_precision()); });
+  m.def("_precision_override", []() { return static_cast<int>(torchtpu::precision_override()); });
+  m.def("_set_precision_override", [](int p) {
+    if (p < TPU_HLO_PRECISION_UNSET || p > TPU_HLO_PRECISION_HIGHEST)
+      throw py::value_error("precision code out of range");
+    torchtpu::set_precision_override(static_cast<tpu_hlo_precision_t>(p));
+  });
   m.def("_mem_get_info", [](int device) {
     torchtpu::ensure_runtime();
     int64_t free_bytes = 0, total = 0;

@@ -74,6 +74,7 @@ struct tpu_hlo_builder_s {
   int num_plain_ops, cap_plain_ops;
   int* operand_list;     /* value indices */
   int num_operand_list, cap_operand_list;
+  tpu_hlo_precision_t precision; /* of dot_general / convolution */
 };
 
 static const tpu_hlo_value_t kInvalid = {-1};
@@ -407,6 +408,28 @@ oom:
                          "tpu_hlo_builder_create: out of host memory");
 }
 
+void tpu_hlo_builder_set_precision(tpu_hlo_builder_t* b, tpu_hlo_precision_t precision) {
+  if (b) b->precision = precision;
+}
+
+/* attrs with the builder's precision_config appended when `name` is an op
+ * that multiplies (one attribute for both operands: PyTorch has one knob).
+ * Returns attrs itself when nothing is added, else `buf`. */
+static const char* with_precision(tpu_hlo_builder_t* b, const char* name,
+                                  const char* attrs, char* buf, size_t cap) {
+  static const char* const kNames[] = {"", "DEFAULT", "HIGH", "HIGHEST"};
+  if (b->precision <= TPU_HLO_PRECISION_UNSET || b->precision > TPU_HLO_PRECISION_HIGHEST ||
+      (strcmp(name, "stablehlo.dot_general") != 0 && strcmp(name, "stablehlo.convolution") != 0))
+    return attrs;
+  const char* p = kNames[b->precision];
+  int n = snprintf(buf, cap,
+                   "%s%sprecision_config = [#stablehlo<precision %s>, #stablehlo<precision %s>]",
+                   attrs ? attrs : "", attrs && *attrs ? ", " : "", p, p);
+  if (n < 0 || (size_t)n >= cap)
+    tpu_hlo_fail_(b, TPU_STATUS_INTERNAL, "HLO builder: %s attributes too long", name);
+  return buf;
+}
+
 void tpu_hlo_builder_destroy(tpu_hlo_builder_t* b) {
   if (!b) return;
   for (int i = 0; i < b->num_frames; i++) frame_free(&b->frames[i]);
@@ -519,6 +542,9 @@ void tpu_hlo_op_multi(tpu_hlo_builder_t* b, const char* name,
                       const char* attrs, tpu_hlo_value_t* out_results) {
   fill_invalid(out_results, num_results);
   if (!tpu_hlo_ok_(b) || !check_op_name(b, name)) return;
+  char attrs_buf[4096];
+  attrs = with_precision(b, name, attrs, attrs_buf, sizeof attrs_buf);
+  if (!tpu_hlo_ok_(b)) return;
   frame_t* f = op_frame(b, name);
   if (!f || !check_results(b, name, result_types, num_results)) return;
   tpu_strbuf_t names = {0}, types = {0};

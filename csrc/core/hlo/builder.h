@@ -46,6 +46,19 @@ void tpu_hlo_type_print(const tpu_hlo_type_t* type, char* out, size_t cap);
 tpu_status_t tpu_hlo_builder_create(tpu_hlo_builder_t** out_builder);
 void tpu_hlo_builder_destroy(tpu_hlo_builder_t* builder); /* NULL is fine */
 
+/* The precision of float32 products: StableHLO's precision_config, put on
+ * every stablehlo.dot_general and stablehlo.convolution the builder emits
+ * from now on. A TPU computes DEFAULT as one bfloat16 pass, HIGH as three,
+ * HIGHEST as six (float32-exact); CPU and GPU plugins compute float32 in
+ * every case. UNSET (a new builder) emits no attribute: XLA's default. */
+typedef enum tpu_hlo_precision_e {
+  TPU_HLO_PRECISION_UNSET = 0,
+  TPU_HLO_PRECISION_DEFAULT, /* torch.set_float32_matmul_precision("medium") */
+  TPU_HLO_PRECISION_HIGH,    /* "high" */
+  TPU_HLO_PRECISION_HIGHEST, /* "highest", PyTorch's default */
+} tpu_hlo_precision_t;
+void tpu_hlo_builder_set_precision(tpu_hlo_builder_t* b, tpu_hlo_precision_t precision);
+
 /* Appends a parameter of @main. `attrs` is an attribute-dict body or NULL,
  * e.g. "tf.aliasing_output = 0 : i32" to donate it to output 0. Arguments
  * must all be added before the first op. */

@@ -916,7 +916,42 @@ static void test_error_structure(void) {
   tpu_hlo_builder_destroy(NULL);
 }
 
-TPU_TEST_MAIN(TPU_TEST(test_golden_add), TPU_TEST(test_golden_reduce),
+/* Precision: set on dot_general and convolution only, appended to their
+ * attributes (or alone); unset emits nothing. */
+static void test_precision_config(void) {
+  tpu_hlo_builder_t* b;
+  CHECK_OK(tpu_hlo_builder_create(&b));
+  tpu_hlo_type_t m = t2(TPU_DTYPE_FLOAT32, 2, 2);
+  tpu_hlo_value_t x = tpu_hlo_arg(b, m, NULL);
+  const char* dims = "dot_dimension_numbers = #stablehlo.dot<lhs_contracting_dimensions = [1], "
+                     "rhs_contracting_dimensions = [0]>";
+  tpu_hlo_value_t xx[2] = {x, x};
+  tpu_hlo_value_t d0 = tpu_hlo_op(b, "stablehlo.dot_general", xx, 2, m, dims);
+  tpu_hlo_builder_set_precision(b, TPU_HLO_PRECISION_HIGH);
+  tpu_hlo_value_t n = tpu_hlo_op(b, "stablehlo.negate", &d0, 1, m, NULL);
+  tpu_hlo_value_t nn[2] = {n, n};
+  tpu_hlo_value_t d1 = tpu_hlo_op(b, "stablehlo.dot_general", nn, 2, m, dims);
+  tpu_hlo_builder_set_precision(b, TPU_HLO_PRECISION_DEFAULT);
+  tpu_hlo_value_t d1d1[2] = {d1, d1};
+  tpu_hlo_value_t d2 = tpu_hlo_op(b, "stablehlo.dot_general", d1d1, 2, m, dims);
+  tpu_hlo_return(b, &d2, 1);
+  char* text = finish_text(b);
+  CHECK(text != NULL);
+  const char* first = strstr(text, "stablehlo.dot_general");
+  CHECK(first != NULL);
+  const char* eol = strchr(first, '\n');
+  CHECK(eol && !memmem(first, (size_t)(eol - first), "precision_config", 16));
+  const char* neg = strstr(text, "stablehlo.negate");
+  CHECK(neg && !memmem(neg, strcspn(neg, "\n"), "precision", 9));
+  CHECK_STR_CONTAINS(text, "rhs_contracting_dimensions = [0]>, precision_config = "
+                           "[#stablehlo<precision HIGH>, #stablehlo<precision HIGH>]");
+  CHECK_STR_CONTAINS(text, "precision_config = [#stablehlo<precision DEFAULT>, "
+                           "#stablehlo<precision DEFAULT>]");
+  free(text);
+  tpu_hlo_builder_destroy(b);
+}
+
+TPU_TEST_MAIN(TPU_TEST(test_golden_add), TPU_TEST(test_precision_config), TPU_TEST(test_golden_reduce),
               TPU_TEST(test_value_used),
               TPU_TEST(test_golden_sort_multi_result),
               TPU_TEST(test_golden_nested_regions), TPU_TEST(test_type_print),

@@ -1,0 +1,160 @@
+"""Float32 matmul precision: torch.set_float32_matmul_precision and
+torch.tpu.precision become StableHLO precision_config on every dot_general
+and convolution, in eager, deferred and compiled programs, and a precision
+change compiles a new program instead of reusing one built under another.
+The CPU plugin computes float32 at every precision, so results are compared
+with CPU as usual and the attribute is read from the programs' text
+(TORCHTPU_LOG=programs)."""
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import torchtpu
+
+ATTR = re.compile(r"precision_config = \[#stablehlo<precision (\w+)>, #stablehlo<precision (\w+)>\]")
+
+
+@pytest.fixture(autouse=True)
+def _restore_precision():
+    saved = torch.get_float32_matmul_precision()
+    yield
+    torch.set_float32_matmul_precision(saved)
+
+
+def _programs(code, mode="strict"):
+    """Runs `code` in a fresh interpreter with TORCHTPU_LOG=programs; returns
+    (stdout, [(op line, precision) for every dot_general/convolution])."""
+    env = dict(os.environ, TORCHTPU_LOG="programs", TORCHTPU_EAGER_MODE=mode)
+    env.pop("TORCHTPU_CACHE_DIR", None)
+    r = subprocess.run([sys.executable, "-c", "import torch, torchtpu\n" + code], env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    found = []
+    for line in r.stderr.splitlines():
+        if "stablehlo.dot_general" in line or "stablehlo.convolution" in line:
+            m = ATTR.search(line)
+            found.append(("convolution" if "convolution" in line else "dot_general",
+                          m.group(1) if m else None))
+            if m:
+                assert m.group(1) == m.group(2), line
+    return r.stdout, found
+
+
+# Each block computes on tpu and on CPU and asserts they agree.
+EAGER = r"""
+import torch.nn.functional as F
+torch.manual_seed(0)
+x, w = torch.randn(6, 8), torch.randn(8, 5)
+img, k = torch.randn(2, 3, 8, 8), torch.randn(4, 3, 3, 3)
+a, b = torch.randn(3, 4, 5), torch.randn(3, 5, 2)
+def work(d):
+    return [x.to(d) @ w.to(d), F.conv2d(img.to(d), k.to(d), padding=1),
+            torch.bmm(a.to(d), b.to(d)), torch.einsum("bij,bjk->bik", a.to(d), b.to(d))]
+for p in %r:
+    torch.set_float32_matmul_precision(p)
+    for g, r in zip(work("tpu"), work("cpu")):
+        torch.testing.assert_close(g.cpu(), r, rtol=1e-4, atol=1e-4)
+    print("ran", p, flush=True)
+"""
+
+
+@pytest.mark.parametrize("mode", ["strict", "defer_and_fuse"])
+def test_eager_programs_carry_the_precision_of_each_setting(mode):
+    _, found = _programs(EAGER % (["highest", "high", "medium"],), mode)
+    kinds = {k for k, _ in found}
+    assert kinds == {"dot_general", "convolution"}, found
+    assert None not in {p for _, p in found}, found
+    # every setting produced its own programs (no reuse across settings)
+    assert {p for _, p in found} == {"HIGHEST", "HIGH", "DEFAULT"}, found
+    for kind in kinds:
+        assert {p for k, p in found if k == kind} == {"HIGHEST", "HIGH", "DEFAULT"}, (kind, found)
+
+
+def test_precision_change_compiles_a_new_eager_program_and_a_return_reuses_it():
+    x = torch.randn(16, 16, device="tpu")
+    torch.set_float32_matmul_precision("highest")
+    want = (x.cpu() @ x.cpu())
+    (x @ x).cpu()
+
+    def misses():
+        return torchtpu.metrics.metrics().get("eager_cache_misses", 0)
+
+    m0 = misses()
+    torch.testing.assert_close((x @ x).cpu(), want)
+    assert misses() == m0  # same setting: the cached program
+    torch.set_float32_matmul_precision("high")
+    torch.testing.assert_close((x @ x).cpu(), want, rtol=1e-4, atol=1e-4)
+    assert misses() == m0 + 1  # a new program for the new precision
+    torch.set_float32_matmul_precision("medium")
+    (x @ x).cpu()
+    assert misses() == m0 + 2
+    torch.set_float32_matmul_precision("high")
+    (x @ x).cpu()
+    assert misses() == m0 + 2  # back to "high": its program again
+
+
+def test_tpu_precision_context_overrides_for_tpu_only_and_nests():
+    torch.set_float32_matmul_precision("highest")
+    assert torch.tpu.get_precision() == "highest"
+    with torch.tpu.precision("medium"):
+        assert torch.tpu.get_precision() == "medium"
+        assert torch.get_float32_matmul_precision() == "highest"  # CPU's is untouched
+        with torch.tpu.precision("high"):
+            assert torch.tpu.get_precision() == "high"
+            torch.set_float32_matmul_precision("medium")  # the override still wins
+            assert torch.tpu.get_precision() == "high"
+        assert torch.tpu.get_precision() == "medium"
+    assert torch.tpu.get_precision() == "medium"  # PyTorch's setting from inside
+    torch.set_float32_matmul_precision("high")
+    assert torch.tpu.get_precision() == "high"
+    with pytest.raises(ValueError, match="'fast' is not one of"):
+        torch.tpu.precision("fast")
+    with pytest.raises(RuntimeError):
+        with torch.tpu.precision("medium"):
+            raise RuntimeError("boom")
+    assert torch.tpu.get_precision() == "high"  # restored on an exception
+
+
+def test_context_precision_reaches_the_program():
+    _, found = _programs(r"""
+x = torch.randn(4, 4, device="tpu")
+torch.set_float32_matmul_precision("highest")
+with torch.tpu.precision("medium"):
+    (x @ x).cpu()
+(x @ x + 1).cpu()
+""")
+    assert [p for _, p in found] == ["DEFAULT", "HIGHEST"], found
+
+
+COMPILED = r"""
+torch.manual_seed(0)
+m = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.Flatten(), torch.nn.Linear(4 * 6 * 6, 5))
+x = torch.randn(2, 3, 8, 8)
+want = m(x)
+mt = m.to("tpu")
+f = torch.compile(mt, backend="tpu")
+torch.set_float32_matmul_precision("high")
+torch.testing.assert_close(f(x.to("tpu")).cpu(), want, rtol=1e-4, atol=1e-4)
+torch.set_float32_matmul_precision("medium")
+torch.testing.assert_close(f(x.to("tpu")).cpu(), want, rtol=1e-4, atol=1e-4)
+torch.set_float32_matmul_precision("high")
+torch.testing.assert_close(f(x.to("tpu")).cpu(), want, rtol=1e-4, atol=1e-4)
+import torchtpu.metrics as M
+print("variants", M.metrics().get("compile_precision_variants", 0))
+"""
+
+
+def test_compiled_graph_follows_a_precision_change_dynamo_cannot_see():
+    # "high" -> "medium" leaves Dynamo's global-state guard (allow_tf32)
+    # unchanged, so the same compiled graph is called: it must switch
+    # programs itself.
+    out, found = _programs(COMPILED)
+    assert "variants 1" in out, out
+    assert {k for k, _ in found} == {"dot_general", "convolution"}, found
+    precisions = [p for _, p in found]
+    assert "HIGH" in precisions and "DEFAULT" in precisions, found
+    assert None not in precisions, found
