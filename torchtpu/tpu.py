@@ -159,6 +159,7 @@ def memory_stats(device=None):
         "reserved_bytes.all.current": s["allocated_bytes"],
         "reserved_bytes.all.peak": s["peak_allocated_bytes"],
         "allocation.all.current": s["live_allocations"],
+        "allocation.all.peak": s["peak_live_allocations"],
         "allocation.all.allocated": s["num_allocs"],
         "allocation.all.freed": s["num_frees"],
         "num_alloc_retries": 0,
@@ -391,3 +392,8 @@ class StreamContext:
 
 def stream(stream):
     return StreamContext(stream)
+
+
+# ---- memory summary and snapshots (torch.tpu.memory) -------------------------
+from . import memory  # noqa: E402
+from .memory import memory_snapshot, memory_summary  # noqa: E402,F401

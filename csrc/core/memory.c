@@ -17,6 +17,8 @@ static void record_alloc_locked(tpu_memory_stats_t* s, size_t nbytes) {
   s->live_allocations++;
   if (s->allocated_bytes > s->peak_allocated_bytes)
     s->peak_allocated_bytes = s->allocated_bytes;
+  if (s->live_allocations > s->peak_live_allocations)
+    s->peak_live_allocations = s->live_allocations;
 }
 
 void tpu_memory_record_alloc(int device, size_t nbytes) {
@@ -78,6 +80,7 @@ void tpu_memory_reset_peak(int device) {
   if (!valid(device)) return;
   pthread_mutex_lock(&g_lock);
   g_stats[device].peak_allocated_bytes = g_stats[device].allocated_bytes;
+  g_stats[device].peak_live_allocations = g_stats[device].live_allocations;
   pthread_mutex_unlock(&g_lock);
 }
 

@@ -22,6 +22,7 @@ typedef struct tpu_memory_stats_s {
   int64_t num_allocs;
   int64_t num_frees;
   int64_t live_allocations;
+  int64_t peak_live_allocations; /* since start or the last reset_peak */
   int64_t num_ooms; /* allocations refused for want of capacity */
 } tpu_memory_stats_t;
 

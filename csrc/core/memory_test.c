@@ -15,9 +15,11 @@ static void test_alloc_free_peak(void) {
   CHECK_EQ(s.num_allocs, 2);
   CHECK_EQ(s.num_frees, 1);
   CHECK_EQ(s.live_allocations, 1);
+  CHECK_EQ(s.peak_live_allocations, 2);
   tpu_memory_reset_peak(3);
   tpu_memory_stats_get(3, &s);
   CHECK_EQ(s.peak_allocated_bytes, 50);
+  CHECK_EQ(s.peak_live_allocations, 1);
   tpu_memory_reset_accumulated(3);
   tpu_memory_stats_get(3, &s);
   CHECK_EQ(s.num_allocs, 0);

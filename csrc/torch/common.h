@@ -78,6 +78,8 @@ tpu_storage_t* storage_of(const c10::Storage& storage);
 
 // The allocator's deleter, to recognise our DataPtrs.
 void delete_storage(void* ctx);
+// torch.tpu.memory._record_memory_history / _snapshot (allocator.cpp).
+void record_memory_history(bool enabled, size_t max_entries);
 
 // Replaces `storage`'s bytes with a fresh allocation of `nbytes`, keeping the
 // common prefix (used by resize_ and set_ when a storage must grow).

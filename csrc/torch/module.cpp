@@ -11,6 +11,10 @@
 
 #include "common.h"
 
+namespace torchtpu {
+pybind11::tuple memory_snapshot(int num_devices);  // allocator.cpp
+}
+
 extern "C" {
 #include "core/defer.h"
 #include "core/diskcache.h"
@@ -157,6 +161,7 @@ py::dict memory_stats(int device) {
   d["num_allocs"] = s.num_allocs;
   d["num_frees"] = s.num_frees;
   d["live_allocations"] = s.live_allocations;
+  d["peak_live_allocations"] = s.peak_live_allocations;
   d["num_ooms"] = s.num_ooms;
   return d;
 }
@@ -213,6 +218,10 @@ PYBIND11_MODULE(_C, m) {
     if (p < TPU_HLO_PRECISION_UNSET || p > TPU_HLO_PRECISION_HIGHEST)
       throw py::value_error("precision code out of range");
     torchtpu::set_precision_override(static_cast<tpu_hlo_precision_t>(p));
+  });
+  m.def("_record_memory_history", &torchtpu::record_memory_history);
+  m.def("_memory_snapshot", [](int num_devices) {
+    return torchtpu::memory_snapshot(num_devices);
   });
   m.def("_mem_get_info", [](int device) {
     torchtpu::ensure_runtime();
