@@ -73,6 +73,7 @@ def test_accelerate_loop_trains_on_tpu_like_cpu():
     acc = tpu["acc"]
     assert tpu["device"] == torch.device("tpu", 0) and cpu["device"] == torch.device("cpu")
     assert acc.distributed_type == DistributedType.NO and acc.num_processes == 1
+    assert not accelerate.utils.is_torch_xla_available()  # we are not torch_xla
     assert tpu["placed"] == {acc.device} and tpu["same_params"]
     assert tpu["batch_device"] == acc.device  # the prepared loader places batches
     assert {p.device for p in tpu["model"].parameters()} == {acc.device}
