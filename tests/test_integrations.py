@@ -252,6 +252,18 @@ def test_unknown_versions_warn_and_still_patch(monkeypatch):
         _transformers.install()
 
 
+def test_a_failing_patch_warns_instead_of_raising(monkeypatch):
+    import torchtpu.integrations as integrations
+
+    def broken():
+        raise AttributeError("PartialState has no default_device")
+
+    monkeypatch.setattr(integrations, "_applied", set())
+    monkeypatch.setattr(_accelerate, "install", broken)
+    with pytest.warns(UserWarning, match="could not integrate with accelerate: AttributeError"):
+        integrations._apply("accelerate.state")
+
+
 def test_known_versions_install_silently():
     with warnings.catch_warnings():
         warnings.simplefilter("error")

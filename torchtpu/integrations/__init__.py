@@ -45,7 +45,7 @@ def _apply(name):
     try:
         mod.install()
     except Exception as e:  # a library change must not break `import torchtpu`
-        warnings.warn(f"torchtpu: could not integrate with {name.partition(".")[0]}: {e!r}; "
+        warnings.warn(f"torchtpu: could not integrate with {name.partition('.')[0]}: {e!r}; "
                       f"it may not place work on the tpu device", stacklevel=2)
 
 
