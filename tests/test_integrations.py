@@ -5,7 +5,6 @@ library versions warn; the import hook works in either import order and
 importing torchtpu alone imports neither library."""
 import os
 import sys
-import tempfile
 import warnings
 
 import pytest
