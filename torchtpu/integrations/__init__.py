@@ -17,10 +17,16 @@ import importlib.util
 import sys
 import warnings
 
-# library top-level name -> our module that patches it (relative name).
+# module that holds a library's patched points -> our module that patches it
+# (relative name). The key is that submodule, not the top-level package: with
+# autoload, `import accelerate` imports torch, hence torchtpu, halfway through
+# accelerate/__init__.py, when the package is in sys.modules but its submodules
+# are not yet; patching then would import them out of order (a circular-import
+# error that breaks `import accelerate`). The submodule is only in sys.modules
+# once the library has reached it, so the finder patches it right after it runs.
 _PATCHERS = {
-    "accelerate": "._accelerate",
-    "transformers": "._transformers",
+    "accelerate.state": "._accelerate",
+    "transformers.utils.import_utils": "._transformers",
     "torchtitan": "._torchtitan",
 }
 _applied = set()
@@ -39,7 +45,7 @@ def _apply(name):
     try:
         mod.install()
     except Exception as e:  # a library change must not break `import torchtpu`
-        warnings.warn(f"torchtpu: could not integrate with {name}: {e!r}; "
+        warnings.warn(f"torchtpu: could not integrate with {name.partition('.')[0]}: {e!r}; "
                       f"it may not place work on the tpu device", stacklevel=2)
 
 
@@ -56,8 +62,8 @@ def check_version(name, module, known):
 
 
 class _Finder(importlib.abc.MetaPathFinder):
-    """Wraps the loader of a patched library's top-level module so the patch
-    runs right after the library finishes importing."""
+    """Wraps the loader of a module named in _PATCHERS so the patch runs
+    right after that module finishes importing."""
 
     def find_spec(self, fullname, path, target=None):
         if fullname not in _PATCHERS or fullname in _applied:
