@@ -141,3 +141,101 @@ def test_execution_out_of_memory_names_the_op_and_keeps_earlier_writes():
         assert "aten::topk" in str(e)
     assert v.cpu().tolist() == [2.0, 2.0, 2.0]
     assert (x[:4] * 0 + 1).cpu().tolist() == [1.0] * 4
+
+
+def _settle():
+    for _ in range(3):
+        gc.collect()
+    torch.tpu.synchronize()
+
+
+def test_memory_summary_reports_the_accounting():
+    import re
+    _settle()
+    x = torch.empty(3 * 1024 * 1024 // 4, device="tpu")  # 3 MiB
+    s = torch.tpu.memory_stats()
+    text = torch.tpu.memory_summary()
+    assert torch.tpu.memory.memory_summary is torch.tpu.memory_summary
+
+    def cells(name):
+        line = next(l for l in text.splitlines() if l.startswith(f"| {name}"))
+        return [c.strip() for c in line.strip("|").split("|")[1:]]
+
+    def mib(cell):
+        v, unit = cell.split()
+        return float(v) * {"B": 1 / 2**20, "KiB": 1 / 1024, "MiB": 1, "GiB": 1024}[unit]
+
+    cur, peak, tot_alloc, tot_freed = cells("Allocated memory")
+    assert abs(mib(cur) - s["allocated_bytes.all.current"] / 2**20) < 0.06
+    assert abs(mib(peak) - s["allocated_bytes.all.peak"] / 2**20) < 0.06
+    assert int(cells("Allocations")[0]) == s["allocation.all.current"]
+    assert int(cells("Allocations")[1]) == s["allocation.all.peak"] >= s["allocation.all.current"]
+    free, total = torch.tpu.mem_get_info()
+    line = next(l for l in text.splitlines() if "Device free / total" in l)
+    got_free, got_total = [mib(p.strip(" |")) for p in line.split("|")[2].split("/")]
+    # (printed with one decimal: within half of its last digit)
+    assert abs(got_free - free / 2**20) <= max(0.06, free / 2**20 * 3e-3)
+    assert abs(got_total - total / 2**20) <= max(0.06, total / 2**20 * 3e-3)
+    del x
+    _settle()
+    after = torch.tpu.memory_summary(abbreviated=True)
+    assert "Largest live allocations" not in after
+    assert re.search(r"Allocated memory", after)
+    with pytest.raises(ValueError):
+        torch.tpu.memory_summary(device="cpu")
+
+
+def test_memory_history_snapshot_has_stacks_and_is_viewable():
+    from torch.cuda import _memory_viz
+    _settle()
+
+    def make_weights():
+        return torch.randn(256, 512, device="tpu")  # 512 KiB
+
+    torch.tpu.memory._record_memory_history(max_entries=1000)
+    try:
+        w = make_weights()
+        tmp = w * 2
+        addr_tmp = tmp.untyped_storage().data_ptr()
+        del tmp
+        _settle()
+        snap = torch.tpu.memory._snapshot()
+    finally:
+        torch.tpu.memory._record_memory_history(enabled=None)
+    # the live weights are a segment whose frames name the function
+    seg = next(g for g in snap["segments"] if g["address"] == w.untyped_storage().data_ptr())
+    assert seg["total_size"] == w.untyped_storage().nbytes() == 256 * 512 * 4
+    assert seg["blocks"][0]["state"] == "active_allocated"
+    assert any(f["name"] == "make_weights" for f in seg["frames"]), seg["frames"]
+    # the trace: the temporary was allocated and freed, with this file's frames
+    trace = snap["device_traces"][0]
+    acts = [(e["action"], e["size"]) for e in trace if e["addr"] == addr_tmp]
+    assert ("alloc", 256 * 512 * 4) in acts and ("free_completed", 256 * 512 * 4) in acts, acts
+    assert all(any(f["filename"] == __file__ for f in e["frames"]) for e in trace
+               if e["addr"] == addr_tmp)
+    # every live segment is counted by the accounting, and vice versa
+    live = sum(g["total_size"] for g in snap["segments"] if g["device"] == 0)
+    assert live == torch.tpu.memory_allocated(0)
+    assert len([g for g in snap["segments"] if g["device"] == 0]) == \
+        torch.tpu.memory_stats(0)["allocation.all.current"]
+    # PyTorch's viewer reads it
+    assert "<html" in _memory_viz.trace_plot(snap).lower()
+    assert "<html" in _memory_viz.segment_plot(snap).lower()
+    # off: nothing more is traced
+    n = len(torch.tpu.memory._snapshot()["device_traces"][0])
+    assert n == 0
+    x = torch.ones(8, device="tpu")
+    assert torch.tpu.memory._snapshot()["device_traces"][0] == []
+    del x
+    with pytest.raises(ValueError, match="enabled"):
+        torch.tpu.memory._record_memory_history(enabled="yes")
+
+
+def test_dump_snapshot_pickles_the_snapshot(tmp_path):
+    import pickle
+    x = torch.ones(1000, device="tpu")
+    path = tmp_path / "snap.pickle"
+    torch.tpu.memory._dump_snapshot(str(path))
+    with open(path, "rb") as f:
+        snap = pickle.load(f)
+    assert any(g["address"] == x.untyped_storage().data_ptr() for g in snap["segments"])
