@@ -158,3 +158,25 @@ def test_compiled_graph_follows_a_precision_change_dynamo_cannot_see():
     precisions = [p for _, p in found]
     assert "HIGH" in precisions and "DEFAULT" in precisions, found
     assert None not in precisions, found
+
+
+def test_one_deferred_run_keeps_each_ops_precision():
+    # A precision change inside a defer_and_fuse run does not flush it: the
+    # fused program holds each op's own module, with the precision it was
+    # recorded under.
+    out, found = _programs(r"""
+import torchtpu
+torch.manual_seed(0)
+x = torch.randn(8, 8)
+xt = x.to("tpu")
+torch.tpu.synchronize()
+n0 = torchtpu.metrics.metrics().get("defer_flushes", 0)
+torch.set_float32_matmul_precision("high")
+a = xt @ xt
+torch.set_float32_matmul_precision("medium")
+b = a @ xt
+torch.testing.assert_close(b.cpu(), (x @ x) @ x, rtol=1e-4, atol=1e-4)
+print("flushes", torchtpu.metrics.metrics().get("defer_flushes", 0) - n0)
+""", mode="defer_and_fuse")
+    assert "flushes 1" in out, out
+    assert [p for _, p in found][-2:] == ["HIGH", "DEFAULT"], found
