@@ -131,3 +131,32 @@ print("ok")
     r = run_python(code)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "ok"
+
+
+def test_every_environment_read_goes_through_the_registry_and_is_documented():
+    """The code reads configuration only through csrc/core/env.c's registry
+    (tpu_env_get / _C._env_get / _C._log_enabled), `python -m torchtpu.info`
+    lists every entry, and the README's table names every one."""
+    import pathlib
+    import re
+    from torchtpu import _C
+    root = pathlib.Path(__file__).resolve().parent.parent
+    names = {n for n, *_ in _C._env_vars()}
+    sources = [p for p in list((root / "csrc").rglob("*.c")) + list((root / "csrc").rglob("*.cpp"))
+               if not p.name.endswith("_test.c") and p.name != "env.c"]
+    sources += [p for p in (root / "torchtpu").rglob("*.py") if p.name != "info.py"]
+    bad = []
+    for p in sources:
+        text = p.read_text()
+        for m in re.finditer(r"\bgetenv\(\s*\"(\w+)\"|os\.environ(?:\.get\(|\[)\s*\"(\w+)\"", text):
+            bad.append(f"{p.relative_to(root)}: {m.group(0)}")
+        for m in re.finditer(r"(?:tpu_env_get(?:_int|_index_list)?|_C\._env_get)\(\s*\"(\w+)\"", text):
+            assert m.group(1) in names, f"{p.relative_to(root)} reads {m.group(1)}, not registered"
+    assert not bad, "environment read around the registry:\n" + "\n".join(bad)
+    readme = (root / "README.md").read_text()
+    missing = [n for n in names if f"`{n}`" not in readme]
+    assert not missing, f"README does not document {missing}"
+    import subprocess, sys
+    out = subprocess.run([sys.executable, "-m", "torchtpu.info"], capture_output=True, text=True,
+                         timeout=120).stdout
+    assert all(f"  {n} = " in out for n in names), out[-2000:]

@@ -982,13 +982,13 @@ def _bump(name):
 
 def bound():
     try:
-        return int(os.environ.get("TORCHTPU_BUCKET_MAX", "4096"))
+        return int(_C._env_get("TORCHTPU_BUCKET_MAX"))
     except ValueError:
         return 4096
 
 
 def enabled():
-    return os.environ.get("TORCHTPU_DYNAMIC_BUCKETS", "1") != "0"
+    return _C._env_get("TORCHTPU_DYNAMIC_BUCKETS") != "0"
 
 
 def plan(gm, compile_static):

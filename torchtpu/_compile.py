@@ -19,7 +19,6 @@ change) run one program per size bucket, the padding masked
 new set of concrete shapes is retraced into a static graph and compiled
 once (metric compile_specializations)."""
 import operator
-import os
 import re
 import sys
 import warnings
@@ -37,7 +36,7 @@ def _bump(name, delta=1):
 
 
 def _log_enabled(what):
-    return what in os.environ.get("TORCHTPU_LOG", "").split(",")
+    return _C._log_enabled(what)
 
 
 # Ops indexing self along a dim with an index tensor (self, dim, index, ...):

@@ -36,6 +36,8 @@ import torch
 import torch.fx
 from torch._inductor.output_code import OutputCode
 
+from . import _C
+
 
 class StaleProgramError(RuntimeError):
     """A serialized compiled function or graph was made by another torchtpu
@@ -391,7 +393,7 @@ class Precompiled:
                 _bump("precompile_hits")
                 return aot_fn(*args, **kwargs)
         _bump("precompile_misses")
-        if self._entries and os.environ.get("TORCHTPU_LOG", "").split(",").count("recompiles"):
+        if self._entries and _C._log_enabled("recompiles"):
             import sys
             f_locals = self._entries[-1][0].prepare_f_locals(*args, **kwargs)
             why = self._entries[-1][0]._artifacts.guard_manager.check_verbose(f_locals)

@@ -140,10 +140,10 @@ size_t tpu_diskcache_identity(const tpu_client_t* client, char* out_text,
   tpu_status_free(status);
   /* The plugins read their compiler flags from these (XLA's DebugOptions,
    * libtpu's arguments): an executable compiled under other flags is
-   * another program, so the flags are part of the key. They are the
-   * plugin's variables, not ours, hence getenv rather than the registry. */
-  const char* xla_flags = getenv("XLA_FLAGS");
-  const char* libtpu_args = getenv("LIBTPU_INIT_ARGS");
+   * another program, so the flags are part of the key (the registry lists
+   * them as external variables). */
+  const char* xla_flags = tpu_env_get("XLA_FLAGS");
+  const char* libtpu_args = tpu_env_get("LIBTPU_INIT_ARGS");
   int n = snprintf(out_text, capacity,
                    "platform=%s\nplatform_version=%s\nxla_version=%s\n"
                    "pjrt_api=%d.%d\ndevice_kind=%s\nxla_flags=%s\n"
@@ -622,8 +622,8 @@ static int64_t g_max_bytes;
 /* $XDG_CACHE_HOME/torchtpu, else ~/.cache/torchtpu; NULL when neither is
  * known. */
 static char* default_local_dir(void) {
-  const char* xdg = getenv("XDG_CACHE_HOME");
-  const char* home = getenv("HOME");
+  const char* xdg = tpu_env_get("XDG_CACHE_HOME");
+  const char* home = tpu_env_get("HOME");
   char buffer[4096];
   int n;
   if (xdg && xdg[0] == '/') n = snprintf(buffer, sizeof buffer, "%s/torchtpu", xdg);

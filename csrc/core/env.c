@@ -100,6 +100,41 @@ static const tpu_env_var_t kEnvVars[] = {
      "Testing: answer which dtypes the device holds as this PJRT platform "
      "would ('tpu': no complex128) instead of the plugin's own platform.",
      "experimental"},
+    /* Other programs' variables that torchtpu reads or sets: listed so that
+     * `python -m torchtpu.info` shows everything that changes what we do. */
+    {"LOCAL_RANK", "",
+     "torchrun's: unless TORCHTPU_VISIBLE_DEVICES is set, each thread's "
+     "current device starts as LOCAL_RANK % device_count().",
+     "external"},
+    {"XLA_FLAGS", "",
+     "XLA's compiler flags, read by the plugin; part of the executable cache "
+     "key (entries compiled under other flags are never reused).",
+     "external"},
+    {"LIBTPU_INIT_ARGS", "",
+     "libtpu's flags, read by the plugin; part of the executable cache key.",
+     "external"},
+    {"TPU_SKIP_MDS_QUERY", "",
+     "libtpu's: skip the Cloud metadata query. Set to 1 when libtpu is loaded "
+     "off a Google Cloud VM (where the query would hang), unless already set.",
+     "external"},
+    {"TF_CPP_MIN_LOG_LEVEL", "",
+     "XLA's log level; set to 1 at start-up unless already set (hides XLA's "
+     "INFO lines).",
+     "external"},
+    {"XDG_CACHE_HOME", "",
+     "Where TORCHTPU_CACHE_DIR defaults to ($XDG_CACHE_HOME/torchtpu).",
+     "external"},
+    {"HOME", "",
+     "Without XDG_CACHE_HOME, TORCHTPU_CACHE_DIR defaults to "
+     "$HOME/.cache/torchtpu.",
+     "external"},
+    {"TORCH_DEVICE_BACKEND_AUTOLOAD", "",
+     "PyTorch's: 0 stops `import torch` from loading torchtpu (default 1).",
+     "external"},
+    {"TORCHINDUCTOR_CACHE_DIR", "",
+     "PyTorch's: where AOTAutograd's cache keeps compiled graphs, torchtpu's "
+     "included (default /tmp/torchinductor_$USER).",
+     "external"},
 };
 
 size_t tpu_env_count(void) { return sizeof kEnvVars / sizeof kEnvVars[0]; }

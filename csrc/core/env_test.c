@@ -8,9 +8,13 @@ static void test_registry_lookup(void) {
   CHECK(tpu_env_count() >= 3);
   CHECK(tpu_env_find("TORCHTPU_NUM_DEVICES") != NULL);
   CHECK(tpu_env_find("NOT_OURS") == NULL);
+  CHECK(tpu_env_find("LOCAL_RANK") != NULL && tpu_env_find("XLA_FLAGS") != NULL);
   for (size_t i = 0; i < tpu_env_count(); i++) {
     const tpu_env_var_t* v = tpu_env_at(i);
-    CHECK(strncmp(v->name, "TORCHTPU_", 9) == 0);
+    /* ours are TORCHTPU_*; other programs' are marked external */
+    CHECK(strncmp(v->name, "TORCHTPU_", 9) == 0 || strcmp(v->stability, "external") == 0);
+    CHECK(strcmp(v->stability, "stable") == 0 || strcmp(v->stability, "experimental") == 0 ||
+          strcmp(v->stability, "external") == 0);
     CHECK(strlen(v->meaning) > 10);
   }
 }

@@ -98,10 +98,10 @@ bool tpu_runtime_in_bad_fork(void) { return g_in_bad_fork; }
 
 /* torchrun starts one process per device on a host and tells each its
  * LOCAL_RANK; spreading them over the devices needs no code in the script.
- * Not one of our variables (not in the registry); ignored unless it is a
- * non-negative integer. */
+ * torchrun's variable (an external one in the registry); ignored unless it
+ * is a non-negative integer. */
 static int local_rank_device(int device_count) {
-  const char* text = getenv("LOCAL_RANK");
+  const char* text = tpu_env_get("LOCAL_RANK");
   if (!text || !text[0] || device_count <= 0) return 0;
   char* end = NULL;
   long rank = strtol(text, &end, 10);
@@ -163,7 +163,7 @@ static int64_t device_capacity(tpu_client_t* client, int index) {
 bool tpu_runtime_prepare_plugin_env(const char* plugin_path, const char* dmi_product) {
   const char* base = strrchr(plugin_path, '/');
   base = base ? base + 1 : plugin_path;
-  if (!strstr(base, "libtpu") || getenv("TPU_SKIP_MDS_QUERY")) return false;
+  if (!strstr(base, "libtpu") || tpu_env_get("TPU_SKIP_MDS_QUERY")[0]) return false;
   if (dmi_product && strstr(dmi_product, "Google")) return false; /* a Cloud VM */
   setenv("TPU_SKIP_MDS_QUERY", "1", /*overwrite=*/0);
   return true;

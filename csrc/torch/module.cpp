@@ -244,6 +244,13 @@ PYBIND11_MODULE(_C, m) {
   });
   m.def("_launcher_queued", [] { return tpu_launcher_queued(); });
   m.def("_env_vars", &env_vars);
+  // Python reads configuration through the same registry as the core.
+  m.def("_env_get", [](const std::string& name) {
+    if (!tpu_env_find(name.c_str()))
+      throw py::key_error("torchtpu: " + name + " is not in the environment registry (csrc/core/env.c)");
+    return std::string(tpu_env_get(name.c_str()));
+  });
+  m.def("_log_enabled", [](const std::string& what) { return tpu_env_log_enabled(what.c_str()); });
   m.def("_cache_dirs", [] {  // persistent executable caches; "" = off
     return py::make_tuple(tpu_diskcache_local_dir(), tpu_diskcache_shared_dir(),
                           tpu_diskcache_max_bytes());

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "../env.h"
 #include "internal.h"
 
 #ifndef TPU_DEFAULT_PLUGIN_PATH
@@ -136,7 +137,7 @@ static registry_entry_t* registry_find(const PJRT_Api* api) {
 
 tpu_status_t tpu_plugin_resolve_path(const char* fallback, char* out_path,
                                      size_t out_capacity) {
-  const char* env = getenv("TORCHTPU_PJRT_PLUGIN");
+  const char* env = tpu_env_get("TORCHTPU_PJRT_PLUGIN");
   const char* chosen = NULL;
   if (env && *env) {
     chosen = env;
