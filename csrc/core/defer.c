@@ -14,6 +14,7 @@
 #include "program.h"
 #include "repeat.h"
 #include "runtime.h"
+#include "trace.h"
 
 /* ---- the run ------------------------------------------------------------- */
 
@@ -621,7 +622,13 @@ tpu_status_t tpu_defer_flush(int device, tpu_defer_reason_t reason) {
   pthread_once(&g_once, init_once);
   trace_t* tr = &g_traces[device];
   pthread_mutex_lock(&tr->lock);
+  /* Only runs with ops are worth a span: empty flushes happen at every
+   * host read. */
+  tpu_trace_span_t span = {.kind = TPU_TRACE_NONE};
+  if (tpu_trace_enabled() && tr->num_ops > 0)
+    tpu_trace_begin(&span, TPU_TRACE_FLUSH, tpu_defer_reason_name(reason));
   tpu_status_t s = flush_locked(tr, reason);
+  tpu_trace_end(&span);
   pthread_mutex_unlock(&tr->lock);
   return s;
 }

@@ -279,7 +279,11 @@ static tpu_status_t entry_program(tpu_eager_entry_t* e, tpu_program_t** out) {
   unsigned generation = tpu_program_cache_generation();
   if (!e->program || e->program_generation != generation) {
     tpu_program_t* p = NULL;
-    TPU_RETURN_IF_ERROR(tpu_program_get(e->text, e->text_len, &p));
+    const char* label = tpu_runtime_op_label();
+    tpu_runtime_set_op_label(e->name); /* names the compile in a trace */
+    tpu_status_t s = tpu_program_get(e->text, e->text_len, &p);
+    tpu_runtime_set_op_label(label);
+    TPU_RETURN_IF_ERROR(s);
     e->program = p;
     e->program_generation = generation;
   }
