@@ -96,6 +96,11 @@ void tpu_trace_set_listener(const tpu_trace_listener_t* listener) {
 }
 
 void tpu_trace_begin(tpu_trace_span_t* span, tpu_trace_kind_t kind, const char* name) {
+  tpu_trace_begin_sized(span, kind, name, 0);
+}
+
+void tpu_trace_begin_sized(tpu_trace_span_t* span, tpu_trace_kind_t kind, const char* name,
+                           int64_t bytes) {
   if (!tpu_trace_enabled()) {
     span->kind = TPU_TRACE_NONE;
     return;
@@ -103,7 +108,7 @@ void tpu_trace_begin(tpu_trace_span_t* span, tpu_trace_kind_t kind, const char* 
   static _Thread_local uint64_t t_tid;
   if (!t_tid) t_tid = (uint64_t)syscall(SYS_gettid);
   *span = (tpu_trace_span_t){.kind = kind, .name = name ? name : "", .thread_id = t_tid,
-                             .wait_ns = 0};
+                             .bytes = bytes};
   if (kind == TPU_TRACE_EXECUTE && t_next_wait >= 0) {
     span->wait_ns = t_next_wait;
     t_next_wait = -1;

@@ -80,6 +80,9 @@ size_t tpu_trace_dropped(void);
 
 /* Opens `span` when tracing is on (kind NONE otherwise: end ignores it). */
 void tpu_trace_begin(tpu_trace_span_t* span, tpu_trace_kind_t kind, const char* name);
+/* The same for a transfer of `bytes` (known to the listener at begin). */
+void tpu_trace_begin_sized(tpu_trace_span_t* span, tpu_trace_kind_t kind, const char* name,
+                           int64_t bytes);
 /* Closes and records it. */
 void tpu_trace_end(tpu_trace_span_t* span);
 

@@ -407,8 +407,7 @@ tpu_status_t tpu_buffer_from_host(tpu_client_t* client, int device_index,
   PJRT_Buffer* pjrt_buffer = NULL;
   tpu_status_t status = NULL;
   tpu_trace_span_t span;
-  tpu_trace_begin(&span, TPU_TRACE_TO_DEVICE, tpu_dtype_name(dtype));
-  span.bytes = numel * (int64_t)elem;
+  tpu_trace_begin_sized(&span, TPU_TRACE_TO_DEVICE, tpu_dtype_name(dtype), numel * (int64_t)elem);
   bool try_plugin_strides = byte_strides && !atomic_load(&g_force_host_pack);
   if (!byte_strides || try_plugin_strides) {
     status = upload(client, device, data, dtype, dims, rank, byte_strides,
@@ -527,8 +526,8 @@ tpu_status_t tpu_buffer_to_host(tpu_buffer_t* buffer, void* dst,
    * fill the buffer (that wait shows as the execution itself). */
   if (buffer) TPU_RETURN_IF_ERROR(tpu_buffer_wait_filled(buffer));
   tpu_trace_span_t span;
-  tpu_trace_begin(&span, TPU_TRACE_TO_HOST, buffer ? tpu_dtype_name(buffer->dtype) : "");
-  span.bytes = (int64_t)dst_bytes;
+  tpu_trace_begin_sized(&span, TPU_TRACE_TO_HOST, buffer ? tpu_dtype_name(buffer->dtype) : "",
+                        (int64_t)dst_bytes);
   tpu_status_t status = start_to_host(buffer, dst, dst_bytes, &event);
   if (!status)
     status = tpu_pjrt_event_await_destroy(buffer->client->api, event, "device-to-host transfer");
@@ -604,8 +603,7 @@ tpu_status_t tpu_buffer_to_host_range(tpu_buffer_t* buffer, size_t offset,
   args.offset = (int64_t)offset;
   args.transfer_size = (int64_t)size;
   tpu_trace_span_t span;
-  tpu_trace_begin(&span, TPU_TRACE_TO_HOST, tpu_dtype_name(buffer->dtype));
-  span.bytes = (int64_t)size;
+  tpu_trace_begin_sized(&span, TPU_TRACE_TO_HOST, tpu_dtype_name(buffer->dtype), (int64_t)size);
   tpu_status_t status = TPU_PJRT_CALL(buffer->client->api, PJRT_Buffer_CopyRawToHost, &args);
   if (!status)
     status = tpu_pjrt_event_await_destroy(buffer->client->api, args.event,
