@@ -58,6 +58,7 @@ static atomic_bool g_started, g_awake, g_stop;
 static pthread_t g_thread;
 static atomic_int g_enabled = -1; /* -1: not yet read from the environment */
 static atomic_llong g_last_ns;
+static atomic_bool g_always_queue;
 static atomic_long g_queued;
 static _Thread_local bool t_is_worker;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
@@ -250,8 +251,11 @@ static bool use_queue(tpu_program_t* program, tpu_buffer_t* const* args, int nar
   }
   if (!tpu_program_runs_inline(program)) return false;
   if (started && atomic_load(&g_completed) != atomic_load(&g_enqueue_pos)) return true;
-  return now - last < RECENT_NS && ensure_worker();
+  return (now - last < RECENT_NS || atomic_load_explicit(&g_always_queue, memory_order_relaxed)) &&
+         ensure_worker();
 }
+
+void tpu_launcher_set_always_queue(bool always) { atomic_store(&g_always_queue, always); }
 
 /* The free hook. Queued items borrow their buffers (no reference counts:
  * counting on one thread and uncounting on the other moved each shared

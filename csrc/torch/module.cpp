@@ -228,6 +228,7 @@ PYBIND11_MODULE(_C, m) {
     tpu_launcher_set_enabled(on);
   });
   m.def("_launcher_queued", [] { return tpu_launcher_queued(); });
+  m.def("_launcher_set_always_queue", [](bool on) { tpu_launcher_set_always_queue(on); });
   m.def("_env_vars", &env_vars);
   m.def("_cache_dirs", [] {  // persistent executable caches; "" = off
     return py::make_tuple(tpu_diskcache_local_dir(), tpu_diskcache_shared_dir(),
