@@ -370,15 +370,21 @@ static tpu_status_t fused_get(const trace_t* tr, const int* kept, int num_kept, 
   if (tr->num_ops == 1) {
     /* One op: its own program (Strict mode's), results picked by index. */
     const tpu_defer_op_t* op = tr->ops[0].op;
+    const char* label = tpu_runtime_op_label();
+    tpu_runtime_set_op_label(op->name);
     status = tpu_program_get(op->text, op->len, &program);
+    tpu_runtime_set_op_label(label);
     if (status)
       status = tpu_status_annotate(status, "deferred op %s: ", op->name);
     for (int i = 0; i < num_kept; i++) f->result_of[i] = tr->values[kept[i]].index;
   } else {
     size_t len = 0;
     char* text = fused_text(tr, kept, num_kept, &len);
+    const char* label = tpu_runtime_op_label();
+    tpu_runtime_set_op_label("a defer_and_fuse run"); /* names the compile in a trace */
     if (!text) status = tpu_status_make(TPU_STATUS_RESOURCE_EXHAUSTED, "out of host memory");
     else status = tpu_program_get(text, len, &program);
+    tpu_runtime_set_op_label(label);
     free(text);
     if (status) status = blame(tr, status);
     for (int i = 0; i < num_kept; i++) f->result_of[i] = i;
