@@ -198,3 +198,21 @@ def test_nothing_is_traced_without_a_profiler_and_profiles_do_not_stack():
     assert k.get("aten::mm") == 4
     assert k.get("tpu::execute aten::mm") == 4
     assert not _C._trace_enabled()
+
+
+def test_autograd_profiler_use_device_tpu_has_device_time(py):
+    """The fallback profiler state (use_device="tpu") needs our
+    ProfilerStubs: without them every op logs "PrivateUse1 used in profiler
+    but not enabled" and the TPU time columns stay empty."""
+    r = py(
+        "import torch, torchtpu\n"
+        "x = torch.randn(16, 16, device='tpu'); (x @ x).cpu()\n"
+        "with torch.autograd.profiler.profile(use_device='tpu') as p:\n"
+        "    (x @ x).cpu()\n"
+        "k = {e.key: e for e in p.key_averages()}\n"
+        "print('KEYS', 'aten::mm' in k, 'tpu::execute aten::mm' in k)\n"
+        "print('DEVICE_US', k['aten::mm'].device_time_total)\n")
+    assert r.returncode == 0, r.stderr
+    assert "KEYS True True" in r.stdout
+    assert float(r.stdout.split("DEVICE_US")[1].split()[0]) > 0
+    assert "not enabled" not in r.stderr and "INTERNAL ASSERT" not in r.stderr

@@ -29,8 +29,10 @@
 // the profiler reads its per-thread queues.
 
 #include <ATen/record_function.h>
+#include <c10/util/ApproximateClock.h>
 #include <c10/util/ThreadLocalDebugInfo.h>
 #include <pybind11/pybind11.h>
+#include <torch/csrc/profiler/stubs/base.h>
 
 #include <memory>
 #include <mutex>
@@ -38,8 +40,11 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "torch/common.h"
+
 extern "C" {
 #include "core/launcher.h"
+#include "core/runtime.h"
 #include "core/trace.h"
 }
 
@@ -141,10 +146,45 @@ void on_end(tpu_trace_span_t* span) {
 
 const tpu_trace_listener_t kListener = {on_begin, on_end};
 
+// The profiler's device-event hooks (torch::profiler::impl::ProfilerStubs),
+// used by the fallback profiler states: torch.autograd.profiler.profile(
+// use_device="tpu") records an event at each op's start and end and shows
+// their distance as the op's device time. The device runs in order from
+// one host queue, with no timestamps of its own that PJRT exposes, so an
+// event is the host time at which it is recorded (as torch.tpu.Event's
+// elapsed_time is); what the device did is in the tpu::execute ranges.
+struct TpuProfilerStubs final : torch::profiler::impl::ProfilerStubs {
+  void record(c10::DeviceIndex* device, torch::profiler::impl::ProfilerVoidEventStub* event,
+              int64_t* cpu_ns) const override {
+    if (device) *device = tpu_runtime_is_initialized() ? current_device() : 0;
+    if (cpu_ns) *cpu_ns = c10::getTime();
+    if (event) *event = std::make_shared<int64_t>(tpu_trace_now_ns());
+  }
+  float elapsed(const torch::profiler::impl::ProfilerVoidEventStub* a,
+                const torch::profiler::impl::ProfilerVoidEventStub* b) const override {
+    if (!a || !b || !*a || !*b) return 0.f;
+    int64_t ns = *static_cast<const int64_t*>(b->get()) - *static_cast<const int64_t*>(a->get());
+    return static_cast<float>(ns) / 1e3f;  // microseconds, as the callers read it
+  }
+  void mark(const char*) const override {}
+  void rangePush(const char*) const override {}
+  void rangePop() const override {}
+  bool enabled() const override { return true; }
+  void onEachDevice(std::function<void(int)> op) const override {
+    int n = tpu_runtime_is_initialized() ? tpu_runtime_device_count() : 0;
+    for (int d = 0; d < n; d++) op(d);
+  }
+  // Waits for the launcher's queue only: a device synchronize would take
+  // (and so hide) an asynchronous error that the user's next one raises.
+  void synchronize() const override { tpu_launcher_drain(); }
+};
+TpuProfilerStubs g_stubs;
+
 }  // namespace
 
 void init_profiler_bindings(py::module& m) {
   tpu_trace_set_listener(&kListener);
+  torch::profiler::impl::registerPrivateUse1Methods(&g_stubs);
   // Called by torchtpu/profiler.py right after torch's profiler started on
   // this thread (record=True) or to trace without one (record=False).
   m.def("_trace_start", [](bool capture_profiler) {
