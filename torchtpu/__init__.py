@@ -56,6 +56,9 @@ from . import distributed  # noqa: E402,F401  (registers the tpudist c10d backen
 from . import _default_backend  # noqa: E402
 
 _default_backend.install()  # torch.compile(model) on tpu tensors compiles through torchtpu
+from . import profiler as _profiler  # noqa: E402
+
+_profiler.install()  # torch.profiler shows the device's work
 from . import integrations as _integrations  # noqa: E402
 
 _integrations.install()  # accelerate / transformers / torchtitan learn the device

@@ -14,6 +14,7 @@
 #include "program.h"
 #include "repeat.h"
 #include "runtime.h"
+#include "trace.h"
 
 /* ---- the run ------------------------------------------------------------- */
 
@@ -369,15 +370,21 @@ static tpu_status_t fused_get(const trace_t* tr, const int* kept, int num_kept, 
   if (tr->num_ops == 1) {
     /* One op: its own program (Strict mode's), results picked by index. */
     const tpu_defer_op_t* op = tr->ops[0].op;
+    const char* label = tpu_runtime_op_label();
+    tpu_runtime_set_op_label(op->name);
     status = tpu_program_get(op->text, op->len, &program);
+    tpu_runtime_set_op_label(label);
     if (status)
       status = tpu_status_annotate(status, "deferred op %s: ", op->name);
     for (int i = 0; i < num_kept; i++) f->result_of[i] = tr->values[kept[i]].index;
   } else {
     size_t len = 0;
     char* text = fused_text(tr, kept, num_kept, &len);
+    const char* label = tpu_runtime_op_label();
+    tpu_runtime_set_op_label("a defer_and_fuse run"); /* names the compile in a trace */
     if (!text) status = tpu_status_make(TPU_STATUS_RESOURCE_EXHAUSTED, "out of host memory");
     else status = tpu_program_get(text, len, &program);
+    tpu_runtime_set_op_label(label);
     free(text);
     if (status) status = blame(tr, status);
     for (int i = 0; i < num_kept; i++) f->result_of[i] = i;
@@ -621,7 +628,13 @@ tpu_status_t tpu_defer_flush(int device, tpu_defer_reason_t reason) {
   pthread_once(&g_once, init_once);
   trace_t* tr = &g_traces[device];
   pthread_mutex_lock(&tr->lock);
+  /* Only runs with ops are worth a span: empty flushes happen at every
+   * host read. */
+  tpu_trace_span_t span = {.kind = TPU_TRACE_NONE};
+  if (tpu_trace_enabled() && tr->num_ops > 0)
+    tpu_trace_begin(&span, TPU_TRACE_FLUSH, tpu_defer_reason_name(reason));
   tpu_status_t s = flush_locked(tr, reason);
+  tpu_trace_end(&span);
   pthread_mutex_unlock(&tr->lock);
   return s;
 }

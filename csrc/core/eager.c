@@ -280,7 +280,11 @@ static tpu_status_t entry_program(tpu_eager_entry_t* e, tpu_program_t** out) {
   unsigned generation = tpu_program_cache_generation();
   if (!e->program || e->program_generation != generation) {
     tpu_program_t* p = NULL;
-    TPU_RETURN_IF_ERROR(tpu_program_get(e->text, e->text_len, &p));
+    const char* label = tpu_runtime_op_label();
+    tpu_runtime_set_op_label(e->name); /* names the compile in a trace */
+    tpu_status_t s = tpu_program_get(e->text, e->text_len, &p);
+    tpu_runtime_set_op_label(label);
+    TPU_RETURN_IF_ERROR(s);
     e->program = p;
     e->program_generation = generation;
   }
@@ -727,7 +731,8 @@ typedef struct {
 static pthread_mutex_t g_zeros_lock = PTHREAD_MUTEX_INITIALIZER;
 static zeros_slot_t g_zeros[ZEROS_CACHE];
 
-static tpu_status_t zeros_buffer(int device, tpu_dtype_t dtype, int64_t n, tpu_buffer_t** out) {
+static tpu_status_t zeros_buffer_unlabeled(int device, tpu_dtype_t dtype, int64_t n,
+                                           tpu_buffer_t** out) {
   /* Storages made by empty() and then filled (zeros_like = empty + zero_)
    * come by the dozen per training step: remember the program per shape
    * instead of building its text each time. */
@@ -758,6 +763,15 @@ static tpu_status_t zeros_buffer(int device, tpu_dtype_t dtype, int64_t n, tpu_b
   *slot = (zeros_slot_t){.dtype = dtype, .n = n, .generation = generation, .program = p};
   pthread_mutex_unlock(&g_zeros_lock);
   return tpu_program_execute(p, device, NULL, 0, out);
+}
+
+/* Named in errors and traces as the zero fill it is, unless an op is. */
+static tpu_status_t zeros_buffer(int device, tpu_dtype_t dtype, int64_t n, tpu_buffer_t** out) {
+  const char* label = tpu_runtime_op_label();
+  if (!label) tpu_runtime_set_op_label("a zero fill");
+  tpu_status_t s = zeros_buffer_unlabeled(device, dtype, n, out);
+  tpu_runtime_set_op_label(label);
+  return s;
 }
 
 /* The storage's buffer as flat [n] of dtype. `unread`: the program only

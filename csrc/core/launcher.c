@@ -11,6 +11,7 @@
 
 #include "env.h"
 #include "runtime.h"
+#include "trace.h"
 
 /* A bounded ring of cells, many producers (any thread running ops) and one
  * consumer (the worker). Each cell's sequence number says whose turn it
@@ -36,6 +37,7 @@ typedef struct {
   tpu_buffer_t* args[MAX_ARGS];
   tpu_buffer_t* results[MAX_RESULTS]; /* pending until this item runs */
   const char* op_name;                 /* static (dispatch's op names live on) */
+  long long submit_ns;                 /* tracing: when it was queued, else 0 */
 } item_t;
 
 typedef struct {
@@ -56,6 +58,7 @@ static atomic_bool g_started, g_awake, g_stop;
 static pthread_t g_thread;
 static atomic_int g_enabled = -1; /* -1: not yet read from the environment */
 static atomic_llong g_last_ns;
+static atomic_bool g_always_queue;
 static atomic_long g_queued;
 static _Thread_local bool t_is_worker;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
@@ -101,6 +104,7 @@ static bool push(const item_t* it) {
 
 static void run_execute(item_t* it) {
   tpu_runtime_set_op_label(it->op_name);
+  if (it->submit_ns && tpu_trace_enabled()) tpu_trace_set_next_wait(now_ns() - it->submit_ns);
   tpu_status_t status =
       tpu_program_execute_into(it->program, it->device, it->args, it->nargs, it->results);
   if (status) status = tpu_status_annotate(status, "running %s: ", it->op_name);
@@ -247,8 +251,11 @@ static bool use_queue(tpu_program_t* program, tpu_buffer_t* const* args, int nar
   }
   if (!tpu_program_runs_inline(program)) return false;
   if (started && atomic_load(&g_completed) != atomic_load(&g_enqueue_pos)) return true;
-  return now - last < RECENT_NS && ensure_worker();
+  return (now - last < RECENT_NS || atomic_load_explicit(&g_always_queue, memory_order_relaxed)) &&
+         ensure_worker();
 }
+
+void tpu_launcher_set_always_queue(bool always) { atomic_store(&g_always_queue, always); }
 
 /* The free hook. Queued items borrow their buffers (no reference counts:
  * counting on one thread and uncounting on the other moved each shared
@@ -270,8 +277,13 @@ tpu_status_t tpu_launcher_execute(tpu_program_t* program, int device_index,
                                   tpu_buffer_t** out_results, const char* op_name) {
   tpu_executable_t* exe = tpu_program_executable(program);
   const int nres = tpu_executable_num_outputs(exe);
-  if (nargs > MAX_ARGS || nres > MAX_RESULTS || t_is_worker || !use_queue(program, args, nargs))
-    return tpu_program_execute(program, device_index, args, nargs, out_results);
+  if (nargs > MAX_ARGS || nres > MAX_RESULTS || t_is_worker || !use_queue(program, args, nargs)) {
+    const char* label = tpu_runtime_op_label();
+    if (op_name) tpu_runtime_set_op_label(op_name); /* names it in errors and traces */
+    tpu_status_t s = tpu_program_execute(program, device_index, args, nargs, out_results);
+    tpu_runtime_set_op_label(label);
+    return s;
+  }
   static atomic_bool hooked;
   if (!atomic_load_explicit(&hooked, memory_order_relaxed) && !atomic_exchange(&hooked, true))
     tpu_buffer_set_free_hook(free_later);
@@ -293,6 +305,7 @@ tpu_status_t tpu_launcher_execute(tpu_program_t* program, int device_index,
   }
   memcpy(it.results, out_results, (size_t)nres * sizeof *out_results);
   memcpy(it.args, args, (size_t)nargs * sizeof *args);
+  if (tpu_trace_enabled()) it.submit_ns = now_ns(); /* same clock as the trace's */
   submit(&it);
   atomic_fetch_add_explicit(&g_queued, 1, memory_order_relaxed);
   return NULL;

@@ -44,6 +44,10 @@ void tpu_launcher_drain(void);
 bool tpu_launcher_enabled(void);
 void tpu_launcher_set_enabled(bool enabled);
 
+/* Testing: queue every execution the queue may take (a program the plugin
+ * runs inline), not only those arriving back to back. */
+void tpu_launcher_set_always_queue(bool always);
+
 /* Items queued and executions done through the queue since start-up. */
 long tpu_launcher_queued(void);
 

@@ -13,6 +13,7 @@
 #include "launcher.h"
 #include "metrics.h"
 #include "runtime.h"
+#include "trace.h"
 
 struct tpu_program_s {
   char* text;
@@ -208,8 +209,13 @@ tpu_status_t tpu_program_get(const char* mlir, size_t mlir_len,
             mlir);
   tpu_compile_options_t options = tpu_program_compile_options(client);
   tpu_executable_t* executable = NULL;
-  TPU_RETURN_IF_ERROR(
-      tpu_diskcache_load_or_compile(client, mlir, mlir_len, &options, &executable));
+  tpu_trace_span_t span;
+  const char* label = tpu_runtime_op_label();
+  tpu_trace_begin(&span, TPU_TRACE_COMPILE, label ? label : "a program");
+  tpu_status_t compiled =
+      tpu_diskcache_load_or_compile(client, mlir, mlir_len, &options, &executable);
+  tpu_trace_end(&span);
+  TPU_RETURN_IF_ERROR(compiled);
   tpu_program_t* program = calloc(1, sizeof *program);
   char* text = malloc(mlir_len + 1);
   if (!program || !text) {
@@ -300,7 +306,7 @@ static tpu_status_t run_program(tpu_program_t* program, int device_index, tpu_bu
 }
 
 /* `into`: out_results are pending buffers to fill (tpu_program_execute_into). */
-static tpu_status_t execute(tpu_program_t* program, int device_index,
+static tpu_status_t execute_untraced(tpu_program_t* program, int device_index,
                             tpu_buffer_t* const* args, int nargs,
                             tpu_buffer_t** out_results, bool wait, bool into) {
   const int nout = tpu_executable_num_outputs(program->executable);
@@ -341,6 +347,23 @@ static tpu_status_t execute(tpu_program_t* program, int device_index,
   tpu_status_t status = tpu_event_await(done);
   tpu_event_destroy(done);
   return status;
+}
+
+/* One execution span: from the call into PJRT's execute until it returns
+ * (or, when waiting, until the execution finished). On the CPU plugin a
+ * small program runs inside the call, so that is its run time; on
+ * asynchronous plugins it is the launch. Named by the op label. */
+static tpu_status_t execute(tpu_program_t* program, int device_index,
+                            tpu_buffer_t* const* args, int nargs,
+                            tpu_buffer_t** out_results, bool wait, bool into) {
+  if (!tpu_trace_enabled())
+    return execute_untraced(program, device_index, args, nargs, out_results, wait, into);
+  tpu_trace_span_t span;
+  const char* label = tpu_runtime_op_label();
+  tpu_trace_begin(&span, TPU_TRACE_EXECUTE, label ? label : "a program");
+  tpu_status_t s = execute_untraced(program, device_index, args, nargs, out_results, wait, into);
+  tpu_trace_end(&span);
+  return s;
 }
 
 tpu_status_t tpu_program_execute(tpu_program_t* program, int device_index,

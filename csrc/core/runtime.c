@@ -62,6 +62,7 @@ static void keep_first_error(pending_t* p, tpu_status_t failed, uint64_t seq) {
 static _Thread_local const char* t_op_label;
 
 void tpu_runtime_set_op_label(const char* label) { t_op_label = label; }
+const char* tpu_runtime_op_label(void) { return t_op_label; }
 
 /* A failure of the execution of `label`, named so. */
 static tpu_status_t labeled(tpu_status_t failed, const char* label) {

@@ -72,6 +72,8 @@ void tpu_runtime_record_error(int device_index, tpu_status_t status);
  * string; NULL: none): tracked events and recorded errors keep it, so a
  * failure that surfaces later says which op failed. */
 void tpu_runtime_set_op_label(const char* label);
+/* The label set on this thread (NULL when none). */
+const char* tpu_runtime_op_label(void);
 /* `status`, a read's or wait's error on device_index, prefixed with
  * "<op> failed on the device: " naming the earliest tracked execution
  * that failed with the same error (the cause; later ones read its

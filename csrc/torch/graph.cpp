@@ -21,6 +21,7 @@ extern "C" {
 #include "core/kernel.h"
 #include "core/metrics.h"
 #include "core/program.h"
+#include "core/runtime.h"
 }
 
 namespace py = pybind11;
@@ -244,7 +245,9 @@ class Compiled {
       tpu_status_t s;
       {
         py::gil_scoped_release release;
+        tpu_runtime_set_op_label("a compiled graph or kernel");  // names the compile in a trace
         s = tpu_program_get(text_.data(), text_.size(), &p);
+        tpu_runtime_set_op_label(nullptr);
       }
       if (s) raise(s, "compiling a graph");
       program_ = p;

@@ -45,6 +45,7 @@ bool debug_shadow();
 void set_debug_shadow(bool on);
 void init_graph_bindings(pybind11::module& m);  // graph.cpp
 void init_tpudist_bindings(pybind11::module& m);  // tpudist.cpp
+void init_profiler_bindings(pybind11::module& m);  // profiler.cpp
 }  // namespace torchtpu
 
 namespace py = pybind11;
@@ -195,6 +196,7 @@ PYBIND11_MODULE(_C, m) {
   m.doc() = "torchtpu runtime bindings";
   torchtpu::init_graph_bindings(m);
   torchtpu::init_tpudist_bindings(m);
+  torchtpu::init_profiler_bindings(m);
   m.def("_set_default_plugin_path", &torchtpu::set_default_plugin_path);
   m.def("_init", &init_runtime, "Start the runtime (load plugin, create client)");
   m.def("_is_initialized", [] { return tpu_runtime_is_initialized(); });
@@ -243,6 +245,7 @@ PYBIND11_MODULE(_C, m) {
     tpu_launcher_set_enabled(on);
   });
   m.def("_launcher_queued", [] { return tpu_launcher_queued(); });
+  m.def("_launcher_set_always_queue", [](bool on) { tpu_launcher_set_always_queue(on); });
   m.def("_env_vars", &env_vars);
   // Python reads configuration through the same registry as the core.
   m.def("_env_get", [](const std::string& name) {

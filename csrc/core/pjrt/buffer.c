@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "../trace.h"
 
 /* ---- dtype mapping ------------------------------------------------------------ */
 
@@ -405,6 +406,8 @@ tpu_status_t tpu_buffer_from_host(tpu_client_t* client, int device_index,
   PJRT_Device* device = client->devices[device_index].device;
   PJRT_Buffer* pjrt_buffer = NULL;
   tpu_status_t status = NULL;
+  tpu_trace_span_t span;
+  tpu_trace_begin_sized(&span, TPU_TRACE_TO_DEVICE, tpu_dtype_name(dtype), numel * (int64_t)elem);
   bool try_plugin_strides = byte_strides && !atomic_load(&g_force_host_pack);
   if (!byte_strides || try_plugin_strides) {
     status = upload(client, device, data, dtype, dims, rank, byte_strides,
@@ -424,6 +427,7 @@ tpu_status_t tpu_buffer_from_host(tpu_client_t* client, int device_index,
                     &pjrt_buffer);
     free(packed); /* safe: upload waited for done_with_host_buffer */
   }
+  tpu_trace_end(&span);
   if (status) {
     return tpu_status_annotate(status, "uploading a %s buffer: ",
                                tpu_dtype_name(dtype));
@@ -518,9 +522,17 @@ static tpu_status_t start_to_host(tpu_buffer_t* buffer, void* dst,
 tpu_status_t tpu_buffer_to_host(tpu_buffer_t* buffer, void* dst,
                                 size_t dst_bytes) {
   PJRT_Event* event;
-  TPU_RETURN_IF_ERROR(start_to_host(buffer, dst, dst_bytes, &event));
-  TPU_RETURN_IF_ERROR(tpu_pjrt_event_await_destroy(buffer->client->api, event,
-                                                   "device-to-host transfer"));
+  /* The span covers the copy, not the wait for a queued execution to
+   * fill the buffer (that wait shows as the execution itself). */
+  if (buffer) TPU_RETURN_IF_ERROR(tpu_buffer_wait_filled(buffer));
+  tpu_trace_span_t span;
+  tpu_trace_begin_sized(&span, TPU_TRACE_TO_HOST, buffer ? tpu_dtype_name(buffer->dtype) : "",
+                        (int64_t)dst_bytes);
+  tpu_status_t status = start_to_host(buffer, dst, dst_bytes, &event);
+  if (!status)
+    status = tpu_pjrt_event_await_destroy(buffer->client->api, event, "device-to-host transfer");
+  tpu_trace_end(&span);
+  TPU_RETURN_IF_ERROR(status);
   tpu_buffer_set_known_ready(buffer); /* the copy read computed contents */
   return NULL;
 }
@@ -590,10 +602,14 @@ tpu_status_t tpu_buffer_to_host_range(tpu_buffer_t* buffer, size_t offset,
   args.dst = dst;
   args.offset = (int64_t)offset;
   args.transfer_size = (int64_t)size;
-  TPU_RETURN_IF_ERROR(
-      TPU_PJRT_CALL(buffer->client->api, PJRT_Buffer_CopyRawToHost, &args));
-  return tpu_pjrt_event_await_destroy(buffer->client->api, args.event,
-                                      "device-to-host transfer");
+  tpu_trace_span_t span;
+  tpu_trace_begin_sized(&span, TPU_TRACE_TO_HOST, tpu_dtype_name(buffer->dtype), (int64_t)size);
+  tpu_status_t status = TPU_PJRT_CALL(buffer->client->api, PJRT_Buffer_CopyRawToHost, &args);
+  if (!status)
+    status = tpu_pjrt_event_await_destroy(buffer->client->api, args.event,
+                                          "device-to-host transfer");
+  tpu_trace_end(&span);
+  return status;
 }
 
 /* The event that fires once the buffer's contents are computed. */
