@@ -379,6 +379,17 @@ def test_accelerate_under_launcher_refuses_a_rank_without_its_device(launcher_en
         PartialState()
 
 
+def test_transformers_starts_torch_distributed_on_tpudist(launcher_env):
+    """transformers' own start of torch.distributed (tp_plan,
+    DistributedConfig) names the tpu device's backend "tpu_dist": ours is
+    tpudist."""
+    from transformers.distributed import utils as distributed_utils
+
+    assert distributed_utils.get_distributed_backend("tpu") == "tpudist"
+    distributed_utils._ensure_torch_distributed("tpu")
+    assert "tpu:tpudist" in str(torch.distributed.get_backend_config())
+
+
 # --- versions and the import hook ---------------------------------------------
 
 def test_unknown_versions_warn_and_still_patch(monkeypatch):

@@ -54,6 +54,14 @@ def _patch_default_backend():
     c10d._new_process_group_helper = helper
 
 
+def _backend_for(device, group):
+    """The name of the backend that serves `device`'s tensors in `group`
+    (get_backend names the group's default, "undefined" after a plain
+    init_process_group())."""
+    config = str(dist.get_backend_config(group))  # "cpu:gloo,tpu:tpudist"
+    return dict(part.split(":", 1) for part in config.split(",") if ":" in part).get(device.type)
+
+
 def _patch_flat_all_gather():
     """all_gather_single (and all_gather_into_tensor, which calls it) into a
     flat output of world_size * input.numel() elements: NCCL takes it, and
@@ -72,7 +80,7 @@ def _patch_flat_all_gather():
                 and output_tensor.dim() == 1 and input_tensor.dim() > 1
                 and output_tensor.is_contiguous()
                 and not c10d._rank_not_in_group(group)
-                and dist.get_backend(group) == BACKEND):
+                and _backend_for(output_tensor.device, group) == BACKEND):
             world = dist.get_world_size(group)
             if output_tensor.numel() == world * input_tensor.numel():
                 output_tensor = output_tensor.view(world * input_tensor.shape[0],
