@@ -1,6 +1,8 @@
 """Hugging Face accelerate and Trainer on tpu match the same runs on CPU:
 accelerate's device choice, prepare(), accumulation, clipping and bf16
-autocast; the Trainer trains, evaluates and saves a tiny Llama; unknown
+autocast; the Trainer trains, evaluates and saves a tiny Llama; under
+torchrun both are data-parallel on tpudist (2 ranks equal one CPU process
+over the global batch); unknown
 library versions warn; the import hook works in either import order and
 importing torchtpu alone imports neither library."""
 import os

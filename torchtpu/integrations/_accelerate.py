@@ -35,9 +35,9 @@ import os
 import torch
 
 from . import check_version
+from ..distributed import BACKEND
 
 KNOWN_VERSIONS = ("1.15.0",)
-BACKEND = "tpudist"
 
 
 def _tpu_default_device(vendor_default_device):
