@@ -2,9 +2,9 @@
 accelerate's device choice, prepare(), accumulation, clipping and bf16
 autocast; the Trainer trains, evaluates and saves a tiny Llama; under
 torchrun both are data-parallel on tpudist (2 ranks equal one CPU process
-over the global batch); unknown
-library versions warn; the import hook works in either import order and
-importing torchtpu alone imports neither library."""
+over the global batch); unknown library versions warn; the import hook
+works in either import order and importing torchtpu alone imports neither
+library."""
 import os
 import socket
 import subprocess
