@@ -201,6 +201,10 @@ def _collective_checks(c):
             out = torch.empty(2 * W, 3, dtype=dtype, device=dev)
             dist.all_gather_single(out, x[rank].to(dev))
             _close(torch, out, torch.cat(x))
+            # a flat output, as NCCL takes it (accelerate's gather passes one)
+            flat = torch.empty(2 * W * 3, dtype=dtype, device=dev)
+            dist.all_gather_into_tensor(flat, x[rank].to(dev))
+            _close(torch, flat, torch.cat(x).flatten())
 
         yield f"all_gather_into_tensor/{dn}", all_gather_into_tensor
 

@@ -27,6 +27,7 @@ import warnings
 _PATCHERS = {
     "accelerate.state": "._accelerate",
     "transformers.utils.import_utils": "._transformers",
+    "transformers.distributed.utils": "._transformers",
     "torchtitan": "._torchtitan",
 }
 _applied = set()
