@@ -255,7 +255,18 @@ class TpuDistBackend : public c10d::Backend {
       const c10d::AllgatherOptions& opts) override {
     Staging s;
     auto in = s.in(input);
-    auto out = s.out(output);
+    // A flat output of world * numel elements, as NCCL takes it (and
+    // accelerate's gather passes it to every backend not named "gloo"):
+    // Gloo only takes the concatenated shape, so hand it a view of that
+    // shape over the same storage.
+    at::Tensor shaped = output;
+    if (output.dim() == 1 && input.dim() > 1 && output.is_contiguous() &&
+        output.numel() == static_cast<int64_t>(getSize()) * input.numel()) {
+      std::vector<int64_t> sizes(input.sizes().begin(), input.sizes().end());
+      sizes[0] *= getSize();
+      shaped = output.view(sizes);
+    }
+    auto out = s.out(shaped);
     return done(host_->_allgather_base(out, in, opts), std::move(s), {output},
                 OpType::_ALLGATHER_BASE);
   }

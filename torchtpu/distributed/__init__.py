@@ -5,8 +5,6 @@ device, so `init_process_group()` (or `backend="tpudist"`),
 `init_device_mesh("tpu", ...)`, DDP, FSDP2, DTensor and pipelining pick it
 with no change to user code. One process per device, launched by torchrun.
 """
-import functools
-
 import torch
 import torch.distributed as dist
 
@@ -54,47 +52,8 @@ def _patch_default_backend():
     c10d._new_process_group_helper = helper
 
 
-def _backend_for(device, group):
-    """The name of the backend that serves `device`'s tensors in `group`
-    (get_backend names the group's default, "undefined" after a plain
-    init_process_group())."""
-    config = str(dist.get_backend_config(group))  # "cpu:gloo,tpu:tpudist"
-    return dict(part.split(":", 1) for part in config.split(",") if ":" in part).get(device.type)
-
-
-def _patch_flat_all_gather():
-    """all_gather_single (and all_gather_into_tensor, which calls it) into a
-    flat output of world_size * input.numel() elements: NCCL takes it, and
-    accelerate's gather passes it for every backend not named "gloo". Gloo,
-    hence tpudist, only takes the concatenated or stacked shape; for a
-    tpudist group a flat output is handed on as a view of the concatenated
-    shape (same storage, same result)."""
-    c10d = dist.distributed_c10d
-    original = c10d.all_gather_single
-    if getattr(original, "_torchtpu", False):
-        return
-
-    @functools.wraps(original)
-    def all_gather_single(output_tensor, input_tensor, group=None, async_op=False):
-        if (isinstance(output_tensor, torch.Tensor) and isinstance(input_tensor, torch.Tensor)
-                and output_tensor.dim() == 1 and input_tensor.dim() > 1
-                and output_tensor.is_contiguous()
-                and not c10d._rank_not_in_group(group)
-                and _backend_for(output_tensor.device, group) == BACKEND):
-            world = dist.get_world_size(group)
-            if output_tensor.numel() == world * input_tensor.numel():
-                output_tensor = output_tensor.view(world * input_tensor.shape[0],
-                                                   *input_tensor.shape[1:])
-        return original(output_tensor, input_tensor, group, async_op)
-
-    all_gather_single._torchtpu = True
-    c10d.all_gather_single = all_gather_single
-    dist.all_gather_single = all_gather_single
-
-
 _register()
 if dist.is_available():
     _patch_default_backend()
-    _patch_flat_all_gather()
 
 from .mesh import init_device_mesh, mesh_layout  # noqa: E402,F401
