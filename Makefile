@@ -87,10 +87,11 @@ test-debug: install
 # Run once (strict), to keep CI inside its time: test_compile.py,
 # test_precompile.py and test_dynamic_buckets.py (compiled graphs do not go
 # through the eager modes), test_device.py (device
-# selection in subprocesses), and test_distributed.py's worlds of 4 and its
+# selection in subprocesses), test_precision.py (it picks each mode itself),
+# and test_distributed.py's worlds of 4 and its
 # torchrun examples (the backend stages tensors the same way in every mode).
 DEFER_SUITES = $(filter-out tests/test_distributed.py tests/test_compile.py tests/test_device.py \
-  tests/test_precompile.py tests/test_dynamic_buckets.py,$(MODE_SUITES))
+  tests/test_precompile.py tests/test_dynamic_buckets.py tests/test_precision.py,$(MODE_SUITES))
 pytest-defer: install
 	TORCHTPU_EAGER_MODE=defer_and_fuse $(PY) -m pytest -q -p no:cacheprovider $(DEFER_SUITES)
 	TORCHTPU_EAGER_MODE=defer_and_fuse $(PY) -m pytest -q -p no:cacheprovider \
