@@ -16,11 +16,12 @@ Two points are patched:
 - MFU: `get_peak_flops(device_name)` looks the name up in a table of GPUs
   and TPU generations and otherwise assumes an A100's 312 TFLOP/s. For the
   tpu device the peak is the dot throughput measured on the device itself,
-  as bench/train_bench.py measures it (an n x n float32 matmul, median of
-  several runs), so MFU is model FLOP/s over what this device can do.
+  as bench/train_bench.py measures it (an n x n float32 matmul), taking the
+  fastest of several runs: a peak is a best case, and on a shared host the
+  slower runs measure the neighbours. MFU is then model FLOP/s over what
+  this device can do.
 """
 import functools
-import statistics
 import sys
 import time
 
@@ -70,8 +71,8 @@ def _rebind_device(utils):
 
 @functools.lru_cache(maxsize=1)
 def measured_dot_peak_flops(n=2048, reps=5):
-    """FLOP/s of an n x n float32 matmul on the current tpu device (median
-    of `reps` timed runs after one warm-up run that compiles it)."""
+    """FLOP/s of an n x n float32 matmul on the current tpu device: the
+    fastest of `reps` timed runs after one warm-up run that compiles it."""
     import torch
 
     # A private generator: the measurement must not move the seeded RNG
@@ -84,4 +85,4 @@ def measured_dot_peak_flops(n=2048, reps=5):
         torch.mm(a, a)
         torch.tpu.synchronize()
         times.append(time.perf_counter() - t0)
-    return 2 * n**3 / statistics.median(times)
+    return 2 * n**3 / min(times)
