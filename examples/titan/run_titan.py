@@ -60,6 +60,8 @@ def train(name, out, args, nproc=1, extra=(), env_extra=None):
     if rc != 0:
         print(text[-4000:])
         raise SystemExit(f"{name}: torchtitan exited with {rc} (log: {log_path})")
+    if "TPU capacity" not in text:  # torchtitan names its device type here
+        raise SystemExit(f"{name}: torchtitan did not run on the tpu device (log: {log_path})")
     steps = {}
     for m in STEP_RE.finditer(text):
         steps.setdefault(int(m.group(1)),
@@ -117,6 +119,9 @@ def main():
     for name, ls in losses.items():
         check(len(ls) == (half if name == "resume" else args.steps), f"{name}: step count {len(ls)}")
         check(ls[-1] < ls[0] - 0.5, f"{name}: loss did not fall ({ls[0]:.4f} -> {ls[-1]:.4f})")
+        # torchtitan's fallback for a device it does not know is an A100's
+        # 312 TFLOP/s; on tpu the integration supplies the measured peak.
+        check(0 < runs[name][1] < 312e12, f"{name}: MFU peak {runs[name][1]:.3e} is not measured")
     diff = max(abs(a - b) for a, b in zip(losses["eager"], losses["compile"]))
     check(diff < 2e-3, f"compile: losses differ from eager by {diff:.2e}")
     resumed = min(runs["resume"][0])
