@@ -4,24 +4,24 @@ TorchTitan picks its device once, in `torchtitan.tools.utils`
 (`device_type, device_module = get_device_info()`), from
 `torch._utils._get_available_device_type()`, which already returns the
 PrivateUse1 backend ("tpu") once torchtpu is imported: that is how
-torchtitan runs on its other out-of-tree devices (npu, ...), and it needs
-no patch as long as torchtpu is imported before that module is, which
-`import torch` does (autoload) and this hook does (it runs right after
-`import torchtitan`, whose package imports no submodule).
+torchtitan runs on its other out-of-tree devices (npu, ...). It needs no
+patch when torch, and so torchtpu (autoload), is imported before that
+module, which torchtitan's own imports ensure.
 
 Two points are patched:
 - A process that imported torchtitan's modules before torchtpu (autoload
   off) has already bound `device_type = "cuda"` (its fallback) in them; the
   values are rebound to the tpu device.
 - MFU: `get_peak_flops(device_name)` looks the name up in a table of GPUs
-  and TPU generations and otherwise assumes an A100's 312 TFLOP/s. For the
+  (no TPU in 0.2.2's) and otherwise assumes an A100's 312 TFLOP/s. For the
   tpu device the peak is the dot throughput measured on the device itself,
-  as bench/train_bench.py measures it (an n x n float32 matmul), taking the
-  fastest of several runs: a peak is a best case, and on a shared host the
-  slower runs measure the neighbours. MFU is then model FLOP/s over what
-  this device can do.
+  as bench/train_bench.py measures it (an n x n float32 matmul, median of
+  several runs; the median, not the fastest run: on a CPU-quota-limited
+  host a short burst can run on more cores than the quota grants), so MFU
+  is model FLOP/s over what this device can do.
 """
 import functools
+import statistics
 import sys
 import time
 
@@ -71,8 +71,8 @@ def _rebind_device(utils):
 
 @functools.lru_cache(maxsize=1)
 def measured_dot_peak_flops(n=2048, reps=5):
-    """FLOP/s of an n x n float32 matmul on the current tpu device: the
-    fastest of `reps` timed runs after one warm-up run that compiles it."""
+    """FLOP/s of an n x n float32 matmul on the current tpu device: median
+    of `reps` timed runs after one warm-up run that compiles it."""
     import torch
 
     # A private generator: the measurement must not move the seeded RNG
@@ -85,4 +85,4 @@ def measured_dot_peak_flops(n=2048, reps=5):
         torch.mm(a, a)
         torch.tpu.synchronize()
         times.append(time.perf_counter() - t0)
-    return 2 * n**3 / min(times)
+    return 2 * n**3 / statistics.median(times)
