@@ -24,7 +24,7 @@ LDLIBS := -ldl -lpthread -lm
 # Keep test objects between runs (they are intermediates of the test rule).
 .SECONDARY:
 
-.PHONY: all deps core ctest ctest-asan install test pytest pytest-debug test-debug pytest-defer test-defer demo bench info conformance models fuzz clean
+.PHONY: all deps core ctest ctest-asan install test pytest pytest-debug test-debug pytest-defer test-defer demo bench info conformance models fuzz titan clean
 
 all: install
 
@@ -126,6 +126,23 @@ models: install
 
 demo: install
 	$(PY) examples/demo.py
+
+# TorchTitan's llama3 debug model trained with torchtitan's own entry point
+# (torchrun -m torchtitan.train) on tpu: eager, torch.compile, 2-rank FSDP2
+# and a DCP checkpoint resume (examples/titan/run_titan.py). torchtitan and
+# the packages it imports are installed --no-deps into their own directory
+# (requirements-titan.txt), put on PYTHONPATH by the script, so torch is
+# never replaced and the venv `make test` uses is unchanged.
+TITAN_SITE := $(BUILD)/titan-site
+TITAN_STAMP := $(TITAN_SITE)/.deps-stamp
+TITAN_STEPS ?= 8
+$(TITAN_STAMP): requirements-titan.txt | $(DEPS_STAMP)
+	rm -rf $(TITAN_SITE)
+	$(PY) -m pip install -q --disable-pip-version-check --no-deps --target $(TITAN_SITE) -r requirements-titan.txt
+	touch $@
+
+titan: install $(TITAN_STAMP)
+	$(PY) examples/titan/run_titan.py --steps $(TITAN_STEPS) --site $(TITAN_SITE)
 
 $(BUILD)/bench/runtime_bench: bench/runtime_bench.c $(BUILD)/release/libtorchtpu_core.a
 	@mkdir -p $(dir $@)

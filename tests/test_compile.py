@@ -1204,3 +1204,25 @@ def test_demo_transformer_under_dynamic_shapes_matches_eager():
     for p, q in zip(model.parameters(), ref.parameters()):
         torch.testing.assert_close(p.grad.cpu(), q.grad, rtol=1e-4, atol=1e-5)
     assert delta(before, "compile_graphs_eager") == 0
+
+
+def test_complex_rotary_embedding_compiles_whole_and_matches_cpu():
+    """Llama-style rotary embeddings (torchtitan's llama3): view_as_complex,
+    a complex product and view_as_real inside one graph, forward and
+    backward; they used to send the whole graph to eager."""
+    def rope(x, freqs):
+        xc = torch.view_as_complex(x.reshape(*x.shape[:-1], -1, 2))
+        return (torch.view_as_real(xc * freqs).flatten(-2) * x).sum()
+
+    x = torch.randn(2, 5, 3, 8)
+    freqs = torch.polar(torch.ones(5, 1, 4), torch.randn(5, 1, 4))
+    xr = x.clone().requires_grad_()
+    rope(xr, freqs).backward()
+    xt = x.to("tpu").requires_grad_()
+    before = counters()
+    loss = torch.compile(rope, backend="tpu", fullgraph=True)(xt, freqs.to("tpu"))
+    loss.backward()
+    torch.testing.assert_close(loss.cpu(), rope(x, freqs), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(xt.grad.cpu(), xr.grad, rtol=1e-5, atol=1e-5)
+    assert delta(before, "compile_graphs_eager") == 0
+    assert graphs_built(before) >= 1

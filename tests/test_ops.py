@@ -109,3 +109,13 @@ module @m {
         torchtpu.runtime.run_stablehlo(module, ta)
     # The process keeps working after both errors.
     torch.testing.assert_close((ta + ta).cpu(), a + a)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_polar(dtype):
+    """torch.polar (torchtitan's rotary frequencies): abs * e^(i angle), with
+    broadcasting, on the device (it used to fall back to the CPU)."""
+    r, theta = rand(5, 1, 4, dtype=dtype).abs(), rand(1, 3, 4, dtype=dtype, seed=1) * 4
+    got = torch.polar(r.to("tpu"), theta.to("tpu"))
+    assert got.dtype == torch.polar(r, theta).dtype
+    torch.testing.assert_close(got.cpu(), torch.polar(r, theta), **tol(dtype))

@@ -1026,6 +1026,20 @@ static tpu_status_t lower_angle(tpu_lower_ctx_t* ctx) {
   return finish(ctx, tpu_emit_binary(b, "stablehlo.atan2", im, re));
 }
 
+/* polar(abs, angle): abs * (cos(angle) + i sin(angle)), in the output's
+ * complex dtype (abs and angle share its part dtype). */
+static tpu_status_t lower_polar(tpu_lower_ctx_t* ctx) {
+  tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
+  if (!tpu_dtype_is_complex(out.dtype)) return tpu_lower_decline(ctx, "polar into a real tensor");
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  tpu_dtype_t part = tpu_dtype_complex_part(out.dtype);
+  tpu_hlo_value_t r = operand(ctx, 0, part), theta = operand(ctx, 1, part);
+  tpu_hlo_value_t parts[2] = {tpu_emit_mul(b, r, un(b, "stablehlo.cosine", theta)),
+                              tpu_emit_mul(b, r, un(b, "stablehlo.sine", theta))};
+  tpu_lower_set_output(ctx, 0, tpu_hlo_op(b, "stablehlo.complex", parts, 2, out, NULL));
+  return NULL;
+}
+
 /* conj_physical: the conjugate, computed (a lazy conj view's contents are
  * materialised through it); real tensors are their own conjugate. */
 static tpu_status_t lower_conj_physical(tpu_lower_ctx_t* ctx) {
@@ -1357,6 +1371,7 @@ const tpu_lowering_t tpu_lowerings_pointwise[] = {
     {"digamma", lower_digamma, 0},
     {"angle", lower_angle, 0},
     {"hypot", lower_hypot, 0},
+    {"polar", lower_polar, 0},
     {"logaddexp", lower_logaddexp, 0},
     {"logaddexp2", lower_logaddexp2, 0},
     {"nextafter", lower_nextafter, 0},

@@ -7,6 +7,7 @@
  * computes the view's elements. The output types come from the meta
  * kernels, so shape arithmetic is mostly reading them. */
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "emit.h"
@@ -172,6 +173,62 @@ static tpu_status_t set_strided_gather(tpu_lower_ctx_t* ctx, int64_t offset,
   return NULL;
 }
 
+/* view_as_complex(x[..., 2]) -> complex[...]: element k is x[..., k, 0] +
+ * i x[..., k, 1]. */
+static tpu_status_t lower_view_as_complex(tpu_lower_ctx_t* ctx) {
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  tpu_hlo_type_t in = tpu_lower_arg(ctx, 0)->type, out = tpu_lower_output_type(ctx, 0);
+  if (!tpu_dtype_is_complex(out.dtype) || in.rank != out.rank + 1 || in.dims[in.rank - 1] != 2)
+    return tpu_lower_decline(ctx, "view_as_complex of a tensor whose last dim is not 2");
+  tpu_hlo_value_t x = tpu_lower_tensor(ctx, 0);
+  tpu_hlo_type_t pt = out;
+  pt.dtype = tpu_dtype_complex_part(out.dtype);
+  tpu_hlo_value_t parts[2];
+  for (int k = 0; k < 2; k++)
+    parts[k] = tpu_emit_reshape(b, strided_dim(b, x, in.rank - 1, k, 1, 1), pt.dims, pt.rank);
+  tpu_lower_set_output(ctx, 0, tpu_hlo_op(b, "stablehlo.complex", parts, 2, out, NULL));
+  return NULL;
+}
+
+/* view_as_real(z[...]) -> real[..., 2]: (real, imag) along a new last dim. */
+static tpu_status_t lower_view_as_real(tpu_lower_ctx_t* ctx) {
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  tpu_hlo_type_t in = tpu_lower_arg(ctx, 0)->type, out = tpu_lower_output_type(ctx, 0);
+  if (!tpu_dtype_is_complex(in.dtype) || out.rank != in.rank + 1)
+    return tpu_lower_decline(ctx, "view_as_real of a real tensor");
+  tpu_hlo_value_t z = tpu_lower_tensor(ctx, 0);
+  tpu_hlo_type_t pt = in, one = out;
+  pt.dtype = out.dtype;
+  one.dims[one.rank - 1] = 1;
+  tpu_hlo_value_t parts[2] = {
+      tpu_emit_reshape(b, tpu_hlo_op(b, "stablehlo.real", &z, 1, pt, NULL), one.dims, one.rank),
+      tpu_emit_reshape(b, tpu_hlo_op(b, "stablehlo.imag", &z, 1, pt, NULL), one.dims, one.rank)};
+  char dim[48];
+  snprintf(dim, sizeof dim, "dimension = %d : i64", out.rank - 1);
+  tpu_lower_set_output(ctx, 0, tpu_hlo_op(b, "stablehlo.concatenate", parts, 2, out, dim));
+  return NULL;
+}
+
+/* _conj (a lazy conjugate view in eager; complex products' backward uses
+ * it) and resolve_conj: in a graph, the conjugate's value (real tensors are
+ * their own conjugate) and the value itself. */
+static tpu_status_t lower_conj(tpu_lower_ctx_t* ctx) {
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  tpu_hlo_type_t t = tpu_lower_arg(ctx, 0)->type;
+  tpu_hlo_value_t z = tpu_lower_tensor(ctx, 0);
+  if (!tpu_dtype_is_complex(t.dtype) || strcmp(tpu_lower_op_name(ctx), "resolve_conj") == 0) {
+    tpu_lower_set_output(ctx, 0, z);
+    return NULL;
+  }
+  tpu_hlo_type_t pt = t;
+  pt.dtype = tpu_dtype_complex_part(t.dtype);
+  tpu_hlo_value_t parts[2] = {
+      tpu_hlo_op(b, "stablehlo.real", &z, 1, pt, NULL),
+      tpu_emit_unary(b, "stablehlo.negate", tpu_hlo_op(b, "stablehlo.imag", &z, 1, pt, NULL))};
+  tpu_lower_set_output(ctx, 0, tpu_hlo_op(b, "stablehlo.complex", parts, 2, t, NULL));
+  return NULL;
+}
+
 /* as_strided(self, size, stride, offset?). */
 static tpu_status_t lower_as_strided(tpu_lower_ctx_t* ctx) {
   tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
@@ -246,6 +303,8 @@ const tpu_lowering_t tpu_lowerings_view_values[] = {
     {"convert_element_type", lower_to_copy, G},
     {"as_strided", lower_as_strided, G},       {"as_strided_copy", lower_as_strided, G},
     {"unfold", lower_unfold, G},               {"unfold_copy", lower_unfold, G},
+    {"view_as_complex", lower_view_as_complex, G}, {"view_as_real", lower_view_as_real, G},
+    {"_conj", lower_conj, G},                  {"resolve_conj", lower_conj, G},
     {"full", lower_full, G},                   {"full_like", lower_full, G},
     {"scalar_tensor", lower_full, G},          {"empty", lower_empty, G},
     {"empty_like", lower_empty, G},            {"empty_strided", lower_empty, G},
