@@ -30,11 +30,11 @@ each of its vendors:
   input to that device, so a rank whose device has another index fails in
   its first forward; it is refused here with the remedy instead.
 """
-import os
 
 import torch
 
 from . import check_version
+from .. import _C
 from ..distributed import BACKEND
 
 KNOWN_VERSIONS = ("1.15.0",)
@@ -53,7 +53,10 @@ def _tpu_default_device(vendor_default_device):
 
 
 def _under_launcher():
-    return int(os.environ.get("LOCAL_RANK", -1)) != -1
+    # accelerate's own test (LOCAL_RANK set and not -1), read through
+    # torchtpu's environment registry
+    rank = _C._env_get("LOCAL_RANK")
+    return rank != "" and int(rank) != -1
 
 
 def _tpu_prepare_backend(vendor_prepare_backend):
