@@ -179,6 +179,10 @@ static void init_once(void) {
   for (size_t i = 0; i < CAPACITY; i++) atomic_init(&g_cells[i].seq, i);
   pthread_atfork(before_fork, in_parent, in_child);
   atexit(tpu_launcher_shutdown); /* drains and joins the worker */
+  /* The runtime and the program cache wait for the queue through these
+   * (they sit below this layer and do not call up into it). */
+  tpu_runtime_set_queue_hooks(
+      (tpu_runtime_queue_hooks_t){.drain = tpu_launcher_drain, .stop = tpu_launcher_shutdown});
 }
 
 /* Starts the worker if it is not running; false if it cannot. */

@@ -10,7 +10,6 @@
 
 #include "diskcache.h"
 #include "env.h"
-#include "launcher.h"
 #include "metrics.h"
 #include "runtime.h"
 #include "trace.h"
@@ -240,7 +239,7 @@ tpu_status_t tpu_program_get(const char* mlir, size_t mlir_len,
     pthread_mutex_lock(&g_lock);
     bool full = pressure || g_count + 1 > cap / 2;
     pthread_mutex_unlock(&g_lock);
-    if (full) tpu_launcher_drain();
+    if (full) tpu_runtime_drain_queue();
   }
   pthread_mutex_lock(&g_lock);
   found = lookup(hash, mlir, mlir_len);
@@ -392,7 +391,7 @@ size_t tpu_program_cache_size(void) {
 }
 
 void tpu_program_cache_clear(void) {
-  tpu_launcher_drain(); /* queued executions hold program pointers */
+  tpu_runtime_drain_queue(); /* queued executions hold program pointers */
   pthread_mutex_lock(&g_lock);
   for (size_t b = 0; b < BUCKETS; b++) {
     destroy_chain(g_buckets[b]);

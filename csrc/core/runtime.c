@@ -11,7 +11,6 @@
 #include <unistd.h>
 
 #include "env.h"
-#include "launcher.h"
 #include "memory.h"
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -365,9 +364,22 @@ static tpu_status_t unless_surfaced(tpu_status_t s, tpu_status_t* const surfaced
   return s;
 }
 
+static void (*_Atomic g_queue_drain)(void);
+static void (*_Atomic g_queue_stop)(void);
+
+void tpu_runtime_set_queue_hooks(tpu_runtime_queue_hooks_t hooks) {
+  atomic_store(&g_queue_drain, hooks.drain);
+  atomic_store(&g_queue_stop, hooks.stop);
+}
+
+void tpu_runtime_drain_queue(void) {
+  void (*drain)(void) = atomic_load(&g_queue_drain);
+  if (drain) drain();
+}
+
 tpu_status_t tpu_runtime_synchronize(int device_index) {
   if (device_index < 0 || device_index >= TPU_MAX_DEVICES) return NULL;
-  tpu_launcher_drain(); /* queued executions first: they track their events */
+  tpu_runtime_drain_queue(); /* queued executions first: they track their events */
   pthread_mutex_lock(&g_pending_lock);
   pending_t* p = &g_pending[device_index];
   tpu_event_t** events = p->events;
@@ -454,7 +466,8 @@ tpu_status_t tpu_runtime_name_failure(int device_index, tpu_status_t status,
 void tpu_runtime_shutdown(void) {
   for (int d = 0; d < TPU_MAX_DEVICES; d++)
     tpu_status_free(tpu_runtime_synchronize(d));
-  tpu_launcher_shutdown(); /* its worker calls into the client */
+  void (*stop)(void) = atomic_load(&g_queue_stop);
+  if (stop) stop(); /* the queue's thread calls into the client */
   pthread_mutex_lock(&g_lock);
   tpu_client_destroy(g_client);
   tpu_plugin_release(g_plugin);

@@ -81,12 +81,29 @@ const char* tpu_runtime_op_label(void);
  * NULL. Takes ownership. */
 tpu_status_t tpu_runtime_name_failure(int device_index, tpu_status_t status,
                                       const char* producer);
-/* Waits for every tracked event of the device; returns the first error any
- * of them carried or that was recorded (the rest are still waited for). */
+/* Waits for every tracked event of the device (after draining the launch
+ * queue, tpu_runtime_drain_queue); returns the first error any of them
+ * carried or that was recorded (the rest are still waited for). The
+ * entry point for "synchronize" is tpu_device_synchronize (device.h),
+ * which flushes a deferred run first. */
 tpu_status_t tpu_runtime_synchronize(int device_index);
 
-/* Destroys the client. Only for programs that know every buffer is gone
- * (the C tests); the plugin stays loaded. */
+/* The launch queue sits above this layer (launcher.h): it registers how to
+ * wait for its items and how to stop its thread, and this layer and the
+ * program cache call those before waiting for events, destroying programs
+ * (queued items hold them) or the client (its thread calls into it), with
+ * no call up into the launcher. Both may be NULL (no queue). Registered
+ * before the queue's first item. */
+typedef struct tpu_runtime_queue_hooks_s {
+  void (*drain)(void); /* returns once every item queued so far has run */
+  void (*stop)(void);  /* drains, then stops the queue's thread */
+} tpu_runtime_queue_hooks_t;
+void tpu_runtime_set_queue_hooks(tpu_runtime_queue_hooks_t hooks);
+/* Runs the registered drain (nothing when none). */
+void tpu_runtime_drain_queue(void);
+
+/* Destroys the client (stopping the launch queue first). Only for programs
+ * that know every buffer is gone (the C tests); the plugin stays loaded. */
 void tpu_runtime_shutdown(void);
 
 #ifdef __cplusplus
