@@ -58,3 +58,40 @@ def test_pin_memory_non_blocking_and_dataloader():
         assert batch.is_pinned()
         seen.append(batch.to("tpu", non_blocking=True).sum().item())
     assert seen == [28.0, 92.0, 70.0]
+
+
+def _sync_flushes():
+    return torchtpu.metrics.metrics().get("defer_flush::sync", 0)
+
+
+def test_every_synchronize_flushes_the_deferred_run():
+    """torch.accelerator, streams and events synchronize as torch.tpu.synchronize
+    does: a defer_and_fuse run pending on the device is run first."""
+    x = torch.arange(6.0).to("tpu")
+    start = torch.tpu.Event(enable_timing=True)
+    start.record()
+
+    def elapsed_time():
+        end = torch.tpu.Event(enable_timing=True)
+        end.record()
+        start.elapsed_time(end)
+
+    entry_points = [
+        ("torch.tpu.synchronize", torch.tpu.synchronize),
+        ("torch.accelerator.synchronize", torch.accelerator.synchronize),
+        ("Stream.synchronize", lambda: torch.tpu.Stream().synchronize()),
+        ("Stream.query", lambda: torch.tpu.current_stream().query()),
+        ("Event.synchronize", lambda: torch.tpu.current_stream().record_event().synchronize()),
+        ("Event.query", lambda: torch.tpu.current_stream().record_event().query()),
+        ("Event.elapsed_time", elapsed_time),
+    ]
+    with torchtpu.modes.eager_mode("defer_and_fuse"):
+        for name, synchronize in entry_points:
+            torch.tpu.synchronize()
+            y = x * 2 + 1
+            assert torchtpu.modes.pending_ops() == 2, name
+            before = _sync_flushes()
+            synchronize()
+            assert torchtpu.modes.pending_ops() == 0, name
+            assert _sync_flushes() == before + 1, name
+            assert y.cpu().tolist() == [1.0, 3.0, 5.0, 7.0, 9.0, 11.0], name

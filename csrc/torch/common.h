@@ -90,6 +90,11 @@ void resize_storage_bytes(const c10::Storage& storage, size_t nbytes);
 // op; it is read here, before a host read, so the error surfaces at the
 // next sync in strict and defer_and_fuse; debug raises at the op).
 void check_pending_index_errors();
+// What every synchronize entry point of a stream, an event or
+// torch.accelerator does (guard.cpp; torch.tpu.synchronize the same, with
+// its own error wording): tpu_device_synchronize (flushes the deferred
+// run, drains the launch queue, waits), then the ops' pending checks raise.
+void synchronize_device(c10::DeviceIndex device);
 // Index tensors made from a mask (its nonzero columns) are in range by
 // construction: their bounds checks are skipped (see record_index_check).
 void trust_mask_index(const at::Tensor& index);

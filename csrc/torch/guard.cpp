@@ -12,10 +12,17 @@
 #include "common.h"
 
 extern "C" {
+#include "core/device.h"
 #include "core/runtime.h"
 }
 
 namespace torchtpu {
+
+void synchronize_device(c10::DeviceIndex device) {
+  TPU_CHECK(tpu_device_synchronize(device), "synchronizing the tpu device");
+  check_pending_index_errors();
+}
+
 namespace {
 
 constexpr c10::DeviceType kTpu = c10::DeviceType::PrivateUse1;
@@ -39,8 +46,7 @@ int64_t now_ns() {
 
 void sync_device(c10::DeviceIndex device) {
   if (!tpu_runtime_is_initialized()) return;
-  TPU_CHECK(tpu_runtime_synchronize(device < 0 ? current_device() : device),
-            "synchronizing the tpu device");
+  synchronize_device(device < 0 ? current_device() : device);
 }
 
 int slot(c10::DeviceIndex d) { return d >= 0 && d < kMaxDevices ? d : 0; }

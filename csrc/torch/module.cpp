@@ -17,6 +17,7 @@ pybind11::tuple memory_snapshot(int num_devices);  // allocator.cpp
 
 extern "C" {
 #include "core/defer.h"
+#include "core/device.h"
 #include "core/diskcache.h"
 #include "core/eager.h"
 #include "core/env.h"
@@ -316,9 +317,9 @@ PYBIND11_MODULE(_C, m) {
     tpu_status_t s = tpu_runtime_check_device(device);
     if (s) raise_status(s, "synchronize");
     py::gil_scoped_release release;
-    // Deferred ops first: synchronize means "everything issued is done".
-    s = tpu_defer_flush(device, TPU_DEFER_SYNC);
-    if (!s) s = tpu_runtime_synchronize(device);
+    // The same as every other synchronize (torchtpu::synchronize_device),
+    // with this entry point's error wording.
+    s = tpu_device_synchronize(device);
     if (s) {
       py::gil_scoped_acquire acquire;
       raise_status(s, "synchronize");
