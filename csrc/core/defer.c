@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "env.h"
+#include "hash.h"
 #include "hlo/strbuf.h"
 #include "memory.h"
 #include "metrics.h"
@@ -148,15 +149,6 @@ typedef struct fused_s {
 static pthread_mutex_t g_fused_lock = PTHREAD_MUTEX_INITIALIZER;
 static fused_t* g_fused[FUSED_BUCKETS];
 static size_t g_fused_count;
-
-static uint64_t hash_key(const int64_t* k, size_t n) {
-  uint64_t h = 1469598103934665603ull ^ n;
-  for (size_t i = 0; i < n; i++) {
-    h = (h ^ (uint64_t)k[i]) * 0x100000001b3ull;
-    h ^= h >> 29;
-  }
-  return h;
-}
 
 static fused_t* fused_lookup(const int64_t* key, size_t n, uint64_t hash) {
   for (fused_t* f = g_fused[hash % FUSED_BUCKETS]; f; f = f->next)
@@ -338,7 +330,7 @@ static tpu_status_t fused_get(const trace_t* tr, const int* kept, int num_kept, 
   }
   key[k++] = num_kept;
   for (int i = 0; i < num_kept; i++) key[k++] = kept[i];
-  uint64_t hash = hash_key(key, k);
+  uint64_t hash = tpu_hash_bytes(key, k * sizeof *key);
   unsigned generation = tpu_program_cache_generation();
   pthread_mutex_lock(&g_fused_lock);
   fused_t* f = fused_lookup(key, k, hash);

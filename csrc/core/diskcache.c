@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "env.h"
+#include "hash.h"
 #include "metrics.h"
 #include "version.h"
 
@@ -76,13 +77,6 @@ static uint64_t xxh64(const void* data, size_t len, uint64_t seed) {
   return h ^ (h >> 32);
 }
 
-static uint64_t fnv1a64(const void* data, size_t len) {
-  const uint8_t* p = data;
-  uint64_t h = 1469598103934665603ull;
-  for (size_t i = 0; i < len; i++) h = (h ^ p[i]) * 1099511628211ull;
-  return h;
-}
-
 /* ---- keys ------------------------------------------------------------------- */
 
 static uint8_t* put_field(uint8_t* out, const void* data, size_t len) {
@@ -111,7 +105,7 @@ void tpu_diskcache_key_make(const char* mlir, size_t mlir_len,
     uint8_t* at = buffer;
     for (size_t i = 0; i < 5; i++) at = put_field(at, fields[i], lens[i]);
     a = xxh64(buffer, total, 0);
-    b = fnv1a64(buffer, total);
+    b = tpu_hash_fnv1a(buffer, total);
     out_key->check[0] = xxh64(buffer, total, kCheckSeeds[0]);
     out_key->check[1] = xxh64(buffer, total, kCheckSeeds[1]);
     free(buffer);
@@ -121,7 +115,7 @@ void tpu_diskcache_key_make(const char* mlir, size_t mlir_len,
     uint64_t c0 = kCheckSeeds[0], c1 = kCheckSeeds[1];
     for (size_t i = 0; i < 5; i++) {
       a = xxh64(fields[i], lens[i], a + lens[i]);
-      b = b * 31 + fnv1a64(fields[i], lens[i]) + lens[i];
+      b = b * 31 + tpu_hash_fnv1a(fields[i], lens[i]) + lens[i];
       c0 = xxh64(fields[i], lens[i], c0 + lens[i]);
       c1 = xxh64(fields[i], lens[i], c1 ^ lens[i]);
     }

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "defer.h"
+#include "hash.h"
 #include "launcher.h"
 #include "lower/ctx_internal.h"
 #include "lower/emit.h"
@@ -212,23 +213,6 @@ static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static tpu_eager_entry_t* _Atomic g_buckets[BUCKETS];
 static size_t g_count;
 
-/* Keys are a few hundred bytes hashed on every op: mix 8 bytes a step
- * (FNV-style multiply, then a final avalanche), the tail byte-wise. */
-static uint64_t hash_bytes(const uint8_t* p, size_t n) {
-  uint64_t h = 1469598103934665603ull ^ n;
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    uint64_t w;
-    memcpy(&w, p + i, 8);
-    h = (h ^ w) * 0x100000001b3ull;
-    h ^= h >> 29;
-  }
-  for (; i < n; i++) h = (h ^ p[i]) * 1099511628211ull;
-  h ^= h >> 33;
-  h *= 0xff51afd7ed558ccdull;
-  h ^= h >> 33;
-  return h;
-}
 
 static tpu_eager_entry_t* find(const keybuf_t* k, uint64_t h) {
   for (tpu_eager_entry_t* e = atomic_load_explicit(&g_buckets[h % BUCKETS], memory_order_acquire);
@@ -251,7 +235,7 @@ tpu_eager_entry_t* tpu_eager_lookup(const tpu_eager_call_t* call) {
     if (!k.on_stack) free(k.data);
     return NULL;
   }
-  uint64_t h = hash_bytes(k.data, k.len);
+  uint64_t h = tpu_hash_bytes(k.data, k.len);
   tpu_eager_entry_t* e = find(&k, h);
   if (!k.on_stack) free(k.data);
   if (e) TPU_METRICS_BUMP("eager_cache_hits", 1);
@@ -308,7 +292,7 @@ static tpu_eager_entry_t* insert(const tpu_eager_call_t* call, tpu_eager_entry_t
   }
   e->key = k.data;
   e->key_len = k.len;
-  e->hash = hash_bytes(k.data, k.len);
+  e->hash = tpu_hash_bytes(k.data, k.len);
   pthread_mutex_lock(&g_lock);
   tpu_eager_entry_t* existing = find(&k, e->hash);
   if (!existing) {
@@ -816,7 +800,7 @@ static scalar_slot_t g_scalars[SCALAR_CACHE];
 static tpu_status_t scalar_buffer(int device, tpu_dtype_t dtype, const uint8_t* bytes,
                                   tpu_buffer_t** out_owned_or_null, tpu_buffer_t** out) {
   size_t n = tpu_dtype_size(dtype);
-  uint64_t h = hash_bytes(bytes, n) ^ ((uint64_t)dtype * 0x9E3779B97F4A7C15ull) ^ (uint64_t)device;
+  uint64_t h = tpu_hash_bytes(bytes, n) ^ ((uint64_t)dtype * 0x9E3779B97F4A7C15ull) ^ (uint64_t)device;
   scalar_slot_t* slot = &g_scalars[h % SCALAR_CACHE];
   *out_owned_or_null = NULL;
   if (atomic_load_explicit(&slot->used, memory_order_acquire) && slot->device == device &&

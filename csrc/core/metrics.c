@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "hash.h"
+
 /* Open-addressing hash table; grows by doubling. Counters are few (tens to
  * hundreds) and updated from the dispatch path, so lookups must be cheap. */
 /* Each counter's value lives in its own cell, which never moves when the
@@ -25,14 +27,8 @@ static slot_t* g_slots;
 static size_t g_capacity;
 static size_t g_count;
 
-static uint64_t hash_name(const char* s) {
-  uint64_t h = 1469598103934665603ull; /* FNV-1a */
-  for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
-  return h;
-}
-
 static slot_t* find_slot(slot_t* slots, size_t capacity, const char* name) {
-  size_t i = hash_name(name) & (capacity - 1);
+  size_t i = tpu_hash_fnv1a_str(name) & (capacity - 1);
   while (slots[i].name && strcmp(slots[i].name, name) != 0)
     i = (i + 1) & (capacity - 1);
   return &slots[i];

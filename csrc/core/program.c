@@ -10,6 +10,7 @@
 
 #include "diskcache.h"
 #include "env.h"
+#include "hash.h"
 #include "metrics.h"
 #include "runtime.h"
 #include "trace.h"
@@ -129,12 +130,6 @@ static void destroy_chain(tpu_program_t* p) {
   }
 }
 
-static uint64_t hash_text(const char* s, size_t n) {
-  uint64_t h = 1469598103934665603ull; /* FNV-1a */
-  for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
-  return h;
-}
-
 static tpu_program_t* find(tpu_program_t* const* buckets, uint64_t hash, const char* mlir,
                            size_t len) {
   for (tpu_program_t* p = buckets[hash % BUCKETS]; p; p = p->next)
@@ -191,7 +186,7 @@ tpu_status_t tpu_program_get(const char* mlir, size_t mlir_len,
   if (!client)
     return tpu_status_make(TPU_STATUS_FAILED_PRECONDITION,
                            "the runtime is not initialized");
-  uint64_t hash = hash_text(mlir, mlir_len);
+  uint64_t hash = tpu_hash_fnv1a(mlir, mlir_len);
   pthread_mutex_lock(&g_lock);
   tpu_program_t* found = lookup(hash, mlir, mlir_len);
   pthread_mutex_unlock(&g_lock);

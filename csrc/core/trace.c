@@ -7,6 +7,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "hash.h"
+
 atomic_bool tpu_trace_on_;
 
 /* Spans are appended under one lock: tracing is a diagnostic mode, and a
@@ -29,8 +31,7 @@ static name_t* g_names[NAME_BUCKETS]; /* never freed: names stay valid */
 
 static const char* intern_locked(const char* s) {
   if (!s) s = "";
-  uint64_t h = 1469598103934665603ULL;
-  for (const char* c = s; *c; c++) h = (h ^ (unsigned char)*c) * 1099511628211ULL;
+  uint64_t h = tpu_hash_fnv1a_str(s);
   name_t** head = &g_names[h % NAME_BUCKETS];
   for (name_t* n = *head; n; n = n->next)
     if (strcmp(n->text, s) == 0) return n->text;
