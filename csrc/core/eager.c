@@ -12,9 +12,9 @@
 #include "launcher.h"
 #include "lower/ctx_internal.h"
 #include "lower/emit.h"
-#include "memory.h"
 #include "metrics.h"
 #include "program.h"
+#include "rng.h"
 #include "runtime.h"
 
 /* ---- keys ---------------------------------------------------------------- */
@@ -827,59 +827,6 @@ static tpu_status_t scalar_buffer(int device, tpu_dtype_t dtype, const uint8_t* 
   return NULL;
 }
 
-/* Per-device generator state: 2 x int64 in a storage of its own, so a
- * deferred run can read and advance it like any tensor's contents. */
-static pthread_mutex_t g_rng_lock = PTHREAD_MUTEX_INITIALIZER;
-static tpu_storage_t* g_rng[TPU_MAX_DEVICES];
-
-/* The device's generator storage, created (seed 0) on first use. */
-static tpu_status_t rng_storage(int device, tpu_storage_t** out) {
-  TPU_RETURN_IF_ERROR(tpu_runtime_check_device(device));
-  pthread_mutex_lock(&g_rng_lock);
-  tpu_status_t s = NULL;
-  if (!g_rng[device]) {
-    tpu_storage_t* st = NULL;
-    s = tpu_storage_create(device, 2 * sizeof(int64_t), &st);
-    if (!s) {
-      /* The generator's 16 bytes are not user memory: keep them out of
-       * memory_allocated. The storage lives as long as the process. */
-      tpu_memory_record_free(device, 2 * sizeof(int64_t));
-      int64_t zero[2] = {0, 0}, two = 2;
-      s = tpu_storage_write_host(st, zero, TPU_DTYPE_INT64, &two, 1, NULL);
-      if (s) tpu_storage_release(st);
-      else g_rng[device] = st;
-    }
-  }
-  *out = g_rng[device];
-  pthread_mutex_unlock(&g_rng_lock);
-  return s;
-}
-
-tpu_status_t tpu_eager_rng_storage(int device, tpu_storage_t** out_storage) {
-  return rng_storage(device, out_storage);
-}
-
-tpu_status_t tpu_eager_set_rng_state(int device, const int64_t state[2]) {
-  tpu_storage_t* st = NULL;
-  TPU_RETURN_IF_ERROR(rng_storage(device, &st));
-  int64_t two = 2;
-  pthread_mutex_lock(&g_rng_lock);
-  tpu_status_t s = tpu_storage_write_host(st, state, TPU_DTYPE_INT64, &two, 1, NULL);
-  pthread_mutex_unlock(&g_rng_lock);
-  return s;
-}
-
-tpu_status_t tpu_eager_manual_seed(int device, uint64_t seed) {
-  int64_t state[2] = {(int64_t)seed, 0};
-  return tpu_eager_set_rng_state(device, state);
-}
-
-tpu_status_t tpu_eager_rng_state(int device, int64_t out_state[2]) {
-  tpu_storage_t* st = NULL;
-  TPU_RETURN_IF_ERROR(rng_storage(device, &st));
-  return tpu_storage_read_bytes(st, out_state, 2 * sizeof(int64_t));
-}
-
 /* The buffer of one run-time scalar argument: a cached upload (borrowed)
  * or a new one the caller owns (*owned set). */
 static tpu_status_t scalar_arg(const tpu_eager_call_t* call, const tpu_eager_arg_t* a,
@@ -913,7 +860,7 @@ static tpu_status_t record_deferred(tpu_eager_entry_t* e, const tpu_eager_call_t
     goto done;
   }
   tpu_storage_t* rng = NULL;
-  if (e->needs_rng) status = rng_storage(call->device, &rng);
+  if (e->needs_rng) status = tpu_rng_storage(call->device, &rng);
   /* Storages never written (PyTorch's empty) and not in the run: zeros made
    * on the device, as Strict does; and, as there, lost or failed contents
    * that the op only overwrites. */
@@ -1010,10 +957,10 @@ tpu_status_t tpu_eager_execute(tpu_eager_entry_t* e, const tpu_eager_call_t* cal
     if (owned[nowned]) nowned++;
   }
   if (!status && e->needs_rng) {
-    status = rng_storage(call->device, &rng);
+    status = tpu_rng_storage(call->device, &rng);
     if (!status) {
       /* Held through execution so concurrent RNG ops serialise. */
-      pthread_mutex_lock(&g_rng_lock);
+      tpu_rng_lock();
       rng_locked = true;
       int64_t two = 2;
       status = tpu_storage_buffer_as(rng, TPU_DTYPE_INT64, &two, 1, &args[k++]);
@@ -1032,7 +979,7 @@ tpu_status_t tpu_eager_execute(tpu_eager_entry_t* e, const tpu_eager_call_t* cal
     status = tpu_storage_set_buffer(rng, results[nres - 1]);
     results[nres - 1] = NULL;
   }
-  if (rng_locked) pthread_mutex_unlock(&g_rng_lock);
+  if (rng_locked) tpu_rng_unlock();
   if (status) goto done;
   for (int w = 0; w < e->num_written && !status; w++) {
     status = tpu_storage_set_buffer(s.storages[e->written_slot[w]], results[w]);

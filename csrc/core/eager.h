@@ -110,16 +110,6 @@ void* tpu_eager_entry_set_user(tpu_eager_entry_t* entry, void* user, void (*user
 tpu_status_t tpu_eager_execute(tpu_eager_entry_t* entry, const tpu_eager_call_t* call,
                                tpu_storage_t* const* fresh);
 
-/* The device generator: seeds the state of `device`'s random bits. */
-tpu_status_t tpu_eager_manual_seed(int device, uint64_t seed);
-/* Current (seed, offset) words of the generator state, for get_rng_state. */
-tpu_status_t tpu_eager_rng_state(int device, int64_t out_state[2]);
-tpu_status_t tpu_eager_set_rng_state(int device, const int64_t state[2]);
-
-/* The generator state's storage (2 x int64, borrowed, lives as long as the
- * process): compiled graphs thread it like the engine does. */
-tpu_status_t tpu_eager_rng_storage(int device, tpu_storage_t** out_storage);
-
 size_t tpu_eager_cache_size(void);
 void tpu_eager_cache_clear(void);
 

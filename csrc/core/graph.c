@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "eager.h"
 #include "kernel.h"
+#include "rng.h"
 #include "runtime.h"
 #include "hlo/builder.h"
 #include "lower/ctx_internal.h"
@@ -294,7 +294,7 @@ tpu_status_t tpu_graph_run(tpu_program_t* program, int device, tpu_storage_t* co
   tpu_storage_t* rng = NULL;
   if (!s && with_rng) {
     int64_t two = 2;
-    s = tpu_eager_rng_storage(device, &rng);
+    s = tpu_rng_storage(device, &rng);
     if (!s) s = tpu_storage_buffer_as(rng, TPU_DTYPE_INT64, &two, 1, &args[num_inputs]);
   }
   tpu_runtime_set_op_label("a compiled graph or kernel");

@@ -27,6 +27,7 @@ extern "C" {
 #include "core/metrics.h"
 #include "core/pjrt/pjrt.h"
 #include "core/program.h"
+#include "core/rng.h"
 #include "core/runtime.h"
 }
 
@@ -262,20 +263,20 @@ PYBIND11_MODULE(_C, m) {
   m.def("_set_fallback_quiet", &torchtpu::set_fallback_quiet);
   m.def("_manual_seed", [](int device, uint64_t seed) {
     init_runtime();
-    tpu_status_t s = tpu_eager_manual_seed(device, seed);
+    tpu_status_t s = tpu_rng_seed(device, seed);
     if (s) raise_status(s, "manual_seed");
   });
   m.def("_get_rng_state", [](int device) {
     init_runtime();
     int64_t state[2];
-    tpu_status_t s = tpu_eager_rng_state(device, state);
+    tpu_status_t s = tpu_rng_get_state(device, state);
     if (s) raise_status(s, "get_rng_state");
     return std::vector<int64_t>{state[0], state[1]};
   });
   m.def("_set_rng_state", [](int device, std::vector<int64_t> state) {
     init_runtime();
     if (state.size() != 2) throw std::invalid_argument("torchtpu: an rng state has 2 words");
-    tpu_status_t s = tpu_eager_set_rng_state(device, state.data());
+    tpu_status_t s = tpu_rng_set_state(device, state.data());
     if (s) raise_status(s, "set_rng_state");
   });
   m.def("_lowerings", [] {
