@@ -1,5 +1,6 @@
 """Streams, events, pinned memory and non_blocking copies on "tpu": the API
 stream-using code expects, with results checked against CPU."""
+import pytest
 import torch
 
 import torchtpu  # noqa: F401
@@ -95,3 +96,22 @@ def test_every_synchronize_flushes_the_deferred_run():
             assert torchtpu.modes.pending_ops() == 0, name
             assert _sync_flushes() == before + 1, name
             assert y.cpu().tolist() == [1.0, 3.0, 5.0, 7.0, 9.0, 11.0], name
+
+
+@pytest.mark.parametrize("mode", ["strict", "defer_and_fuse"])
+@pytest.mark.parametrize("entry", ["accelerator", "stream", "event"])
+def test_every_synchronize_raises_a_pending_index_error(entry, mode):
+    """As torch.tpu.synchronize does (test_ops_index.py): an op's
+    out-of-range index raises at the next synchronize of any kind."""
+    synchronize = {
+        "accelerator": torch.accelerator.synchronize,
+        "stream": lambda: torch.tpu.current_stream().synchronize(),
+        "event": lambda: torch.tpu.current_stream().record_event().synchronize(),
+    }[entry]
+    with torchtpu.modes.eager_mode(mode):
+        x = torch.zeros(3, device="tpu").index_select(0, torch.tensor([7], device="tpu"))
+        with pytest.raises(IndexError):
+            synchronize()
+        del x
+        synchronize()
+        assert torch.equal(torch.arange(3, device="tpu").cpu(), torch.arange(3))
