@@ -14,7 +14,11 @@
  * synchronize runs directly, with no thread hand-off in its latency.
  * Off with TORCHTPU_LAUNCHER=0, and on hosts with one CPU. Errors of a
  * queued execution fail its results (readers get the error, naming the
- * op) and are reported by the device's next synchronize. */
+ * op) and are reported by the device's next synchronize.
+ *
+ * Layering: the launcher sits above program.h and runtime.h and calls down
+ * only; they wait for or stop the queue through the hooks it registers
+ * (tpu_runtime_set_queue_hooks) before its first queued item. */
 #ifndef TORCHTPU_CORE_LAUNCHER_H_
 #define TORCHTPU_CORE_LAUNCHER_H_
 
