@@ -112,7 +112,7 @@ def test_strict_profile_shows_ops_executions_transfers_compiles(always_queue):
     assert len(spans) == steps
     if always_queue:
         queued = [s for s in spans if s["wait_ns"] > 0]
-        assert queued  # (not all: a program still proving it runs inline goes direct)
+        assert queued
         worker = {e["tid"] for e in execs} - {rng["tid"]}
         assert worker == {s["thread_id"] for s in queued}
         waits = sorted(e["args"]["queue_wait_ns"] for e in execs if e["tid"] in worker)

@@ -48,8 +48,8 @@ void tpu_launcher_drain(void);
 bool tpu_launcher_enabled(void);
 void tpu_launcher_set_enabled(bool enabled);
 
-/* Testing: queue every execution the queue may take (a program the plugin
- * runs inline), not only those arriving back to back. */
+/* Testing: queue every execution, not only those arriving back to back of
+ * programs the plugin has shown to run inside its execute call. */
 void tpu_launcher_set_always_queue(bool always);
 
 /* Items queued and executions done through the queue since start-up. */
