@@ -206,6 +206,7 @@ def test_autograd_profiler_use_device_tpu_has_device_time(py):
     but not enabled" and the TPU time columns stay empty."""
     r = py(
         "import torch, torchtpu\n"
+        "torchtpu.set_eager_mode('strict')  # (one execution per op, named by it)\n"
         "x = torch.randn(16, 16, device='tpu'); (x @ x).cpu()\n"
         "with torch.autograd.profiler.profile(use_device='tpu') as p:\n"
         "    (x @ x).cpu()\n"
