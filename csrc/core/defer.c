@@ -319,7 +319,7 @@ static tpu_status_t fused_get(const trace_t* tr, const int* kept, int num_kept, 
    * structures give equal keys whatever the storages were. */
   size_t n = 2 + (size_t)tr->num_ops * 2 + (size_t)tr->num_params + (size_t)num_kept;
   int64_t* key = malloc(n * sizeof *key);
-  if (!key) return tpu_status_make(TPU_STATUS_RESOURCE_EXHAUSTED, "out of host memory");
+  if (!key) return tpu_status_oom(NULL);
   size_t k = 0;
   key[k++] = tr->num_ops;
   for (int i = 0; i < tr->num_ops; i++) {
@@ -348,7 +348,7 @@ static tpu_status_t fused_get(const trace_t* tr, const int* kept, int num_kept, 
     if (!f || !f->result_of) {
       fused_free(f);
       free(key);
-      return tpu_status_make(TPU_STATUS_RESOURCE_EXHAUSTED, "out of host memory");
+      return tpu_status_oom(NULL);
     }
     f->key = key;
     f->key_len = k;
@@ -374,7 +374,7 @@ static tpu_status_t fused_get(const trace_t* tr, const int* kept, int num_kept, 
     char* text = fused_text(tr, kept, num_kept, &len);
     const char* label = tpu_runtime_op_label();
     tpu_runtime_set_op_label("a defer_and_fuse run"); /* names the compile in a trace */
-    if (!text) status = tpu_status_make(TPU_STATUS_RESOURCE_EXHAUSTED, "out of host memory");
+    if (!text) status = tpu_status_oom(NULL);
     else status = tpu_program_get(text, len, &program);
     tpu_runtime_set_op_label(label);
     free(text);
@@ -524,7 +524,7 @@ static tpu_status_t flush_locked(trace_t* tr, tpu_defer_reason_t reason) {
   bool replayed = false; /* replay settled the kept storages */
   int num_kept = 0;
   if (!kept || !kept_storage || !args) {
-    status = tpu_status_make(TPU_STATUS_RESOURCE_EXHAUSTED, "out of host memory");
+    status = tpu_status_oom(NULL);
     goto done;
   }
   for (int i = 0; i < tr->num_members; i++) {
@@ -556,7 +556,7 @@ static tpu_status_t flush_locked(trace_t* tr, tpu_defer_reason_t reason) {
     nargs = o->op->num_params;
     tpu_buffer_t** grown = realloc(args, sizeof *args * ((size_t)nargs + 1));
     if (!grown) {
-      status = tpu_status_make(TPU_STATUS_RESOURCE_EXHAUSTED, "out of host memory");
+      status = tpu_status_oom(NULL);
       goto done;
     }
     args = grown;
@@ -568,7 +568,7 @@ static tpu_status_t flush_locked(trace_t* tr, tpu_defer_reason_t reason) {
   int nres = tpu_program_num_outputs(f->program);
   results = calloc((size_t)nres + 1, sizeof *results);
   if (!results) {
-    status = tpu_status_make(TPU_STATUS_RESOURCE_EXHAUSTED, "out of host memory");
+    status = tpu_status_oom(NULL);
     goto done;
   }
   tpu_runtime_set_op_label("a defer_and_fuse run");
@@ -675,7 +675,7 @@ static int member_add(trace_t* tr, tpu_storage_t* storage) {
 }
 
 static tpu_status_t oom(void) {
-  return tpu_status_make(TPU_STATUS_RESOURCE_EXHAUSTED, "out of host memory recording an op");
+  return tpu_status_oom("recording an op");
 }
 
 /* The value operand p reads, adding an input for contents not in the run. */

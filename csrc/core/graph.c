@@ -36,7 +36,7 @@ static tpu_hlo_type_t flat_type(const tpu_hlo_type_t* t) {
 }
 
 static tpu_status_t oom(void) {
-  return tpu_status_make(TPU_STATUS_RESOURCE_EXHAUSTED, "out of host memory building a graph");
+  return tpu_status_oom("building a graph");
 }
 
 static bool push_value(tpu_graph_t* g, tpu_hlo_value_t v) {

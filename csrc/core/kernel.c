@@ -123,7 +123,7 @@ tpu_status_t tpu_kernel_create(const char* name, const char* text, size_t len,
   if (!name) name = "?";
   if (!text || !len) return bad(name, "empty StableHLO text");
   tpu_kernel_t* k = calloc(1, sizeof *k);
-  if (!k) return tpu_status_make(TPU_STATUS_RESOURCE_EXHAUSTED, "out of host memory");
+  if (!k) return tpu_status_oom(NULL);
   k->name = strdup(name);
   const char* end = text + len;
   size_t nparams = 0;
@@ -196,7 +196,7 @@ tpu_status_t tpu_kernel_create(const char* name, const char* text, size_t len,
   tpu_strbuf_free(&sb);
   if (!k->functions || !k->name) {
     tpu_kernel_destroy(k);
-    return tpu_status_make(TPU_STATUS_RESOURCE_EXHAUSTED, "out of host memory");
+    return tpu_status_oom(NULL);
   }
   *out_kernel = k;
   return NULL;

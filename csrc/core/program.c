@@ -216,8 +216,7 @@ tpu_status_t tpu_program_get(const char* mlir, size_t mlir_len,
     free(program);
     free(text);
     tpu_executable_destroy(executable);
-    return tpu_status_make(TPU_STATUS_RESOURCE_EXHAUSTED,
-                           "out of host memory caching a program");
+    return tpu_status_oom("caching a program");
   }
   memcpy(text, mlir, mlir_len);
   text[mlir_len] = '\0';

@@ -27,7 +27,7 @@ struct tpu_repeat_s {
 
 tpu_status_t tpu_repeat_create(int min_period, int any_after, tpu_repeat_t** out) {
   tpu_repeat_t* r = calloc(1, sizeof *r);
-  if (!r) return tpu_status_make(TPU_STATUS_RESOURCE_EXHAUSTED, "out of host memory");
+  if (!r) return tpu_status_oom(NULL);
   r->min_period = min_period < 1 ? 1 : min_period;
   r->any_after = any_after < 0 ? 0 : any_after;
   tpu_repeat_reset(r);

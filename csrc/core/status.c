@@ -47,6 +47,11 @@ tpu_status_t tpu_status_make(tpu_status_code_t code, const char* fmt, ...) {
   return s;
 }
 
+tpu_status_t tpu_status_oom(const char* what) {
+  if (!what || !what[0]) return tpu_status_make(TPU_STATUS_RESOURCE_EXHAUSTED, "out of host memory");
+  return tpu_status_make(TPU_STATUS_RESOURCE_EXHAUSTED, "out of host memory %s", what);
+}
+
 tpu_status_t tpu_status_annotate(tpu_status_t status, const char* fmt, ...) {
   if (!status || status == &kOutOfMemoryStatus) return status;
   va_list args;

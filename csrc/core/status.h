@@ -31,6 +31,11 @@ tpu_status_t tpu_status_make(tpu_status_code_t code, const char* fmt, ...)
 tpu_status_t tpu_status_makev(tpu_status_code_t code, const char* fmt,
                               va_list args);
 
+/* RESOURCE_EXHAUSTED "out of host memory", followed by " " and `what`
+ * ("building a graph") when what is neither NULL nor "": the one wording
+ * of a failed host allocation, so callers and tests agree on it. */
+tpu_status_t tpu_status_oom(const char* what);
+
 /* Prefixes context ("while compiling add: ") to a status; returns it.
  * A NULL status passes through unchanged. */
 tpu_status_t tpu_status_annotate(tpu_status_t status, const char* fmt, ...)

@@ -31,5 +31,21 @@ static void test_return_if_error(void) {
   tpu_status_free(s);
 }
 
+/* The exact text callers produced with tpu_status_make before the helper
+ * existed: tests and users match it. */
+static void test_oom(void) {
+  const char* plain[] = {NULL, ""};
+  for (int i = 0; i < 2; i++) {
+    tpu_status_t s = tpu_status_oom(plain[i]);
+    CHECK_EQ(tpu_status_code(s), TPU_STATUS_RESOURCE_EXHAUSTED);
+    CHECK(strcmp(tpu_status_message(s), "out of host memory") == 0);
+    tpu_status_free(s);
+  }
+  tpu_status_t s = tpu_status_oom("building a graph");
+  CHECK_EQ(tpu_status_code(s), TPU_STATUS_RESOURCE_EXHAUSTED);
+  CHECK(strcmp(tpu_status_message(s), "out of host memory building a graph") == 0);
+  tpu_status_free(s);
+}
+
 TPU_TEST_MAIN(TPU_TEST(test_ok_is_null), TPU_TEST(test_message_and_annotate),
-              TPU_TEST(test_return_if_error))
+              TPU_TEST(test_return_if_error), TPU_TEST(test_oom))

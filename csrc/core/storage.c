@@ -110,8 +110,7 @@ tpu_status_t tpu_storage_create(int device_index, size_t nbytes,
                            device_index, TPU_MAX_DEVICES);
   tpu_storage_t* s = calloc(1, sizeof *s);
   if (!s)
-    return tpu_status_make(TPU_STATUS_RESOURCE_EXHAUSTED,
-                           "out of host memory for a storage descriptor");
+    return tpu_status_oom("for a storage descriptor");
   /* Refused up front when it cannot fit, as cudaMalloc would: the buffer
    * itself is made at the first write, too late to fail cleanly. */
   if (!tpu_memory_try_record_alloc(device_index, nbytes)) {

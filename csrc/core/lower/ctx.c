@@ -291,7 +291,7 @@ tpu_status_t tpu_lower_program_plain(const char* op_name, const tpu_lower_arg_t*
   tpu_hlo_value_t* outputs = calloc((size_t)num_outputs + 1, sizeof *outputs);
   tpu_status_t s = NULL;
   if (!arg_values || !list_offset || !list_values || !outputs) {
-    s = tpu_status_make(TPU_STATUS_RESOURCE_EXHAUSTED, "out of host memory");
+    s = tpu_status_oom(NULL);
     goto done;
   }
   /* Parameters: tensors (and list tensors) in order, then scalars, then rng. */

@@ -538,7 +538,7 @@ static tpu_status_t lower_tri_indices(tpu_lower_ctx_t* ctx, bool lower) {
     return tpu_lower_decline(ctx, "output type");
   int64_t n = out.dims[1];
   int64_t* v = calloc((size_t)(2 * n + 1), sizeof *v);
-  if (!v) return tpu_status_make(TPU_STATUS_RESOURCE_EXHAUSTED, "out of host memory");
+  if (!v) return tpu_status_oom(NULL);
   int64_t k = 0;
   for (int64_t i = 0; i < rows; i++)
     for (int64_t j = 0; j < cols; j++)

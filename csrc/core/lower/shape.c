@@ -59,7 +59,7 @@ static tpu_status_t lower_cat(tpu_lower_ctx_t* ctx) {
   }
   int dim = wrap_dim(tpu_lower_arg(ctx, 1)->i, out.rank);
   tpu_hlo_value_t* parts = calloc((size_t)list->num_tensors + 1, sizeof *parts);
-  if (!parts) return tpu_status_make(TPU_STATUS_RESOURCE_EXHAUSTED, "out of host memory");
+  if (!parts) return tpu_status_oom(NULL);
   int n = 0;
   for (int k = 0; k < list->num_tensors; k++) {
     tpu_hlo_type_t t = tpu_lower_list_type(ctx, 0, k);
@@ -84,7 +84,7 @@ static tpu_status_t lower_stack(tpu_lower_ctx_t* ctx) {
   int dim = (int)(tpu_lower_arg(ctx, 1)->i < 0 ? tpu_lower_arg(ctx, 1)->i + out.rank
                                                : tpu_lower_arg(ctx, 1)->i);
   tpu_hlo_value_t* parts = calloc((size_t)list->num_tensors + 1, sizeof *parts);
-  if (!parts) return tpu_status_make(TPU_STATUS_RESOURCE_EXHAUSTED, "out of host memory");
+  if (!parts) return tpu_status_oom(NULL);
   tpu_hlo_type_t one = out;
   one.dims[dim] = 1;
   for (int k = 0; k < list->num_tensors; k++) {
@@ -286,7 +286,7 @@ static tpu_status_t lower_pad_common(tpu_lower_ctx_t* ctx, bool reflect) {
     if (n <= 0 || m <= 0) return tpu_lower_decline(ctx, "empty padded dim");
     if (reflect && (l >= n || r >= n)) return tpu_lower_decline(ctx, "padding >= size");
     int64_t* idx = malloc(sizeof(int64_t) * (size_t)m);
-    if (!idx) return tpu_status_make(TPU_STATUS_RESOURCE_EXHAUSTED, "out of host memory");
+    if (!idx) return tpu_status_oom(NULL);
     for (int64_t o = 0; o < m; o++) {
       int64_t i = o - l;
       if (reflect) {
@@ -389,7 +389,7 @@ static tpu_status_t write_slice(tpu_lower_ctx_t* ctx, tpu_hlo_value_t src, tpu_h
   tpu_hlo_value_t placed = place_along(b, src, dim, start, step, size, zero);
   if (has_base) {
     bool* keep = calloc((size_t)size, sizeof *keep);
-    if (!keep) return tpu_status_make(TPU_STATUS_RESOURCE_EXHAUSTED, "out of host memory");
+    if (!keep) return tpu_status_oom(NULL);
     for (int64_t k = 0; k < len; k++) keep[start + k * step] = true;
     tpu_hlo_value_t m = tpu_hlo_constant_dense(b, tpu_hlo_type_make(TPU_DTYPE_BOOL, 1, &size), keep);
     free(keep);
@@ -539,7 +539,7 @@ static tpu_status_t lower_unfold_backward(tpu_lower_ctx_t* ctx) {
   for (int d = 0; d < out.rank; d++) merged[d] = d == dim ? m : out.dims[d];
   g = tpu_emit_reshape(b, g, merged, out.rank);
   int64_t* idx = malloc(sizeof(int64_t) * (size_t)m);
-  if (!idx) return tpu_status_make(TPU_STATUS_RESOURCE_EXHAUSTED, "out of host memory");
+  if (!idx) return tpu_status_oom(NULL);
   for (int64_t w = 0; w < windows; w++)
     for (int64_t j = 0; j < size; j++) idx[w * size + j] = w * step + j;
   g = along_dim(b, g, dim, idx, m, n, true);
