@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "arena.h"
 #include "defer.h"
 #include "hash.h"
 #include "launcher.h"
@@ -391,7 +392,7 @@ static tpu_status_t describe_for_defer(tpu_eager_entry_t* e, const tpu_eager_cal
   e->param_types = calloc((size_t)np + 1, sizeof *e->param_types);
   e->result_types = calloc((size_t)nres + 1, sizeof *e->result_types);
   if (!e->param_types || !e->result_types)
-    return tpu_status_make(TPU_STATUS_RESOURCE_EXHAUSTED, "out of host memory");
+    return tpu_status_oom(NULL);
   int k = 0;
   for (int i = 0; i < s->count; i++)
     e->param_types[k++] = tpu_hlo_type_make(s->dtypes[i], 1, &s->numels[i]);
@@ -403,7 +404,7 @@ static tpu_status_t describe_for_defer(tpu_eager_entry_t* e, const tpu_eager_cal
   }
   for (int r = 0; r < nres; r++) e->result_types[r] = tpu_hlo_value_type(b, results[r]);
   e->name = strdup(call->op_name);
-  if (!e->name) return tpu_status_make(TPU_STATUS_RESOURCE_EXHAUSTED, "out of host memory");
+  if (!e->name) return tpu_status_oom(NULL);
   e->defer_op = (tpu_defer_op_t){.name = e->name, .text = e->text, .len = e->text_len,
                                  .num_params = np, .params = e->param_types,
                                  .num_results = nres, .results = e->result_types};
@@ -496,6 +497,227 @@ static void log_recompile(const tpu_eager_call_t* call) {
   free(texts);
 }
 
+/* ---- compiling a call ---------------------------------------------------- */
+
+/* One compile's working state. Its arrays live in `arena`, freed once when
+ * the compile ends, whatever happened; only `e`, the entry being filled,
+ * and e's fields are malloc'd: the cache keeps them. */
+typedef struct {
+  const tpu_eager_call_t* call;
+  const tpu_eager_output_t* outputs; /* as the caller planned them */
+  int num_outputs;
+  tpu_arena_t arena;
+  slots_t slots;  /* the call's storages, computed once */
+  int* arg_slot;  /* per argument: its tensor's slot, -1 for other kinds */
+  int* list_slot; /* per list tensor: its slot */
+  tpu_eager_entry_t* e;
+  tpu_hlo_builder_t* b;
+  tpu_hlo_value_t* slot_args;   /* the storages' parameters */
+  tpu_hlo_value_t* slot_values; /* each storage's latest flat value */
+  /* The lowering's operands and outputs, laid out as tpu_lower_ctx_t's. */
+  tpu_hlo_value_t* arg_values;
+  int* list_offset;
+  tpu_hlo_value_t* list_values;
+  tpu_hlo_type_t* list_types;
+  tpu_hlo_type_t* out_types;
+  tpu_hlo_value_t* out_values;
+  tpu_hlo_value_t rng;       /* the generator state parameter, or id -1 */
+  tpu_hlo_value_t rng_after; /* the state as the lowering left it */
+  tpu_hlo_value_t* results;
+  int num_results;
+} compile_t;
+
+/* Room for n zeroed elements of *ptr's type, from the compile's arena. */
+#define SCRATCH(c, n, ptr) \
+  tpu_arena_alloc(&(c)->arena, (size_t)(n), sizeof *(ptr), (void**)&(ptr))
+
+/* The call's storage slots, in the key's order. Each tensor's slot is kept,
+ * so reading operands and writing outputs never search for it again. */
+static tpu_status_t compile_collect_slots(compile_t* c) {
+  const tpu_eager_call_t* call = c->call;
+  slots_t* s = &c->slots;
+  int max = call->num_args + call->num_list + 1;
+  TPU_RETURN_IF_ERROR(SCRATCH(c, max, s->storages));
+  TPU_RETURN_IF_ERROR(SCRATCH(c, max, s->dtypes));
+  TPU_RETURN_IF_ERROR(SCRATCH(c, max, s->numels));
+  TPU_RETURN_IF_ERROR(SCRATCH(c, call->num_args + 1, c->arg_slot));
+  TPU_RETURN_IF_ERROR(SCRATCH(c, call->num_list + 1, c->list_slot));
+  for (int i = 0; i < call->num_args; i++) {
+    const tpu_eager_arg_t* a = &call->args[i];
+    c->arg_slot[i] = -1;
+    if (a->lower.kind == TPU_ARG_TENSOR) {
+      c->arg_slot[i] = slot_of(s, &a->tensor);
+    } else if (a->lower.kind == TPU_ARG_TENSORS) {
+      for (int j = 0; j < a->lower.num_tensors; j++)
+        c->list_slot[a->list_start + j] = slot_of(s, &call->list[a->list_start + j]);
+    }
+  }
+  return NULL;
+}
+
+/* The slot an aliased output writes (-1: it names no tensor). */
+static int output_slot(const compile_t* c, const tpu_eager_output_t* o) {
+  const tpu_eager_arg_t* a = &c->call->args[o->alias_arg];
+  if (a->lower.kind == TPU_ARG_TENSORS) return c->list_slot[a->list_start + o->alias_list];
+  return c->arg_slot[o->alias_arg];
+}
+
+/* The entry being filled, with its per-output and per-slot arrays. */
+static tpu_status_t compile_new_entry(compile_t* c) {
+  tpu_eager_entry_t* e = c->e = calloc(1, sizeof *e);
+  if (!e) return tpu_status_oom(NULL);
+  e->outputs = calloc((size_t)c->num_outputs + 1, sizeof *e->outputs);
+  e->written_slot = calloc((size_t)c->slots.count + 1, sizeof *e->written_slot);
+  if (!e->outputs || !e->written_slot) return tpu_status_oom(NULL);
+  return NULL;
+}
+
+/* Parameters: flat storages, then scalars, then the generator state. */
+static tpu_status_t compile_declare_params(compile_t* c, const tpu_lowering_t* row) {
+  const tpu_eager_call_t* call = c->call;
+  const slots_t* s = &c->slots;
+  TPU_RETURN_IF_ERROR(SCRATCH(c, s->count + 1, c->slot_args));
+  TPU_RETURN_IF_ERROR(SCRATCH(c, s->count + 1, c->slot_values));
+  TPU_RETURN_IF_ERROR(SCRATCH(c, call->num_args + 1, c->arg_values));
+  TPU_RETURN_IF_ERROR(tpu_hlo_builder_create(&c->b));
+  tpu_hlo_builder_set_precision(c->b, call->precision);
+  for (int i = 0; i < s->count; i++)
+    c->slot_values[i] = c->slot_args[i] =
+        tpu_hlo_arg(c->b, tpu_hlo_type_make(s->dtypes[i], 1, &s->numels[i]), NULL);
+  for (int i = 0; i < call->num_args; i++)
+    if (is_runtime_scalar(&call->args[i]))
+      c->arg_values[i] = tpu_hlo_arg(c->b, call->args[i].lower.type, NULL);
+  c->rng = (tpu_hlo_value_t){-1};
+  if (row->flags & TPU_LOWER_NEEDS_RNG) {
+    int64_t two = 2;
+    c->rng = tpu_hlo_arg(c->b, tpu_hlo_type_make(TPU_DTYPE_INT64, 1, &two), NULL);
+  }
+  return NULL;
+}
+
+/* Operands: every tensor read through its view of its storage. */
+static tpu_status_t compile_read_operands(compile_t* c) {
+  const tpu_eager_call_t* call = c->call;
+  TPU_RETURN_IF_ERROR(SCRATCH(c, call->num_args + 1, c->list_offset));
+  TPU_RETURN_IF_ERROR(SCRATCH(c, call->num_list + 1, c->list_values));
+  TPU_RETURN_IF_ERROR(SCRATCH(c, call->num_list + 1, c->list_types));
+  for (int i = 0; i < call->num_args; i++) {
+    const tpu_eager_arg_t* a = &call->args[i];
+    if (a->lower.kind == TPU_ARG_TENSOR) {
+      c->arg_values[i] = tpu_view_emit_read(c->b, c->slot_values[c->arg_slot[i]], &a->tensor.view);
+    } else if (a->lower.kind == TPU_ARG_TENSORS) {
+      c->list_offset[i] = a->list_start;
+      for (int j = 0; j < a->lower.num_tensors; j++) {
+        int k = a->list_start + j;
+        const tpu_view_t* v = &call->list[k].view;
+        c->list_values[k] = tpu_view_emit_read(c->b, c->slot_values[c->list_slot[k]], v);
+        c->list_types[k] = tpu_hlo_type_make(v->dtype, v->rank, v->sizes);
+      }
+    }
+  }
+  return NULL;
+}
+
+/* The entry's outputs (an aliased one takes the geometry of the tensor it
+ * writes) and the types the lowering must produce. */
+static tpu_status_t compile_plan_outputs(compile_t* c) {
+  TPU_RETURN_IF_ERROR(SCRATCH(c, c->num_outputs + 1, c->out_types));
+  TPU_RETURN_IF_ERROR(SCRATCH(c, c->num_outputs + 1, c->out_values));
+  for (int o = 0; o < c->num_outputs; o++) {
+    tpu_eager_output_t* out = &c->e->outputs[o];
+    *out = c->outputs[o];
+    if (out->alias_arg >= 0) {
+      const tpu_eager_tensor_t* t = output_target(c->call, out);
+      out->view = t->view;
+      out->storage_numel = t->storage_numel;
+    }
+    c->out_types[o] = tpu_hlo_type_make(out->view.dtype, out->view.rank, out->view.sizes);
+  }
+  return NULL;
+}
+
+/* Runs the row's lowering over the operands; UNIMPLEMENTED means it
+ * declined the call. */
+static tpu_status_t compile_lower_row(compile_t* c, const tpu_lowering_t* row) {
+  const tpu_eager_call_t* call = c->call;
+  tpu_lower_arg_t* lower_args = NULL;
+  TPU_RETURN_IF_ERROR(SCRATCH(c, call->num_args + 1, lower_args));
+  for (int i = 0; i < call->num_args; i++) lower_args[i] = call->args[i].lower;
+  tpu_lower_ctx_t ctx = {
+      .b = c->b, .op_name = call->op_name, .args = lower_args, .num_args = call->num_args,
+      .arg_values = c->arg_values, .list_offset = c->list_offset, .list_values = c->list_values,
+      .list_types = c->list_types, .num_outputs = c->num_outputs, .output_types = c->out_types,
+      .outputs = c->out_values, .rng_state = c->rng};
+  tpu_status_t status = tpu_lower_ctx_run(&ctx, row->fn);
+  c->rng_after = ctx.rng_state;
+  return status;
+}
+
+/* A fresh output's whole (new) storage as a flat array: the value itself
+ * when its view covers the storage exactly, else written into zeros. */
+static tpu_hlo_value_t fresh_result(tpu_hlo_builder_t* b, const tpu_eager_output_t* out,
+                                    tpu_hlo_value_t value) {
+  int64_t n = out->storage_numel;
+  if (tpu_view_is_contiguous(&out->view) && out->view.offset == 0 &&
+      tpu_view_numel(&out->view) == n)
+    return tpu_emit_reshape(b, value, &n, 1);
+  tpu_hlo_type_t flat_type = tpu_hlo_type_make(out->view.dtype, 1, &n);
+  return tpu_view_emit_write(b, tpu_emit_const_like(b, &flat_type, 0), &out->view, value);
+}
+
+/* Results: each written storage's new flat value (aliased outputs write
+ * through their views, in order), each fresh output's storage, then the
+ * new generator state. Also which storages the program never reads. */
+static tpu_status_t compile_collect_results(compile_t* c) {
+  tpu_eager_entry_t* e = c->e;
+  const slots_t* s = &c->slots;
+  bool* written = NULL;
+  TPU_RETURN_IF_ERROR(SCRATCH(c, s->count + 1, written));
+  TPU_RETURN_IF_ERROR(SCRATCH(c, s->count + c->num_outputs + 2, c->results));
+  for (int o = 0; o < c->num_outputs; o++) {
+    int slot = c->outputs[o].alias_arg < 0 ? -1 : output_slot(c, &c->outputs[o]);
+    if (slot < 0) continue;
+    const tpu_eager_tensor_t* t = output_target(c->call, &c->outputs[o]);
+    c->slot_values[slot] =
+        tpu_view_emit_write(c->b, c->slot_values[slot], &t->view, c->out_values[o]);
+    written[slot] = true;
+  }
+  for (int i = 0; i < s->count; i++)
+    if (written[i]) {
+      e->written_slot[e->num_written++] = i;
+      c->results[c->num_results++] = c->slot_values[i];
+    }
+  for (int o = 0; o < c->num_outputs; o++)
+    if (c->outputs[o].alias_arg < 0) {
+      c->results[c->num_results++] = fresh_result(c->b, &e->outputs[o], c->out_values[o]);
+      e->num_fresh++;
+    }
+  if (c->rng.id >= 0) {
+    c->results[c->num_results++] = c->rng_after;
+    e->needs_rng = true;
+  }
+  tpu_hlo_return(c->b, c->results, c->num_results);
+  e->slot_unread = calloc((size_t)s->count + 1, sizeof *e->slot_unread);
+  if (!e->slot_unread) return tpu_status_oom(NULL);
+  for (int i = 0; i < s->count; i++) e->slot_unread[i] = !tpu_hlo_value_used(c->b, c->slot_args[i]);
+  return NULL;
+}
+
+/* The module's text, its description for DeferAndFuse and, for Strict and
+ * Debug (which run it now), its executable, so compile errors come from
+ * here. A deferred op is only compiled if it ever runs alone. */
+static tpu_status_t compile_program(compile_t* c) {
+  tpu_eager_entry_t* e = c->e;
+  tpu_status_t status = tpu_hlo_builder_finish(c->b, &e->text, &e->text_len);
+  if (!status) status = describe_for_defer(e, c->call, &c->slots, c->b, c->results, c->num_results);
+  if (!status && !c->call->defer) {
+    tpu_program_t* p = NULL;
+    status = entry_program(e, &p);
+  }
+  if (status) status = tpu_status_annotate(status, "lowering %s: ", c->call->op_name);
+  return status;
+}
+
 tpu_status_t tpu_eager_compile(const tpu_eager_call_t* call, const tpu_eager_output_t* outputs,
                                int num_outputs, tpu_eager_entry_t** out_entry) {
   const tpu_lowering_t* row = tpu_lowering_find_row(call->op_name);
@@ -504,200 +726,39 @@ tpu_status_t tpu_eager_compile(const tpu_eager_call_t* call, const tpu_eager_out
     return NULL;
   }
   if (tpu_recompile_logging()) log_recompile(call);
-  slots_t s;
-  keybuf_t scratch = {0};
-  tpu_status_t status = NULL;
-  tpu_hlo_builder_t* b = NULL;
-  tpu_eager_entry_t* e = calloc(1, sizeof *e);
-  tpu_hlo_value_t* slot_values = NULL;
-  tpu_hlo_value_t* slot_args = NULL; /* the parameters, slot_values' first state */
-  tpu_hlo_value_t* arg_values = NULL;
-  tpu_hlo_value_t* list_values = NULL;
-  int* list_offset = NULL;
-  tpu_hlo_type_t* list_types = NULL;
-  tpu_hlo_type_t* out_types = NULL;
-  tpu_hlo_value_t* out_values = NULL;
-  tpu_hlo_value_t* results = NULL;
-  char* text = NULL;
-  if (!e || !slots_init(&s, call)) {
-    free(e);
-    return tpu_status_make(TPU_STATUS_RESOURCE_EXHAUSTED, "out of host memory");
-  }
-  build_key(call, &scratch, &s); /* fills the slots */
-  free(scratch.data);
-  scratch = (keybuf_t){0};
-  if (s.conflict) {
-    slots_free(&s);
-    free(e);
+  compile_t c = {.call = call, .outputs = outputs, .num_outputs = num_outputs};
+  tpu_arena_init(&c.arena, 0);
+  tpu_status_t status = compile_collect_slots(&c);
+  if (!status && c.slots.conflict) {
     *out_entry = tpu_eager_mark_fallback(call, "a storage viewed with two dtypes");
-    return NULL;
-  }
-  int n_args = call->num_args, n_list = call->num_list;
-  slot_values = calloc((size_t)s.count + 1, sizeof *slot_values);
-  slot_args = calloc((size_t)s.count + 1, sizeof *slot_args);
-  arg_values = calloc((size_t)n_args + 1, sizeof *arg_values);
-  list_values = calloc((size_t)n_list + 1, sizeof *list_values);
-  list_offset = calloc((size_t)n_args + 1, sizeof *list_offset);
-  list_types = calloc((size_t)n_list + 1, sizeof *list_types);
-  out_types = calloc((size_t)num_outputs + 1, sizeof *out_types);
-  out_values = calloc((size_t)num_outputs + 1, sizeof *out_values);
-  results = calloc((size_t)(s.count + num_outputs + 2), sizeof *results);
-  e->outputs = calloc((size_t)num_outputs + 1, sizeof *e->outputs);
-  e->written_slot = calloc((size_t)s.count + 1, sizeof *e->written_slot);
-  if (!slot_values || !slot_args || !arg_values || !list_values || !list_offset || !list_types || !out_types ||
-      !out_values || !results || !e->outputs || !e->written_slot) {
-    status = tpu_status_make(TPU_STATUS_RESOURCE_EXHAUSTED, "out of host memory");
     goto done;
   }
-  status = tpu_hlo_builder_create(&b);
-  if (status) goto done;
-  tpu_hlo_builder_set_precision(b, call->precision);
-  /* Parameters: flat storages, then scalars, then the generator state. */
-  for (int i = 0; i < s.count; i++)
-    slot_values[i] = slot_args[i] =
-        tpu_hlo_arg(b, tpu_hlo_type_make(s.dtypes[i], 1, &s.numels[i]), NULL);
-  for (int i = 0; i < n_args; i++)
-    if (is_runtime_scalar(&call->args[i])) arg_values[i] = tpu_hlo_arg(b, call->args[i].lower.type, NULL);
-  tpu_hlo_value_t rng = {-1};
-  if (row->flags & TPU_LOWER_NEEDS_RNG) {
-    int64_t two = 2;
-    rng = tpu_hlo_arg(b, tpu_hlo_type_make(TPU_DTYPE_INT64, 1, &two), NULL);
-  }
-  /* Operands: every tensor read through its view. */
-  slots_t again;
-  slots_init(&again, call);
-  for (int i = 0; i < n_args; i++) {
-    const tpu_eager_arg_t* a = &call->args[i];
-    if (a->lower.kind == TPU_ARG_TENSOR) {
-      arg_values[i] = tpu_view_emit_read(b, slot_values[slot_of(&again, &a->tensor)], &a->tensor.view);
-    } else if (a->lower.kind == TPU_ARG_TENSORS) {
-      list_offset[i] = a->list_start;
-      for (int j = 0; j < a->lower.num_tensors; j++) {
-        const tpu_eager_tensor_t* t = &call->list[a->list_start + j];
-        list_values[a->list_start + j] = tpu_view_emit_read(b, slot_values[slot_of(&again, t)], &t->view);
-        list_types[a->list_start + j] = tpu_hlo_type_make(t->view.dtype, t->view.rank, t->view.sizes);
-      }
-    }
-  }
-  slots_free(&again);
-  for (int o = 0; o < num_outputs; o++) {
-    e->outputs[o] = outputs[o];
-    if (outputs[o].alias_arg >= 0) {
-      const tpu_eager_tensor_t* t = output_target(call, &outputs[o]);
-      e->outputs[o].view = t->view;
-      e->outputs[o].storage_numel = t->storage_numel;
-    }
-    const tpu_view_t* v = &e->outputs[o].view;
-    out_types[o] = tpu_hlo_type_make(v->dtype, v->rank, v->sizes);
-  }
-  tpu_lower_arg_t* lower_args = calloc((size_t)n_args + 1, sizeof *lower_args);
-  if (!lower_args) {
-    status = tpu_status_make(TPU_STATUS_RESOURCE_EXHAUSTED, "out of host memory");
-    goto done;
-  }
-  for (int i = 0; i < n_args; i++) lower_args[i] = call->args[i].lower;
-  tpu_lower_ctx_t ctx = {
-      .b = b, .op_name = call->op_name, .args = lower_args, .num_args = n_args,
-      .arg_values = arg_values, .list_offset = list_offset, .list_values = list_values,
-      .list_types = list_types, .num_outputs = num_outputs, .output_types = out_types,
-      .outputs = out_values, .rng_state = rng};
-  status = tpu_lower_ctx_run(&ctx, row->fn);
-  free(lower_args);
-  if (status && tpu_status_code(status) == TPU_STATUS_UNIMPLEMENTED) {
-    /* The lowering declined this call: remember, and run it on the CPU. */
-    *out_entry = tpu_eager_mark_fallback(call, tpu_status_message(status));
-    tpu_status_free(status);
-    status = NULL;
-    goto done;
-  }
-  if (status) goto done;
-  /* Writes: aliased outputs update their storage's flat value, in order. */
-  bool* written = calloc((size_t)s.count + 1, sizeof *written);
-  if (!written) {
-    status = tpu_status_make(TPU_STATUS_RESOURCE_EXHAUSTED, "out of host memory");
-    goto done;
-  }
-  slots_t third;
-  slots_init(&third, call);
-  build_key(call, &scratch, &third);
-  free(scratch.data);
-  scratch = (keybuf_t){0};
-  for (int o = 0; o < num_outputs; o++) {
-    if (outputs[o].alias_arg < 0) continue;
-    const tpu_eager_tensor_t* t = output_target(call, &outputs[o]);
-    int slot = slot_of(&third, t);
-    slot_values[slot] = tpu_view_emit_write(b, slot_values[slot], &t->view, out_values[o]);
-    written[slot] = true;
-  }
-  slots_free(&third);
-  int nres = 0;
-  for (int i = 0; i < s.count; i++)
-    if (written[i]) {
-      e->written_slot[e->num_written++] = i;
-      results[nres++] = slot_values[i];
-    }
-  free(written);
-  /* Fresh outputs: their whole (new) storage as a flat array. */
-  for (int o = 0; o < num_outputs; o++) {
-    if (outputs[o].alias_arg >= 0) continue;
-    const tpu_eager_output_t* out = &e->outputs[o];
-    int64_t n = out->storage_numel;
-    tpu_hlo_type_t flat_type = tpu_hlo_type_make(out->view.dtype, 1, &n);
-    tpu_hlo_value_t zeros = tpu_view_is_contiguous(&out->view) && out->view.offset == 0 &&
-                                    tpu_view_numel(&out->view) == n
-                                ? (tpu_hlo_value_t){-1}
-                                : tpu_emit_const_like(b, &flat_type, 0);
-    results[nres++] = zeros.id < 0 ? tpu_emit_reshape(b, out_values[o], &n, 1)
-                                   : tpu_view_emit_write(b, zeros, &out->view, out_values[o]);
-    e->num_fresh++;
-  }
-  if (rng.id >= 0) {
-    results[nres++] = ctx.rng_state;
-    e->needs_rng = true;
-  }
-  tpu_hlo_return(b, results, nres);
-  e->slot_unread = calloc((size_t)s.count + 1, sizeof *e->slot_unread);
-  if (!e->slot_unread) {
-    status = tpu_status_make(TPU_STATUS_RESOURCE_EXHAUSTED, "out of host memory");
-    goto done;
-  }
-  for (int i = 0; i < s.count; i++) e->slot_unread[i] = !tpu_hlo_value_used(b, slot_args[i]);
-  size_t len = 0;
-  status = tpu_hlo_builder_finish(b, &text, &len);
+  if (!status) status = compile_new_entry(&c);
+  if (!status) status = compile_declare_params(&c, row);
+  if (!status) status = compile_read_operands(&c);
+  if (!status) status = compile_plan_outputs(&c);
   if (!status) {
-    e->text = text;
-    e->text_len = len;
-    text = NULL;
-    status = describe_for_defer(e, call, &s, b, results, nres);
+    status = compile_lower_row(&c, row);
+    if (tpu_status_code(status) == TPU_STATUS_UNIMPLEMENTED) {
+      /* The lowering declined this call: remember, and run it on the CPU. */
+      *out_entry = tpu_eager_mark_fallback(call, tpu_status_message(status));
+      tpu_status_free(status);
+      status = NULL;
+      goto done;
+    }
   }
-  /* Strict and Debug run it now: compile now, so errors come from here.
-   * A deferred op is only compiled if it ever runs alone. */
-  if (!status && !call->defer) {
-    tpu_program_t* p = NULL;
-    status = entry_program(e, &p);
+  if (!status) status = compile_collect_results(&c);
+  if (!status) status = compile_program(&c);
+  if (!status) {
+    c.e->num_outputs = num_outputs;
+    c.e->num_slots = c.slots.count;
+    *out_entry = insert(call, c.e);
+    c.e = NULL; /* the cache's now (or freed by insert, a twin already there) */
   }
-  if (status) {
-    status = tpu_status_annotate(status, "lowering %s: ", call->op_name);
-    goto done;
-  }
-  e->num_outputs = num_outputs;
-  e->num_slots = s.count;
-  *out_entry = insert(call, e);
-  e = NULL;
 done:
-  tpu_hlo_builder_destroy(b);
-  free(text);
-  slots_free(&s);
-  free(slot_values);
-  free(slot_args);
-  free(arg_values);
-  free(list_values);
-  free(list_offset);
-  free(list_types);
-  free(out_types);
-  free(out_values);
-  free(results);
-  entry_free(e);
+  tpu_hlo_builder_destroy(c.b);
+  entry_free(c.e);
+  tpu_arena_free(&c.arena);
   return status;
 }
 
@@ -856,7 +917,7 @@ static tpu_status_t record_deferred(tpu_eager_entry_t* e, const tpu_eager_call_t
   tpu_status_t status = NULL;
   int k = 0;
   if (!params || !results) {
-    status = tpu_status_make(TPU_STATUS_RESOURCE_EXHAUSTED, "out of host memory");
+    status = tpu_status_oom(NULL);
     goto done;
   }
   tpu_storage_t* rng = NULL;
@@ -912,7 +973,7 @@ tpu_status_t tpu_eager_execute(tpu_eager_entry_t* e, const tpu_eager_call_t* cal
   slots_t s;
   if (!slots_init(&s, call)) {
     slots_free(&s);
-    return tpu_status_make(TPU_STATUS_RESOURCE_EXHAUSTED, "out of host memory");
+    return tpu_status_oom(NULL);
   }
   collect_slots(call, &s);
   if (call->defer) {
@@ -942,7 +1003,7 @@ tpu_status_t tpu_eager_execute(tpu_eager_entry_t* e, const tpu_eager_call_t* cal
   bool rng_locked = false;
   int k = 0, nowned = 0;
   if (!args || !owned || !results) {
-    status = tpu_status_make(TPU_STATUS_RESOURCE_EXHAUSTED, "out of host memory");
+    status = tpu_status_oom(NULL);
     goto done;
   }
   status = entry_program(e, &program);
