@@ -85,6 +85,7 @@ def test_strict_profile_shows_ops_executions_transfers_compiles(always_queue):
     torch.testing.assert_close(out, torch.tanh(expect), rtol=1e-4, atol=1e-5)
 
     k = keys(prof)
+    assert k.get("my_range") == 1  # the user's range, in key_averages too
     assert k.get("aten::mm") == steps
     assert k.get("tpu::execute aten::mm") == steps  # one execution per op, no more
     assert k.get("tpu::execute aten::tanh") == 1
