@@ -15,7 +15,7 @@ PJRT_INCLUDE_DIR ?= $(PJRT_PKG_DIR)/include
 PJRT_DEFAULT_PLUGIN ?= $(PJRT_PKG_DIR)/xla_cpu_pjrt.so
 
 CC ?= gcc
-CFLAGS_COMMON := -std=c17 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -fPIC -Icsrc
+CFLAGS_COMMON := -std=c17 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers -fPIC -Icsrc
 CFLAGS ?= -O2 -g
 CORE_SRCS := $(filter-out %_test.c,$(wildcard csrc/core/*.c csrc/core/*/*.c))
 CORE_TESTS := $(wildcard csrc/core/*_test.c csrc/core/*/*_test.c)

@@ -648,7 +648,7 @@ static tpu_status_t compile_lower_row(compile_t* c, const tpu_lowering_t* row) {
       .arg_values = c->arg_values, .list_offset = c->list_offset, .list_values = c->list_values,
       .list_types = c->list_types, .num_outputs = c->num_outputs, .output_types = c->out_types,
       .outputs = c->out_values, .rng_state = c->rng};
-  tpu_status_t status = tpu_lower_ctx_run(&ctx, row->fn);
+  tpu_status_t status = tpu_lower_ctx_run(&ctx, row);
   c->rng_after = ctx.rng_state;
   return status;
 }

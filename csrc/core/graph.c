@@ -224,7 +224,7 @@ tpu_status_t tpu_graph_add_node(tpu_graph_t* g, const char* op_name, const tpu_g
                          .output_types = output_types,
                          .outputs = outputs,
                          .rng_state = (row->flags & TPU_LOWER_NEEDS_RNG) ? g->rng_state : invalid()};
-  s = tpu_lower_ctx_run(&ctx, row->fn);
+  s = tpu_lower_ctx_run(&ctx, row);
   if (s) goto done;
   if (row->flags & TPU_LOWER_NEEDS_RNG) g->rng_state = ctx.rng_state;
   for (int i = 0; i < num_outputs; i++) {

@@ -9,9 +9,19 @@
 
 static const tpu_lower_arg_t kNoneArg = {.kind = TPU_ARG_NONE};
 
+size_t tpu_lowering_base_name(const char* op_name, const char** out_start) {
+  const char* s = strstr(op_name, "::");
+  s = s ? s + 2 : op_name;
+  size_t n = strcspn(s, ".");
+  if (n > 1 && s[n - 1] == '_' && !(n > 2 && s[n - 2] == '_')) n--;
+  *out_start = s;
+  return n;
+}
+
 tpu_hlo_builder_t* tpu_lower_builder(tpu_lower_ctx_t* ctx) { return ctx->b; }
 const char* tpu_lower_op_name(const tpu_lower_ctx_t* ctx) { return ctx->op_name; }
 int tpu_lower_num_args(const tpu_lower_ctx_t* ctx) { return ctx->num_args; }
+intptr_t tpu_lower_data(const tpu_lower_ctx_t* ctx) { return ctx->data; }
 
 const tpu_lower_arg_t* tpu_lower_arg(const tpu_lower_ctx_t* ctx, int i) {
   return i >= 0 && i < ctx->num_args ? &ctx->args[i] : &kNoneArg;
@@ -238,14 +248,17 @@ static bool involves_barebones_unsigned(const tpu_lower_ctx_t* ctx) {
   return false;
 }
 
-tpu_status_t tpu_lower_ctx_run(tpu_lower_ctx_t* ctx, tpu_lower_fn_t fn) {
+tpu_status_t tpu_lower_ctx_run(tpu_lower_ctx_t* ctx, const tpu_lowering_t* row) {
   for (int i = 0; i < ctx->num_outputs; i++) ctx->outputs[i] = invalid();
   /* Ops CPU does not compute for uint16/32/64 go to the CPU fallback, which
    * raises as CPU does. */
+  const char* base;
+  size_t base_len = tpu_lowering_base_name(ctx->op_name, &base);
   if (involves_barebones_unsigned(ctx) &&
-      !tpu_unsigned_op_allowed(ctx->op_name, ctx->args, ctx->num_args))
+      !tpu_unsigned_op_allowed(base, base_len, ctx->args, ctx->num_args))
     return tpu_lower_decline(ctx, "not computed for uint16/32/64 (as on CPU)");
-  tpu_status_t s = fn(ctx);
+  ctx->data = row->data;
+  tpu_status_t s = row->fn(ctx);
   if (s) {
     tpu_status_free(ctx->declined);
     ctx->declined = NULL;
@@ -273,61 +286,80 @@ tpu_status_t tpu_lower_ctx_run(tpu_lower_ctx_t* ctx, tpu_lower_fn_t fn) {
   return NULL;
 }
 
-tpu_status_t tpu_lower_program_plain(const char* op_name, const tpu_lower_arg_t* args,
-                                     int num_args, const tpu_hlo_type_t* list_types,
-                                     const tpu_hlo_type_t* output_types, int num_outputs,
-                                     char** out_text, size_t* out_len) {
-  const tpu_lowering_t* row = tpu_lowering_find_graph_row(op_name);
-  if (!row)
-    return tpu_status_make(TPU_STATUS_UNIMPLEMENTED, "%s has no lowering", op_name);
-  tpu_hlo_builder_t* b = NULL;
-  TPU_RETURN_IF_ERROR(tpu_hlo_builder_create(&b));
-  int num_list = 0;
-  for (int i = 0; i < num_args; i++)
-    if (args[i].kind == TPU_ARG_TENSORS) num_list += args[i].num_tensors;
-  tpu_hlo_value_t* arg_values = calloc((size_t)num_args + 1, sizeof *arg_values);
-  int* list_offset = calloc((size_t)num_args + 1, sizeof *list_offset);
-  tpu_hlo_value_t* list_values = calloc((size_t)num_list + 1, sizeof *list_values);
-  tpu_hlo_value_t* outputs = calloc((size_t)num_outputs + 1, sizeof *outputs);
-  tpu_status_t s = NULL;
-  if (!arg_values || !list_offset || !list_values || !outputs) {
-    s = tpu_status_oom(NULL);
-    goto done;
+/* ---- helpers that read the call ---- */
+
+/* Promotion categories and widths. */
+static int category(tpu_dtype_t d) {
+  if (d == TPU_DTYPE_BOOL) return 0;
+  if (tpu_dtype_is_integral(d)) return 1;
+  if (tpu_dtype_is_floating(d)) return 2;
+  return 3;
+}
+
+/* Promotes two dtypes of one tier like torch.promote_types. */
+static tpu_dtype_t promote(tpu_dtype_t a, tpu_dtype_t b) {
+  if (a == b) return a;
+  int ca = category(a), cb = category(b);
+  if (ca != cb) {
+    tpu_dtype_t hi = ca > cb ? a : b, lo = ca > cb ? b : a;
+    /* float64 with complex64 -> complex128. */
+    if (tpu_dtype_is_complex(hi) && lo == TPU_DTYPE_FLOAT64) return TPU_DTYPE_COMPLEX128;
+    return hi;
   }
-  /* Parameters: tensors (and list tensors) in order, then scalars, then rng. */
-  int k = 0;
-  for (int i = 0; i < num_args; i++) {
-    arg_values[i] = invalid();
-    if (args[i].kind == TPU_ARG_TENSOR) arg_values[i] = tpu_hlo_arg(b, args[i].type, NULL);
-    if (args[i].kind == TPU_ARG_TENSORS) {
-      list_offset[i] = k;
-      for (int j = 0; j < args[i].num_tensors; j++, k++)
-        list_values[k] = tpu_hlo_arg(b, list_types[k], NULL);
+  if (ca == 1) {
+    /* uint8 with a signed type: the smallest signed type holding both. */
+    if (a == TPU_DTYPE_UINT8 || b == TPU_DTYPE_UINT8) {
+      tpu_dtype_t other = a == TPU_DTYPE_UINT8 ? b : a;
+      return other == TPU_DTYPE_INT8 ? TPU_DTYPE_INT16 : other;
+    }
+    return tpu_dtype_size(a) >= tpu_dtype_size(b) ? a : b;
+  }
+  if (ca == 2) {
+    /* float16 with bfloat16 -> float32. */
+    if (tpu_dtype_size(a) == 2 && tpu_dtype_size(b) == 2) return TPU_DTYPE_FLOAT32;
+    return tpu_dtype_size(a) >= tpu_dtype_size(b) ? a : b;
+  }
+  return tpu_dtype_size(a) >= tpu_dtype_size(b) ? a : b; /* complex */
+}
+
+tpu_dtype_t tpu_lower_result_type(const tpu_lower_ctx_t* ctx, const int* arg_indices,
+                                  int n) {
+  /* tiers: 0 = dim>0 tensors, 1 = 0-dim tensors, 2 = wrapped numbers */
+  tpu_dtype_t tier[3] = {TPU_DTYPE_INVALID, TPU_DTYPE_INVALID, TPU_DTYPE_INVALID};
+  for (int k = 0; k < n; k++) {
+    const tpu_lower_arg_t* a = tpu_lower_arg(ctx, arg_indices[k]);
+    int t;
+    if (a->kind == TPU_ARG_TENSOR) t = a->type.rank > 0 ? 0 : 1;
+    else if (a->kind == TPU_ARG_SCALAR) t = a->wrapped_number ? 2 : 1;
+    else continue;
+    tier[t] = tier[t] == TPU_DTYPE_INVALID ? a->type.dtype : promote(tier[t], a->type.dtype);
+  }
+  tpu_dtype_t result = TPU_DTYPE_INVALID;
+  for (int t = 0; t < 3; t++) {
+    if (tier[t] == TPU_DTYPE_INVALID) continue;
+    if (result == TPU_DTYPE_INVALID) {
+      result = tier[t];
+    } else if (category(tier[t]) > category(result)) {
+      /* A lower tier only raises the category, using the default dtype for
+       * wrapped numbers (float32 / complex64 here). */
+      static const tpu_dtype_t kWrappedDefault[4] = {
+          TPU_DTYPE_BOOL, TPU_DTYPE_INT64, TPU_DTYPE_FLOAT32, TPU_DTYPE_COMPLEX64};
+      tpu_dtype_t raised = t == 2 ? kWrappedDefault[category(tier[t])] : tier[t];
+      /* A complex number with a float64 tensor keeps its precision. */
+      if (tpu_dtype_is_complex(raised) && result == TPU_DTYPE_FLOAT64)
+        raised = TPU_DTYPE_COMPLEX128;
+      result = raised;
     }
   }
-  for (int i = 0; i < num_args; i++)
-    if (args[i].kind == TPU_ARG_SCALAR || args[i].kind == TPU_ARG_SCALARS)
-      arg_values[i] = tpu_hlo_arg(b, args[i].type, NULL);
-  tpu_lower_ctx_t ctx = {
-      .b = b, .op_name = op_name, .args = args, .num_args = num_args,
-      .arg_values = arg_values, .list_offset = list_offset, .list_values = list_values,
-      .list_types = list_types, .num_outputs = num_outputs, .output_types = output_types,
-      .outputs = outputs, .rng_state = invalid()};
-  if (row->flags & TPU_LOWER_NEEDS_RNG) {
-    /* Generator state: two 64-bit words, the last parameter. */
-    int64_t two = 2;
-    ctx.rng_state = tpu_hlo_arg(b, tpu_hlo_type_make(TPU_DTYPE_INT64, 1, &two), NULL);
-  }
-  s = tpu_lower_ctx_run(&ctx, row->fn);
-  if (!s) {
-    tpu_hlo_return(b, outputs, num_outputs);
-    s = tpu_hlo_builder_finish(b, out_text, out_len);
-  }
-done:
-  free(arg_values);
-  free(list_offset);
-  free(list_values);
-  free(outputs);
-  tpu_hlo_builder_destroy(b);
-  return s;
+  return result;
+}
+
+tpu_hlo_value_t tpu_lower_batched_matrix(tpu_lower_ctx_t* ctx, int i, const tpu_hlo_type_t* batch) {
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  const tpu_hlo_type_t* t = &tpu_lower_arg(ctx, i)->type;
+  tpu_hlo_type_t to = *batch;
+  to.dtype = t->dtype;
+  to.dims[to.rank - 2] = t->dims[t->rank - 2];
+  to.dims[to.rank - 1] = t->dims[t->rank - 1];
+  return tpu_emit_broadcast_to(b, tpu_lower_tensor(ctx, i), &to);
 }

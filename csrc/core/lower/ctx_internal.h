@@ -1,5 +1,5 @@
 /* The lowering context's layout, shared by the code that builds programs
- * around a lowering (the plain builder in ctx.c, the eager engine). */
+ * around a lowering (the plain builder in table.c, the eager engine). */
 #ifndef TORCHTPU_CORE_LOWER_CTX_INTERNAL_H_
 #define TORCHTPU_CORE_LOWER_CTX_INTERNAL_H_
 
@@ -19,10 +19,11 @@ struct tpu_lower_ctx_s {
   tpu_hlo_value_t* outputs;
   tpu_hlo_value_t rng_state; /* tensor<2xui64>, invalid when the op has none */
   tpu_status_t declined;     /* set by tpu_lower_decline */
+  intptr_t data;             /* the row's data word */
 };
 
-/* Runs `fn` over a prepared ctx and checks every output was set with its
- * declared type. */
-tpu_status_t tpu_lower_ctx_run(tpu_lower_ctx_t* ctx, tpu_lower_fn_t fn);
+/* Runs `row`'s lowering over a prepared ctx and checks every output was set
+ * with its declared type. */
+tpu_status_t tpu_lower_ctx_run(tpu_lower_ctx_t* ctx, const tpu_lowering_t* row);
 
 #endif

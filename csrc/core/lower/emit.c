@@ -201,72 +201,6 @@ tpu_hlo_value_t tpu_emit_iota(tpu_hlo_builder_t* b, const tpu_hlo_type_t* type, 
   return tpu_hlo_op(b, "stablehlo.iota", NULL, 0, *type, attrs);
 }
 
-/* Promotion categories and widths. */
-static int category(tpu_dtype_t d) {
-  if (d == TPU_DTYPE_BOOL) return 0;
-  if (tpu_dtype_is_integral(d)) return 1;
-  if (tpu_dtype_is_floating(d)) return 2;
-  return 3;
-}
-
-/* Promotes two dtypes of one tier like torch.promote_types. */
-static tpu_dtype_t promote(tpu_dtype_t a, tpu_dtype_t b) {
-  if (a == b) return a;
-  int ca = category(a), cb = category(b);
-  if (ca != cb) {
-    tpu_dtype_t hi = ca > cb ? a : b, lo = ca > cb ? b : a;
-    /* float64 with complex64 -> complex128. */
-    if (tpu_dtype_is_complex(hi) && lo == TPU_DTYPE_FLOAT64) return TPU_DTYPE_COMPLEX128;
-    return hi;
-  }
-  if (ca == 1) {
-    /* uint8 with a signed type: the smallest signed type holding both. */
-    if (a == TPU_DTYPE_UINT8 || b == TPU_DTYPE_UINT8) {
-      tpu_dtype_t other = a == TPU_DTYPE_UINT8 ? b : a;
-      return other == TPU_DTYPE_INT8 ? TPU_DTYPE_INT16 : other;
-    }
-    return tpu_dtype_size(a) >= tpu_dtype_size(b) ? a : b;
-  }
-  if (ca == 2) {
-    /* float16 with bfloat16 -> float32. */
-    if (tpu_dtype_size(a) == 2 && tpu_dtype_size(b) == 2) return TPU_DTYPE_FLOAT32;
-    return tpu_dtype_size(a) >= tpu_dtype_size(b) ? a : b;
-  }
-  return tpu_dtype_size(a) >= tpu_dtype_size(b) ? a : b; /* complex */
-}
-
-tpu_dtype_t tpu_lower_result_type(const tpu_lower_ctx_t* ctx, const int* arg_indices,
-                                  int n) {
-  /* tiers: 0 = dim>0 tensors, 1 = 0-dim tensors, 2 = wrapped numbers */
-  tpu_dtype_t tier[3] = {TPU_DTYPE_INVALID, TPU_DTYPE_INVALID, TPU_DTYPE_INVALID};
-  for (int k = 0; k < n; k++) {
-    const tpu_lower_arg_t* a = tpu_lower_arg(ctx, arg_indices[k]);
-    int t;
-    if (a->kind == TPU_ARG_TENSOR) t = a->type.rank > 0 ? 0 : 1;
-    else if (a->kind == TPU_ARG_SCALAR) t = a->wrapped_number ? 2 : 1;
-    else continue;
-    tier[t] = tier[t] == TPU_DTYPE_INVALID ? a->type.dtype : promote(tier[t], a->type.dtype);
-  }
-  tpu_dtype_t result = TPU_DTYPE_INVALID;
-  for (int t = 0; t < 3; t++) {
-    if (tier[t] == TPU_DTYPE_INVALID) continue;
-    if (result == TPU_DTYPE_INVALID) {
-      result = tier[t];
-    } else if (category(tier[t]) > category(result)) {
-      /* A lower tier only raises the category, using the default dtype for
-       * wrapped numbers (float32 / complex64 here). */
-      static const tpu_dtype_t kWrappedDefault[4] = {
-          TPU_DTYPE_BOOL, TPU_DTYPE_INT64, TPU_DTYPE_FLOAT32, TPU_DTYPE_COMPLEX64};
-      tpu_dtype_t raised = t == 2 ? kWrappedDefault[category(tier[t])] : tier[t];
-      /* A complex number with a float64 tensor keeps its precision. */
-      if (tpu_dtype_is_complex(raised) && result == TPU_DTYPE_FLOAT64)
-        raised = TPU_DTYPE_COMPLEX128;
-      result = raised;
-    }
-  }
-  return result;
-}
-
 /* ---- gather / scatter, scans, sorting ---- */
 
 /* Writes "[a, b]" for a dimension-numbers list. */
@@ -591,14 +525,4 @@ tpu_hlo_value_t tpu_emit_triangular_solve(tpu_hlo_builder_t* b, tpu_hlo_value_t 
            transpose ? "TRANSPOSE" : "NO_TRANSPOSE");
   tpu_hlo_value_t ops[2] = {a, rhs};
   return tpu_hlo_op(b, "stablehlo.triangular_solve", ops, 2, tpu_hlo_value_type(b, rhs), attrs);
-}
-
-tpu_hlo_value_t tpu_lower_batched_matrix(tpu_lower_ctx_t* ctx, int i, const tpu_hlo_type_t* batch) {
-  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
-  const tpu_hlo_type_t* t = &tpu_lower_arg(ctx, i)->type;
-  tpu_hlo_type_t to = *batch;
-  to.dtype = t->dtype;
-  to.dims[to.rank - 2] = t->dims[t->rank - 2];
-  to.dims[to.rank - 1] = t->dims[t->rank - 1];
-  return tpu_emit_broadcast_to(b, tpu_lower_tensor(ctx, i), &to);
 }

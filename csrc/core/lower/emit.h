@@ -101,9 +101,6 @@ void tpu_emit_for_loop(tpu_hlo_builder_t* b, int64_t lo, int64_t hi, int64_t ste
  * `transpose`; batch dims leading and equal. */
 tpu_hlo_value_t tpu_emit_triangular_solve(tpu_hlo_builder_t* b, tpu_hlo_value_t a, tpu_hlo_value_t rhs,
                                           bool left, bool lower, bool unit, bool transpose);
-/* Tensor argument i (matrices in its last two dims) broadcast to `batch`'s
- * leading dims (all but its last two), keeping its own last two dims. */
-tpu_hlo_value_t tpu_lower_batched_matrix(tpu_lower_ctx_t* ctx, int i, const tpu_hlo_type_t* batch);
 /* x / c, correctly rounded: XLA rewrites a division by a constant into a
  * multiplication by its reciprocal (-49 * (1 / 49) is not -1 in double),
  * so the constant passes an optimization_barrier and stays a value. */
@@ -151,13 +148,6 @@ typedef enum tpu_sort_order_e {
 /* Stable sort of x along dim; out_indices: the original positions (int64). */
 void tpu_emit_sort(tpu_hlo_builder_t* b, tpu_hlo_value_t x, int dim, tpu_sort_order_t order,
                    tpu_hlo_value_t* out_values, tpu_hlo_value_t* out_indices);
-
-/* PyTorch's result_type over a call's TENSOR / SCALAR args (listed by
- * index): dim>0 tensors first, then 0-dim tensors, then wrapped numbers;
- * within a tier the higher category (bool < int < float < complex) wins,
- * and among tensors of one category the wider dtype. */
-tpu_dtype_t tpu_lower_result_type(const tpu_lower_ctx_t* ctx, const int* arg_indices,
-                                  int n);
 
 /* Writes "array<i64: 1, 2>" (or "array<i64>") for a list of ints. */
 void tpu_emit_i64_array(char* out, size_t cap, const int64_t* values, int n);

@@ -87,6 +87,8 @@ tpu_hlo_builder_t* tpu_lower_builder(tpu_lower_ctx_t* ctx);
 /* Full ATen name with overload, e.g. "add.Tensor", "add_.Tensor", "add.out". */
 const char* tpu_lower_op_name(const tpu_lower_ctx_t* ctx);
 int tpu_lower_num_args(const tpu_lower_ctx_t* ctx);
+/* The data word of the row being lowered (tpu_lowering_t.data). */
+intptr_t tpu_lower_data(const tpu_lower_ctx_t* ctx);
 /* Argument i; a static NONE argument when i is out of range. */
 const tpu_lower_arg_t* tpu_lower_arg(const tpu_lower_ctx_t* ctx, int i);
 
@@ -119,6 +121,17 @@ tpu_hlo_value_t tpu_lower_random_bits(tpu_lower_ctx_t* ctx,
                                       const tpu_hlo_type_t* shape_type,
                                       tpu_dtype_t bits_dtype);
 
+/* PyTorch's result_type over a call's TENSOR / SCALAR args (listed by
+ * index): dim>0 tensors first, then 0-dim tensors, then wrapped numbers;
+ * within a tier the higher category (bool < int < float < complex) wins,
+ * and among tensors of one category the wider dtype. */
+tpu_dtype_t tpu_lower_result_type(const tpu_lower_ctx_t* ctx, const int* arg_indices,
+                                  int n);
+
+/* Tensor argument i (matrices in its last two dims) broadcast to `batch`'s
+ * leading dims (all but its last two), keeping its own last two dims. */
+tpu_hlo_value_t tpu_lower_batched_matrix(tpu_lower_ctx_t* ctx, int i, const tpu_hlo_type_t* batch);
+
 /* Returns an UNIMPLEMENTED status that makes the engine run the op on the
  * CPU fallback (counted like any fallback). */
 tpu_status_t tpu_lower_decline(tpu_lower_ctx_t* ctx, const char* fmt, ...)
@@ -140,11 +153,14 @@ enum {
 };
 
 /* One table row: the ATen base name ("add": also serves "add_" and every
- * overload of both) and its lowering. */
+ * overload of both), its lowering and a data word the lowering reads with
+ * tpu_lower_data (which comparison, which reduction, which dimension
+ * count), so one function serves a family of rows. */
 typedef struct tpu_lowering_s {
   const char* name;
   tpu_lower_fn_t fn;
   unsigned flags;
+  intptr_t data;
 } tpu_lowering_t;
 
 /* The row for an op name, or NULL. Eager lookups: GRAPH_ONLY rows are not

@@ -1,9 +1,11 @@
 /* The lowering table: every family's rows, searched by ATen base name.
  * Each family lives in its own file (pointwise.c, reduce.c, ...) and
  * exports one array; adding a family means adding one line here. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "families.h"
+#include "ctx_internal.h"
 #include "lowering.h"
 
 typedef struct {
@@ -16,15 +18,6 @@ static const family_t kFamilies[] = {
     TPU_LOWERING_FAMILIES
 #undef TPU_FAMILY
 };
-
-size_t tpu_lowering_base_name(const char* op_name, const char** out_start) {
-  const char* s = strstr(op_name, "::");
-  s = s ? s + 2 : op_name;
-  size_t n = strcspn(s, ".");
-  if (n > 1 && s[n - 1] == '_' && !(n > 2 && s[n - 2] == '_')) n--;
-  *out_start = s;
-  return n;
-}
 
 /* Rows replaced by tpu_lowering_override_for_testing (a handful at most). */
 #define MAX_OVERRIDES 8
@@ -95,6 +88,7 @@ bool tpu_lowering_override_for_testing(const char* op, const char* with) {
   g_overrides[g_num_overrides] = *target;
   g_overrides[g_num_overrides].name = g_override_names[g_num_overrides];
   g_overrides[g_num_overrides].fn = source->fn;
+  g_overrides[g_num_overrides].data = source->data;
   g_num_overrides++;
   return true;
 }
@@ -117,4 +111,64 @@ const tpu_lowering_t* tpu_lowering_at(size_t i) {
     i -= *kFamilies[f].count;
   }
   return NULL;
+}
+
+
+tpu_status_t tpu_lower_program_plain(const char* op_name, const tpu_lower_arg_t* args,
+                                     int num_args, const tpu_hlo_type_t* list_types,
+                                     const tpu_hlo_type_t* output_types, int num_outputs,
+                                     char** out_text, size_t* out_len) {
+  const tpu_lowering_t* row = tpu_lowering_find_graph_row(op_name);
+  if (!row)
+    return tpu_status_make(TPU_STATUS_UNIMPLEMENTED, "%s has no lowering", op_name);
+  tpu_hlo_builder_t* b = NULL;
+  TPU_RETURN_IF_ERROR(tpu_hlo_builder_create(&b));
+  int num_list = 0;
+  for (int i = 0; i < num_args; i++)
+    if (args[i].kind == TPU_ARG_TENSORS) num_list += args[i].num_tensors;
+  tpu_hlo_value_t* arg_values = calloc((size_t)num_args + 1, sizeof *arg_values);
+  int* list_offset = calloc((size_t)num_args + 1, sizeof *list_offset);
+  tpu_hlo_value_t* list_values = calloc((size_t)num_list + 1, sizeof *list_values);
+  tpu_hlo_value_t* outputs = calloc((size_t)num_outputs + 1, sizeof *outputs);
+  tpu_status_t s = NULL;
+  if (!arg_values || !list_offset || !list_values || !outputs) {
+    s = tpu_status_oom(NULL);
+    goto done;
+  }
+  /* Parameters: tensors (and list tensors) in order, then scalars, then rng. */
+  int k = 0;
+  for (int i = 0; i < num_args; i++) {
+    arg_values[i] = (tpu_hlo_value_t){-1};
+    if (args[i].kind == TPU_ARG_TENSOR) arg_values[i] = tpu_hlo_arg(b, args[i].type, NULL);
+    if (args[i].kind == TPU_ARG_TENSORS) {
+      list_offset[i] = k;
+      for (int j = 0; j < args[i].num_tensors; j++, k++)
+        list_values[k] = tpu_hlo_arg(b, list_types[k], NULL);
+    }
+  }
+  for (int i = 0; i < num_args; i++)
+    if (args[i].kind == TPU_ARG_SCALAR || args[i].kind == TPU_ARG_SCALARS)
+      arg_values[i] = tpu_hlo_arg(b, args[i].type, NULL);
+  tpu_lower_ctx_t ctx = {
+      .b = b, .op_name = op_name, .args = args, .num_args = num_args,
+      .arg_values = arg_values, .list_offset = list_offset, .list_values = list_values,
+      .list_types = list_types, .num_outputs = num_outputs, .output_types = output_types,
+      .outputs = outputs, .rng_state = (tpu_hlo_value_t){-1}};
+  if (row->flags & TPU_LOWER_NEEDS_RNG) {
+    /* Generator state: two 64-bit words, the last parameter. */
+    int64_t two = 2;
+    ctx.rng_state = tpu_hlo_arg(b, tpu_hlo_type_make(TPU_DTYPE_INT64, 1, &two), NULL);
+  }
+  s = tpu_lower_ctx_run(&ctx, row);
+  if (!s) {
+    tpu_hlo_return(b, outputs, num_outputs);
+    s = tpu_hlo_builder_finish(b, out_text, out_len);
+  }
+done:
+  free(arg_values);
+  free(list_offset);
+  free(list_values);
+  free(outputs);
+  tpu_hlo_builder_destroy(b);
+  return s;
 }

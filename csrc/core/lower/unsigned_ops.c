@@ -16,9 +16,8 @@ static const char* const kAllowed[] = {
     "sqrt", "rsqrt", "exp", "log", "sin", "cos", "tanh", "sigmoid", "reciprocal",
 };
 
-bool tpu_unsigned_op_allowed(const char* op_name, const tpu_lower_arg_t* args, int num_args) {
-  const char* s;
-  size_t n = tpu_lowering_base_name(op_name, &s);
+bool tpu_unsigned_op_allowed(const char* s, size_t n, const tpu_lower_arg_t* args,
+                             int num_args) {
   bool found = false;
   for (size_t i = 0; i < sizeof kAllowed / sizeof kAllowed[0] && !found; i++)
     found = strlen(kAllowed[i]) == n && memcmp(kAllowed[i], s, n) == 0;

@@ -18,10 +18,12 @@
 extern "C" {
 #endif
 
-/* Whether `op_name` ("mul.Tensor", "aten::sum", "eq_.Scalar") may lower
- * with barebones-unsigned operands; args is the call's arguments (div
- * takes them only without a rounding mode). */
-bool tpu_unsigned_op_allowed(const char* op_name, const tpu_lower_arg_t* args, int num_args);
+/* Whether the op of base name `base` (its `len` bytes: "mul", "sum", "eq",
+ * see tpu_lowering_base_name) may lower with barebones-unsigned operands;
+ * args is the call's arguments (div takes them only without a rounding
+ * mode). */
+bool tpu_unsigned_op_allowed(const char* base, size_t len, const tpu_lower_arg_t* args,
+                             int num_args);
 
 #ifdef __cplusplus
 }
