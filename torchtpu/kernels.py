@@ -55,7 +55,7 @@ class _Definition:
                               f"{type(text).__name__}")
         try:
             k = _C._Kernel(self.name, text)
-        except ValueError as e:
+        except RuntimeError as e:
             raise KernelError(str(e).replace("torchtpu: ", "torchtpu: ", 1)) from None
         params = [(d, tuple(s)) for d, s in k.params]
         if params != list(specs):

@@ -46,17 +46,19 @@ std::atomic<bool> g_runtime_ready{false};
 thread_local c10::DeviceIndex t_current_device = -1;
 }  // namespace
 
-void throw_status(tpu_status_t status, const char* context) {
-  std::string message = std::string("torchtpu: ") + context + ": " +
-                        tpu_status_message(status);
+void throw_status(tpu_status_t status, const std::string& context) {
+  std::string message = "torchtpu: " + context + ": " + tpu_status_message(status);
   tpu_status_code_t code = tpu_status_code(status);
   tpu_status_free(status);
-  if (code == TPU_STATUS_OUT_OF_RANGE) TORCH_CHECK_INDEX(false, message);
-  if (code == TPU_STATUS_UNIMPLEMENTED) TORCH_CHECK_NOT_IMPLEMENTED(false, message);
-  // The device (or the host staging for it) ran out of memory: CUDA's
-  // exception type, which callers catch to retry with smaller batches.
-  if (code == TPU_STATUS_RESOURCE_EXHAUSTED) TORCH_CHECK_WITH(OutOfMemoryError, false, message);
-  TORCH_CHECK(false, message);
+  switch (code) {
+    case TPU_STATUS_OUT_OF_RANGE: TORCH_CHECK_INDEX(false, message);
+    // A declined lowering: callers (the compile path) run the op another way.
+    case TPU_STATUS_UNIMPLEMENTED: TORCH_CHECK_NOT_IMPLEMENTED(false, message);
+    // The device (or the host staging for it) ran out of memory: CUDA's
+    // exception type, which callers catch to retry with smaller batches.
+    case TPU_STATUS_RESOURCE_EXHAUSTED: TORCH_CHECK_WITH(OutOfMemoryError, false, message);
+    default: TORCH_CHECK(false, message);
+  }
 }
 
 void throw_out_of_memory(const std::string& message) {

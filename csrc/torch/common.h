@@ -28,8 +28,13 @@ class Tensor;
 
 namespace torchtpu {
 
-// Takes ownership of `status`; throws c10::Error carrying its message.
-[[noreturn]] void throw_status(tpu_status_t status, const char* context);
+// The one way a C status becomes an exception: takes ownership of `status`
+// and throws the c10 error its code matches, which Python sees as
+// IndexError (OUT_OF_RANGE), NotImplementedError (UNIMPLEMENTED: a declined
+// lowering), torch.OutOfMemoryError (RESOURCE_EXHAUSTED) or RuntimeError
+// (everything else: XLA reports a program it rejects as INVALID_ARGUMENT),
+// with "torchtpu: <context>: <message>".
+[[noreturn]] void throw_status(tpu_status_t status, const std::string& context);
 // Throws c10::OutOfMemoryError (torch.OutOfMemoryError in Python, as
 // CUDA's), for bindings that raise their own errors.
 [[noreturn]] void throw_out_of_memory(const std::string& message);

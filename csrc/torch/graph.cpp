@@ -29,15 +29,6 @@ namespace py = pybind11;
 namespace torchtpu {
 namespace {
 
-[[noreturn]] void raise(tpu_status_t status, const std::string& context) {
-  std::string message = "torchtpu: " + context + ": " + tpu_status_message(status);
-  tpu_status_code_t code = tpu_status_code(status);
-  tpu_status_free(status);
-  if (code == TPU_STATUS_UNIMPLEMENTED) throw py::type_error(message);  // caught: graph runs eagerly
-  if (code == TPU_STATUS_RESOURCE_EXHAUSTED) throw_out_of_memory(message);
-  throw std::runtime_error(message);
-}
-
 c10::ScalarType dtype_of(const py::handle& obj) {
   if (!THPDtype_Check(obj.ptr())) throw py::type_error("torchtpu: expected a torch.dtype");
   return reinterpret_cast<THPDtype*>(obj.ptr())->scalar_type;
@@ -86,11 +77,7 @@ class Kernel {
  public:
   Kernel(const std::string& name, const std::string& text) {
     tpu_status_t s = tpu_kernel_create(name.c_str(), text.data(), text.size(), &k_);
-    if (s) {
-      std::string message = std::string("torchtpu: ") + tpu_status_message(s);
-      tpu_status_free(s);
-      throw py::value_error(message);
-    }
+    if (s) throw_status(s, "parsing a kernel");
   }
   ~Kernel() { tpu_kernel_destroy(k_); }
   py::list params() const { return specs_of(k_, false); }
@@ -99,7 +86,7 @@ class Kernel {
     char* text = nullptr;
     size_t len = 0;
     tpu_status_t s = tpu_kernel_flat_module(k_, &text, &len);
-    if (s) raise(s, "building a kernel's wrapper");
+    if (s) throw_status(s, "building a kernel's wrapper");
     py::bytes out(text, len);
     free(text);
     return out;
@@ -115,7 +102,7 @@ class Graph {
   Graph(const py::list& inputs, bool with_rng) {
     auto types = types_of(inputs);
     tpu_status_t s = tpu_graph_create(types.data(), static_cast<int>(types.size()), with_rng, &g_);
-    if (s) raise(s, "creating a graph");
+    if (s) throw_status(s, "creating a graph");
     tpu_graph_set_precision(g_, matmul_precision());
   }
   ~Graph() { tpu_graph_destroy(g_); }
@@ -200,7 +187,7 @@ class Graph {
     tpu_status_t s = tpu_graph_add_node(g_, op.c_str(), cargs.data(), static_cast<int>(cargs.size()),
                                         vals.data(), static_cast<int>(vals.size()), out_types.data(),
                                         static_cast<int>(out_types.size()), out_ids.data());
-    if (s) raise(s, "lowering " + op);
+    if (s) throw_status(s, "lowering " + op);
     return out_ids;
   }
 
@@ -208,7 +195,7 @@ class Graph {
     std::vector<int> out(static_cast<size_t>(tpu_kernel_num_results(kernel.get())));
     tpu_status_t s = tpu_graph_add_kernel(g_, kernel.get(), args.data(),
                                           static_cast<int>(args.size()), out.data());
-    if (s) raise(s, "inlining a kernel");
+    if (s) throw_status(s, "inlining a kernel");
     return out;
   }
 
@@ -217,7 +204,7 @@ class Graph {
     size_t len = 0;
     tpu_status_t s =
         tpu_graph_finish(g_, outputs.data(), static_cast<int>(outputs.size()), &text, &len);
-    if (s) raise(s, "finishing a graph");
+    if (s) throw_status(s, "finishing a graph");
     py::bytes result(text, len);
     free(text);
     return result;
@@ -249,7 +236,7 @@ class Compiled {
         s = tpu_program_get(text_.data(), text_.size(), &p);
         tpu_runtime_set_op_label(nullptr);
       }
-      if (s) raise(s, "compiling a graph");
+      if (s) throw_status(s, "compiling a graph");
       program_ = p;
       generation_ = gen;
     }
@@ -317,7 +304,7 @@ class Compiled {
       s = tpu_graph_run(p, device, in.data(), inputs_.data(), static_cast<int>(in.size()), with_rng_,
                         out.data(), static_cast<int>(out.size()));
     }
-    if (s) raise(s, "running a compiled graph");
+    if (s) throw_status(s, "running a compiled graph");
     return results;
   }
 

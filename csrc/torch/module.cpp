@@ -54,17 +54,6 @@ namespace py = pybind11;
 
 namespace {
 
-// Python-facing errors: a clean RuntimeError/IndexError with the C message.
-void raise_status(tpu_status_t status, const char* context) {
-  std::string message = std::string("torchtpu: ") + context + ": " +
-                        tpu_status_message(status);
-  tpu_status_code_t code = tpu_status_code(status);
-  tpu_status_free(status);
-  if (code == TPU_STATUS_OUT_OF_RANGE) throw py::index_error(message);
-  if (code == TPU_STATUS_RESOURCE_EXHAUSTED) torchtpu::throw_out_of_memory(message);
-  throw std::runtime_error(message);
-}
-
 void init_runtime() {
   try {
     torchtpu::ensure_runtime();
@@ -115,7 +104,7 @@ py::dict probe_plugin() {
                                            path, sizeof path);
   tpu_plugin_t* p = nullptr;
   if (!s) s = tpu_plugin_load(path, &p);
-  if (s) raise_status(s, "loading the plugin");
+  if (s) torchtpu::throw_status(s, "loading the plugin");
   py::dict info = describe_plugin(p);
   tpu_plugin_release(p);
   return info;
@@ -127,7 +116,7 @@ py::list devices_info() {
   for (int i = 0; i < tpu_client_device_count(c); i++) {
     tpu_device_t* d = nullptr;
     tpu_status_t s = tpu_client_device(c, i, &d);
-    if (s) raise_status(s, "listing devices");
+    if (s) torchtpu::throw_status(s, "listing devices");
     py::dict info;
     info["index"] = i;
     info["id"] = tpu_device_id(d);
@@ -264,20 +253,20 @@ PYBIND11_MODULE(_C, m) {
   m.def("_manual_seed", [](int device, uint64_t seed) {
     init_runtime();
     tpu_status_t s = tpu_rng_seed(device, seed);
-    if (s) raise_status(s, "manual_seed");
+    if (s) torchtpu::throw_status(s, "manual_seed");
   });
   m.def("_get_rng_state", [](int device) {
     init_runtime();
     int64_t state[2];
     tpu_status_t s = tpu_rng_get_state(device, state);
-    if (s) raise_status(s, "get_rng_state");
+    if (s) torchtpu::throw_status(s, "get_rng_state");
     return std::vector<int64_t>{state[0], state[1]};
   });
   m.def("_set_rng_state", [](int device, std::vector<int64_t> state) {
     init_runtime();
     if (state.size() != 2) throw std::invalid_argument("torchtpu: an rng state has 2 words");
     tpu_status_t s = tpu_rng_set_state(device, state.data());
-    if (s) raise_status(s, "set_rng_state");
+    if (s) torchtpu::throw_status(s, "set_rng_state");
   });
   m.def("_lowerings", [] {
     std::vector<std::string> names;
@@ -306,7 +295,7 @@ PYBIND11_MODULE(_C, m) {
       py::gil_scoped_release release;
       s = tpu_defer_flush(device, TPU_DEFER_SYNC);
     }
-    if (s) raise_status(s, "flushing deferred ops");
+    if (s) torchtpu::throw_status(s, "flushing deferred ops");
   });
   m.def("_defer_pending_ops", [](int device) { return tpu_defer_pending_ops(device); });
   m.def("_defer_configure", [](int max_ops, int min_repeat) {
@@ -316,14 +305,14 @@ PYBIND11_MODULE(_C, m) {
   m.def("_synchronize", [](int device) {
     init_runtime();
     tpu_status_t s = tpu_runtime_check_device(device);
-    if (s) raise_status(s, "synchronize");
+    if (s) torchtpu::throw_status(s, "synchronize");
     py::gil_scoped_release release;
     // The same as every other synchronize (torchtpu::synchronize_device),
     // with this entry point's error wording.
     s = tpu_device_synchronize(device);
     if (s) {
       py::gil_scoped_acquire acquire;
-      raise_status(s, "synchronize");
+      torchtpu::throw_status(s, "synchronize");
     }
     // The ops' own checks (an index out of range, a class target) raise
     // here too, as CUDA's device-side asserts do at a synchronize.

@@ -194,11 +194,7 @@ void init_profiler_bindings(py::module& m) {
       c->callbacks = at::get_record_function_tls_();
     }
     tpu_status_t s = tpu_trace_start(kTraceCapacity);
-    if (s) {
-      std::string msg = tpu_status_message(s);
-      tpu_status_free(s);
-      throw std::runtime_error("starting the device trace: " + msg);
-    }
+    if (s) throw_status(s, "starting the device trace");
     std::lock_guard<std::mutex> lock(g_capture_lock);
     g_capture = capture_profiler ? c : nullptr;
     g_capture_generation = tpu_trace_generation();
