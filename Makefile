@@ -103,8 +103,9 @@ test-defer: install
 # Every suite that is not about one mode (test_modes.py tests the modes
 # themselves; test_opinfo.py is the conformance subset, run once in strict;
 # test_cache.py runs its workloads in strict subprocesses whatever the mode).
-# test_fuzz.py switches modes itself, so it runs once, in the strict pass.
-MODE_SUITES = $(filter-out tests/test_modes.py tests/test_opinfo.py tests/test_cache.py tests/test_fuzz.py,$(wildcard tests/test_*.py))
+# test_fuzz.py switches modes itself, and test_structure.py reads the sources
+# and the build, so they run once, in the strict pass.
+MODE_SUITES = $(filter-out tests/test_modes.py tests/test_opinfo.py tests/test_cache.py tests/test_fuzz.py tests/test_structure.py,$(wildcard tests/test_*.py))
 
 test: install ctest ctest-asan pytest pytest-debug pytest-defer
 
