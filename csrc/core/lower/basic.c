@@ -33,8 +33,13 @@ static tpu_hlo_value_t operand_as(tpu_lower_ctx_t* ctx, int i, tpu_dtype_t dtype
   return tpu_emit_cast_to(b, v, &out);
 }
 
-/* add / sub: self (+|-) alpha * other; rsub (swap): other - alpha * self. */
-static tpu_status_t lower_add_sub(tpu_lower_ctx_t* ctx, const char* op, bool swap) {
+/* add / sub: self (+|-) alpha * other; rsub: other - alpha * self. The row
+ * says which. */
+enum { ADD, SUB, RSUB };
+
+static tpu_status_t lower_add_sub(tpu_lower_ctx_t* ctx) {
+  const char* op = tpu_lower_data(ctx) == ADD ? "stablehlo.add" : "stablehlo.subtract";
+  bool swap = tpu_lower_data(ctx) == RSUB;
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
   tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
   tpu_hlo_type_t t = out;
@@ -78,16 +83,6 @@ static tpu_status_t lower_add_sub(tpu_lower_ctx_t* ctx, const char* op, bool swa
   tpu_hlo_value_t r = tpu_emit_convert(b, tpu_emit_binary(b, op, x, y), common);
   tpu_lower_set_output(ctx, 0, tpu_emit_convert(b, r, out.dtype));
   return NULL;
-}
-
-static tpu_status_t lower_add(tpu_lower_ctx_t* ctx) {
-  return lower_add_sub(ctx, "stablehlo.add", false);
-}
-static tpu_status_t lower_sub(tpu_lower_ctx_t* ctx) {
-  return lower_add_sub(ctx, "stablehlo.subtract", false);
-}
-static tpu_status_t lower_rsub(tpu_lower_ctx_t* ctx) {
-  return lower_add_sub(ctx, "stablehlo.subtract", true);
 }
 
 static tpu_status_t lower_mul(tpu_lower_ctx_t* ctx) {
@@ -221,8 +216,8 @@ static tpu_status_t lower_copy(tpu_lower_ctx_t* ctx) {
 
 const tpu_lowering_t tpu_lowerings_basic[] = {
     {"copy", lower_copy, 0},
-    {"add", lower_add, 0},   {"sub", lower_sub, 0},   {"mul", lower_mul, 0},
-    {"div", lower_div, 0},   {"mm", lower_mm, 0},     {"fill", lower_fill, 0},
-    {"zero", lower_zero, 0}, {"rsub", lower_rsub, 0},
+    {"add", lower_add_sub, 0, ADD},  {"sub", lower_add_sub, 0, SUB}, {"mul", lower_mul, 0},
+    {"div", lower_div, 0},           {"mm", lower_mm, 0},             {"fill", lower_fill, 0},
+    {"zero", lower_zero, 0},         {"rsub", lower_add_sub, 0, RSUB},
 };
 const size_t tpu_lowerings_basic_count = sizeof tpu_lowerings_basic / sizeof tpu_lowerings_basic[0];

@@ -12,6 +12,8 @@
 #define TPU_LOWERING_FAMILIES \
   TPU_FAMILY(basic) \
   TPU_FAMILY(pointwise) \
+  TPU_FAMILY(activation) \
+  TPU_FAMILY(compare) \
   TPU_FAMILY(reduce) \
   TPU_FAMILY(linalg) \
   TPU_FAMILY(nn) \

@@ -73,34 +73,40 @@ static bool present(const tpu_lower_ctx_t* ctx, int i) {
 }
 
 /* Arguments the engine cannot describe arrive as OTHER. */
-static tpu_status_t check_args(tpu_lower_ctx_t* ctx, const int* args, int n) {
+static tpu_status_t check_args(tpu_lower_ctx_t* ctx, int n) {
   for (int j = 0; j < n; j++)
-    if (args[j] < num_inputs(ctx) && tpu_lower_arg(ctx, args[j])->kind == TPU_ARG_OTHER)
-      return tpu_lower_decline(ctx, "argument %d is not readable", args[j]);
+    if (j < num_inputs(ctx) && tpu_lower_arg(ctx, j)->kind == TPU_ARG_OTHER)
+      return tpu_lower_decline(ctx, "argument %d is not readable", j);
   return NULL;
 }
 
-/* Output k = combine(operands of element k); the operands are the listed
- * arguments, the optional ones only when present. */
+/* A row's data: output k = fn(operands of element k), the operands being
+ * arguments 0 .. n-1, the optional ones only when present. */
 enum { ALLOW_BOOL = 1, NO_UPCAST = 2 };
+typedef struct {
+  combine_fn fn;
+  int n;
+  unsigned flags;
+} map_op_t;
+#define MAP(fn, n, flags) ((intptr_t)&(const map_op_t){fn, n, flags})
 
-static tpu_status_t foreach_map(tpu_lower_ctx_t* ctx, const int* args, int n, combine_fn fn,
-                                unsigned flags) {
+static tpu_status_t foreach_map(tpu_lower_ctx_t* ctx) {
+  const map_op_t* op = (const map_op_t*)tpu_lower_data(ctx);
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
-  tpu_status_t s = check_args(ctx, args, n);
+  tpu_status_t s = check_args(ctx, op->n);
   if (s) return s;
   for (int k = 0; k < tpu_lower_num_outputs(ctx); k++) {
     tpu_hlo_type_t out = tpu_lower_output_type(ctx, k);
-    if (out.dtype == TPU_DTYPE_BOOL && !(flags & ALLOW_BOOL))
+    if (out.dtype == TPU_DTYPE_BOOL && !(op->flags & ALLOW_BOOL))
       return tpu_lower_decline(ctx, "bool lists");
     if (tpu_dtype_is_complex(out.dtype)) return tpu_lower_decline(ctx, "complex lists");
     tpu_hlo_type_t ct = out;
-    if (!(flags & NO_UPCAST)) ct.dtype = compute_dtype(out.dtype);
+    if (!(op->flags & NO_UPCAST)) ct.dtype = compute_dtype(out.dtype);
     tpu_hlo_value_t v[4];
     int m = 0;
-    for (int j = 0; j < n; j++)
-      if (present(ctx, args[j])) v[m++] = operand(ctx, args[j], k, &ct, ct.dtype);
-    tpu_lower_set_output(ctx, k, tpu_emit_convert(b, fn(b, v, m), out.dtype));
+    for (int j = 0; j < op->n; j++)
+      if (present(ctx, j)) v[m++] = operand(ctx, j, k, &ct, ct.dtype);
+    tpu_lower_set_output(ctx, k, tpu_emit_convert(b, op->fn(b, v, m), out.dtype));
   }
   return NULL;
 }
@@ -196,53 +202,6 @@ static tpu_hlo_value_t c_zero(tpu_hlo_builder_t* b, const tpu_hlo_value_t* v, in
   return tpu_emit_const_like(b, &t, 0);
 }
 
-/* ---- rows ---- */
-
-#define UNARY(name, fn, flags)                               \
-  static tpu_status_t lower_##name(tpu_lower_ctx_t* ctx) {        \
-    static const int args[] = {0};                                \
-    return foreach_map(ctx, args, 1, fn, flags);             \
-  }
-UNARY(sqrt, c_sqrt, 0)
-UNARY(neg, c_neg, 0)
-UNARY(exp, c_exp, 0)
-UNARY(abs, c_abs, 0)
-UNARY(sign, c_sign, 0)
-UNARY(reciprocal, c_reciprocal, 0)
-UNARY(zero, c_zero, ALLOW_BOOL | NO_UPCAST)
-
-/* (self, other-or-scalar[, alpha]) */
-#define BINARY(name, fn, flags)                              \
-  static tpu_status_t lower_##name(tpu_lower_ctx_t* ctx) {        \
-    static const int args[] = {0, 1, 2};                          \
-    return foreach_map(ctx, args, 3, fn, flags);             \
-  }
-BINARY(add, c_add, 0)
-BINARY(sub, c_sub, 0)
-BINARY(mul, c_mul, 0)
-BINARY(div, c_div, 0)
-BINARY(maximum, c_max, 0)
-BINARY(minimum, c_min, 0)
-/* A copy converts src straight to self's dtype (no float32 step). */
-BINARY(copy, c_copy, ALLOW_BOOL | NO_UPCAST)
-
-/* (self, tensor1, tensor2, value) and (self, end, weight) */
-#define TERNARY(name, fn)                                         \
-  static tpu_status_t lower_##name(tpu_lower_ctx_t* ctx) {        \
-    static const int args[] = {0, 1, 2, 3};                       \
-    return foreach_map(ctx, args, 4, fn, 0);                  \
-  }
-TERNARY(addcmul, c_addcmul)
-TERNARY(addcdiv, c_addcdiv)
-TERNARY(lerp, c_lerp)
-
-/* pow: (Tensor[] self, exponent) or ScalarAndTensor (Scalar self,
- * Tensor[] exponent); either way operands are (arg 0, arg 1). */
-static tpu_status_t lower_pow(tpu_lower_ctx_t* ctx) {
-  static const int args[] = {0, 1};
-  return foreach_map(ctx, args, 2, c_pow, 0);
-}
-
 /* A reduction of element k to a rank-0 value. */
 static tpu_hlo_value_t reduce_all(tpu_hlo_builder_t* b, tpu_hlo_value_t x, double init,
                                   const char* op) {
@@ -326,11 +285,13 @@ static tpu_status_t lower_max(tpu_lower_ctx_t* ctx) {
  * per element, in opmath (float32 for half types). The step count is a
  * run-time tensor, so the bias corrections are computed in the program (in
  * float64, like the kernel's doubles). Outputs: the new params, grads,
- * exp_avgs, exp_avg_sqs and max_exp_avg_sqs, list by list. */
+ * exp_avgs, exp_avg_sqs and max_exp_avg_sqs, list by list. AdamW (data 1)
+ * decays the params instead of adding weight_decay * param to the grad. */
 enum { A_SELF, A_GRADS, A_AVG, A_AVG_SQ, A_MAX_SQ, A_STEPS, A_LR, A_BETA1, A_BETA2, A_WD,
        A_EPS, A_AMSGRAD, A_MAXIMIZE, A_GRAD_SCALE, A_FOUND_INF };
 
-static tpu_status_t lower_fused_adam_mode(tpu_lower_ctx_t* ctx, bool adamw) {
+static tpu_status_t lower_fused_adam(tpu_lower_ctx_t* ctx) {
+  bool adamw = tpu_lower_data(ctx);
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
   int n = tpu_lower_arg(ctx, A_SELF)->num_tensors;
   int m = tpu_lower_arg(ctx, A_MAX_SQ)->num_tensors;
@@ -432,38 +393,37 @@ static tpu_status_t lower_fused_adam_mode(tpu_lower_ctx_t* ctx, bool adamw) {
   }
   return NULL;
 }
-static tpu_status_t lower_fused_adam(tpu_lower_ctx_t* ctx) {
-  return lower_fused_adam_mode(ctx, false);
-}
-static tpu_status_t lower_fused_adamw(tpu_lower_ctx_t* ctx) {
-  return lower_fused_adam_mode(ctx, true);
-}
 
+/* Rows: operands (self, other-or-scalar[, alpha]) are 3 arguments,
+ * (self, tensor1, tensor2, value) and (self, end, weight) 4; pow's
+ * (Tensor[] self, exponent) or ScalarAndTensor (Scalar self, Tensor[]
+ * exponent) are (arg 0, arg 1) either way. A copy converts src straight to
+ * self's dtype (no float32 step). */
 const tpu_lowering_t tpu_lowerings_foreach[] = {
-    {"_foreach_add", lower_add, 0},
-    {"_foreach_sub", lower_sub, 0},
-    {"_foreach_mul", lower_mul, 0},
-    {"_foreach_div", lower_div, 0},
-    {"_foreach_addcmul", lower_addcmul, 0},
-    {"_foreach_addcdiv", lower_addcdiv, 0},
-    {"_foreach_lerp", lower_lerp, 0},
-    {"_foreach_maximum", lower_maximum, 0},
-    {"_foreach_clamp_min", lower_maximum, 0},
-    {"_foreach_minimum", lower_minimum, 0},
-    {"_foreach_clamp_max", lower_minimum, 0},
-    {"_foreach_pow", lower_pow, 0},
-    {"_foreach_sqrt", lower_sqrt, 0},
-    {"_foreach_neg", lower_neg, 0},
-    {"_foreach_exp", lower_exp, 0},
-    {"_foreach_abs", lower_abs, 0},
-    {"_foreach_sign", lower_sign, 0},
-    {"_foreach_reciprocal", lower_reciprocal, 0},
-    {"_foreach_copy", lower_copy, 0},
-    {"_foreach_zero", lower_zero, 0},
+    {"_foreach_add", foreach_map, 0, MAP(c_add, 3, 0)},
+    {"_foreach_sub", foreach_map, 0, MAP(c_sub, 3, 0)},
+    {"_foreach_mul", foreach_map, 0, MAP(c_mul, 3, 0)},
+    {"_foreach_div", foreach_map, 0, MAP(c_div, 3, 0)},
+    {"_foreach_addcmul", foreach_map, 0, MAP(c_addcmul, 4, 0)},
+    {"_foreach_addcdiv", foreach_map, 0, MAP(c_addcdiv, 4, 0)},
+    {"_foreach_lerp", foreach_map, 0, MAP(c_lerp, 4, 0)},
+    {"_foreach_maximum", foreach_map, 0, MAP(c_max, 3, 0)},
+    {"_foreach_clamp_min", foreach_map, 0, MAP(c_max, 3, 0)},
+    {"_foreach_minimum", foreach_map, 0, MAP(c_min, 3, 0)},
+    {"_foreach_clamp_max", foreach_map, 0, MAP(c_min, 3, 0)},
+    {"_foreach_pow", foreach_map, 0, MAP(c_pow, 2, 0)},
+    {"_foreach_sqrt", foreach_map, 0, MAP(c_sqrt, 1, 0)},
+    {"_foreach_neg", foreach_map, 0, MAP(c_neg, 1, 0)},
+    {"_foreach_exp", foreach_map, 0, MAP(c_exp, 1, 0)},
+    {"_foreach_abs", foreach_map, 0, MAP(c_abs, 1, 0)},
+    {"_foreach_sign", foreach_map, 0, MAP(c_sign, 1, 0)},
+    {"_foreach_reciprocal", foreach_map, 0, MAP(c_reciprocal, 1, 0)},
+    {"_foreach_copy", foreach_map, 0, MAP(c_copy, 3, ALLOW_BOOL | NO_UPCAST)},
+    {"_foreach_zero", foreach_map, 0, MAP(c_zero, 1, ALLOW_BOOL | NO_UPCAST)},
     {"_foreach_norm", lower_norm, 0},
     {"_foreach_max", lower_max, 0},
     {"_fused_adam", lower_fused_adam, 0},
-    {"_fused_adamw", lower_fused_adamw, 0},
+    {"_fused_adamw", lower_fused_adam, 0, 1},
 };
 const size_t tpu_lowerings_foreach_count =
     sizeof tpu_lowerings_foreach / sizeof tpu_lowerings_foreach[0];

@@ -78,8 +78,10 @@ static tpu_hlo_value_t starts(const fp_t* f, tpu_hlo_value_t samples, int d, tpu
                          last, seq);
 }
 
-/* fractional_max_pool{2,3}d(self, kernel_size, output_size, random_samples) */
-static tpu_status_t fractional_pool(tpu_lower_ctx_t* ctx, int nd) {
+/* fractional_max_pool{2,3}d(self, kernel_size, output_size, random_samples);
+ * data: the dimension count. */
+static tpu_status_t lower_fractional_pool(tpu_lower_ctx_t* ctx) {
+  int nd = (int)tpu_lower_data(ctx);
   fp_t f;
   tpu_status_t st = fp_read(ctx, 0, 1, 2, nd, &f);
   if (st) return st;
@@ -145,8 +147,9 @@ static tpu_status_t fractional_pool(tpu_lower_ctx_t* ctx, int nd) {
 }
 
 /* fractional_max_pool{2,3}d_backward(grad_output, self, kernel_size,
- * output_size, indices) */
-static tpu_status_t fractional_pool_backward(tpu_lower_ctx_t* ctx, int nd) {
+ * output_size, indices); data: the dimension count. */
+static tpu_status_t lower_fractional_pool_backward(tpu_lower_ctx_t* ctx) {
+  int nd = (int)tpu_lower_data(ctx);
   fp_t f;
   tpu_status_t st = fp_read(ctx, 1, 2, 3, nd, &f);
   if (st) return st;
@@ -175,15 +178,10 @@ static tpu_status_t fractional_pool_backward(tpu_lower_ctx_t* ctx, int nd) {
   return NULL;
 }
 
-static tpu_status_t lower_fractional2d(tpu_lower_ctx_t* ctx) { return fractional_pool(ctx, 2); }
-static tpu_status_t lower_fractional3d(tpu_lower_ctx_t* ctx) { return fractional_pool(ctx, 3); }
-static tpu_status_t lower_fractional2d_bwd(tpu_lower_ctx_t* ctx) { return fractional_pool_backward(ctx, 2); }
-static tpu_status_t lower_fractional3d_bwd(tpu_lower_ctx_t* ctx) { return fractional_pool_backward(ctx, 3); }
-
 const tpu_lowering_t tpu_lowerings_fractional[] = {
-    {"fractional_max_pool2d", lower_fractional2d, 0},
-    {"fractional_max_pool3d", lower_fractional3d, 0},
-    {"fractional_max_pool2d_backward", lower_fractional2d_bwd, 0},
-    {"fractional_max_pool3d_backward", lower_fractional3d_bwd, 0},
+    {"fractional_max_pool2d", lower_fractional_pool, 0, 2},
+    {"fractional_max_pool3d", lower_fractional_pool, 0, 3},
+    {"fractional_max_pool2d_backward", lower_fractional_pool_backward, 0, 2},
+    {"fractional_max_pool3d_backward", lower_fractional_pool_backward, 0, 3},
 };
 const size_t tpu_lowerings_fractional_count = sizeof tpu_lowerings_fractional / sizeof tpu_lowerings_fractional[0];

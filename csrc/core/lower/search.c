@@ -12,10 +12,12 @@
 #include "emit.h"
 #include "lowering.h"
 
-/* seq_i: the sorted tensor; val_i: the values (tensor or scalar); flag_i:
- * out_int32, then right, then (searchsorted) side and sorter. */
-static tpu_status_t search(tpu_lower_ctx_t* ctx, int seq_i, int val_i, int flag_i,
-                           bool has_side) {
+/* searchsorted.{Tensor,Scalar}[_out](sorted_sequence, self, *, out_int32,
+ * right, side, sorter) (data 1) and bucketize.{Tensor,Scalar}[_out](self,
+ * boundaries, *, out_int32, right). */
+static tpu_status_t lower_search(tpu_lower_ctx_t* ctx) {
+  bool has_side = tpu_lower_data(ctx);
+  int seq_i = has_side ? 0 : 1, val_i = 1 - seq_i, flag_i = 2;
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
   const tpu_lower_arg_t* seq = tpu_lower_arg(ctx, seq_i);
   const tpu_lower_arg_t* val = tpu_lower_arg(ctx, val_i);
@@ -71,15 +73,8 @@ static tpu_status_t search(tpu_lower_ctx_t* ctx, int seq_i, int val_i, int flag_
   return NULL;
 }
 
-/* searchsorted.{Tensor,Scalar}[_out](sorted_sequence, self, *, out_int32,
- * right, side, sorter). */
-static tpu_status_t lower_searchsorted(tpu_lower_ctx_t* ctx) { return search(ctx, 0, 1, 2, true); }
-
-/* bucketize.{Tensor,Scalar}[_out](self, boundaries, *, out_int32, right). */
-static tpu_status_t lower_bucketize(tpu_lower_ctx_t* ctx) { return search(ctx, 1, 0, 2, false); }
-
 const tpu_lowering_t tpu_lowerings_search[] = {
-    {"searchsorted", lower_searchsorted, 0},
-    {"bucketize", lower_bucketize, 0},
+    {"searchsorted", lower_search, 0, 1},
+    {"bucketize", lower_search, 0},
 };
 const size_t tpu_lowerings_search_count = sizeof tpu_lowerings_search / sizeof tpu_lowerings_search[0];

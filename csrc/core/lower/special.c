@@ -153,10 +153,6 @@ static tpu_dtype_t acc_dtype(tpu_dtype_t d) {
   return d == TPU_DTYPE_FLOAT32 || d == TPU_DTYPE_FLOAT64 ? TPU_DTYPE_FLOAT64 : TPU_DTYPE_FLOAT32;
 }
 
-static bool is_float(tpu_dtype_t d) {
-  return d == TPU_DTYPE_FLOAT32 || d == TPU_DTYPE_FLOAT64 || d == TPU_DTYPE_BFLOAT16 || d == TPU_DTYPE_FLOAT16;
-}
-
 /* Argument i (tensor or scalar) in dtype d, broadcast to output 0. */
 static tpu_hlo_value_t operand(tpu_lower_ctx_t* ctx, int i, tpu_dtype_t d) {
   tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
@@ -172,7 +168,7 @@ static tpu_status_t lower_polygamma(tpu_lower_ctx_t* ctx) {
   /* polygamma(n, self) / polygamma.out; polygamma_(self, n) in place */
   int ni = tpu_lower_arg(ctx, 0)->kind == TPU_ARG_TENSOR ? 1 : 0, xi = 1 - ni;
   const tpu_lower_arg_t* n = tpu_lower_arg(ctx, ni);
-  if (!is_float(out.dtype) || n->kind != TPU_ARG_INT || n->i < 0)
+  if (!tpu_dtype_is_floating(out.dtype) || n->kind != TPU_ARG_INT || n->i < 0)
     return tpu_lower_decline(ctx, "polygamma of this order or dtype");
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
   tpu_dtype_t d = out.dtype, md = d == TPU_DTYPE_FLOAT64 ? d : TPU_DTYPE_FLOAT32;
@@ -200,7 +196,7 @@ static tpu_status_t lower_polygamma(tpu_lower_ctx_t* ctx) {
 static tpu_status_t lower_mvlgamma(tpu_lower_ctx_t* ctx) {
   tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
   const tpu_lower_arg_t* p = tpu_lower_arg(ctx, 1);
-  if (!is_float(out.dtype) || p->kind != TPU_ARG_INT || p->i < 1)
+  if (!tpu_dtype_is_floating(out.dtype) || p->kind != TPU_ARG_INT || p->i < 1)
     return tpu_lower_decline(ctx, "mvlgamma of this order or dtype");
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
   tpu_dtype_t d = out.dtype, md = d == TPU_DTYPE_FLOAT64 ? d : TPU_DTYPE_FLOAT32;
@@ -219,7 +215,7 @@ static tpu_status_t lower_mvlgamma(tpu_lower_ctx_t* ctx) {
 /* special_zeta(x, q), every overload. */
 static tpu_status_t lower_special_zeta(tpu_lower_ctx_t* ctx) {
   tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
-  if (!is_float(out.dtype)) return tpu_lower_decline(ctx, "zeta into %s", tpu_dtype_name(out.dtype));
+  if (!tpu_dtype_is_floating(out.dtype)) return tpu_lower_decline(ctx, "zeta into %s", tpu_dtype_name(out.dtype));
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
   tpu_dtype_t d = out.dtype, acc = acc_dtype(d);
   tpu_hlo_value_t x = tpu_emit_convert(b, operand(ctx, 0, d), acc), q = tpu_emit_convert(b, operand(ctx, 1, d), acc);
