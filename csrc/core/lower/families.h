@@ -13,6 +13,7 @@
   TPU_FAMILY(basic) \
   TPU_FAMILY(pointwise) \
   TPU_FAMILY(reduce) \
+  TPU_FAMILY(pnorm) \
   TPU_FAMILY(linalg) \
   TPU_FAMILY(nn) \
   TPU_FAMILY(rnn) \
