@@ -18,6 +18,7 @@
   TPU_FAMILY(nn) \
   TPU_FAMILY(rnn) \
   TPU_FAMILY(conv) \
+  TPU_FAMILY(pool) \
   TPU_FAMILY(index) \
   TPU_FAMILY(dynamic) \
   TPU_FAMILY(shape) \
