@@ -16,6 +16,7 @@
   TPU_FAMILY(pnorm) \
   TPU_FAMILY(linalg) \
   TPU_FAMILY(nn) \
+  TPU_FAMILY(loss) \
   TPU_FAMILY(rnn) \
   TPU_FAMILY(conv) \
   TPU_FAMILY(pool) \
