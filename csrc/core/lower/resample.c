@@ -196,9 +196,10 @@ static void nearest_indices(int64_t in, int64_t out, const tpu_lower_arg_t* scal
 
 #define MAX_UPSAMPLE 4096
 
-/* upsample_nearest{1,2,3}d / _upsample_nearest_exact{1,2,3}d(self,
- * output_size, scales...): a gather per spatial dim. */
-static tpu_status_t lower_upsample_nearest_common(tpu_lower_ctx_t* ctx, bool exact) {
+/* upsample_nearest{1,2,3}d / _upsample_nearest_exact{1,2,3}d (data word
+ * true)(self, output_size, scales...): a gather per spatial dim. */
+static tpu_status_t lower_upsample_nearest(tpu_lower_ctx_t* ctx) {
+  bool exact = tpu_lower_data(ctx);
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
   /* CPU's and CUDA's kernels take floats and uint8 only: the fallback
    * raises their NotImplementedError for the rest. */
@@ -222,16 +223,11 @@ static tpu_status_t lower_upsample_nearest_common(tpu_lower_ctx_t* ctx, bool exa
   tpu_lower_set_output(ctx, 0, v);
   return NULL;
 }
-static tpu_status_t lower_upsample_nearest(tpu_lower_ctx_t* ctx) {
-  return lower_upsample_nearest_common(ctx, false);
-}
-static tpu_status_t lower_upsample_nearest_exact(tpu_lower_ctx_t* ctx) {
-  return lower_upsample_nearest_common(ctx, true);
-}
 
 /* ..._backward(grad_output, output_size, input_size, scales...): the
  * scatter-add transpose, in float32 for halves. */
-static tpu_status_t lower_upsample_nearest_bwd_common(tpu_lower_ctx_t* ctx, bool exact) {
+static tpu_status_t lower_upsample_nearest_bwd(tpu_lower_ctx_t* ctx) {
+  bool exact = tpu_lower_data(ctx);
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
   if (!tpu_dtype_is_floating(tpu_lower_output_type(ctx, 0).dtype))
     return tpu_lower_decline(ctx, "non-floating upsample grad");
@@ -255,20 +251,18 @@ static tpu_status_t lower_upsample_nearest_bwd_common(tpu_lower_ctx_t* ctx, bool
   tpu_lower_set_output(ctx, 0, tpu_emit_convert(b, g, od));
   return NULL;
 }
-static tpu_status_t lower_upsample_nearest_bwd(tpu_lower_ctx_t* ctx) {
-  return lower_upsample_nearest_bwd_common(ctx, false);
-}
-static tpu_status_t lower_upsample_nearest_exact_bwd(tpu_lower_ctx_t* ctx) {
-  return lower_upsample_nearest_bwd_common(ctx, true);
-}
 
 /* ---- linear and cubic ---- */
 
+/* A row's data word: which interpolation, which direction. */
+enum { RESAMPLE_CUBIC = 1, RESAMPLE_BACKWARD = 2 };
 
 /* upsample_{linear1d,bilinear2d,trilinear3d,bicubic2d}(self, output_size,
  * align_corners, scales...) and their _backward(grad_output, output_size,
  * input_size, align_corners, scales...). */
-static tpu_status_t resample(tpu_lower_ctx_t* ctx, bool cubic, bool backward) {
+static tpu_status_t lower_upsample_taps(tpu_lower_ctx_t* ctx) {
+  intptr_t kind = tpu_lower_data(ctx);
+  bool cubic = kind & RESAMPLE_CUBIC, backward = kind & RESAMPLE_BACKWARD;
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
   tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
   if (!tpu_dtype_is_floating(out.dtype) || tpu_lower_arg(ctx, 0)->kind != TPU_ARG_TENSOR)
@@ -305,12 +299,6 @@ static tpu_status_t resample(tpu_lower_ctx_t* ctx, bool cubic, bool backward) {
   tpu_lower_set_output(ctx, 0, tpu_emit_convert(b, v, out.dtype));
   return NULL;
 }
-
-static tpu_status_t lower_upsample_linear(tpu_lower_ctx_t* ctx) { return resample(ctx, false, false); }
-static tpu_status_t lower_upsample_linear_bwd(tpu_lower_ctx_t* ctx) { return resample(ctx, false, true); }
-static tpu_status_t lower_upsample_cubic(tpu_lower_ctx_t* ctx) { return resample(ctx, true, false); }
-static tpu_status_t lower_upsample_cubic_bwd(tpu_lower_ctx_t* ctx) { return resample(ctx, true, true); }
-
 
 /* ---- grid_sampler_2d / 3d ---- */
 
@@ -687,26 +675,26 @@ static tpu_status_t lower_grid_sampler_backward(tpu_lower_ctx_t* ctx) {
 }
 
 const tpu_lowering_t tpu_lowerings_resample[] = {
-    {"upsample_nearest1d", lower_upsample_nearest, 0},
-    {"upsample_nearest2d", lower_upsample_nearest, 0},
-    {"upsample_nearest3d", lower_upsample_nearest, 0},
-    {"_upsample_nearest_exact1d", lower_upsample_nearest_exact, 0},
-    {"_upsample_nearest_exact2d", lower_upsample_nearest_exact, 0},
-    {"_upsample_nearest_exact3d", lower_upsample_nearest_exact, 0},
-    {"upsample_nearest1d_backward", lower_upsample_nearest_bwd, 0},
-    {"upsample_nearest2d_backward", lower_upsample_nearest_bwd, 0},
-    {"upsample_nearest3d_backward", lower_upsample_nearest_bwd, 0},
-    {"_upsample_nearest_exact1d_backward", lower_upsample_nearest_exact_bwd, 0},
-    {"_upsample_nearest_exact2d_backward", lower_upsample_nearest_exact_bwd, 0},
-    {"_upsample_nearest_exact3d_backward", lower_upsample_nearest_exact_bwd, 0},
-    {"upsample_linear1d", lower_upsample_linear, 0},
-    {"upsample_bilinear2d", lower_upsample_linear, 0},
-    {"upsample_trilinear3d", lower_upsample_linear, 0},
-    {"upsample_linear1d_backward", lower_upsample_linear_bwd, 0},
-    {"upsample_bilinear2d_backward", lower_upsample_linear_bwd, 0},
-    {"upsample_trilinear3d_backward", lower_upsample_linear_bwd, 0},
-    {"upsample_bicubic2d", lower_upsample_cubic, 0},
-    {"upsample_bicubic2d_backward", lower_upsample_cubic_bwd, 0},
+    {"upsample_nearest1d", lower_upsample_nearest, 0, false},
+    {"upsample_nearest2d", lower_upsample_nearest, 0, false},
+    {"upsample_nearest3d", lower_upsample_nearest, 0, false},
+    {"_upsample_nearest_exact1d", lower_upsample_nearest, 0, true},
+    {"_upsample_nearest_exact2d", lower_upsample_nearest, 0, true},
+    {"_upsample_nearest_exact3d", lower_upsample_nearest, 0, true},
+    {"upsample_nearest1d_backward", lower_upsample_nearest_bwd, 0, false},
+    {"upsample_nearest2d_backward", lower_upsample_nearest_bwd, 0, false},
+    {"upsample_nearest3d_backward", lower_upsample_nearest_bwd, 0, false},
+    {"_upsample_nearest_exact1d_backward", lower_upsample_nearest_bwd, 0, true},
+    {"_upsample_nearest_exact2d_backward", lower_upsample_nearest_bwd, 0, true},
+    {"_upsample_nearest_exact3d_backward", lower_upsample_nearest_bwd, 0, true},
+    {"upsample_linear1d", lower_upsample_taps, 0, 0},
+    {"upsample_bilinear2d", lower_upsample_taps, 0, 0},
+    {"upsample_trilinear3d", lower_upsample_taps, 0, 0},
+    {"upsample_linear1d_backward", lower_upsample_taps, 0, RESAMPLE_BACKWARD},
+    {"upsample_bilinear2d_backward", lower_upsample_taps, 0, RESAMPLE_BACKWARD},
+    {"upsample_trilinear3d_backward", lower_upsample_taps, 0, RESAMPLE_BACKWARD},
+    {"upsample_bicubic2d", lower_upsample_taps, 0, RESAMPLE_CUBIC},
+    {"upsample_bicubic2d_backward", lower_upsample_taps, 0, RESAMPLE_CUBIC | RESAMPLE_BACKWARD},
     {"grid_sampler_2d", lower_grid_sampler, 0},
     {"grid_sampler_3d", lower_grid_sampler, 0},
     {"grid_sampler_2d_backward", lower_grid_sampler_backward, 0},
