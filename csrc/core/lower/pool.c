@@ -147,6 +147,8 @@ static bool read_pool_params(tpu_lower_ctx_t* ctx, int first, int dilation_at, i
   return read_ints(tpu_lower_arg(ctx, dilation_at), nsp, NULL, 1, pp->d);
 }
 
+static bool max_dtype_ok(tpu_dtype_t d) { return !tpu_dtype_is_complex(d) && d != TPU_DTYPE_BOOL; }
+
 /* One pooling call. */
 typedef struct pool_call_s {
   tpu_hlo_type_t out; /* output 0 */
@@ -155,14 +157,16 @@ typedef struct pool_call_s {
   pool_params_t pp;
 } pool_call_t;
 
-/* The setup pooling shares: declines calls with zero-element tensors, and
+/* The setup pooling shares: declines calls with zero-element tensors;
  * ("unsupported <what> call") calls where `ok` is false, argument 0 is not
  * a tensor, or the shapes or window parameters (from argument params_at,
- * dilation at dilation_at; params_at < 0: none) do not read. Argument 0 is
- * the input, or (backward) the gradient of the output, and output 0 the
- * input's gradient. The row's data word is the spatial dim count. */
+ * dilation at dilation_at; params_at < 0: none) do not read; and output
+ * dtypes dtype_ok refuses. Argument 0 is the input, or (backward) the
+ * gradient of the output, and output 0 the input's gradient. The row's data
+ * word is the spatial dim count. */
 static tpu_status_t pool_setup(tpu_lower_ctx_t* ctx, const char* what, bool backward, bool ok,
-                               int params_at, int dilation_at, pool_call_t* c) {
+                               int params_at, int dilation_at, bool (*dtype_ok)(tpu_dtype_t),
+                               pool_call_t* c) {
   if (any_empty(ctx)) return tpu_lower_decline(ctx, "zero-element tensors");
   const tpu_lower_arg_t* a = tpu_lower_arg(ctx, 0);
   c->out = tpu_lower_output_type(ctx, 0);
@@ -172,6 +176,7 @@ static tpu_status_t pool_setup(tpu_lower_ctx_t* ctx, const char* what, bool back
       !pool_shape(backward ? &c->out : &a->type, backward ? &a->type : &c->out, nsp, &c->s) ||
       (params_at >= 0 && !read_pool_params(ctx, params_at, dilation_at, nsp, &c->pp)))
     return tpu_lower_decline(ctx, "unsupported %s call", what);
+  if (!dtype_ok(c->out.dtype)) return tpu_lower_decline(ctx, "dtype %d", (int)c->out.dtype);
   return NULL;
 }
 
@@ -181,9 +186,8 @@ static tpu_status_t pool_setup(tpu_lower_ctx_t* ctx, const char* what, bool back
 static tpu_status_t lower_max_pool_with_indices(tpu_lower_ctx_t* ctx) {
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
   pool_call_t c;
-  TPU_RETURN_IF_ERROR(pool_setup(ctx, "max pooling", false, tpu_lower_num_outputs(ctx) >= 2, 1, 4, &c));
-  if (tpu_dtype_is_complex(c.out.dtype) || c.out.dtype == TPU_DTYPE_BOOL)
-    return tpu_lower_decline(ctx, "dtype %d", (int)c.out.dtype);
+  bool ok = tpu_lower_num_outputs(ctx) >= 2;
+  TPU_RETURN_IF_ERROR(pool_setup(ctx, "max pooling", false, ok, 1, 4, max_dtype_ok, &c));
   tpu_hlo_value_t x = as_batched(b, tpu_lower_tensor(ctx, 0), c.s.batch, c.s.in, c.s.nsp);
   tpu_hlo_value_t idx = plane_indices(b, c.s.batch, c.s.in, c.s.nsp);
   x = pad_for_windows(b, x, lowest(b, c.out.dtype), &c.s, c.pp.k, c.pp.s, c.pp.d, c.pp.p);
@@ -237,9 +241,8 @@ static tpu_status_t lower_max_pool_backward(tpu_lower_ctx_t* ctx) {
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
   int ind = strstr(tpu_lower_op_name(ctx), "adaptive") ? 2 : 7;
   pool_call_t c;
-  TPU_RETURN_IF_ERROR(pool_setup(ctx, "max pooling backward", true,
-                                 tpu_lower_arg(ctx, ind)->kind == TPU_ARG_TENSOR, -1, -1, &c));
-  if (!tpu_dtype_is_floating(c.out.dtype)) return tpu_lower_decline(ctx, "dtype %d", (int)c.out.dtype);
+  bool ok = tpu_lower_arg(ctx, ind)->kind == TPU_ARG_TENSOR;
+  TPU_RETURN_IF_ERROR(pool_setup(ctx, "max pooling backward", true, ok, -1, -1, tpu_dtype_is_floating, &c));
   tpu_hlo_value_t r = scatter_to_indices(b, tpu_lower_tensor(ctx, 0), tpu_lower_tensor(ctx, ind), &c.s, c.acc);
   tpu_lower_set_output(ctx, 0, tpu_emit_convert(b, reshape_to(b, r, &c.out), c.out.dtype));
   return NULL;
@@ -341,8 +344,7 @@ static bool avg_dtype_ok(tpu_dtype_t d) { return conv_dtype_ok(d) || d == TPU_DT
 static tpu_status_t lower_avg_pool(tpu_lower_ctx_t* ctx) {
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
   pool_call_t c;
-  TPU_RETURN_IF_ERROR(pool_setup(ctx, "avg pooling", false, true, 1, -1, &c));
-  if (!avg_dtype_ok(c.out.dtype)) return tpu_lower_decline(ctx, "dtype %d", (int)c.out.dtype);
+  TPU_RETURN_IF_ERROR(pool_setup(ctx, "avg pooling", false, true, 1, -1, avg_dtype_ok, &c));
   tpu_hlo_value_t x = as_batched(b, operand_in(ctx, 0, c.acc), c.s.batch, c.s.in, c.s.nsp);
   x = pad_for_windows(b, x, tpu_emit_const(b, c.acc, 0), &c.s, c.pp.k, c.pp.s, c.pp.d, c.pp.p);
   tpu_hlo_value_t sum = sum_window(b, x, c.pp.k, c.pp.s, c.s.nsp, c.s.out);
@@ -361,8 +363,7 @@ static tpu_status_t lower_avg_pool(tpu_lower_ctx_t* ctx) {
 static tpu_status_t lower_avg_pool_backward(tpu_lower_ctx_t* ctx) {
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
   pool_call_t c;
-  TPU_RETURN_IF_ERROR(pool_setup(ctx, "avg pooling backward", true, true, 2, -1, &c));
-  if (!conv_dtype_ok(c.out.dtype)) return tpu_lower_decline(ctx, "dtype %d", (int)c.out.dtype);
+  TPU_RETURN_IF_ERROR(pool_setup(ctx, "avg pooling backward", true, true, 2, -1, conv_dtype_ok, &c));
   bool ok;
   tpu_hlo_value_t div = avg_divisor(ctx, 5, &c.s, &c.pp, c.acc, &ok);
   if (!ok) return tpu_lower_decline(ctx, "out of host memory");
@@ -445,8 +446,7 @@ static tpu_hlo_value_t adaptive_counts(tpu_hlo_builder_t* b, const pool_shape_t*
 static tpu_status_t lower_adaptive_avg_pool(tpu_lower_ctx_t* ctx) {
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
   pool_call_t c;
-  TPU_RETURN_IF_ERROR(pool_setup(ctx, "adaptive avg pooling", false, true, -1, -1, &c));
-  if (!conv_dtype_ok(c.out.dtype)) return tpu_lower_decline(ctx, "dtype %d", (int)c.out.dtype);
+  TPU_RETURN_IF_ERROR(pool_setup(ctx, "adaptive avg pooling", false, true, -1, -1, conv_dtype_ok, &c));
   tpu_hlo_value_t x = as_batched(b, operand_in(ctx, 0, c.acc), c.s.batch, c.s.in, c.s.nsp);
   for (int i = 0; i < c.s.nsp; i++)
     x = contract_first_spatial(b, x, window_matrix(b, c.s.in[i], c.s.out[i], c.acc), 1);
@@ -461,8 +461,8 @@ static tpu_status_t lower_adaptive_avg_pool(tpu_lower_ctx_t* ctx) {
 static tpu_status_t lower_adaptive_avg_pool_backward(tpu_lower_ctx_t* ctx) {
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
   pool_call_t c;
-  TPU_RETURN_IF_ERROR(pool_setup(ctx, "adaptive avg pooling backward", true, true, -1, -1, &c));
-  if (!conv_dtype_ok(c.out.dtype)) return tpu_lower_decline(ctx, "dtype %d", (int)c.out.dtype);
+  TPU_RETURN_IF_ERROR(
+      pool_setup(ctx, "adaptive avg pooling backward", true, true, -1, -1, conv_dtype_ok, &c));
   tpu_hlo_value_t div = adaptive_counts(b, &c.s, c.acc);
   if (div.id < 0) return tpu_lower_decline(ctx, "out of host memory");
   tpu_hlo_value_t g = as_batched(b, operand_in(ctx, 0, c.acc), c.s.batch, c.s.out, c.s.nsp);
@@ -480,9 +480,8 @@ static tpu_status_t lower_adaptive_avg_pool_backward(tpu_lower_ctx_t* ctx) {
 static tpu_status_t lower_adaptive_max_pool(tpu_lower_ctx_t* ctx) {
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
   pool_call_t c;
-  TPU_RETURN_IF_ERROR(
-      pool_setup(ctx, "adaptive max pooling", false, tpu_lower_num_outputs(ctx) >= 2, -1, -1, &c));
-  if (!tpu_dtype_is_floating(c.out.dtype)) return tpu_lower_decline(ctx, "dtype %d", (int)c.out.dtype);
+  bool ok = tpu_lower_num_outputs(ctx) >= 2;
+  TPU_RETURN_IF_ERROR(pool_setup(ctx, "adaptive max pooling", false, ok, -1, -1, tpu_dtype_is_floating, &c));
   tpu_hlo_value_t v = as_batched(b, tpu_lower_tensor(ctx, 0), c.s.batch, c.s.in, c.s.nsp);
   tpu_hlo_value_t ix = plane_indices(b, c.s.batch, c.s.in, c.s.nsp);
   for (int i = 0; i < c.s.nsp; i++) {

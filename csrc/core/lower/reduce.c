@@ -120,9 +120,6 @@ static tpu_status_t lower_max_min(tpu_lower_ctx_t* ctx) {
   bool is_max = tpu_lower_data(ctx);
   reduce_call_t r;
   TPU_RETURN_IF_ERROR(reduce_setup(ctx, NULL, false, -1, &r));
-  tpu_hlo_builder_t* b = r.b;
-  tpu_hlo_value_t x = r.x;
-  tpu_hlo_type_t t = r.t;
   /* max.unary_out(self, out): its second argument is the out= tensor,
    * not max.other's other */
   bool unary_out = strstr(tpu_lower_op_name(ctx), "unary_out") != NULL;
@@ -132,37 +129,35 @@ static tpu_status_t lower_max_min(tpu_lower_ctx_t* ctx) {
     if (out.dtype == TPU_DTYPE_BOOL) return tpu_lower_decline(ctx, "bool maximum");
     tpu_hlo_value_t y = a1->kind == TPU_ARG_TENSOR ? tpu_lower_tensor(ctx, 1)
                                                    : tpu_lower_scalar(ctx, 1, out.dtype);
-    y = tpu_emit_cast_to(b, y, &out);
-    x = tpu_emit_cast_to(b, x, &out);
-    tpu_lower_set_output(ctx, 0, tpu_emit_binary(b, is_max ? "stablehlo.maximum"
-                                                           : "stablehlo.minimum", x, y));
+    y = tpu_emit_cast_to(r.b, y, &out);
+    r.x = tpu_emit_cast_to(r.b, r.x, &out);
+    tpu_lower_set_output(ctx, 0, tpu_emit_binary(r.b, is_max ? "stablehlo.maximum" : "stablehlo.minimum",
+                                                 r.x, y));
     return NULL;
   }
   const char* name = is_max ? "max" : "min";
   if (a1->kind == TPU_ARG_INT) {
-    int dim = t.rank ? (int)((a1->i % t.rank + t.rank) % t.rank) : 0;
+    int dim = r.t.rank ? (int)((a1->i % r.t.rank + r.t.rank) % r.t.rank) : 0;
     /* No identity: the CPU raises (PyTorch's Python meta kernel does not). */
-    if (t.rank > 0 && t.dims[dim] == 0)
+    if (r.t.rank > 0 && r.t.dims[dim] == 0)
       return tpu_status_make(TPU_STATUS_OUT_OF_RANGE,
                              "%s(): Expected reduction dim %d to have non-zero size.", name, dim);
-    if (t.rank == 0) {
-      set_out(ctx, 0, x);
-      set_out(ctx, 1, tpu_emit_const(b, TPU_DTYPE_INT64, 0));
+    if (r.t.rank == 0) {
+      set_out(ctx, 0, r.x);
+      set_out(ctx, 1, tpu_emit_const(r.b, TPU_DTYPE_INT64, 0));
       return NULL;
     }
     tpu_hlo_value_t v, i;
-    arg_reduce(b, x, dim, is_max, &v, &i);
+    arg_reduce(r.b, r.x, dim, is_max, &v, &i);
     set_out(ctx, 0, v);
     set_out(ctx, 1, i);
     return NULL;
   }
-  int64_t numel = 1;
-  for (int d = 0; d < t.rank; d++) numel *= t.dims[d];
-  if (numel == 0)
+  if (count_of(&r.t, r.dims, r.n) == 0)
     return tpu_status_make(TPU_STATUS_INVALID_ARGUMENT,
                            "%s(): Expected reduction dim to be specified for input.numel() == 0. "
                            "Specify the reduction dim with the 'dim' argument.", name);
-  set_out(ctx, 0, reduce_extreme(b, x, r.dims, r.n, is_max));
+  set_out(ctx, 0, reduce_extreme(r.b, r.x, r.dims, r.n, is_max));
   return NULL;
 }
 
@@ -200,20 +195,16 @@ static tpu_status_t lower_arg_extreme(tpu_lower_ctx_t* ctx) {
     return tpu_lower_decline(ctx, "%s of bool", is_max ? "argmax" : "argmin");
   reduce_call_t r;
   TPU_RETURN_IF_ERROR(reduce_setup(ctx, NULL, false, -1, &r));
-  tpu_hlo_builder_t* b = r.b;
-  tpu_hlo_value_t x = r.x;
-  tpu_hlo_type_t t = r.t;
   const tpu_lower_arg_t* a1 = tpu_lower_arg(ctx, 1);
   int dim = 0;
-  if (a1->kind == TPU_ARG_INT && t.rank > 0) {
-    dim = (int)((a1->i % t.rank + t.rank) % t.rank);
+  if (a1->kind == TPU_ARG_INT && r.t.rank > 0) {
+    dim = (int)((a1->i % r.t.rank + r.t.rank) % r.t.rank);
   } else {
-    int64_t n = 1;
-    for (int d = 0; d < t.rank; d++) n *= t.dims[d];
-    x = tpu_emit_reshape(b, x, &n, 1);
+    int64_t n = count_of(&r.t, r.dims, r.n);
+    r.x = tpu_emit_reshape(r.b, r.x, &n, 1);
   }
   tpu_hlo_value_t v, i;
-  arg_reduce(b, x, dim, is_max, &v, &i);
+  arg_reduce(r.b, r.x, dim, is_max, &v, &i);
   set_out(ctx, 0, i);
   return NULL;
 }
@@ -317,17 +308,13 @@ static tpu_status_t lower_trace(tpu_lower_ctx_t* ctx) {
   if (tpu_lower_arg(ctx, 0)->type.dtype == TPU_DTYPE_BOOL) return tpu_lower_decline(ctx, "trace of bool");
   reduce_call_t r;
   TPU_RETURN_IF_ERROR(reduce_setup(ctx, NULL, true, -1, &r));
-  tpu_hlo_builder_t* b = r.b;
-  tpu_hlo_value_t x = r.x;
-  tpu_hlo_type_t t = r.t;
-  if (t.rank != 2) return tpu_lower_decline(ctx, "trace of a non-matrix");
-  tpu_hlo_type_t it = t;
+  if (r.t.rank != 2) return tpu_lower_decline(ctx, "trace of a non-matrix");
+  tpu_hlo_type_t it = r.t;
   it.dtype = TPU_DTYPE_INT64;
-  tpu_hlo_value_t diag = tpu_emit_compare(b, "EQ", tpu_emit_iota(b, &it, 0), tpu_emit_iota(b, &it, 1));
-  x = tpu_emit_select(b, diag, x, tpu_emit_const_like(b, &t, 0));
-  int64_t dims[2] = {0, 1};
-  const char* op = t.dtype == TPU_DTYPE_BOOL ? "stablehlo.or" : "stablehlo.add";
-  set_out(ctx, 0, reduce(b, x, 0, dims, 2, op));
+  tpu_hlo_value_t diag = tpu_emit_compare(r.b, "EQ", tpu_emit_iota(r.b, &it, 0), tpu_emit_iota(r.b, &it, 1));
+  r.x = tpu_emit_select(r.b, diag, r.x, tpu_emit_const_like(r.b, &r.t, 0));
+  const char* op = r.t.dtype == TPU_DTYPE_BOOL ? "stablehlo.or" : "stablehlo.add";
+  set_out(ctx, 0, reduce(r.b, r.x, 0, r.dims, r.n, op)); /* both dims */
   return NULL;
 }
 
