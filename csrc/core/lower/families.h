@@ -15,10 +15,13 @@
   TPU_FAMILY(activation) \
   TPU_FAMILY(compare) \
   TPU_FAMILY(reduce) \
+  TPU_FAMILY(pnorm) \
   TPU_FAMILY(linalg) \
   TPU_FAMILY(nn) \
+  TPU_FAMILY(loss) \
   TPU_FAMILY(rnn) \
   TPU_FAMILY(conv) \
+  TPU_FAMILY(pool) \
   TPU_FAMILY(index) \
   TPU_FAMILY(dynamic) \
   TPU_FAMILY(shape) \

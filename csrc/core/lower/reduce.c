@@ -1,14 +1,9 @@
 /* Reduce family: sum, mean, prod, nansum, amax/amin, max/min (full and .dim
- * with indices), argmax/argmin, var/std (and *_mean), norms, dist, cdist
- * (+backward), trace, logsumexp, cumsum/cumprod/logcumsumexp/cummax/cummin,
- * count_nonzero, aminmax, all/any.
- *
- * Common shape handling: a lowering computes its result over the reduced
- * dims (dropping them) and then reshapes to the output type PyTorch gives,
- * which inserts the keepdim 1s. Output dtypes (sum's int64 promotion, dtype=
- * args, bool sums) are also read from the output type rather than re-derived.
- * Half types are reduced in float32 and rounded once (XLA:CPU would
- * accumulate a bf16 reduce in bf16). */
+ * with indices), argmax/argmin, var/std (and *_mean), trace, logsumexp,
+ * cumsum/cumprod/logcumsumexp/cummax/cummin, count_nonzero, aminmax,
+ * all/any, histc. The p-norms (norm, dist, cdist) are pnorm.c; shape and
+ * dtype handling and the shared setup: reduce_internal.h. A row's data word
+ * picks the variant: true for max (not min), all, nansum, std, cumsum. */
 #include <math.h>
 #include <stdio.h>
 #include <stdint.h>
@@ -16,53 +11,12 @@
 
 #include "emit.h"
 #include "lowering.h"
-
-static bool is_half(tpu_dtype_t d) { return d == TPU_DTYPE_FLOAT16 || d == TPU_DTYPE_BFLOAT16; }
-static tpu_dtype_t acc_of(tpu_dtype_t d) { return is_half(d) ? TPU_DTYPE_FLOAT32 : d; }
-
-static tpu_hlo_type_t value_type(tpu_lower_ctx_t* ctx, tpu_hlo_value_t v) {
-  return tpu_hlo_value_type(tpu_lower_builder(ctx), v);
-}
-
-/* The dims to reduce, from argument i (int, int[] or None), normalized and
- * ascending. None means every dim; an empty list means every dim too unless
- * empty_is_none (any/all.dims treat [] as "reduce nothing"). */
-static int read_dims(tpu_lower_ctx_t* ctx, int i, int rank, bool empty_is_none, int64_t* dims) {
-  const tpu_lower_arg_t* a = tpu_lower_arg(ctx, i);
-  bool mask[TPU_HLO_MAX_RANK] = {0};
-  if (a->kind == TPU_ARG_INT) {
-    if (rank > 0) mask[(a->i % rank + rank) % rank] = true;
-  } else if (a->kind == TPU_ARG_INTS && (a->num_ints > 0 || empty_is_none)) {
-    for (int k = 0; k < a->num_ints && rank > 0; k++) mask[(a->ints[k] % rank + rank) % rank] = true;
-  } else {
-    for (int d = 0; d < rank; d++) mask[d] = true;
-  }
-  int n = 0;
-  for (int d = 0; d < rank; d++)
-    if (mask[d]) dims[n++] = d;
-  return n;
-}
-
-/* Argument i when it is a dim list, else -1 (every dim). Where a schema's
- * default overload has a ScalarType in the dim list's slot (sum(self,
- * dtype), norm.ScalarOpt_dtype), a dtype must not be read as a dim, and
- * the engine may pass a ScalarType as an INT. */
-static int list_arg(tpu_lower_ctx_t* ctx, int i) {
-  return tpu_lower_arg(ctx, i)->kind == TPU_ARG_INTS ? i : -1;
-}
+#include "reduce_internal.h"
 
 static int64_t count_of(const tpu_hlo_type_t* t, const int64_t* dims, int n) {
   int64_t c = 1;
   for (int k = 0; k < n; k++) c *= t->dims[dims[k]];
   return c;
-}
-
-/* stablehlo.reduce, or the value itself when no dim is reduced. */
-static tpu_hlo_value_t reduce(tpu_hlo_builder_t* b, tpu_hlo_value_t x, double init,
-                              const int64_t* dims, int n, const char* op) {
-  if (n == 0) return x;
-  tpu_dtype_t d = tpu_hlo_value_type(b, x).dtype;
-  return tpu_emit_reduce(b, x, tpu_emit_const(b, d, init), dims, n, op);
 }
 
 /* The reduced value with the reduced dims kept as 1s, broadcast back over
@@ -75,114 +29,43 @@ static tpu_hlo_value_t expand_back(tpu_hlo_builder_t* b, tpu_hlo_value_t r,
   return tpu_emit_broadcast_to(b, r, full);
 }
 
-/* Sets output i from a value of its element count: converts to its dtype and
- * reshapes (adds the keepdim 1s). */
-static void set_out(tpu_lower_ctx_t* ctx, int i, tpu_hlo_value_t v) {
-  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
-  tpu_hlo_type_t out = tpu_lower_output_type(ctx, i);
-  v = tpu_emit_convert(b, v, out.dtype);
-  tpu_lower_set_output(ctx, i, tpu_emit_reshape(b, v, out.dims, out.rank));
-}
-
-/* Argument 0 cast to output 0's dtype (PyTorch casts before reducing when a
- * dtype= is given, and promotes ints/bools to int64 for sum/prod), then to
- * its accumulation dtype. */
-static tpu_hlo_value_t input_as_acc(tpu_lower_ctx_t* ctx) {
-  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
-  tpu_dtype_t out = tpu_lower_output_type(ctx, 0).dtype;
-  tpu_hlo_value_t x = tpu_emit_convert(b, tpu_lower_tensor(ctx, 0), out);
-  return tpu_emit_convert(b, x, acc_of(out));
-}
-
-static tpu_status_t decline_complex(tpu_lower_ctx_t* ctx) {
-  if (tpu_dtype_is_complex(tpu_lower_arg(ctx, 0)->type.dtype) ||
-      tpu_dtype_is_complex(tpu_lower_output_type(ctx, 0).dtype))
-    return tpu_lower_decline(ctx, "complex reductions");
-  return NULL;
-}
-
 /* ---- sum / nansum / prod / mean ---- */
 
 /* sum(self, dtype) / sum.dim_IntList(self, dim, keepdim, dtype): arg 1 is a
  * dim list only in the second form; otherwise every dim. */
-static tpu_status_t lower_sum_like(tpu_lower_ctx_t* ctx, bool nan_as_zero) {
-  tpu_status_t s = decline_complex(ctx);
-  if (s) return s;
-  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
-  tpu_hlo_value_t x = input_as_acc(ctx);
-  tpu_hlo_type_t t = value_type(ctx, x);
-  if (nan_as_zero && tpu_dtype_is_floating(t.dtype))
-    x = tpu_emit_select(b, tpu_emit_compare(b, "NE", x, x), tpu_emit_const_like(b, &t, 0), x);
-  int64_t dims[TPU_HLO_MAX_RANK];
-  int n = read_dims(ctx, list_arg(ctx, 1), t.rank, false, dims);
-  const char* op = t.dtype == TPU_DTYPE_BOOL ? "stablehlo.or" : "stablehlo.add";
-  set_out(ctx, 0, reduce(b, x, 0, dims, n, op));
+static tpu_status_t lower_sum(tpu_lower_ctx_t* ctx) {
+  bool nan_as_zero = tpu_lower_data(ctx);
+  reduce_call_t r;
+  TPU_RETURN_IF_ERROR(reduce_setup(ctx, NULL, true, list_arg(ctx, 1), &r));
+  if (nan_as_zero && tpu_dtype_is_floating(r.t.dtype))
+    r.x = tpu_emit_select(r.b, tpu_emit_compare(r.b, "NE", r.x, r.x), tpu_emit_const_like(r.b, &r.t, 0), r.x);
+  const char* op = r.t.dtype == TPU_DTYPE_BOOL ? "stablehlo.or" : "stablehlo.add";
+  set_out(ctx, 0, reduce(r.b, r.x, 0, r.dims, r.n, op));
   return NULL;
 }
-static tpu_status_t lower_sum(tpu_lower_ctx_t* ctx) { return lower_sum_like(ctx, false); }
-static tpu_status_t lower_nansum(tpu_lower_ctx_t* ctx) { return lower_sum_like(ctx, true); }
 
 /* prod(self, dtype) / prod.dim_int(self, dim, keepdim, dtype): the int
  * dim is told from a dtype by the keepdim bool after it. */
 static tpu_status_t lower_prod(tpu_lower_ctx_t* ctx) {
-  tpu_status_t s = decline_complex(ctx);
-  if (s) return s;
-  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
-  tpu_hlo_value_t x = input_as_acc(ctx);
-  tpu_hlo_type_t t = value_type(ctx, x);
-  int64_t dims[TPU_HLO_MAX_RANK];
-  int n = read_dims(ctx, tpu_lower_arg(ctx, 2)->kind == TPU_ARG_BOOL ? 1 : -1, t.rank, false, dims);
-  const char* op = t.dtype == TPU_DTYPE_BOOL ? "stablehlo.and" : "stablehlo.multiply";
-  set_out(ctx, 0, reduce(b, x, 1, dims, n, op));
+  reduce_call_t r;
+  TPU_RETURN_IF_ERROR(
+      reduce_setup(ctx, NULL, true, tpu_lower_arg(ctx, 2)->kind == TPU_ARG_BOOL ? 1 : -1, &r));
+  const char* op = r.t.dtype == TPU_DTYPE_BOOL ? "stablehlo.and" : "stablehlo.multiply";
+  set_out(ctx, 0, reduce(r.b, r.x, 1, r.dims, r.n, op));
   return NULL;
 }
 
 /* mean(self, dtype) / mean.dim(self, dim, keepdim, dtype). */
 static tpu_status_t lower_mean(tpu_lower_ctx_t* ctx) {
-  tpu_status_t s = decline_complex(ctx);
-  if (s) return s;
-  if (!tpu_dtype_is_floating(tpu_lower_output_type(ctx, 0).dtype))
-    return tpu_lower_decline(ctx, "mean into a non-floating dtype");
-  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
-  tpu_hlo_value_t x = input_as_acc(ctx);
-  tpu_hlo_type_t t = value_type(ctx, x);
-  int64_t dims[TPU_HLO_MAX_RANK];
-  int n = read_dims(ctx, list_arg(ctx, 1), t.rank, false, dims);
-  tpu_hlo_value_t sum = reduce(b, x, 0, dims, n, "stablehlo.add");
+  reduce_call_t r;
+  TPU_RETURN_IF_ERROR(reduce_setup(ctx, "mean into a non-floating dtype", true, list_arg(ctx, 1), &r));
+  tpu_hlo_value_t sum = reduce(r.b, r.x, 0, r.dims, r.n, "stablehlo.add");
   /* sum / n as CPU divides (not XLA's sum * (1 / n)). */
-  set_out(ctx, 0, tpu_emit_div_by_const(b, sum, (double)count_of(&t, dims, n)));
+  set_out(ctx, 0, tpu_emit_div_by_const(r.b, sum, (double)count_of(&r.t, r.dims, r.n)));
   return NULL;
 }
 
 /* ---- max / min family ---- */
-
-/* The identity of max (is_max) or min for dtype: -inf / +inf, the integer
- * limits, false / true. */
-static tpu_hlo_value_t extreme_init(tpu_hlo_builder_t* b, tpu_dtype_t d, bool is_max) {
-  tpu_hlo_type_t t = tpu_hlo_type_scalar(d);
-  if (tpu_dtype_is_floating(d)) return tpu_hlo_constant_float(b, t, is_max ? -INFINITY : INFINITY);
-  if (d == TPU_DTYPE_BOOL) return tpu_hlo_constant_bool(b, t, !is_max);
-  int bits = (int)tpu_dtype_size(d) * 8;
-  if (d == TPU_DTYPE_UINT8) return tpu_hlo_constant_int(b, t, is_max ? 0 : 255);
-  int64_t hi = bits == 64 ? INT64_MAX : (((int64_t)1 << (bits - 1)) - 1);
-  return tpu_hlo_constant_int(b, t, is_max ? -hi - 1 : hi);
-}
-
-/* max/min over dims; bools use or/and. Floats propagate NaN like PyTorch:
- * XLA:CPU's reduce with maximum drops NaNs (elementwise maximum keeps
- * them), so a separate "any NaN" reduce selects NaN. */
-static tpu_hlo_value_t reduce_extreme(tpu_hlo_builder_t* b, tpu_hlo_value_t x,
-                                      const int64_t* dims, int n, bool is_max) {
-  if (n == 0) return x;
-  tpu_dtype_t d = tpu_hlo_value_type(b, x).dtype;
-  const char* op = d == TPU_DTYPE_BOOL ? (is_max ? "stablehlo.or" : "stablehlo.and")
-                                       : (is_max ? "stablehlo.maximum" : "stablehlo.minimum");
-  tpu_hlo_value_t r = tpu_emit_reduce(b, x, extreme_init(b, d, is_max), dims, n, op);
-  if (!tpu_dtype_is_floating(d)) return r;
-  tpu_hlo_value_t nan = reduce(b, tpu_emit_compare(b, "NE", x, x), 0, dims, n, "stablehlo.or");
-  tpu_hlo_type_t rt = tpu_hlo_value_type(b, r);
-  return tpu_emit_select(b, nan, tpu_emit_const_like(b, &rt, NAN), r);
-}
 
 /* Values and first-occurrence indices of the max (min) along `dim`, NaN
  * counting as the largest (and smallest: PyTorch's min also returns NaN).
@@ -233,12 +116,10 @@ static void arg_reduce(tpu_hlo_builder_t* b, tpu_hlo_value_t x, int dim, bool is
 
 /* max(self) / max.dim(self, dim, keepdim) -> (values, indices) /
  * max.out(self, other) (the binary form, when an out= is given). */
-static tpu_status_t lower_max_min(tpu_lower_ctx_t* ctx, bool is_max) {
-  tpu_status_t s = decline_complex(ctx);
-  if (s) return s;
-  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
-  tpu_hlo_value_t x = tpu_lower_tensor(ctx, 0);
-  tpu_hlo_type_t t = value_type(ctx, x);
+static tpu_status_t lower_max_min(tpu_lower_ctx_t* ctx) {
+  bool is_max = tpu_lower_data(ctx);
+  reduce_call_t r;
+  TPU_RETURN_IF_ERROR(reduce_setup(ctx, NULL, false, -1, &r));
   /* max.unary_out(self, out): its second argument is the out= tensor,
    * not max.other's other */
   bool unary_out = strstr(tpu_lower_op_name(ctx), "unary_out") != NULL;
@@ -248,45 +129,38 @@ static tpu_status_t lower_max_min(tpu_lower_ctx_t* ctx, bool is_max) {
     if (out.dtype == TPU_DTYPE_BOOL) return tpu_lower_decline(ctx, "bool maximum");
     tpu_hlo_value_t y = a1->kind == TPU_ARG_TENSOR ? tpu_lower_tensor(ctx, 1)
                                                    : tpu_lower_scalar(ctx, 1, out.dtype);
-    y = tpu_emit_cast_to(b, y, &out);
-    x = tpu_emit_cast_to(b, x, &out);
-    tpu_lower_set_output(ctx, 0, tpu_emit_binary(b, is_max ? "stablehlo.maximum"
-                                                           : "stablehlo.minimum", x, y));
+    y = tpu_emit_cast_to(r.b, y, &out);
+    r.x = tpu_emit_cast_to(r.b, r.x, &out);
+    tpu_lower_set_output(ctx, 0, tpu_emit_binary(r.b, is_max ? "stablehlo.maximum" : "stablehlo.minimum",
+                                                 r.x, y));
     return NULL;
   }
   const char* name = is_max ? "max" : "min";
   if (a1->kind == TPU_ARG_INT) {
-    int dim = t.rank ? (int)((a1->i % t.rank + t.rank) % t.rank) : 0;
+    int dim = r.t.rank ? (int)((a1->i % r.t.rank + r.t.rank) % r.t.rank) : 0;
     /* No identity: the CPU raises (PyTorch's Python meta kernel does not). */
-    if (t.rank > 0 && t.dims[dim] == 0)
+    if (r.t.rank > 0 && r.t.dims[dim] == 0)
       return tpu_status_make(TPU_STATUS_OUT_OF_RANGE,
                              "%s(): Expected reduction dim %d to have non-zero size.", name, dim);
-    if (t.rank == 0) {
-      set_out(ctx, 0, x);
-      set_out(ctx, 1, tpu_emit_const(b, TPU_DTYPE_INT64, 0));
+    if (r.t.rank == 0) {
+      set_out(ctx, 0, r.x);
+      set_out(ctx, 1, tpu_emit_const(r.b, TPU_DTYPE_INT64, 0));
       return NULL;
     }
     tpu_hlo_value_t v, i;
-    arg_reduce(b, x, dim, is_max, &v, &i);
+    arg_reduce(r.b, r.x, dim, is_max, &v, &i);
     set_out(ctx, 0, v);
     set_out(ctx, 1, i);
     return NULL;
   }
-  int64_t numel = 1;
-  for (int d = 0; d < t.rank; d++) numel *= t.dims[d];
-  if (numel == 0)
+  if (count_of(&r.t, r.dims, r.n) == 0)
     return tpu_status_make(TPU_STATUS_INVALID_ARGUMENT,
                            "%s(): Expected reduction dim to be specified for input.numel() == 0. "
                            "Specify the reduction dim with the 'dim' argument.", name);
-  int64_t dims[TPU_HLO_MAX_RANK];
-  int n = read_dims(ctx, -1, t.rank, false, dims);
-  set_out(ctx, 0, reduce_extreme(b, x, dims, n, is_max));
+  set_out(ctx, 0, reduce_extreme(r.b, r.x, r.dims, r.n, is_max));
   return NULL;
 }
-static tpu_status_t lower_max(tpu_lower_ctx_t* ctx) { return lower_max_min(ctx, true); }
-static tpu_status_t lower_min(tpu_lower_ctx_t* ctx) { return lower_max_min(ctx, false); }
 
-/* amax / amin(self, dim=[], keepdim): [] means every dim. */
 /* c10's name of a dtype ("Float"), for messages that match the CPU's. */
 static const char* c10_dtype_name(tpu_dtype_t d) {
   static const char* const names[TPU_DTYPE_COUNT] = {
@@ -297,56 +171,42 @@ static const char* c10_dtype_name(tpu_dtype_t d) {
   return d >= 0 && d < TPU_DTYPE_COUNT ? names[d] : "?";
 }
 
-static tpu_status_t lower_amax_amin(tpu_lower_ctx_t* ctx, bool is_max) {
-  tpu_status_t s = decline_complex(ctx);
-  if (s) return s;
-  tpu_hlo_value_t x = tpu_lower_tensor(ctx, 0);
-  tpu_hlo_type_t t = value_type(ctx, x);
+/* amax / amin(self, dim=[], keepdim): [] means every dim. */
+static tpu_status_t lower_amax_amin(tpu_lower_ctx_t* ctx) {
+  reduce_call_t r;
+  TPU_RETURN_IF_ERROR(reduce_setup(ctx, NULL, false, 1, &r));
   /* An out= of another dtype: the CPU raises (PyTorch's Python meta
    * kernel accepts it). */
   tpu_dtype_t out = tpu_lower_output_type(ctx, 0).dtype;
-  if (out != t.dtype)
+  if (out != r.t.dtype)
     return tpu_status_make(TPU_STATUS_INVALID_ARGUMENT,
                            "Expected the dtype for input and out to match, but got %s for "
                            "input's dtype and %s for out's dtype.",
-                           c10_dtype_name(t.dtype), c10_dtype_name(out));
-  int64_t dims[TPU_HLO_MAX_RANK];
-  int n = read_dims(ctx, 1, t.rank, false, dims);
-  set_out(ctx, 0, reduce_extreme(tpu_lower_builder(ctx), x, dims, n, is_max));
+                           c10_dtype_name(r.t.dtype), c10_dtype_name(out));
+  set_out(ctx, 0, reduce_extreme(r.b, r.x, r.dims, r.n, tpu_lower_data(ctx)));
   return NULL;
 }
-static tpu_status_t lower_amax(tpu_lower_ctx_t* ctx) { return lower_amax_amin(ctx, true); }
-static tpu_status_t lower_amin(tpu_lower_ctx_t* ctx) { return lower_amax_amin(ctx, false); }
 
-/* argmax / argmin(self, dim=None, keepdim): None flattens. */
-static tpu_status_t lower_arg_extreme(tpu_lower_ctx_t* ctx, bool is_max) {
-  tpu_status_t s = decline_complex(ctx);
-  if (s) return s;
-  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
-  tpu_hlo_value_t x = tpu_lower_tensor(ctx, 0);
-  tpu_hlo_type_t t = value_type(ctx, x);
+/* argmax / argmin(self, dim=None, keepdim): None flattens. CPU refuses
+ * bool input (RuntimeError). */
+static tpu_status_t lower_arg_extreme(tpu_lower_ctx_t* ctx) {
+  bool is_max = tpu_lower_data(ctx);
+  if (tpu_lower_arg(ctx, 0)->type.dtype == TPU_DTYPE_BOOL)
+    return tpu_lower_decline(ctx, "%s of bool", is_max ? "argmax" : "argmin");
+  reduce_call_t r;
+  TPU_RETURN_IF_ERROR(reduce_setup(ctx, NULL, false, -1, &r));
   const tpu_lower_arg_t* a1 = tpu_lower_arg(ctx, 1);
   int dim = 0;
-  if (a1->kind == TPU_ARG_INT && t.rank > 0) {
-    dim = (int)((a1->i % t.rank + t.rank) % t.rank);
+  if (a1->kind == TPU_ARG_INT && r.t.rank > 0) {
+    dim = (int)((a1->i % r.t.rank + r.t.rank) % r.t.rank);
   } else {
-    int64_t n = 1;
-    for (int d = 0; d < t.rank; d++) n *= t.dims[d];
-    x = tpu_emit_reshape(b, x, &n, 1);
+    int64_t n = count_of(&r.t, r.dims, r.n);
+    r.x = tpu_emit_reshape(r.b, r.x, &n, 1);
   }
   tpu_hlo_value_t v, i;
-  arg_reduce(b, x, dim, is_max, &v, &i);
+  arg_reduce(r.b, r.x, dim, is_max, &v, &i);
   set_out(ctx, 0, i);
   return NULL;
-}
-/* CPU refuses bool input (RuntimeError). */
-static tpu_status_t lower_argmax(tpu_lower_ctx_t* ctx) {
-  if (tpu_lower_arg(ctx, 0)->type.dtype == TPU_DTYPE_BOOL) return tpu_lower_decline(ctx, "argmax of bool");
-  return lower_arg_extreme(ctx, true);
-}
-static tpu_status_t lower_argmin(tpu_lower_ctx_t* ctx) {
-  if (tpu_lower_arg(ctx, 0)->type.dtype == TPU_DTYPE_BOOL) return tpu_lower_decline(ctx, "argmin of bool");
-  return lower_arg_extreme(ctx, false);
 }
 
 /* ---- var / std ---- */
@@ -377,18 +237,13 @@ static tpu_hlo_value_t pow2_scale(tpu_hlo_builder_t* b, tpu_hlo_value_t v, const
 /* var.correction(self, dim, *, correction=None, keepdim) and std, var_mean,
  * std_mean (outputs: (var|std, mean)). The divisor max(N - correction, 0)
  * is computed in the program since correction is a run-time Scalar. */
-static tpu_status_t lower_var_std(tpu_lower_ctx_t* ctx, bool take_sqrt) {
-  tpu_status_t s = decline_complex(ctx);
-  if (s) return s;
-  tpu_dtype_t od = tpu_lower_output_type(ctx, 0).dtype;
-  if (!tpu_dtype_is_floating(od)) return tpu_lower_decline(ctx, "var of a non-floating dtype");
+static tpu_status_t lower_var_std(tpu_lower_ctx_t* ctx) {
+  bool take_sqrt = tpu_lower_data(ctx);
+  reduce_call_t r;
+  TPU_RETURN_IF_ERROR(reduce_setup(ctx, "var of a non-floating dtype", true, 1, &r));
   if (tpu_lower_arg(ctx, 2)->kind == TPU_ARG_BOOL)
     return tpu_lower_decline(ctx, "unbiased= overload (decomposed before the backend)");
-  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
-  tpu_hlo_value_t x = input_as_acc(ctx);
-  tpu_hlo_type_t t = value_type(ctx, x);
-  int64_t dims[TPU_HLO_MAX_RANK];
-  int n = read_dims(ctx, 1, t.rank, false, dims);
+  tpu_hlo_builder_t* b = r.b;
   /* CPU accumulates in double, so float accumulations are scaled here
    * (pow2_scale) where an unscaled sum would overflow: the squared
    * deviations always, the mean where CPU's is a double one too (Welford:
@@ -396,11 +251,11 @@ static tpu_status_t lower_var_std(tpu_lower_ctx_t* ctx, bool take_sqrt) {
    * float var/std to one number take a float mean, whose overflow gives inf
    * there too).
    * Double accumulations are as exposed to overflow as CPU's. */
-  bool scaled = t.dtype == TPU_DTYPE_FLOAT32 && n > 0;
+  bool scaled = r.t.dtype == TPU_DTYPE_FLOAT32 && r.n > 0;
   const tpu_hlo_value_t none = {-1};
-  tpu_hlo_value_t sum = reduce(b, x, 0, dims, n, "stablehlo.add");
-  tpu_hlo_type_t st = value_type(ctx, sum);
-  double count = (double)count_of(&t, dims, n);
+  tpu_hlo_value_t sum = reduce(b, r.x, 0, r.dims, r.n, "stablehlo.add");
+  tpu_hlo_type_t st = tpu_hlo_value_type(b, sum);
+  double count = (double)count_of(&r.t, r.dims, r.n);
   tpu_hlo_value_t cnt = tpu_emit_broadcast_to(b, tpu_emit_opaque(b, tpu_emit_const(b, st.dtype, count)), &st);
   tpu_hlo_value_t mean = tpu_emit_binary(b, "stablehlo.divide", sum, cnt);
   int64_t results = 1;
@@ -409,231 +264,40 @@ static tpu_status_t lower_var_std(tpu_lower_ctx_t* ctx, bool take_sqrt) {
                  tpu_lower_arg(ctx, 0)->type.dtype != TPU_DTYPE_FLOAT32)) {
     /* the scaled mean only where the plain one overflowed: it loses the
      * elements the scale makes subnormal */
-    tpu_hlo_value_t s0 = pow2_scale(b, x, dims, n);
-    tpu_hlo_value_t xs = tpu_emit_binary(b, "stablehlo.divide", x, expand_back(b, s0, &t, dims, n));
+    tpu_hlo_value_t s0 = pow2_scale(b, r.x, r.dims, r.n);
+    tpu_hlo_value_t xs = tpu_emit_binary(b, "stablehlo.divide", r.x, expand_back(b, s0, &r.t, r.dims, r.n));
     tpu_hlo_value_t big = tpu_emit_binary(
         b, "stablehlo.multiply",
-        tpu_emit_binary(b, "stablehlo.divide", reduce(b, xs, 0, dims, n, "stablehlo.add"), cnt), s0);
+        tpu_emit_binary(b, "stablehlo.divide", reduce(b, xs, 0, r.dims, r.n, "stablehlo.add"), cnt), s0);
     tpu_hlo_value_t inf = tpu_emit_const_like(b, &st, INFINITY);
     tpu_hlo_value_t overflowed = tpu_emit_compare(
         b, "EQ", tpu_emit_unary(b, "stablehlo.abs", mean), inf);
     tpu_hlo_value_t finite_in = tpu_emit_compare(
-        b, "NE", reduce(b, tpu_emit_unary(b, "stablehlo.abs", x), 0, dims, n, "stablehlo.maximum"),
+        b, "NE", reduce(b, tpu_emit_unary(b, "stablehlo.abs", r.x), 0, r.dims, r.n, "stablehlo.maximum"),
         inf);
     mean = tpu_emit_select(b, tpu_emit_binary(b, "stablehlo.and", overflowed, finite_in), big, mean);
   }
-  tpu_hlo_value_t dev = tpu_emit_binary(b, "stablehlo.subtract", x, expand_back(b, mean, &t, dims, n));
-  tpu_hlo_value_t s1 = scaled ? pow2_scale(b, dev, dims, n) : none;
-  if (scaled) dev = tpu_emit_binary(b, "stablehlo.divide", dev, expand_back(b, s1, &t, dims, n));
-  tpu_hlo_value_t sq = reduce(b, tpu_emit_binary(b, "stablehlo.multiply", dev, dev), 0, dims, n,
+  tpu_hlo_value_t dev = tpu_emit_binary(b, "stablehlo.subtract", r.x, expand_back(b, mean, &r.t, r.dims, r.n));
+  tpu_hlo_value_t s1 = scaled ? pow2_scale(b, dev, r.dims, r.n) : none;
+  if (scaled) dev = tpu_emit_binary(b, "stablehlo.divide", dev, expand_back(b, s1, &r.t, r.dims, r.n));
+  tpu_hlo_value_t sq = reduce(b, tpu_emit_binary(b, "stablehlo.multiply", dev, dev), 0, r.dims, r.n,
                               "stablehlo.add");
   tpu_hlo_value_t correction = tpu_lower_arg(ctx, 2)->kind == TPU_ARG_NONE
-                                   ? tpu_emit_const(b, t.dtype, 1)
-                                   : tpu_lower_scalar(ctx, 2, t.dtype);
+                                   ? tpu_emit_const(b, r.t.dtype, 1)
+                                   : tpu_lower_scalar(ctx, 2, r.t.dtype);
   tpu_hlo_value_t div = tpu_emit_binary(b, "stablehlo.maximum",
                                         tpu_emit_binary(b, "stablehlo.subtract",
-                                                        tpu_emit_const(b, t.dtype, count), correction),
-                                        tpu_emit_const(b, t.dtype, 0));
+                                                        tpu_emit_const(b, r.t.dtype, count), correction),
+                                        tpu_emit_const(b, r.t.dtype, 0));
   div = tpu_emit_opaque(b, div); /* a division, as CPU's */
   tpu_hlo_value_t var = tpu_emit_binary(b, "stablehlo.divide", sq, tpu_emit_broadcast_to(b, div, &st));
-  tpu_hlo_value_t r = take_sqrt ? tpu_emit_unary(b, "stablehlo.sqrt", var) : var;
+  tpu_hlo_value_t res = take_sqrt ? tpu_emit_unary(b, "stablehlo.sqrt", var) : var;
   if (scaled) { /* (var * s) * s: no overflow before the result's own */
-    r = tpu_emit_binary(b, "stablehlo.multiply", r, s1);
-    if (!take_sqrt) r = tpu_emit_binary(b, "stablehlo.multiply", r, s1);
+    res = tpu_emit_binary(b, "stablehlo.multiply", res, s1);
+    if (!take_sqrt) res = tpu_emit_binary(b, "stablehlo.multiply", res, s1);
   }
-  set_out(ctx, 0, r);
+  set_out(ctx, 0, res);
   if (tpu_lower_num_outputs(ctx) > 1) set_out(ctx, 1, mean);
-  return NULL;
-}
-static tpu_status_t lower_var(tpu_lower_ctx_t* ctx) { return lower_var_std(ctx, false); }
-static tpu_status_t lower_std(tpu_lower_ctx_t* ctx) { return lower_var_std(ctx, true); }
-
-/* ---- norms ---- */
-
-/* p-norm of `x` (an accumulation-dtype value) over dims with a run-time p:
- * every case is computed and the one p names is selected (p is a program
- * argument, so its value is unknown while lowering). 2 and 1 avoid pow so
- * the common norms are exact; 0 counts nonzeros; +-inf take max/min |x|. */
-static tpu_hlo_value_t emit_pnorm(tpu_hlo_builder_t* b, tpu_hlo_value_t x, tpu_hlo_value_t p,
-                                  const int64_t* dims, int n) {
-  tpu_hlo_value_t a = tpu_emit_unary(b, "stablehlo.abs", x);
-  tpu_hlo_type_t t = tpu_hlo_value_type(b, a);
-  tpu_hlo_value_t pb = tpu_emit_broadcast_to(b, p, &t);
-  tpu_hlo_value_t two = tpu_emit_const_like(b, &t, 2), one = tpu_emit_const_like(b, &t, 1);
-  tpu_hlo_value_t zero = tpu_emit_const_like(b, &t, 0);
-  tpu_hlo_value_t nonzero = tpu_emit_convert(b, tpu_emit_compare(b, "NE", a, zero), t.dtype);
-  tpu_hlo_value_t term = tpu_emit_binary(b, "stablehlo.power", a, pb);
-  term = tpu_emit_select(b, tpu_emit_compare(b, "EQ", pb, zero), nonzero, term);
-  term = tpu_emit_select(b, tpu_emit_compare(b, "EQ", pb, one), a, term);
-  term = tpu_emit_select(b, tpu_emit_compare(b, "EQ", pb, two),
-                         tpu_emit_binary(b, "stablehlo.multiply", a, a), term);
-  tpu_hlo_value_t sum = reduce(b, term, 0, dims, n, "stablehlo.add");
-  tpu_hlo_type_t st = tpu_hlo_value_type(b, sum);
-  tpu_hlo_value_t ps = tpu_emit_broadcast_to(b, p, &st);
-  tpu_hlo_value_t s_one = tpu_emit_const_like(b, &st, 1);
-  tpu_hlo_value_t root = tpu_emit_binary(b, "stablehlo.power", sum,
-                                         tpu_emit_binary(b, "stablehlo.divide", s_one, ps));
-  tpu_hlo_value_t no_root = tpu_emit_binary(
-      b, "stablehlo.or", tpu_emit_compare(b, "EQ", ps, s_one),
-      tpu_emit_compare(b, "EQ", ps, tpu_emit_const_like(b, &st, 0)));
-  root = tpu_emit_select(b, no_root, sum, root);
-  root = tpu_emit_select(b, tpu_emit_compare(b, "EQ", ps, tpu_emit_const_like(b, &st, 2)),
-                         tpu_emit_unary(b, "stablehlo.sqrt", sum), root);
-  tpu_hlo_value_t mx = reduce_extreme(b, a, dims, n, true);
-  tpu_hlo_value_t mn = reduce_extreme(b, a, dims, n, false);
-  root = tpu_emit_select(b, tpu_emit_compare(b, "EQ", ps, tpu_emit_const_like(b, &st, INFINITY)),
-                         mx, root);
-  root = tpu_emit_select(b, tpu_emit_compare(b, "EQ", ps, tpu_emit_const_like(b, &st, -INFINITY)),
-                         mn, root);
-  return root;
-}
-
-/* norm.Scalar(self, p) / norm.ScalarOpt_dim[_dtype](self, p?, dim, keepdim,
- * dtype) / norm.ScalarOpt_dtype(self, p?, dtype) and
- * linalg_vector_norm(self, ord, dim?, keepdim, dtype?): p at 1 (None = 2),
- * dims at 2 when given. */
-static tpu_status_t lower_norm(tpu_lower_ctx_t* ctx) {
-  tpu_status_t s = decline_complex(ctx);
-  if (s) return s;
-  if (!tpu_dtype_is_floating(tpu_lower_output_type(ctx, 0).dtype))
-    return tpu_lower_decline(ctx, "norm into a non-floating dtype");
-  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
-  tpu_hlo_value_t x = input_as_acc(ctx);
-  tpu_hlo_type_t t = value_type(ctx, x);
-  tpu_hlo_value_t p = tpu_lower_arg(ctx, 1)->kind == TPU_ARG_NONE
-                          ? tpu_emit_const(b, t.dtype, 2)
-                          : tpu_lower_scalar(ctx, 1, t.dtype);
-  int64_t dims[TPU_HLO_MAX_RANK];
-  int n = read_dims(ctx, list_arg(ctx, 2), t.rank, false, dims);
-  set_out(ctx, 0, emit_pnorm(b, x, p, dims, n));
-  return NULL;
-}
-
-/* dist(self, other, p): the p-norm of self - other (broadcast), the
- * difference rounded to the input dtype first as PyTorch's composite does. */
-static tpu_status_t lower_dist(tpu_lower_ctx_t* ctx) {
-  tpu_status_t s = decline_complex(ctx);
-  if (s) return s;
-  tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
-  if (!tpu_dtype_is_floating(out.dtype) || tpu_lower_arg(ctx, 1)->kind != TPU_ARG_TENSOR)
-    return tpu_lower_decline(ctx, "dist of non-floating or non-tensor operands");
-  /* CPU subtracts the operands: a bool one raises there. */
-  if (tpu_lower_arg(ctx, 0)->type.dtype == TPU_DTYPE_BOOL || tpu_lower_arg(ctx, 1)->type.dtype == TPU_DTYPE_BOOL)
-    return tpu_lower_decline(ctx, "dist of bool");
-  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
-  const tpu_lower_arg_t *a0 = tpu_lower_arg(ctx, 0), *a1 = tpu_lower_arg(ctx, 1);
-  tpu_hlo_type_t shape = {.dtype = out.dtype, .rank = a0->type.rank > a1->type.rank
-                                                         ? a0->type.rank : a1->type.rank};
-  for (int d = 0; d < shape.rank; d++) {
-    int i0 = d - (shape.rank - a0->type.rank), i1 = d - (shape.rank - a1->type.rank);
-    int64_t s0 = i0 >= 0 ? a0->type.dims[i0] : 1, s1 = i1 >= 0 ? a1->type.dims[i1] : 1;
-    shape.dims[d] = s0 == 1 ? s1 : s0;
-  }
-  tpu_hlo_value_t diff = tpu_emit_binary(b, "stablehlo.subtract",
-                                         tpu_emit_cast_to(b, tpu_lower_tensor(ctx, 0), &shape),
-                                         tpu_emit_cast_to(b, tpu_lower_tensor(ctx, 1), &shape));
-  diff = tpu_emit_convert(b, diff, acc_of(out.dtype));
-  tpu_hlo_value_t p = tpu_lower_scalar(ctx, 2, acc_of(out.dtype));
-  int64_t dims[TPU_HLO_MAX_RANK];
-  int n = read_dims(ctx, -1, shape.rank, false, dims);
-  set_out(ctx, 0, emit_pnorm(b, diff, p, dims, n));
-  return NULL;
-}
-
-/* x1 [..., P, M] - x2 [..., R, M] over [batch..., P, R, M], the batch dims
- * of `pr` (a [..., P, R] type) broadcast; in the accumulation dtype. */
-static tpu_hlo_value_t pairwise_diff(tpu_lower_ctx_t* ctx, int i1, int i2, const tpu_hlo_type_t* pr) {
-  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
-  tpu_hlo_type_t t1 = tpu_lower_arg(ctx, i1)->type, t2 = tpu_lower_arg(ctx, i2)->type;
-  tpu_hlo_type_t full = *pr;
-  full.dtype = acc_of(pr->dtype);
-  full.dims[full.rank++] = t1.dims[t1.rank - 1];
-  tpu_hlo_type_t e1 = t1, e2 = t2; /* [.., P, 1, M] and [.., 1, R, M] */
-  e1.rank = t1.rank + 1;
-  e1.dims[t1.rank - 1] = 1;
-  e1.dims[t1.rank] = t1.dims[t1.rank - 1];
-  e2.rank = t2.rank + 1;
-  e2.dims[t2.rank] = t2.dims[t2.rank - 1];
-  e2.dims[t2.rank - 1] = t2.dims[t2.rank - 2];
-  e2.dims[t2.rank - 2] = 1;
-  tpu_hlo_value_t x1 = tpu_emit_convert(b, tpu_lower_tensor(ctx, i1), full.dtype);
-  tpu_hlo_value_t x2 = tpu_emit_convert(b, tpu_lower_tensor(ctx, i2), full.dtype);
-  x1 = tpu_emit_broadcast_to(b, tpu_emit_reshape(b, x1, e1.dims, e1.rank), &full);
-  x2 = tpu_emit_broadcast_to(b, tpu_emit_reshape(b, x2, e2.dims, e2.rank), &full);
-  return tpu_emit_binary(b, "stablehlo.subtract", x1, x2);
-}
-
-/* _cdist_forward(x1, x2, p, compute_mode): p-norm distances of every row
- * pair (p is structural here; the shared p-norm folds its selects). */
-static tpu_status_t lower_cdist(tpu_lower_ctx_t* ctx) {
-  tpu_status_t s = decline_complex(ctx);
-  if (s) return s;
-  tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
-  if (!tpu_dtype_is_floating(out.dtype) || tpu_lower_arg(ctx, 2)->kind != TPU_ARG_FLOAT)
-    return tpu_lower_decline(ctx, "cdist of non-floating inputs");
-  /* CPU has no bfloat16 / float16 kernel (NotImplementedError). */
-  if (out.dtype == TPU_DTYPE_BFLOAT16 || out.dtype == TPU_DTYPE_FLOAT16)
-    return tpu_lower_decline(ctx, "cdist of half types");
-  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
-  tpu_hlo_value_t diff = pairwise_diff(ctx, 0, 1, &out);
-  int64_t last = out.rank;
-  set_out(ctx, 0, emit_pnorm(b, diff, tpu_lower_scalar(ctx, 2, acc_of(out.dtype)), &last, 1));
-  return NULL;
-}
-
-/* _cdist_backward(grad, x1, x2, p, cdist): d cdist / d x1, per PyTorch's
- * cases (0 where the distance is 0), summed over x2's rows and over batch
- * dims x1 was broadcast along. */
-static tpu_status_t lower_cdist_backward(tpu_lower_ctx_t* ctx) {
-  tpu_status_t s = decline_complex(ctx);
-  if (s) return s;
-  tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
-  tpu_hlo_type_t pr = tpu_lower_arg(ctx, 4)->type;
-  if (!tpu_dtype_is_floating(out.dtype) || tpu_lower_arg(ctx, 3)->kind != TPU_ARG_FLOAT ||
-      tpu_lower_arg(ctx, 4)->kind != TPU_ARG_TENSOR)
-    return tpu_lower_decline(ctx, "cdist backward of non-floating inputs");
-  double p = tpu_lower_arg(ctx, 3)->f;
-  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
-  tpu_dtype_t acc = acc_of(out.dtype);
-  tpu_hlo_value_t diff = pairwise_diff(ctx, 1, 2, &pr);
-  tpu_hlo_type_t ft = tpu_hlo_value_type(b, diff);
-  tpu_hlo_type_t kept = pr; /* [.., P, R, 1] */
-  kept.dims[kept.rank++] = 1;
-  kept.dtype = acc;
-  tpu_hlo_value_t dist = tpu_emit_convert(b, tpu_lower_tensor(ctx, 4), acc);
-  dist = tpu_emit_broadcast_to(b, tpu_emit_reshape(b, dist, kept.dims, kept.rank), &ft);
-  tpu_hlo_value_t grad = tpu_emit_convert(b, tpu_lower_tensor(ctx, 0), acc);
-  grad = tpu_emit_broadcast_to(b, tpu_emit_reshape(b, grad, kept.dims, kept.rank), &ft);
-  tpu_hlo_value_t zero = tpu_emit_const_like(b, &ft, 0);
-  tpu_hlo_value_t sign = tpu_emit_unary(b, "stablehlo.sign", diff);
-  tpu_hlo_value_t adiff = tpu_emit_unary(b, "stablehlo.abs", diff);
-  tpu_hlo_value_t d;
-  if (p == 0) {
-    d = zero;
-  } else if (p == 1) {
-    d = sign;
-  } else if (p == 2) {
-    d = tpu_emit_binary(b, "stablehlo.divide", diff, dist);
-  } else if (isinf(p)) {
-    d = tpu_emit_select(b, tpu_emit_compare(b, "EQ", adiff, dist), sign, zero);
-  } else {
-    tpu_hlo_value_t pm1 = tpu_emit_const_like(b, &ft, p - 1);
-    tpu_hlo_value_t num = tpu_emit_binary(b, "stablehlo.multiply", sign,
-                                          tpu_emit_binary(b, "stablehlo.power", adiff, pm1));
-    d = tpu_emit_binary(b, "stablehlo.divide", num, tpu_emit_binary(b, "stablehlo.power", dist, pm1));
-    if (p < 1) d = tpu_emit_select(b, tpu_emit_compare(b, "EQ", diff, zero), zero, d);
-  }
-  if (p != 0) d = tpu_emit_select(b, tpu_emit_compare(b, "EQ", dist, zero), zero, d);
-  d = tpu_emit_binary(b, "stablehlo.multiply", grad, d);
-  /* Sum over R, then over the batch dims x1 was broadcast along. */
-  int64_t r_dim = ft.rank - 2;
-  tpu_hlo_value_t g = reduce(b, d, 0, &r_dim, 1, "stablehlo.add"); /* [batch.., P, M] */
-  tpu_hlo_type_t gt = tpu_hlo_value_type(b, g);
-  int64_t dims[TPU_HLO_MAX_RANK];
-  int n = 0, lead = gt.rank - out.rank;
-  for (int k = 0; k < gt.rank; k++)
-    if (k < lead || (out.dims[k - lead] == 1 && gt.dims[k] != 1)) dims[n++] = k;
-  set_out(ctx, 0, reduce(b, g, 0, dims, n, "stablehlo.add"));
   return NULL;
 }
 
@@ -642,19 +306,15 @@ static tpu_status_t lower_cdist_backward(tpu_lower_ctx_t* ctx) {
 static tpu_status_t lower_trace(tpu_lower_ctx_t* ctx) {
   /* CPU has no bool kernel (NotImplementedError). */
   if (tpu_lower_arg(ctx, 0)->type.dtype == TPU_DTYPE_BOOL) return tpu_lower_decline(ctx, "trace of bool");
-  tpu_status_t s = decline_complex(ctx);
-  if (s) return s;
-  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
-  tpu_hlo_value_t x = input_as_acc(ctx);
-  tpu_hlo_type_t t = value_type(ctx, x);
-  if (t.rank != 2) return tpu_lower_decline(ctx, "trace of a non-matrix");
-  tpu_hlo_type_t it = t;
+  reduce_call_t r;
+  TPU_RETURN_IF_ERROR(reduce_setup(ctx, NULL, true, -1, &r));
+  if (r.t.rank != 2) return tpu_lower_decline(ctx, "trace of a non-matrix");
+  tpu_hlo_type_t it = r.t;
   it.dtype = TPU_DTYPE_INT64;
-  tpu_hlo_value_t diag = tpu_emit_compare(b, "EQ", tpu_emit_iota(b, &it, 0), tpu_emit_iota(b, &it, 1));
-  x = tpu_emit_select(b, diag, x, tpu_emit_const_like(b, &t, 0));
-  int64_t dims[2] = {0, 1};
-  const char* op = t.dtype == TPU_DTYPE_BOOL ? "stablehlo.or" : "stablehlo.add";
-  set_out(ctx, 0, reduce(b, x, 0, dims, 2, op));
+  tpu_hlo_value_t diag = tpu_emit_compare(r.b, "EQ", tpu_emit_iota(r.b, &it, 0), tpu_emit_iota(r.b, &it, 1));
+  r.x = tpu_emit_select(r.b, diag, r.x, tpu_emit_const_like(r.b, &r.t, 0));
+  const char* op = r.t.dtype == TPU_DTYPE_BOOL ? "stablehlo.or" : "stablehlo.add";
+  set_out(ctx, 0, reduce(r.b, r.x, 0, r.dims, r.n, op)); /* both dims */
   return NULL;
 }
 
@@ -673,17 +333,11 @@ static tpu_hlo_value_t stored_as(tpu_hlo_builder_t* b, tpu_hlo_value_t v, tpu_dt
  * rounding at the end differed by an ulp, which frac() or a cast makes
  * large (fuzz seed 101559). */
 static tpu_status_t lower_logsumexp(tpu_lower_ctx_t* ctx) {
-  tpu_status_t s = decline_complex(ctx);
-  if (s) return s;
-  if (!tpu_dtype_is_floating(tpu_lower_output_type(ctx, 0).dtype))
-    return tpu_lower_decline(ctx, "logsumexp into a non-floating dtype");
-  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
-  tpu_hlo_value_t x = input_as_acc(ctx);
-  tpu_hlo_type_t t = value_type(ctx, x);
-  int64_t dims[TPU_HLO_MAX_RANK];
-  int n = read_dims(ctx, 1, t.rank, false, dims);
-  tpu_hlo_value_t m = reduce(b, x, -INFINITY, dims, n, "stablehlo.maximum");
-  tpu_hlo_type_t mt = value_type(ctx, m);
+  reduce_call_t r;
+  TPU_RETURN_IF_ERROR(reduce_setup(ctx, "logsumexp into a non-floating dtype", true, 1, &r));
+  tpu_hlo_builder_t* b = r.b;
+  tpu_hlo_value_t m = reduce(b, r.x, -INFINITY, r.dims, r.n, "stablehlo.maximum");
+  tpu_hlo_type_t mt = tpu_hlo_value_type(b, m);
   tpu_hlo_value_t inf = tpu_emit_const_like(b, &mt, INFINITY);
   m = tpu_emit_select(b, tpu_emit_compare(b, "EQ", tpu_emit_unary(b, "stablehlo.abs", m), inf),
                       tpu_emit_const_like(b, &mt, 0), m);
@@ -691,16 +345,16 @@ static tpu_status_t lower_logsumexp(tpu_lower_ctx_t* ctx) {
   tpu_hlo_value_t e = stored_as(
       b,
       tpu_emit_unary(b, "stablehlo.exponential",
-                     stored_as(b, tpu_emit_binary(b, "stablehlo.subtract", x,
-                                                  expand_back(b, m, &t, dims, n)),
+                     stored_as(b, tpu_emit_binary(b, "stablehlo.subtract", r.x,
+                                                  expand_back(b, m, &r.t, r.dims, r.n)),
                                od)),
       od);
-  tpu_hlo_value_t r = stored_as(
+  tpu_hlo_value_t lse = stored_as(
       b,
       tpu_emit_unary(b, "stablehlo.log",
-                     stored_as(b, reduce(b, e, 0, dims, n, "stablehlo.add"), od)),
+                     stored_as(b, reduce(b, e, 0, r.dims, r.n, "stablehlo.add"), od)),
       od);
-  set_out(ctx, 0, tpu_emit_binary(b, "stablehlo.add", r, m));
+  set_out(ctx, 0, tpu_emit_binary(b, "stablehlo.add", lse, m));
   return NULL;
 }
 
@@ -748,39 +402,34 @@ static tpu_hlo_value_t log_add_exp(tpu_hlo_builder_t* b, const char* unused, tpu
 }
 
 /* cumsum / cumprod(self, dim, *, dtype=None). */
-static tpu_status_t lower_cum(tpu_lower_ctx_t* ctx, bool is_sum) {
-  tpu_status_t s = decline_complex(ctx);
-  if (s) return s;
+static tpu_status_t lower_cum(tpu_lower_ctx_t* ctx) {
+  bool is_sum = tpu_lower_data(ctx);
+  reduce_call_t r;
+  TPU_RETURN_IF_ERROR(reduce_setup(ctx, NULL, true, -1, &r));
   if (tpu_lower_output_type(ctx, 0).dtype == TPU_DTYPE_BOOL)
     return tpu_lower_decline(ctx, "bool scan output");
-  tpu_hlo_value_t x = input_as_acc(ctx);
-  tpu_hlo_type_t t = value_type(ctx, x);
   const tpu_lower_arg_t* a1 = tpu_lower_arg(ctx, 1);
   if (a1->kind != TPU_ARG_INT) return tpu_lower_decline(ctx, "scan dim is not an int");
-  if (t.rank > 0) {
-    int dim = (int)((a1->i % t.rank + t.rank) % t.rank);
-    x = tpu_emit_scan(tpu_lower_builder(ctx), x, dim, is_sum ? 0 : 1,
-                  is_sum ? "stablehlo.add" : "stablehlo.multiply", tpu_emit_binary);
+  if (r.t.rank > 0) {
+    int dim = (int)((a1->i % r.t.rank + r.t.rank) % r.t.rank);
+    r.x = tpu_emit_scan(r.b, r.x, dim, is_sum ? 0 : 1, is_sum ? "stablehlo.add" : "stablehlo.multiply",
+                        tpu_emit_binary);
   }
-  set_out(ctx, 0, x);
+  set_out(ctx, 0, r.x);
   return NULL;
 }
 /* logcumsumexp / _logcumsumexp(self, dim): a scan of log_add_exp
  * starting from -inf. */
 static tpu_status_t lower_logcumsumexp(tpu_lower_ctx_t* ctx) {
-  tpu_status_t s = decline_complex(ctx);
-  if (s) return s;
-  if (!tpu_dtype_is_floating(tpu_lower_output_type(ctx, 0).dtype))
-    return tpu_lower_decline(ctx, "logcumsumexp into a non-floating dtype");
-  tpu_hlo_value_t x = input_as_acc(ctx);
-  tpu_hlo_type_t t = value_type(ctx, x);
+  reduce_call_t r;
+  TPU_RETURN_IF_ERROR(reduce_setup(ctx, "logcumsumexp into a non-floating dtype", true, -1, &r));
   const tpu_lower_arg_t* a1 = tpu_lower_arg(ctx, 1);
   if (a1->kind != TPU_ARG_INT) return tpu_lower_decline(ctx, "scan dim is not an int");
-  if (t.rank > 0) {
-    int dim = (int)((a1->i % t.rank + t.rank) % t.rank);
-    x = tpu_emit_scan(tpu_lower_builder(ctx), x, dim, -INFINITY, NULL, log_add_exp);
+  if (r.t.rank > 0) {
+    int dim = (int)((a1->i % r.t.rank + r.t.rank) % r.t.rank);
+    r.x = tpu_emit_scan(r.b, r.x, dim, -INFINITY, NULL, log_add_exp);
   }
-  set_out(ctx, 0, x);
+  set_out(ctx, 0, r.x);
   return NULL;
 }
 
@@ -788,52 +437,35 @@ static tpu_status_t lower_logcumsumexp(tpu_lower_ctx_t* ctx) {
  * _cummax_helper / _cummin_helper(self, values!, indices!, dim), whose
  * outputs are the new values and indices (the helpers have no Meta kernel,
  * so the engine reaches them only if it can type them). */
-static tpu_status_t lower_cum_extreme(tpu_lower_ctx_t* ctx, bool is_max) {
-  tpu_status_t s = decline_complex(ctx);
-  if (s) return s;
-  tpu_hlo_value_t x = tpu_lower_tensor(ctx, 0);
-  tpu_hlo_type_t t = value_type(ctx, x);
+static tpu_status_t lower_cum_extreme(tpu_lower_ctx_t* ctx) {
+  reduce_call_t r;
+  TPU_RETURN_IF_ERROR(reduce_setup(ctx, NULL, false, -1, &r));
   const tpu_lower_arg_t* a3 = tpu_lower_arg(ctx, tpu_lower_arg(ctx, 1)->kind == TPU_ARG_INT ? 1 : 3);
   if (a3->kind != TPU_ARG_INT || tpu_lower_num_outputs(ctx) != 2)
     return tpu_lower_decline(ctx, "unexpected cummax helper call");
-  tpu_hlo_value_t v = x, i = tpu_emit_const_like(tpu_lower_builder(ctx),
-                                                 &(tpu_hlo_type_t){.dtype = TPU_DTYPE_INT64}, 0);
-  if (t.rank > 0)
-    emit_cum_extreme(tpu_lower_builder(ctx), x, (int)((a3->i % t.rank + t.rank) % t.rank), is_max,
-                     &v, &i);
+  tpu_hlo_value_t v = r.x, i = tpu_emit_const_like(r.b, &(tpu_hlo_type_t){.dtype = TPU_DTYPE_INT64}, 0);
+  if (r.t.rank > 0)
+    emit_cum_extreme(r.b, r.x, (int)((a3->i % r.t.rank + r.t.rank) % r.t.rank), tpu_lower_data(ctx), &v, &i);
   set_out(ctx, 0, v);
   set_out(ctx, 1, i);
   return NULL;
 }
-static tpu_status_t lower_cummax(tpu_lower_ctx_t* ctx) { return lower_cum_extreme(ctx, true); }
-static tpu_status_t lower_cummin(tpu_lower_ctx_t* ctx) { return lower_cum_extreme(ctx, false); }
-
-static tpu_status_t lower_cumsum(tpu_lower_ctx_t* ctx) { return lower_cum(ctx, true); }
-static tpu_status_t lower_cumprod(tpu_lower_ctx_t* ctx) { return lower_cum(ctx, false); }
 
 /* count_nonzero.dim_IntList(self, dim) / count_nonzero(self, dim?): int64. */
 static tpu_status_t lower_count_nonzero(tpu_lower_ctx_t* ctx) {
-  tpu_status_t s = decline_complex(ctx);
-  if (s) return s;
-  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
-  tpu_hlo_value_t x = tpu_emit_convert(b, tpu_lower_tensor(ctx, 0), TPU_DTYPE_BOOL);
-  x = tpu_emit_convert(b, x, TPU_DTYPE_INT64);
-  int64_t dims[TPU_HLO_MAX_RANK];
-  int n = read_dims(ctx, 1, value_type(ctx, x).rank, false, dims);
-  set_out(ctx, 0, reduce(b, x, 0, dims, n, "stablehlo.add"));
+  reduce_call_t r;
+  TPU_RETURN_IF_ERROR(reduce_setup(ctx, NULL, false, 1, &r));
+  tpu_hlo_value_t x = tpu_emit_convert(r.b, tpu_emit_convert(r.b, r.x, TPU_DTYPE_BOOL), TPU_DTYPE_INT64);
+  set_out(ctx, 0, reduce(r.b, x, 0, r.dims, r.n, "stablehlo.add"));
   return NULL;
 }
 
 /* aminmax(self, *, dim=None, keepdim) -> (min, max). */
 static tpu_status_t lower_aminmax(tpu_lower_ctx_t* ctx) {
-  tpu_status_t s = decline_complex(ctx);
-  if (s) return s;
-  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
-  tpu_hlo_value_t x = tpu_lower_tensor(ctx, 0);
-  int64_t dims[TPU_HLO_MAX_RANK];
-  int n = read_dims(ctx, 1, value_type(ctx, x).rank, false, dims);
-  set_out(ctx, 0, reduce_extreme(b, x, dims, n, false));
-  set_out(ctx, 1, reduce_extreme(b, x, dims, n, true));
+  reduce_call_t r;
+  TPU_RETURN_IF_ERROR(reduce_setup(ctx, NULL, false, 1, &r));
+  set_out(ctx, 0, reduce_extreme(r.b, r.x, r.dims, r.n, false));
+  set_out(ctx, 1, reduce_extreme(r.b, r.x, r.dims, r.n, true));
   return NULL;
 }
 
@@ -842,24 +474,20 @@ static tpu_status_t lower_aminmax(tpu_lower_ctx_t* ctx) {
 /* all(self) / all.dim(self, dim, keepdim) / all.dims(self, dim?, keepdim):
  * nonzero test (NaN counts as true), then and/or. Output is bool, or uint8
  * for uint8 input, as the output type says. */
-static tpu_status_t lower_all_any(tpu_lower_ctx_t* ctx, bool is_all) {
-  tpu_status_t s = decline_complex(ctx);
-  if (s) return s;
+static tpu_status_t lower_all_any(tpu_lower_ctx_t* ctx) {
+  bool is_all = tpu_lower_data(ctx);
+  reduce_call_t r;
+  TPU_RETURN_IF_ERROR(reduce_setup(ctx, NULL, false, -1, &r));
   tpu_dtype_t out = tpu_lower_output_type(ctx, 0).dtype;
   if (out != TPU_DTYPE_BOOL && out != TPU_DTYPE_UINT8)
     return tpu_status_make(TPU_STATUS_INVALID_ARGUMENT,
                            "%s only supports bool tensor for result, got: %s",
                            is_all ? "all" : "any", c10_dtype_name(out));
-  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
-  tpu_hlo_value_t x = tpu_emit_convert(b, tpu_lower_tensor(ctx, 0), TPU_DTYPE_BOOL);
-  tpu_hlo_type_t t = value_type(ctx, x);
-  int64_t dims[TPU_HLO_MAX_RANK];
-  int n = read_dims(ctx, 1, t.rank, true, dims);
-  set_out(ctx, 0, reduce(b, x, is_all ? 1 : 0, dims, n, is_all ? "stablehlo.and" : "stablehlo.or"));
+  tpu_hlo_value_t x = tpu_emit_convert(r.b, r.x, TPU_DTYPE_BOOL);
+  r.n = read_dims(ctx, 1, r.t.rank, true, r.dims); /* [] reduces nothing here */
+  set_out(ctx, 0, reduce(r.b, x, is_all ? 1 : 0, r.dims, r.n, is_all ? "stablehlo.and" : "stablehlo.or"));
   return NULL;
 }
-static tpu_status_t lower_all(tpu_lower_ctx_t* ctx) { return lower_all_any(ctx, true); }
-static tpu_status_t lower_any(tpu_lower_ctx_t* ctx) { return lower_all_any(ctx, false); }
 
 /* histc(self, bins, min, max): counts per equal-width bin over [min, max]
  * (both 0: the data's own min and max, as PyTorch does); values outside
@@ -932,39 +560,34 @@ static tpu_status_t lower_histc(tpu_lower_ctx_t* ctx) {
 }
 
 const tpu_lowering_t tpu_lowerings_reduce[] = {
-    {"sum", lower_sum, 0},
+    {"sum", lower_sum, 0, false},
     {"histc", lower_histc, 0},
-    {"nansum", lower_nansum, 0},
+    {"nansum", lower_sum, 0, true},
     {"prod", lower_prod, 0},
     {"mean", lower_mean, 0},
-    {"max", lower_max, 0},
-    {"min", lower_min, 0},
-    {"amax", lower_amax, 0},
-    {"amin", lower_amin, 0},
-    {"argmax", lower_argmax, 0},
-    {"argmin", lower_argmin, 0},
-    {"var", lower_var, 0},
-    {"std", lower_std, 0},
-    {"var_mean", lower_var, 0},
-    {"std_mean", lower_std, 0},
-    {"norm", lower_norm, 0},
-    {"linalg_vector_norm", lower_norm, 0},
-    {"dist", lower_dist, 0},
-    {"_cdist_forward", lower_cdist, 0},
-    {"_cdist_backward", lower_cdist_backward, 0},
+    {"max", lower_max_min, 0, true},
+    {"min", lower_max_min, 0, false},
+    {"amax", lower_amax_amin, 0, true},
+    {"amin", lower_amax_amin, 0, false},
+    {"argmax", lower_arg_extreme, 0, true},
+    {"argmin", lower_arg_extreme, 0, false},
+    {"var", lower_var_std, 0, false},
+    {"std", lower_var_std, 0, true},
+    {"var_mean", lower_var_std, 0, false},
+    {"std_mean", lower_var_std, 0, true},
     {"trace", lower_trace, 0},
     {"logsumexp", lower_logsumexp, 0},
-    {"cumsum", lower_cumsum, 0},
-    {"cumprod", lower_cumprod, 0},
+    {"cumsum", lower_cum, 0, true},
+    {"cumprod", lower_cum, 0, false},
     {"logcumsumexp", lower_logcumsumexp, 0},
     {"_logcumsumexp", lower_logcumsumexp, 0},
-    {"cummax", lower_cummax, 0},
-    {"cummin", lower_cummin, 0},
-    {"_cummax_helper", lower_cummax, 0},
-    {"_cummin_helper", lower_cummin, 0},
+    {"cummax", lower_cum_extreme, 0, true},
+    {"cummin", lower_cum_extreme, 0, false},
+    {"_cummax_helper", lower_cum_extreme, 0, true},
+    {"_cummin_helper", lower_cum_extreme, 0, false},
     {"count_nonzero", lower_count_nonzero, 0},
     {"aminmax", lower_aminmax, 0},
-    {"all", lower_all, 0},
-    {"any", lower_any, 0},
+    {"all", lower_all_any, 0, true},
+    {"any", lower_all_any, 0, false},
 };
 const size_t tpu_lowerings_reduce_count = sizeof tpu_lowerings_reduce / sizeof tpu_lowerings_reduce[0];

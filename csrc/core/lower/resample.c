@@ -196,79 +196,53 @@ static void nearest_indices(int64_t in, int64_t out, const tpu_lower_arg_t* scal
 
 #define MAX_UPSAMPLE 4096
 
+/* A row's data word: the _backward ops, nearest-exact (not nearest), cubic
+ * (not linear). */
+enum { RESAMPLE_BACKWARD = 1, RESAMPLE_EXACT = 2, RESAMPLE_CUBIC = 4 };
+
 /* upsample_nearest{1,2,3}d / _upsample_nearest_exact{1,2,3}d(self,
- * output_size, scales...): a gather per spatial dim. */
-static tpu_status_t lower_upsample_nearest_common(tpu_lower_ctx_t* ctx, bool exact) {
+ * output_size, scales...): a gather per spatial dim; their
+ * _backward(grad_output, output_size, input_size, scales...): the
+ * scatter-add transpose, in float32 for halves. */
+static tpu_status_t lower_upsample_nearest(tpu_lower_ctx_t* ctx) {
+  intptr_t kind = tpu_lower_data(ctx);
+  bool exact = kind & RESAMPLE_EXACT, backward = kind & RESAMPLE_BACKWARD;
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  tpu_dtype_t dt = tpu_lower_arg(ctx, 0)->type.dtype, od = tpu_lower_output_type(ctx, 0).dtype;
+  if (backward && !tpu_dtype_is_floating(od)) return tpu_lower_decline(ctx, "non-floating upsample grad");
   /* CPU's and CUDA's kernels take floats and uint8 only: the fallback
    * raises their NotImplementedError for the rest. */
-  tpu_dtype_t dt = tpu_lower_arg(ctx, 0)->type.dtype;
-  if (!tpu_dtype_is_floating(dt) && dt != TPU_DTYPE_UINT8)
+  if (!backward && !tpu_dtype_is_floating(dt) && dt != TPU_DTYPE_UINT8)
     return tpu_lower_decline(ctx, "%s", tpu_dtype_name(dt));
   const tpu_lower_arg_t* osz = tpu_lower_arg(ctx, 1);
-  if (osz->kind != TPU_ARG_INTS) return tpu_lower_decline(ctx, "output_size not given");
+  const tpu_lower_arg_t* isz = backward ? tpu_lower_arg(ctx, 2) : NULL;
+  if (osz->kind != TPU_ARG_INTS || (isz && isz->kind != TPU_ARG_INTS))
+    return tpu_lower_decline(ctx, backward ? "sizes not given" : "output_size not given");
   tpu_hlo_value_t v = tpu_lower_tensor(ctx, 0);
+  if (backward) v = tpu_emit_convert(b, v, math_dtype(od));
   tpu_hlo_type_t t = tpu_hlo_value_type(b, v);
   int k = osz->num_ints;
   int64_t idx[MAX_UPSAMPLE]; /* 32 KiB on the stack: lowerings may run on several threads */
   for (int i = 0; i < k; i++) {
     int dim = t.rank - k + i;
-    int64_t in = t.dims[dim], out = osz->ints[i];
+    int64_t in = backward ? isz->ints[dim] : t.dims[dim], out = osz->ints[i];
     if (out > MAX_UPSAMPLE) return tpu_lower_decline(ctx, "output size over %d", MAX_UPSAMPLE);
     if (in == out) continue;
-    nearest_indices(in, out, tpu_lower_arg(ctx, 2 + i), exact, idx);
-    v = gather_dim(b, v, dim, idx, out);
+    nearest_indices(in, out, tpu_lower_arg(ctx, (backward ? 3 : 2) + i), exact, idx);
+    v = backward ? scatter_add_dim(b, v, dim, idx, out, in) : gather_dim(b, v, dim, idx, out);
   }
-  tpu_lower_set_output(ctx, 0, v);
+  tpu_lower_set_output(ctx, 0, backward ? tpu_emit_convert(b, v, od) : v);
   return NULL;
-}
-static tpu_status_t lower_upsample_nearest(tpu_lower_ctx_t* ctx) {
-  return lower_upsample_nearest_common(ctx, false);
-}
-static tpu_status_t lower_upsample_nearest_exact(tpu_lower_ctx_t* ctx) {
-  return lower_upsample_nearest_common(ctx, true);
-}
-
-/* ..._backward(grad_output, output_size, input_size, scales...): the
- * scatter-add transpose, in float32 for halves. */
-static tpu_status_t lower_upsample_nearest_bwd_common(tpu_lower_ctx_t* ctx, bool exact) {
-  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
-  if (!tpu_dtype_is_floating(tpu_lower_output_type(ctx, 0).dtype))
-    return tpu_lower_decline(ctx, "non-floating upsample grad");
-  const tpu_lower_arg_t* osz = tpu_lower_arg(ctx, 1);
-  const tpu_lower_arg_t* isz = tpu_lower_arg(ctx, 2);
-  if (osz->kind != TPU_ARG_INTS || isz->kind != TPU_ARG_INTS)
-    return tpu_lower_decline(ctx, "sizes not given");
-  tpu_dtype_t od = tpu_lower_output_type(ctx, 0).dtype;
-  tpu_hlo_value_t g = tpu_emit_convert(b, tpu_lower_tensor(ctx, 0), math_dtype(od));
-  tpu_hlo_type_t t = tpu_hlo_value_type(b, g);
-  int k = osz->num_ints;
-  int64_t idx[MAX_UPSAMPLE]; /* 32 KiB on the stack: lowerings may run on several threads */
-  for (int i = 0; i < k; i++) {
-    int dim = t.rank - k + i;
-    int64_t in = isz->ints[dim], out = osz->ints[i];
-    if (out > MAX_UPSAMPLE) return tpu_lower_decline(ctx, "output size over %d", MAX_UPSAMPLE);
-    if (in == out) continue;
-    nearest_indices(in, out, tpu_lower_arg(ctx, 3 + i), exact, idx);
-    g = scatter_add_dim(b, g, dim, idx, out, in);
-  }
-  tpu_lower_set_output(ctx, 0, tpu_emit_convert(b, g, od));
-  return NULL;
-}
-static tpu_status_t lower_upsample_nearest_bwd(tpu_lower_ctx_t* ctx) {
-  return lower_upsample_nearest_bwd_common(ctx, false);
-}
-static tpu_status_t lower_upsample_nearest_exact_bwd(tpu_lower_ctx_t* ctx) {
-  return lower_upsample_nearest_bwd_common(ctx, true);
 }
 
 /* ---- linear and cubic ---- */
 
-
 /* upsample_{linear1d,bilinear2d,trilinear3d,bicubic2d}(self, output_size,
  * align_corners, scales...) and their _backward(grad_output, output_size,
  * input_size, align_corners, scales...). */
-static tpu_status_t resample(tpu_lower_ctx_t* ctx, bool cubic, bool backward) {
+static tpu_status_t lower_upsample_taps(tpu_lower_ctx_t* ctx) {
+  intptr_t kind = tpu_lower_data(ctx);
+  bool cubic = kind & RESAMPLE_CUBIC, backward = kind & RESAMPLE_BACKWARD;
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
   tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
   if (!tpu_dtype_is_floating(out.dtype) || tpu_lower_arg(ctx, 0)->kind != TPU_ARG_TENSOR)
@@ -305,12 +279,6 @@ static tpu_status_t resample(tpu_lower_ctx_t* ctx, bool cubic, bool backward) {
   tpu_lower_set_output(ctx, 0, tpu_emit_convert(b, v, out.dtype));
   return NULL;
 }
-
-static tpu_status_t lower_upsample_linear(tpu_lower_ctx_t* ctx) { return resample(ctx, false, false); }
-static tpu_status_t lower_upsample_linear_bwd(tpu_lower_ctx_t* ctx) { return resample(ctx, false, true); }
-static tpu_status_t lower_upsample_cubic(tpu_lower_ctx_t* ctx) { return resample(ctx, true, false); }
-static tpu_status_t lower_upsample_cubic_bwd(tpu_lower_ctx_t* ctx) { return resample(ctx, true, true); }
-
 
 /* ---- grid_sampler_2d / 3d ---- */
 
@@ -687,26 +655,26 @@ static tpu_status_t lower_grid_sampler_backward(tpu_lower_ctx_t* ctx) {
 }
 
 const tpu_lowering_t tpu_lowerings_resample[] = {
-    {"upsample_nearest1d", lower_upsample_nearest, 0},
-    {"upsample_nearest2d", lower_upsample_nearest, 0},
-    {"upsample_nearest3d", lower_upsample_nearest, 0},
-    {"_upsample_nearest_exact1d", lower_upsample_nearest_exact, 0},
-    {"_upsample_nearest_exact2d", lower_upsample_nearest_exact, 0},
-    {"_upsample_nearest_exact3d", lower_upsample_nearest_exact, 0},
-    {"upsample_nearest1d_backward", lower_upsample_nearest_bwd, 0},
-    {"upsample_nearest2d_backward", lower_upsample_nearest_bwd, 0},
-    {"upsample_nearest3d_backward", lower_upsample_nearest_bwd, 0},
-    {"_upsample_nearest_exact1d_backward", lower_upsample_nearest_exact_bwd, 0},
-    {"_upsample_nearest_exact2d_backward", lower_upsample_nearest_exact_bwd, 0},
-    {"_upsample_nearest_exact3d_backward", lower_upsample_nearest_exact_bwd, 0},
-    {"upsample_linear1d", lower_upsample_linear, 0},
-    {"upsample_bilinear2d", lower_upsample_linear, 0},
-    {"upsample_trilinear3d", lower_upsample_linear, 0},
-    {"upsample_linear1d_backward", lower_upsample_linear_bwd, 0},
-    {"upsample_bilinear2d_backward", lower_upsample_linear_bwd, 0},
-    {"upsample_trilinear3d_backward", lower_upsample_linear_bwd, 0},
-    {"upsample_bicubic2d", lower_upsample_cubic, 0},
-    {"upsample_bicubic2d_backward", lower_upsample_cubic_bwd, 0},
+    {"upsample_nearest1d", lower_upsample_nearest, 0, 0},
+    {"upsample_nearest2d", lower_upsample_nearest, 0, 0},
+    {"upsample_nearest3d", lower_upsample_nearest, 0, 0},
+    {"_upsample_nearest_exact1d", lower_upsample_nearest, 0, RESAMPLE_EXACT},
+    {"_upsample_nearest_exact2d", lower_upsample_nearest, 0, RESAMPLE_EXACT},
+    {"_upsample_nearest_exact3d", lower_upsample_nearest, 0, RESAMPLE_EXACT},
+    {"upsample_nearest1d_backward", lower_upsample_nearest, 0, RESAMPLE_BACKWARD},
+    {"upsample_nearest2d_backward", lower_upsample_nearest, 0, RESAMPLE_BACKWARD},
+    {"upsample_nearest3d_backward", lower_upsample_nearest, 0, RESAMPLE_BACKWARD},
+    {"_upsample_nearest_exact1d_backward", lower_upsample_nearest, 0, RESAMPLE_EXACT | RESAMPLE_BACKWARD},
+    {"_upsample_nearest_exact2d_backward", lower_upsample_nearest, 0, RESAMPLE_EXACT | RESAMPLE_BACKWARD},
+    {"_upsample_nearest_exact3d_backward", lower_upsample_nearest, 0, RESAMPLE_EXACT | RESAMPLE_BACKWARD},
+    {"upsample_linear1d", lower_upsample_taps, 0, 0},
+    {"upsample_bilinear2d", lower_upsample_taps, 0, 0},
+    {"upsample_trilinear3d", lower_upsample_taps, 0, 0},
+    {"upsample_linear1d_backward", lower_upsample_taps, 0, RESAMPLE_BACKWARD},
+    {"upsample_bilinear2d_backward", lower_upsample_taps, 0, RESAMPLE_BACKWARD},
+    {"upsample_trilinear3d_backward", lower_upsample_taps, 0, RESAMPLE_BACKWARD},
+    {"upsample_bicubic2d", lower_upsample_taps, 0, RESAMPLE_CUBIC},
+    {"upsample_bicubic2d_backward", lower_upsample_taps, 0, RESAMPLE_CUBIC | RESAMPLE_BACKWARD},
     {"grid_sampler_2d", lower_grid_sampler, 0},
     {"grid_sampler_3d", lower_grid_sampler, 0},
     {"grid_sampler_2d_backward", lower_grid_sampler_backward, 0},
