@@ -20,6 +20,7 @@
   TPU_FAMILY(index) \
   TPU_FAMILY(dynamic) \
   TPU_FAMILY(shape) \
+  TPU_FAMILY(sort) \
   TPU_FAMILY(search) \
   TPU_FAMILY(fft) \
   TPU_FAMILY(factor) \
