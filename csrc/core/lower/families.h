@@ -24,6 +24,7 @@
   TPU_FAMILY(search) \
   TPU_FAMILY(fft) \
   TPU_FAMILY(factor) \
+  TPU_FAMILY(orthogonal) \
   TPU_FAMILY(polynomial) \
   TPU_FAMILY(segment) \
   TPU_FAMILY(special) \
