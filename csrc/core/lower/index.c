@@ -155,17 +155,16 @@ static tpu_hlo_value_t reduce_identity(tpu_hlo_builder_t* b, const tpu_hlo_type_
 }
 
 /* The scatter family: scatter.src / .value / .reduce / .value_reduce,
- * scatter_add, scatter_reduce.two. Schema: (self, dim, index, src|value,
- * [reduce], [include_self]). */
+ * scatter_add, scatter_reduce.two, and index_reduce (`slices`). Schema:
+ * (self, dim, index, src|value, [reduce], [include_self]). */
 static tpu_status_t lower_scatter_common(tpu_lower_ctx_t* ctx, const char* kind,
-                                         bool include_self) {
+                                         bool include_self, bool slices) {
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
   tpu_hlo_value_t x = at_least_1d(b, tpu_lower_tensor(ctx, 0));
   tpu_hlo_value_t idx = at_least_1d(b, tpu_lower_tensor(ctx, 2));
   tpu_hlo_type_t xt = tpu_hlo_value_type(b, x);
   int dim = wrap_dim(tpu_lower_arg(ctx, 1)->i, xt.rank);
-  if (strncmp(tpu_lower_op_name(ctx), "aten::index_reduce", 18) == 0 ||
-      strncmp(tpu_lower_op_name(ctx), "index_reduce", 12) == 0) {
+  if (slices) {
     /* index_reduce's 1-D index picks whole slices: as a point index it is
      * the index broadcast over source's shape along dim. */
     tpu_hlo_type_t st = tpu_lower_arg(ctx, 3)->type;
@@ -225,16 +224,17 @@ static tpu_status_t lower_scatter_common(tpu_lower_ctx_t* ctx, const char* kind,
  * data word is its fixed reduction ("sum"). */
 static tpu_status_t lower_scatter(tpu_lower_ctx_t* ctx) {
   const char* fixed = (const char*)tpu_lower_data(ctx);
-  if (fixed) return lower_scatter_common(ctx, fixed, true);
+  if (fixed) return lower_scatter_common(ctx, fixed, true, false);
   const tpu_lower_arg_t* reduce = tpu_lower_arg(ctx, 4);
   const char* kind = reduce->kind == TPU_ARG_STRING ? reduce->str : NULL;
   if (kind && strcmp(kind, "add") != 0 && strcmp(kind, "multiply") != 0)
     return tpu_lower_decline(ctx, "reduce=%s", kind);
-  return lower_scatter_common(ctx, kind, true);
+  return lower_scatter_common(ctx, kind, true, false);
 }
 
 /* scatter_reduce.two and index_reduce(self, dim, index, src|source, reduce,
- * include_self). */
+ * include_self); index_reduce's row has data word 1 (its index picks
+ * slices). */
 static tpu_status_t lower_scatter_reduce(tpu_lower_ctx_t* ctx) {
   const tpu_lower_arg_t* reduce = tpu_lower_arg(ctx, 4);
   if (reduce->kind != TPU_ARG_STRING) return tpu_lower_decline(ctx, "no reduce");
@@ -242,7 +242,7 @@ static tpu_status_t lower_scatter_reduce(tpu_lower_ctx_t* ctx) {
   bool include_self = inc->kind == TPU_ARG_BOOL ? inc->i != 0 : true;
   if (strcmp(reduce->str, "mean") == 0 && tpu_lower_output_type(ctx, 0).dtype == TPU_DTYPE_BOOL)
     return tpu_lower_decline(ctx, "mean of bool");
-  return lower_scatter_common(ctx, reduce->str, include_self);
+  return lower_scatter_common(ctx, reduce->str, include_self, tpu_lower_data(ctx) != 0);
 }
 
 /* ---- advanced indexing: some dims indexed by broadcast tensors. ---- */
@@ -547,7 +547,7 @@ static tpu_status_t lower_masked_scatter(tpu_lower_ctx_t* ctx) {
 
 const tpu_lowering_t tpu_lowerings_index[] = {
     {"masked_scatter", lower_masked_scatter, 0},
-    {"index_reduce", lower_scatter_reduce, 0},
+    {"index_reduce", lower_scatter_reduce, 0, 1},
     {"gather", lower_gather, 0},
     {"scatter", lower_scatter, 0},
     {"scatter_add", lower_scatter, 0, (intptr_t)"sum"},

@@ -164,21 +164,16 @@ static tpu_status_t lower_scaled_product(tpu_lower_ctx_t* ctx) {
                         p->beta ? p->beta : beta_index(ctx));
 }
 
-/* dot / vdot(self, other): 1-D . 1-D (vdot conjugates self, a no-op for the
- * real dtypes lowered here). */
-static tpu_status_t lower_dot(tpu_lower_ctx_t* ctx) {
+/* dot / vdot(self, other): 1-D . 1-D (vdot conjugates self, a no-op for
+ * the real dtypes lowered here), and mv(self, vec): [n,m] x [m]. The row's
+ * data word is self's rank; its last dim is contracted. */
+static tpu_status_t lower_vector_product(tpu_lower_ctx_t* ctx) {
+  int rank = (int)tpu_lower_data(ctx);
   tpu_status_t s = check_dtype(ctx, 0, 1);
   if (s) return s;
   const tpu_hlo_type_t* l = &tpu_lower_arg(ctx, 0)->type;
-  return set_product(ctx, dot(ctx, 0, 1, "", "", "0", "0"), l->rank == 1 && l->dims[0] == 1);
-}
-
-/* mv(self, vec): [n,m] x [m]. */
-static tpu_status_t lower_mv(tpu_lower_ctx_t* ctx) {
-  tpu_status_t s = check_dtype(ctx, 0, 1);
-  if (s) return s;
-  const tpu_hlo_type_t* l = &tpu_lower_arg(ctx, 0)->type;
-  return set_product(ctx, dot(ctx, 0, 1, "", "", "1", "0"), l->rank == 2 && l->dims[1] == 1);
+  return set_product(ctx, dot(ctx, 0, 1, "", "", rank == 1 ? "0" : "1", "0"),
+                     l->rank == rank && l->dims[rank - 1] == 1);
 }
 
 /* ---- factorizations XLA has as HLO ---- */
@@ -320,9 +315,9 @@ const tpu_lowering_t tpu_lowerings_linalg[] = {
     {"addmm", lower_scaled_product, 0, (intptr_t)&kAddmm},
     {"baddbmm", lower_scaled_product, 0, (intptr_t)&kBaddbmm},
     {"addbmm", lower_scaled_product, 0, (intptr_t)&kAddbmm},
-    {"dot", lower_dot, 0},
-    {"vdot", lower_dot, 0},
-    {"mv", lower_mv, 0},
+    {"dot", lower_vector_product, 0, 1},
+    {"vdot", lower_vector_product, 0, 1},
+    {"mv", lower_vector_product, 0, 2},
     {"addmv", lower_scaled_product, 0, (intptr_t)&kAddmv},
     {"addr", lower_scaled_product, 0, (intptr_t)&kAddr},
     {"linalg_solve_triangular", lower_linalg_solve_triangular, 0},

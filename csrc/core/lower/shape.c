@@ -7,7 +7,6 @@
  * folds them into tensor reads. */
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "emit.h"
 #include "lowering.h"
@@ -45,9 +44,13 @@ static tpu_hlo_value_t concat(tpu_hlo_builder_t* b, const tpu_hlo_value_t* parts
   return tpu_hlo_op(b, "stablehlo.concatenate", parts, n, out, attrs);
 }
 
-/* cat(tensors, dim). Empty inputs contribute nothing (PyTorch also skips
- * legacy 1-D empty tensors whatever their rank). */
+/* cat(tensors, dim), and stack(tensors, dim) (the row's data word: STACK),
+ * which gives each tensor a unit dim at dim first. Empty inputs contribute
+ * nothing to a cat (PyTorch also skips legacy 1-D empty tensors whatever
+ * their rank). */
+enum { CAT, STACK };
 static tpu_status_t lower_cat(tpu_lower_ctx_t* ctx) {
+  bool stack = tpu_lower_data(ctx) == STACK;
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
   tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
   const tpu_lower_arg_t* list = tpu_lower_arg(ctx, 0);
@@ -59,38 +62,16 @@ static tpu_status_t lower_cat(tpu_lower_ctx_t* ctx) {
   int dim = wrap_dim(tpu_lower_arg(ctx, 1)->i, out.rank);
   tpu_hlo_value_t* parts = calloc((size_t)list->num_tensors + 1, sizeof *parts);
   if (!parts) return tpu_status_oom(NULL);
+  tpu_hlo_type_t one = out;
+  one.dims[dim] = 1;
   int n = 0;
   for (int k = 0; k < list->num_tensors; k++) {
     tpu_hlo_type_t t = tpu_lower_list_type(ctx, 0, k);
-    if (numel(&t) == 0) continue;
-    parts[n++] = tpu_emit_convert(b, tpu_lower_list_tensor(ctx, 0, k), out.dtype);
+    if (!stack && numel(&t) == 0) continue;
+    tpu_hlo_value_t v = tpu_emit_convert(b, tpu_lower_list_tensor(ctx, 0, k), out.dtype);
+    parts[n++] = stack ? tpu_emit_reshape(b, v, one.dims, one.rank) : v;
   }
   tpu_lower_set_output(ctx, 0, concat(b, parts, n, dim, out));
-  free(parts);
-  return NULL;
-}
-
-/* stack(tensors, dim): each gets a unit dim, then cat. */
-static tpu_status_t lower_stack(tpu_lower_ctx_t* ctx) {
-  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
-  tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
-  const tpu_lower_arg_t* list = tpu_lower_arg(ctx, 0);
-  if (list->kind != TPU_ARG_TENSORS) return tpu_lower_decline(ctx, "no tensor list");
-  if (numel(&out) == 0) {
-    tpu_lower_set_output(ctx, 0, tpu_emit_const_like(b, &out, 0));
-    return NULL;
-  }
-  int dim = (int)(tpu_lower_arg(ctx, 1)->i < 0 ? tpu_lower_arg(ctx, 1)->i + out.rank
-                                               : tpu_lower_arg(ctx, 1)->i);
-  tpu_hlo_value_t* parts = calloc((size_t)list->num_tensors + 1, sizeof *parts);
-  if (!parts) return tpu_status_oom(NULL);
-  tpu_hlo_type_t one = out;
-  one.dims[dim] = 1;
-  for (int k = 0; k < list->num_tensors; k++) {
-    tpu_hlo_value_t v = tpu_emit_convert(b, tpu_lower_list_tensor(ctx, 0, k), out.dtype);
-    parts[k] = tpu_emit_reshape(b, v, one.dims, one.rank);
-  }
-  tpu_lower_set_output(ctx, 0, concat(b, parts, list->num_tensors, dim, out));
   free(parts);
   return NULL;
 }
@@ -262,14 +243,13 @@ static tpu_hlo_value_t along_dim(tpu_hlo_builder_t* b, tpu_hlo_value_t x, int di
  * every output position along a padded dim reads one input position, so
  * forward gathers and backward scatter-adds with constant indices, one
  * padded dim at a time. Schemas: (self, padding) and (grad_output, self,
- * padding). The row's data word: REFLECT or REPLICATE. */
-enum { REPLICATE, REFLECT };
+ * padding). The row's data word: REFLECT or REPLICATE, | BACKWARD. */
+enum { REPLICATE = 0, REFLECT = 1, BACKWARD = 2 };
 static tpu_status_t lower_pad(tpu_lower_ctx_t* ctx) {
   /* CPU and CUDA have no bool kernel for these: the fallback raises theirs. */
   if (tpu_lower_arg(ctx, 0)->type.dtype == TPU_DTYPE_BOOL) return tpu_lower_decline(ctx, "bool");
-  bool reflect = tpu_lower_data(ctx) == REFLECT;
+  bool reflect = tpu_lower_data(ctx) & REFLECT, backward = tpu_lower_data(ctx) & BACKWARD;
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
-  bool backward = strstr(tpu_lower_op_name(ctx), "_backward") != NULL;
   tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
   tpu_hlo_type_t in = tpu_lower_arg(ctx, backward ? 1 : 0)->type; /* unpadded */
   const tpu_lower_arg_t* pad = tpu_lower_arg(ctx, backward ? 2 : 1);
@@ -404,14 +384,18 @@ static tpu_hlo_value_t unsqueeze(tpu_hlo_builder_t* b, tpu_hlo_value_t x, int di
   return tpu_emit_reshape(b, x, d, t.rank + 1);
 }
 
-/* select_backward(grad_output, input_sizes, dim, index). */
-static tpu_status_t lower_select_backward(tpu_lower_ctx_t* ctx) {
+/* select_backward(grad_output, input_sizes, dim, index) and
+ * select_scatter(self, src, dim, index): the row's data word is the
+ * argument written (0: the grad, over zeros; 1: src, over self). */
+static tpu_status_t lower_select_write(tpu_lower_ctx_t* ctx) {
+  int src_i = (int)tpu_lower_data(ctx);
   tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
   int dim = wrap_dim(tpu_lower_arg(ctx, 2)->i, out.rank);
   int64_t index = tpu_lower_arg(ctx, 3)->i;
   if (index < 0) index += out.dims[dim];
-  tpu_hlo_value_t g = unsqueeze(tpu_lower_builder(ctx), tpu_lower_tensor(ctx, 0), dim);
-  return write_slice(ctx, g, (tpu_hlo_value_t){-1}, false, dim, index, 1);
+  tpu_hlo_value_t src = unsqueeze(tpu_lower_builder(ctx), tpu_lower_tensor(ctx, src_i), dim);
+  tpu_hlo_value_t base = src_i ? tpu_lower_tensor(ctx, 0) : (tpu_hlo_value_t){-1};
+  return write_slice(ctx, src, base, src_i == 1, dim, index, 1);
 }
 
 /* slice_backward(grad_output, input_sizes, dim, start, end, step). */
@@ -422,16 +406,6 @@ static tpu_status_t lower_slice_backward(tpu_lower_ctx_t* ctx) {
   slice_bounds(tpu_lower_arg(ctx, 3), tpu_lower_arg(ctx, 4), out.dims[dim], &start, &end);
   return write_slice(ctx, tpu_lower_tensor(ctx, 0), (tpu_hlo_value_t){-1}, false, dim, start,
                      tpu_lower_arg(ctx, 5)->i);
-}
-
-/* select_scatter(self, src, dim, index). */
-static tpu_status_t lower_select_scatter(tpu_lower_ctx_t* ctx) {
-  tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
-  int dim = wrap_dim(tpu_lower_arg(ctx, 2)->i, out.rank);
-  int64_t index = tpu_lower_arg(ctx, 3)->i;
-  if (index < 0) index += out.dims[dim];
-  tpu_hlo_value_t src = unsqueeze(tpu_lower_builder(ctx), tpu_lower_tensor(ctx, 1), dim);
-  return write_slice(ctx, src, tpu_lower_tensor(ctx, 0), true, dim, index, 1);
 }
 
 /* slice_scatter(self, src, dim, start, end, step). */
@@ -548,8 +522,8 @@ static tpu_status_t lower_clone(tpu_lower_ctx_t* ctx) {
 }
 
 const tpu_lowering_t tpu_lowerings_shape[] = {
-    {"cat", lower_cat, 0},
-    {"stack", lower_stack, 0},
+    {"cat", lower_cat, 0, CAT},
+    {"stack", lower_cat, 0, STACK},
     {"flip", lower_flip, 0},
     {"roll", lower_roll, 0},
     {"repeat", lower_repeat, 0},
@@ -557,21 +531,21 @@ const tpu_lowering_t tpu_lowerings_shape[] = {
     {"reflection_pad1d", lower_pad, 0, REFLECT},
     {"reflection_pad2d", lower_pad, 0, REFLECT},
     {"reflection_pad3d", lower_pad, 0, REFLECT},
-    {"reflection_pad1d_backward", lower_pad, 0, REFLECT},
-    {"reflection_pad2d_backward", lower_pad, 0, REFLECT},
-    {"reflection_pad3d_backward", lower_pad, 0, REFLECT},
+    {"reflection_pad1d_backward", lower_pad, 0, REFLECT | BACKWARD},
+    {"reflection_pad2d_backward", lower_pad, 0, REFLECT | BACKWARD},
+    {"reflection_pad3d_backward", lower_pad, 0, REFLECT | BACKWARD},
     {"replication_pad1d", lower_pad, 0, REPLICATE},
     {"replication_pad2d", lower_pad, 0, REPLICATE},
     {"replication_pad3d", lower_pad, 0, REPLICATE},
-    {"replication_pad1d_backward", lower_pad, 0, REPLICATE},
-    {"replication_pad2d_backward", lower_pad, 0, REPLICATE},
-    {"replication_pad3d_backward", lower_pad, 0, REPLICATE},
+    {"replication_pad1d_backward", lower_pad, 0, REPLICATE | BACKWARD},
+    {"replication_pad2d_backward", lower_pad, 0, REPLICATE | BACKWARD},
+    {"replication_pad3d_backward", lower_pad, 0, REPLICATE | BACKWARD},
     {"tril", lower_tri, 0, (intptr_t)"LE"},
     {"triu", lower_tri, 0, (intptr_t)"GE"},
     {"clone", lower_clone, 0},
-    {"select_backward", lower_select_backward, 0},
+    {"select_backward", lower_select_write, 0, 0},
     {"slice_backward", lower_slice_backward, 0},
-    {"select_scatter", lower_select_scatter, 0},
+    {"select_scatter", lower_select_write, 0, 1},
     {"slice_scatter", lower_slice_scatter, 0},
     {"diagonal_scatter", lower_diagonal_scatter, 0},
     {"unfold_backward", lower_unfold_backward, 0},
