@@ -9,15 +9,13 @@
 
 #define ARR_CAP (24 * TPU_HLO_MAX_RANK + 16)
 
-static int wrap_dim(int64_t dim, int rank) {
-  if (rank == 0) rank = 1;
-  return (int)(dim < 0 ? dim + rank : dim);
-}
-
-/* Argument i as a dim of a rank-`rank` tensor; left out: the last. */
+/* Argument i as a dim of a rank-`rank` tensor, wrapped; left out: the
+ * last. */
 static int dim_arg(tpu_lower_ctx_t* ctx, int i, int rank) {
   const tpu_lower_arg_t* a = tpu_lower_arg(ctx, i);
-  return wrap_dim(a->kind == TPU_ARG_INT ? a->i : -1, rank);
+  int64_t dim = a->kind == TPU_ARG_INT ? a->i : -1;
+  if (rank == 0) rank = 1;
+  return (int)(dim < 0 ? dim + rank : dim);
 }
 
 /* x[start:limit] along `dim`, whole along the others. */
@@ -117,7 +115,7 @@ static tpu_status_t median_operand(tpu_lower_ctx_t* ctx, tpu_hlo_value_t* out_x,
   tpu_hlo_type_t t = tpu_lower_arg(ctx, 0)->type;
   bool has_dim = tpu_lower_arg(ctx, 1)->kind == TPU_ARG_INT;
   tpu_hlo_value_t x = tpu_lower_tensor(ctx, 0);
-  int dim = has_dim ? wrap_dim(tpu_lower_arg(ctx, 1)->i, t.rank) : 0;
+  int dim = dim_arg(ctx, 1, t.rank);
   if (!has_dim || t.rank == 0) {
     int64_t n = 1;
     for (int d = 0; d < t.rank; d++) n *= t.dims[d];
