@@ -45,7 +45,7 @@ static tpu_hlo_value_t reflector(tpu_hlo_builder_t* b, tpu_hlo_value_t x, tpu_hl
 static tpu_hlo_value_t apply_reflector(tpu_hlo_builder_t* b, tpu_hlo_value_t c, tpu_hlo_value_t v,
                                        tpu_hlo_value_t tau, bool left, tpu_hlo_value_t mask) {
   tpu_hlo_type_t t = tpu_hlo_value_type(b, c);
-  int64_t B = t.dims[0], R = t.dims[1], C = t.dims[2];
+  int64_t B = t.dims[0], C = t.dims[2];
   tpu_hlo_value_t prod, w, upd;
   if (left) {
     prod = tpu_emit_mul(b, c, spread(b, v, t));             /* v over rows */
@@ -58,7 +58,6 @@ static tpu_hlo_value_t apply_reflector(tpu_hlo_builder_t* b, tpu_hlo_value_t c, 
     tpu_hlo_value_t tw = tpu_emit_mul(b, tpu_emit_unary(b, "stablehlo.negate", spread(b, tau, tpu_hlo_value_type(b, w))), w);
     upd = tpu_emit_mul(b, tpu_emit_broadcast_to(b, reshape3(b, v, B, 1, C), &t), spread(b, tw, t));
   }
-  (void)R;
   return tpu_emit_select(b, mask, tpu_emit_add(b, c, upd), c);
 }
 
@@ -443,11 +442,9 @@ static void jacobi_step(tpu_hlo_builder_t* b, tpu_hlo_value_t t, tpu_hlo_value_t
   }
   st[0] = X;
   st[1] = rotate_columns(b, V, p, q, c, s);
-  tpu_hlo_type_t bt = tpu_hlo_value_type(b, skip);
   int64_t d0 = 0;
   tpu_hlo_value_t any = tpu_emit_reduce(b, tpu_emit_convert(b, not1(b, skip), TPU_DTYPE_INT32),
                                         tpu_emit_const(b, TPU_DTYPE_INT32, 0), &d0, 1, "stablehlo.maximum");
-  (void)bt;
   st[2] = tpu_emit_binary(b, "stablehlo.or", st[2], tpu_emit_compare(b, "NE", any, tpu_emit_const(b, TPU_DTYPE_INT32, 0)));
 }
 
@@ -502,7 +499,6 @@ static tpu_status_t lower_linalg_svd(tpu_lower_ctx_t* ctx) {
   bool compute_uv = flag(ctx, 2, true), full = flag(ctx, 1, false);
   int64_t B, m, n;
   tpu_hlo_value_t A = matrices(ctx, 0, &B, &m, &n);
-  tpu_hlo_type_t ut = tpu_lower_output_type(ctx, 0), vt = tpu_lower_output_type(ctx, 2);
   if (B * m * n == 0) {
     /* CPU: U and Vh the identity's first columns (full mode), S empty */
     for (int i = 0; i < 3; i += 2) {
@@ -545,7 +541,6 @@ static tpu_status_t lower_linalg_svd(tpu_lower_ctx_t* ctx) {
   }
   tpu_hlo_type_t qt = tpu_hlo_value_type(b, Q);
   Q = tpu_emit_mul(b, Q, tpu_emit_broadcast_to(b, reshape3(b, sg, B, 1, qcols), &qt));
-  (void)ut, (void)vt;
   if (!wide) {
     set_output(ctx, 0, Q);
     set_output(ctx, 2, transpose2(b, V));
