@@ -528,8 +528,10 @@ static tpu_status_t lower_eye(tpu_lower_ctx_t* ctx) {
 
 /* tril_indices / triu_indices(row, col, offset): every argument is
  * structural, so the [2, N] result is a constant computed here, in
- * PyTorch's row-major order. */
-static tpu_status_t lower_tri_indices(tpu_lower_ctx_t* ctx, bool lower) {
+ * PyTorch's row-major order. The row's data word: LOWER or UPPER. */
+enum { UPPER, LOWER };
+static tpu_status_t lower_tri_indices(tpu_lower_ctx_t* ctx) {
+  bool lower = tpu_lower_data(ctx) == LOWER;
   tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
   int64_t rows = tpu_lower_arg(ctx, 0)->i, cols = tpu_lower_arg(ctx, 1)->i;
   int64_t offset = tpu_lower_arg(ctx, 2)->kind == TPU_ARG_INT ? tpu_lower_arg(ctx, 2)->i : 0;
@@ -561,20 +563,14 @@ static tpu_status_t lower_tri_indices(tpu_lower_ctx_t* ctx, bool lower) {
   tpu_lower_set_output(ctx, 0, tpu_emit_convert(ctx->b, c, out.dtype));
   return NULL;
 }
-static tpu_status_t lower_tril_indices(tpu_lower_ctx_t* ctx) {
-  return lower_tri_indices(ctx, true);
-}
-static tpu_status_t lower_triu_indices(tpu_lower_ctx_t* ctx) {
-  return lower_tri_indices(ctx, false);
-}
 
 const tpu_lowering_t tpu_lowerings_factory[] = {
     {"arange", lower_arange, 0},
     {"linspace", lower_linspace, 0},
     {"logspace", lower_logspace, 0},
     {"eye", lower_eye, 0},
-    {"tril_indices", lower_tril_indices, 0},
-    {"triu_indices", lower_triu_indices, 0},
+    {"tril_indices", lower_tri_indices, 0, LOWER},
+    {"triu_indices", lower_tri_indices, 0, UPPER},
     {"uniform", lower_uniform, TPU_LOWER_NEEDS_RNG},
     {"normal", lower_normal, TPU_LOWER_NEEDS_RNG},
     {"bernoulli", lower_bernoulli, TPU_LOWER_NEEDS_RNG},

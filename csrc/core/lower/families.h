@@ -25,9 +25,11 @@
   TPU_FAMILY(index) \
   TPU_FAMILY(dynamic) \
   TPU_FAMILY(shape) \
+  TPU_FAMILY(sort) \
   TPU_FAMILY(search) \
   TPU_FAMILY(fft) \
   TPU_FAMILY(factor) \
+  TPU_FAMILY(orthogonal) \
   TPU_FAMILY(polynomial) \
   TPU_FAMILY(segment) \
   TPU_FAMILY(special) \

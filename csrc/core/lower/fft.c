@@ -116,24 +116,21 @@ static tpu_status_t lower_fft_r2c(tpu_lower_ctx_t* ctx) {
   if (!read_call(ctx, &c) || !is_complex_of(c.out.dtype, c.x->type.dtype))
     return tpu_lower_decline(ctx, "r2c of %s", tpu_dtype_name(c.x->type.dtype));
   tpu_hlo_builder_t* b = c.b;
-  const tpu_lower_arg_t* x = c.x;
-  tpu_hlo_type_t out = c.out;
   fft_dims_t f = c.f;
-  int64_t norm = c.norm;
   bool onesided = tpu_lower_arg(ctx, 3)->i != 0;
   int64_t lengths[3];
-  double count = signal(&f, x->type.dims, lengths);
+  double count = signal(&f, c.x->type.dims, lengths);
   tpu_hlo_value_t v = permute(b, tpu_lower_tensor(ctx, 0), f.perm);
   tpu_hlo_type_t vt = tpu_hlo_value_type(b, v);
   tpu_hlo_type_t ft = vt;
-  ft.dtype = out.dtype;
+  ft.dtype = c.out.dtype;
   if (onesided) {
     ft.dims[ft.rank - 1] = lengths[f.n - 1] / 2 + 1;
     v = fft(b, v, "RFFT", lengths, f.n, ft);
   } else {
-    v = fft(b, tpu_emit_convert(b, v, out.dtype), "FFT", lengths, f.n, ft);
+    v = fft(b, tpu_emit_convert(b, v, c.out.dtype), "FFT", lengths, f.n, ft);
   }
-  tpu_lower_set_output(ctx, 0, unpermute(b, scale(b, v, norm, count, 1.0), &f));
+  tpu_lower_set_output(ctx, 0, unpermute(b, scale(b, v, c.norm, count, 1.0), &f));
   return NULL;
 }
 
@@ -143,15 +140,13 @@ static tpu_status_t lower_fft_c2c(tpu_lower_ctx_t* ctx) {
   if (!read_call(ctx, &c) || !tpu_dtype_is_complex(c.x->type.dtype) || c.out.dtype != c.x->type.dtype)
     return tpu_lower_decline(ctx, "c2c of %s", tpu_dtype_name(c.x->type.dtype));
   tpu_hlo_builder_t* b = c.b;
-  const tpu_lower_arg_t* x = c.x;
   fft_dims_t f = c.f;
-  int64_t norm = c.norm;
   bool forward = tpu_lower_arg(ctx, 3)->i != 0;
   int64_t lengths[3];
-  double count = signal(&f, x->type.dims, lengths);
+  double count = signal(&f, c.x->type.dims, lengths);
   tpu_hlo_value_t v = permute(b, tpu_lower_tensor(ctx, 0), f.perm);
   v = fft(b, v, forward ? "FFT" : "IFFT", lengths, f.n, tpu_hlo_value_type(b, v));
-  tpu_lower_set_output(ctx, 0, unpermute(b, scale(b, v, norm, count, forward ? 1.0 : count), &f));
+  tpu_lower_set_output(ctx, 0, unpermute(b, scale(b, v, c.norm, count, forward ? 1.0 : count), &f));
   return NULL;
 }
 
@@ -164,11 +159,9 @@ static tpu_status_t lower_fft_c2r(tpu_lower_ctx_t* ctx) {
   if (!read_call(ctx, &c) || !is_complex_of(c.x->type.dtype, c.out.dtype))
     return tpu_lower_decline(ctx, "c2r of %s", tpu_dtype_name(c.x->type.dtype));
   tpu_hlo_builder_t* b = c.b;
-  tpu_hlo_type_t out = c.out;
   fft_dims_t f = c.f;
-  int64_t norm = c.norm;
   int64_t lengths[3];
-  double count = signal(&f, out.dims, lengths);
+  double count = signal(&f, c.out.dims, lengths);
   tpu_hlo_value_t v = permute(b, tpu_lower_tensor(ctx, 0), f.perm);
   tpu_hlo_type_t vt = tpu_hlo_value_type(b, v);
   int64_t bins = lengths[f.n - 1] / 2 + 1, have = vt.dims[vt.rank - 1];
@@ -191,10 +184,10 @@ static tpu_status_t lower_fft_c2r(tpu_lower_ctx_t* ctx) {
     }
   }
   tpu_hlo_type_t rt = tpu_hlo_value_type(b, v);
-  rt.dtype = out.dtype;
+  rt.dtype = c.out.dtype;
   rt.dims[rt.rank - 1] = lengths[f.n - 1];
   v = fft(b, v, "IRFFT", lengths, f.n, rt);
-  tpu_lower_set_output(ctx, 0, unpermute(b, scale(b, v, norm, count, count), &f));
+  tpu_lower_set_output(ctx, 0, unpermute(b, scale(b, v, c.norm, count, count), &f));
   return NULL;
 }
 

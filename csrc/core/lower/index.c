@@ -155,17 +155,16 @@ static tpu_hlo_value_t reduce_identity(tpu_hlo_builder_t* b, const tpu_hlo_type_
 }
 
 /* The scatter family: scatter.src / .value / .reduce / .value_reduce,
- * scatter_add, scatter_reduce.two. Schema: (self, dim, index, src|value,
- * [reduce], [include_self]). */
+ * scatter_add, scatter_reduce.two, and index_reduce (`slices`). Schema:
+ * (self, dim, index, src|value, [reduce], [include_self]). */
 static tpu_status_t lower_scatter_common(tpu_lower_ctx_t* ctx, const char* kind,
-                                         bool include_self) {
+                                         bool include_self, bool slices) {
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
   tpu_hlo_value_t x = at_least_1d(b, tpu_lower_tensor(ctx, 0));
   tpu_hlo_value_t idx = at_least_1d(b, tpu_lower_tensor(ctx, 2));
   tpu_hlo_type_t xt = tpu_hlo_value_type(b, x);
   int dim = wrap_dim(tpu_lower_arg(ctx, 1)->i, xt.rank);
-  if (strncmp(tpu_lower_op_name(ctx), "aten::index_reduce", 18) == 0 ||
-      strncmp(tpu_lower_op_name(ctx), "index_reduce", 12) == 0) {
+  if (slices) {
     /* index_reduce's 1-D index picks whole slices: as a point index it is
      * the index broadcast over source's shape along dim. */
     tpu_hlo_type_t st = tpu_lower_arg(ctx, 3)->type;
@@ -221,18 +220,21 @@ static tpu_status_t lower_scatter_common(tpu_lower_ctx_t* ctx, const char* kind,
   return NULL;
 }
 
+/* scatter(self, dim, index, src|value[, reduce]); scatter_add, whose row's
+ * data word is its fixed reduction ("sum"). */
 static tpu_status_t lower_scatter(tpu_lower_ctx_t* ctx) {
+  const char* fixed = (const char*)tpu_lower_data(ctx);
+  if (fixed) return lower_scatter_common(ctx, fixed, true, false);
   const tpu_lower_arg_t* reduce = tpu_lower_arg(ctx, 4);
   const char* kind = reduce->kind == TPU_ARG_STRING ? reduce->str : NULL;
   if (kind && strcmp(kind, "add") != 0 && strcmp(kind, "multiply") != 0)
     return tpu_lower_decline(ctx, "reduce=%s", kind);
-  return lower_scatter_common(ctx, kind, true);
+  return lower_scatter_common(ctx, kind, true, false);
 }
 
-static tpu_status_t lower_scatter_add(tpu_lower_ctx_t* ctx) {
-  return lower_scatter_common(ctx, "sum", true);
-}
-
+/* scatter_reduce.two and index_reduce(self, dim, index, src|source, reduce,
+ * include_self); index_reduce's row has data word 1 (its index picks
+ * slices). */
 static tpu_status_t lower_scatter_reduce(tpu_lower_ctx_t* ctx) {
   const tpu_lower_arg_t* reduce = tpu_lower_arg(ctx, 4);
   if (reduce->kind != TPU_ARG_STRING) return tpu_lower_decline(ctx, "no reduce");
@@ -240,12 +242,7 @@ static tpu_status_t lower_scatter_reduce(tpu_lower_ctx_t* ctx) {
   bool include_self = inc->kind == TPU_ARG_BOOL ? inc->i != 0 : true;
   if (strcmp(reduce->str, "mean") == 0 && tpu_lower_output_type(ctx, 0).dtype == TPU_DTYPE_BOOL)
     return tpu_lower_decline(ctx, "mean of bool");
-  return lower_scatter_common(ctx, reduce->str, include_self);
-}
-
-/* index_reduce(self, dim, index, source, reduce, include_self). */
-static tpu_status_t lower_index_reduce(tpu_lower_ctx_t* ctx) {
-  return lower_scatter_reduce(ctx);
+  return lower_scatter_common(ctx, reduce->str, include_self, tpu_lower_data(ctx) != 0);
 }
 
 /* ---- advanced indexing: some dims indexed by broadcast tensors. ---- */
@@ -399,45 +396,51 @@ static tpu_status_t lower_index_put(tpu_lower_ctx_t* ctx) {
   return NULL;
 }
 
-/* index_select(self, dim, index). */
-/* Indices into an empty axis: every one is out of range, and a gather or
- * scatter of slices from nothing does not compile. CPU's kernel raises its
- * own error (IndexError, or "self indexing axis dim should be positive"),
- * which the fallback gives. */
-static tpu_status_t decline_empty_axis(tpu_lower_ctx_t* ctx, const tpu_hlo_type_t* xt, int dim) {
-  const tpu_hlo_type_t* it = &tpu_lower_arg(ctx, 2)->type;
-  int64_t n = 1;
-  for (int d = 0; d < it->rank; d++) n *= it->dims[d];
-  if (xt->dims[dim] == 0 && n > 0) return tpu_lower_decline(ctx, "indices into an empty axis");
-  return NULL;
-}
-
-static tpu_status_t lower_index_select(tpu_lower_ctx_t* ctx) {
+/* The setup of index_select / index_add / _copy / _fill(self, dim, index,
+ * ...): self (at least 1-d) and its index along dim. Indices into an empty
+ * axis decline: every one is out of range, and a gather or scatter of
+ * slices from nothing does not compile. CPU's kernel raises its own error
+ * (IndexError, or "self indexing axis dim should be positive"), which the
+ * fallback gives. */
+static tpu_status_t index_along_dim(tpu_lower_ctx_t* ctx, tpu_hlo_value_t* out_x, adv_t* out_a) {
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
   tpu_hlo_value_t x = at_least_1d(b, tpu_lower_tensor(ctx, 0));
   tpu_hlo_type_t xt = tpu_hlo_value_type(b, x);
   int dim = wrap_dim(tpu_lower_arg(ctx, 1)->i, xt.rank);
-  tpu_status_t s = decline_empty_axis(ctx, &xt, dim);
-  if (s) return s;
+  const tpu_hlo_type_t* it = &tpu_lower_arg(ctx, 2)->type;
+  int64_t n = 1;
+  for (int d = 0; d < it->rank; d++) n *= it->dims[d];
+  if (xt.dims[dim] == 0 && n > 0) return tpu_lower_decline(ctx, "indices into an empty axis");
   tpu_hlo_value_t idx = at_least_1d(b, tpu_lower_tensor(ctx, 2));
-  adv_t a = adv_one(b, idx, dim, xt.dims[dim]);
-  set_output_reshaped(ctx, adv_gather(b, x, &a, NULL));
+  *out_x = x;
+  *out_a = adv_one(b, idx, dim, xt.dims[dim]);
+  return NULL;
+}
+
+/* index_select(self, dim, index). */
+static tpu_status_t lower_index_select(tpu_lower_ctx_t* ctx) {
+  tpu_hlo_value_t x;
+  adv_t a;
+  tpu_status_t s = index_along_dim(ctx, &x, &a);
+  if (s) return s;
+  set_output_reshaped(ctx, adv_gather(tpu_lower_builder(ctx), x, &a, NULL));
   return NULL;
 }
 
 /* index_add(self, dim, index, source, alpha), index_copy(self, dim, index,
- * source), index_fill(self, dim, index, value). */
-static tpu_status_t lower_index_update(tpu_lower_ctx_t* ctx, const char* op, bool fill) {
+ * source), index_fill(self, dim, index, value): the row's data word says
+ * which. */
+enum { INDEX_COPY, INDEX_ADD, INDEX_FILL };
+static tpu_status_t lower_index_update(tpu_lower_ctx_t* ctx) {
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
-  tpu_hlo_value_t x = at_least_1d(b, tpu_lower_tensor(ctx, 0));
-  tpu_hlo_type_t xt = tpu_hlo_value_type(b, x);
-  int dim = wrap_dim(tpu_lower_arg(ctx, 1)->i, xt.rank);
-  tpu_status_t s = decline_empty_axis(ctx, &xt, dim);
+  intptr_t which = tpu_lower_data(ctx);
+  tpu_hlo_value_t x;
+  adv_t a;
+  tpu_status_t s = index_along_dim(ctx, &x, &a);
   if (s) return s;
-  tpu_hlo_value_t idx = at_least_1d(b, tpu_lower_tensor(ctx, 2));
-  adv_t a = adv_one(b, idx, dim, xt.dims[dim]);
+  tpu_hlo_type_t xt = tpu_hlo_value_type(b, x);
   tpu_hlo_value_t upd;
-  if (fill) {
+  if (which == INDEX_FILL) {
     upd = tpu_lower_scalar(ctx, 3, xt.dtype);
   } else {
     upd = at_least_1d(b, tpu_emit_convert(b, tpu_lower_tensor(ctx, 3), xt.dtype));
@@ -450,18 +453,9 @@ static tpu_status_t lower_index_update(tpu_lower_ctx_t* ctx, const char* op, boo
                             upd, s);
     }
   }
+  const char* op = which == INDEX_ADD ? combiner(xt.dtype, "sum") : NULL;
   set_output_reshaped(ctx, adv_scatter(b, x, &a, upd, op));
   return NULL;
-}
-
-static tpu_status_t lower_index_add(tpu_lower_ctx_t* ctx) {
-  return lower_index_update(ctx, combiner(tpu_lower_arg(ctx, 0)->type.dtype, "sum"), false);
-}
-static tpu_status_t lower_index_copy(tpu_lower_ctx_t* ctx) {
-  return lower_index_update(ctx, NULL, false);
-}
-static tpu_status_t lower_index_fill(tpu_lower_ctx_t* ctx) {
-  return lower_index_update(ctx, NULL, true);
 }
 
 /* take(self, index): indexes the flattened self. */
@@ -553,18 +547,18 @@ static tpu_status_t lower_masked_scatter(tpu_lower_ctx_t* ctx) {
 
 const tpu_lowering_t tpu_lowerings_index[] = {
     {"masked_scatter", lower_masked_scatter, 0},
-    {"index_reduce", lower_index_reduce, 0},
+    {"index_reduce", lower_scatter_reduce, 0, 1},
     {"gather", lower_gather, 0},
     {"scatter", lower_scatter, 0},
-    {"scatter_add", lower_scatter_add, 0},
+    {"scatter_add", lower_scatter, 0, (intptr_t)"sum"},
     {"scatter_reduce", lower_scatter_reduce, 0},
     {"index", lower_index, 0},
     {"index_put", lower_index_put, 0},
     {"_index_put_impl", lower_index_put, 0},
     {"index_select", lower_index_select, 0},
-    {"index_add", lower_index_add, 0},
-    {"index_copy", lower_index_copy, 0},
-    {"index_fill", lower_index_fill, 0},
+    {"index_add", lower_index_update, 0, INDEX_ADD},
+    {"index_copy", lower_index_update, 0, INDEX_COPY},
+    {"index_fill", lower_index_update, 0, INDEX_FILL},
     {"take", lower_take, 0},
     {"put", lower_put, 0},
     {"embedding", lower_embedding, 0},

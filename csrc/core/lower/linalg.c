@@ -1,5 +1,5 @@
 /* Linear-algebra family: bmm, addmm, baddbmm, addbmm, dot, vdot, mv,
- * addmv, addr, _unsafe_view; the solvers XLA has as HLO (triangular_solve,
+ * addmv, addr; the solvers XLA has as HLO (triangular_solve,
  * cholesky): linalg_solve_triangular, triangular_solve,
  * linalg_cholesky_ex. (mm is in basic.c; matmul, linear, einsum,
  * tensordot, outer decompose into these before reaching the backend.)
@@ -134,58 +134,46 @@ static tpu_status_t lower_bmm(tpu_lower_ctx_t* ctx) {
   return set_product(ctx, dot(ctx, 0, 1, "0", "0", "2", "1"), one && (!gemm || half));
 }
 
+/* The data word of a scaled product's row: dot_general's dims for args 1
+ * and 2, and beta's index, or 0 where an out_dtype overload moves it
+ * (beta_index). */
+typedef struct {
+  const char *batch_l, *batch_r, *contract_l, *contract_r;
+  int beta;
+} scaled_product_t;
+
 /* addmm(self, mat1, mat2[, out_dtype], *, beta, alpha). */
-static tpu_status_t lower_addmm(tpu_lower_ctx_t* ctx) {
-  tpu_status_t s = check_dtype(ctx, 1, 2);
-  if (s) return s;
-  return set_scaled_sum(ctx, dot(ctx, 1, 2, "", "", "1", "0"), beta_index(ctx));
-}
-
+static const scaled_product_t kAddmm = {"", "", "1", "0"};
 /* baddbmm(self, batch1, batch2[, out_dtype], *, beta, alpha). */
-static tpu_status_t lower_baddbmm(tpu_lower_ctx_t* ctx) {
-  tpu_status_t s = check_dtype(ctx, 1, 2);
-  if (s) return s;
-  return set_scaled_sum(ctx, dot(ctx, 1, 2, "0", "0", "2", "1"), beta_index(ctx));
-}
-
+static const scaled_product_t kBaddbmm = {"0", "0", "2", "1"};
 /* addbmm(self, batch1, batch2, *, beta, alpha): the batch sum is one more
  * contracting dim. */
-static tpu_status_t lower_addbmm(tpu_lower_ctx_t* ctx) {
-  tpu_status_t s = check_dtype(ctx, 1, 2);
-  if (s) return s;
-  return set_scaled_sum(ctx, dot(ctx, 1, 2, "", "", "0, 2", "0, 1"), beta_index(ctx));
-}
-
-/* dot / vdot(self, other): 1-D . 1-D (vdot conjugates self, a no-op for the
- * real dtypes lowered here). */
-static tpu_status_t lower_dot(tpu_lower_ctx_t* ctx) {
-  tpu_status_t s = check_dtype(ctx, 0, 1);
-  if (s) return s;
-  const tpu_hlo_type_t* l = &tpu_lower_arg(ctx, 0)->type;
-  return set_product(ctx, dot(ctx, 0, 1, "", "", "0", "0"), l->rank == 1 && l->dims[0] == 1);
-}
-
-/* mv(self, vec): [n,m] x [m]. */
-static tpu_status_t lower_mv(tpu_lower_ctx_t* ctx) {
-  tpu_status_t s = check_dtype(ctx, 0, 1);
-  if (s) return s;
-  const tpu_hlo_type_t* l = &tpu_lower_arg(ctx, 0)->type;
-  return set_product(ctx, dot(ctx, 0, 1, "", "", "1", "0"), l->rank == 2 && l->dims[1] == 1);
-}
-
+static const scaled_product_t kAddbmm = {"", "", "0, 2", "0, 1"};
 /* addmv(self, mat, vec, *, beta, alpha). */
-static tpu_status_t lower_addmv(tpu_lower_ctx_t* ctx) {
-  tpu_status_t s = check_dtype(ctx, 1, 2);
-  if (s) return s;
-  return set_scaled_sum(ctx, dot(ctx, 1, 2, "", "", "1", "0"), 3);
-}
-
+static const scaled_product_t kAddmv = {"", "", "1", "0", 3};
 /* addr(self, vec1, vec2, *, beta, alpha): the outer product is a
  * dot_general without contracting dims. */
-static tpu_status_t lower_addr(tpu_lower_ctx_t* ctx) {
+static const scaled_product_t kAddr = {"", "", "", "", 3};
+
+/* beta * self + alpha * (arg 1 x arg 2), as the row's scaled_product_t. */
+static tpu_status_t lower_scaled_product(tpu_lower_ctx_t* ctx) {
+  const scaled_product_t* p = (const scaled_product_t*)tpu_lower_data(ctx);
   tpu_status_t s = check_dtype(ctx, 1, 2);
   if (s) return s;
-  return set_scaled_sum(ctx, dot(ctx, 1, 2, "", "", "", ""), 3);
+  return set_scaled_sum(ctx, dot(ctx, 1, 2, p->batch_l, p->batch_r, p->contract_l, p->contract_r),
+                        p->beta ? p->beta : beta_index(ctx));
+}
+
+/* dot / vdot(self, other): 1-D . 1-D (vdot conjugates self, a no-op for
+ * the real dtypes lowered here), and mv(self, vec): [n,m] x [m]. The row's
+ * data word is self's rank; its last dim is contracted. */
+static tpu_status_t lower_vector_product(tpu_lower_ctx_t* ctx) {
+  int rank = (int)tpu_lower_data(ctx);
+  tpu_status_t s = check_dtype(ctx, 0, 1);
+  if (s) return s;
+  const tpu_hlo_type_t* l = &tpu_lower_arg(ctx, 0)->type;
+  return set_product(ctx, dot(ctx, 0, 1, "", "", rank == 1 ? "0" : "1", "0"),
+                     l->rank == rank && l->dims[rank - 1] == 1);
 }
 
 /* ---- factorizations XLA has as HLO ---- */
@@ -200,8 +188,6 @@ static int64_t numel_of(const tpu_hlo_type_t* t) {
   for (int d = 0; d < t->rank; d++) n *= t->dims[d];
   return n;
 }
-
-
 
 /* linalg_solve_triangular(A, B, *, upper, left, unitriangular): A X = B
  * (left) or X A = B, batch dims broadcast; stablehlo.triangular_solve
@@ -325,10 +311,15 @@ static tpu_status_t lower_linalg_cholesky_ex(tpu_lower_ctx_t* ctx) {
 }
 
 const tpu_lowering_t tpu_lowerings_linalg[] = {
-    {"bmm", lower_bmm, 0},       {"addmm", lower_addmm, 0}, {"baddbmm", lower_baddbmm, 0},
-    {"addbmm", lower_addbmm, 0}, {"dot", lower_dot, 0},     {"vdot", lower_dot, 0},
-    {"mv", lower_mv, 0},         {"addmv", lower_addmv, 0},
-    {"addr", lower_addr, 0},
+    {"bmm", lower_bmm, 0},
+    {"addmm", lower_scaled_product, 0, (intptr_t)&kAddmm},
+    {"baddbmm", lower_scaled_product, 0, (intptr_t)&kBaddbmm},
+    {"addbmm", lower_scaled_product, 0, (intptr_t)&kAddbmm},
+    {"dot", lower_vector_product, 0, 1},
+    {"vdot", lower_vector_product, 0, 1},
+    {"mv", lower_vector_product, 0, 2},
+    {"addmv", lower_scaled_product, 0, (intptr_t)&kAddmv},
+    {"addr", lower_scaled_product, 0, (intptr_t)&kAddr},
     {"linalg_solve_triangular", lower_linalg_solve_triangular, 0},
     {"triangular_solve", lower_triangular_solve, 0},
     {"linalg_cholesky_ex", lower_linalg_cholesky_ex, 0},

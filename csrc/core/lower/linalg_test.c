@@ -207,20 +207,6 @@ static void test_addr(void) {
   CHECK(ok);
 }
 
-static void test_unsafe_view(void) {
-  int64_t d[2] = {2, 3}, od[3] = {3, 1, 2};
-  tpu_lower_arg_t args[2] = {tpu_test_tensor_arg(TPU_DTYPE_INT32, 2, d),
-                             {.kind = TPU_ARG_INTS, .num_ints = 3, .ints = {3, 1, 2}}};
-  int32_t x[6] = {1, 2, 3, 4, 5, 6};
-  const void* data[1] = {x};
-  tpu_hlo_type_t out = tpu_hlo_type_make(TPU_DTYPE_INT32, 3, od);
-  void* r[1];
-  CHECK_OK(tpu_test_run_op("aten::_unsafe_view", args, 2, NULL, data, &out, 1, r));
-  bool ok = memcmp(r[0], x, sizeof x) == 0;
-  free(r[0]);
-  CHECK(ok);
-}
-
 static void test_bool_declines(void) {
   int64_t d[2] = {2, 2};
   tpu_lower_arg_t args[2] = {tpu_test_tensor_arg(TPU_DTYPE_BOOL, 2, d),
@@ -349,5 +335,5 @@ static void test_cholesky_ex(void) {
 
 TPU_TEST_MAIN(TPU_TEST(test_bmm), TPU_TEST(test_solve_triangular), TPU_TEST(test_cholesky_ex), TPU_TEST(test_single_product_signed_zeros_as_cpu), TPU_TEST(test_addmm_beta_alpha),
               TPU_TEST(test_baddbmm_bf16_rounds_once), TPU_TEST(test_addbmm_sums_batches),
-              TPU_TEST(test_dot_vdot_mv_addmv), TPU_TEST(test_addr), TPU_TEST(test_unsafe_view),
+              TPU_TEST(test_dot_vdot_mv_addmv), TPU_TEST(test_addr),
               TPU_TEST(test_bool_declines))

@@ -12,8 +12,6 @@
  * with CPU's operation order; n is the common-dtype value truncated to an
  * integer (a non-finite n counts as negative, as x86's conversion makes
  * it). */
-#include <string.h>
-
 #include "emit.h"
 #include "lowering.h"
 
@@ -23,25 +21,16 @@ typedef enum {
   POLY_L, POLY_P                  /* Laguerre, Legendre */
 } poly_kind_t;
 
+/* A row's data word: its entry of kPolys (in the rows' order). */
 typedef struct {
-  const char* name;
   poly_kind_t kind;
-  bool shifted;
+  bool shifted; /* of 2x - 1 (shifted Chebyshev) */
 } poly_t;
 
 static const poly_t kPolys[] = {
-    {"special_chebyshev_polynomial_t", POLY_T, false},
-    {"special_chebyshev_polynomial_u", POLY_U, false},
-    {"special_chebyshev_polynomial_v", POLY_V, false},
-    {"special_chebyshev_polynomial_w", POLY_W, false},
-    {"special_shifted_chebyshev_polynomial_t", POLY_T, true},
-    {"special_shifted_chebyshev_polynomial_u", POLY_U, true},
-    {"special_shifted_chebyshev_polynomial_v", POLY_V, true},
-    {"special_shifted_chebyshev_polynomial_w", POLY_W, true},
-    {"special_hermite_polynomial_h", POLY_H, false},
-    {"special_hermite_polynomial_he", POLY_HE, false},
-    {"special_laguerre_polynomial_l", POLY_L, false},
-    {"special_legendre_polynomial_p", POLY_P, false},
+    {POLY_T, false}, {POLY_U, false}, {POLY_V, false}, {POLY_W, false},
+    {POLY_T, true},  {POLY_U, true},  {POLY_V, true},  {POLY_W, true},
+    {POLY_H, false}, {POLY_HE, false}, {POLY_L, false}, {POLY_P, false},
 };
 
 typedef struct {
@@ -162,13 +151,9 @@ static tpu_hlo_value_t recurrence(const loop_t* l, tpu_hlo_value_t q1) {
 }
 
 static tpu_status_t lower_polynomial(tpu_lower_ctx_t* ctx) {
-  const char* name;
-  size_t len = tpu_lowering_base_name(tpu_lower_op_name(ctx), &name);
-  const poly_t* poly = NULL;
-  for (size_t i = 0; i < sizeof kPolys / sizeof kPolys[0]; i++)
-    if (strlen(kPolys[i].name) == len && memcmp(kPolys[i].name, name, len) == 0) poly = &kPolys[i];
+  const poly_t* poly = (const poly_t*)tpu_lower_data(ctx);
   tpu_hlo_type_t t = tpu_lower_output_type(ctx, 0);
-  if (!poly || (t.dtype != TPU_DTYPE_FLOAT32 && t.dtype != TPU_DTYPE_FLOAT64))
+  if (t.dtype != TPU_DTYPE_FLOAT32 && t.dtype != TPU_DTYPE_FLOAT64)
     return tpu_lower_decline(ctx, "an orthogonal polynomial in %s", tpu_dtype_name(t.dtype));
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
   pctx_t c = {b, t};
@@ -278,17 +263,17 @@ static tpu_status_t lower_polynomial(tpu_lower_ctx_t* ctx) {
 }
 
 const tpu_lowering_t tpu_lowerings_polynomial[] = {
-    {"special_chebyshev_polynomial_t", lower_polynomial, 0},
-    {"special_chebyshev_polynomial_u", lower_polynomial, 0},
-    {"special_chebyshev_polynomial_v", lower_polynomial, 0},
-    {"special_chebyshev_polynomial_w", lower_polynomial, 0},
-    {"special_shifted_chebyshev_polynomial_t", lower_polynomial, 0},
-    {"special_shifted_chebyshev_polynomial_u", lower_polynomial, 0},
-    {"special_shifted_chebyshev_polynomial_v", lower_polynomial, 0},
-    {"special_shifted_chebyshev_polynomial_w", lower_polynomial, 0},
-    {"special_hermite_polynomial_h", lower_polynomial, 0},
-    {"special_hermite_polynomial_he", lower_polynomial, 0},
-    {"special_laguerre_polynomial_l", lower_polynomial, 0},
-    {"special_legendre_polynomial_p", lower_polynomial, 0},
+    {"special_chebyshev_polynomial_t", lower_polynomial, 0, (intptr_t)&kPolys[0]},
+    {"special_chebyshev_polynomial_u", lower_polynomial, 0, (intptr_t)&kPolys[1]},
+    {"special_chebyshev_polynomial_v", lower_polynomial, 0, (intptr_t)&kPolys[2]},
+    {"special_chebyshev_polynomial_w", lower_polynomial, 0, (intptr_t)&kPolys[3]},
+    {"special_shifted_chebyshev_polynomial_t", lower_polynomial, 0, (intptr_t)&kPolys[4]},
+    {"special_shifted_chebyshev_polynomial_u", lower_polynomial, 0, (intptr_t)&kPolys[5]},
+    {"special_shifted_chebyshev_polynomial_v", lower_polynomial, 0, (intptr_t)&kPolys[6]},
+    {"special_shifted_chebyshev_polynomial_w", lower_polynomial, 0, (intptr_t)&kPolys[7]},
+    {"special_hermite_polynomial_h", lower_polynomial, 0, (intptr_t)&kPolys[8]},
+    {"special_hermite_polynomial_he", lower_polynomial, 0, (intptr_t)&kPolys[9]},
+    {"special_laguerre_polynomial_l", lower_polynomial, 0, (intptr_t)&kPolys[10]},
+    {"special_legendre_polynomial_p", lower_polynomial, 0, (intptr_t)&kPolys[11]},
 };
 const size_t tpu_lowerings_polynomial_count = sizeof tpu_lowerings_polynomial / sizeof tpu_lowerings_polynomial[0];

@@ -2,13 +2,11 @@
  * elements around without arithmetic: cat / stack, flip, roll, repeat,
  * padding (constant, reflection, replication, and their backwards),
  * tril / triu, writes into a slice (select / slice backward, select /
- * slice / diagonal_scatter, unfold_backward), sorting (sort, topk, kthvalue, median,
- * nanmedian) and clone. Views
+ * slice / diagonal_scatter, unfold_backward) and clone. Views
  * (split, narrow, expand, permute, ...) never reach the table: the engine
  * folds them into tensor reads. */
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "emit.h"
 #include "lowering.h"
@@ -46,9 +44,13 @@ static tpu_hlo_value_t concat(tpu_hlo_builder_t* b, const tpu_hlo_value_t* parts
   return tpu_hlo_op(b, "stablehlo.concatenate", parts, n, out, attrs);
 }
 
-/* cat(tensors, dim). Empty inputs contribute nothing (PyTorch also skips
- * legacy 1-D empty tensors whatever their rank). */
+/* cat(tensors, dim), and stack(tensors, dim) (the row's data word: STACK),
+ * which gives each tensor a unit dim at dim first. Empty inputs contribute
+ * nothing to a cat (PyTorch also skips legacy 1-D empty tensors whatever
+ * their rank). */
+enum { CAT, STACK };
 static tpu_status_t lower_cat(tpu_lower_ctx_t* ctx) {
+  bool stack = tpu_lower_data(ctx) == STACK;
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
   tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
   const tpu_lower_arg_t* list = tpu_lower_arg(ctx, 0);
@@ -60,38 +62,16 @@ static tpu_status_t lower_cat(tpu_lower_ctx_t* ctx) {
   int dim = wrap_dim(tpu_lower_arg(ctx, 1)->i, out.rank);
   tpu_hlo_value_t* parts = calloc((size_t)list->num_tensors + 1, sizeof *parts);
   if (!parts) return tpu_status_oom(NULL);
+  tpu_hlo_type_t one = out;
+  one.dims[dim] = 1;
   int n = 0;
   for (int k = 0; k < list->num_tensors; k++) {
     tpu_hlo_type_t t = tpu_lower_list_type(ctx, 0, k);
-    if (numel(&t) == 0) continue;
-    parts[n++] = tpu_emit_convert(b, tpu_lower_list_tensor(ctx, 0, k), out.dtype);
+    if (!stack && numel(&t) == 0) continue;
+    tpu_hlo_value_t v = tpu_emit_convert(b, tpu_lower_list_tensor(ctx, 0, k), out.dtype);
+    parts[n++] = stack ? tpu_emit_reshape(b, v, one.dims, one.rank) : v;
   }
   tpu_lower_set_output(ctx, 0, concat(b, parts, n, dim, out));
-  free(parts);
-  return NULL;
-}
-
-/* stack(tensors, dim): each gets a unit dim, then cat. */
-static tpu_status_t lower_stack(tpu_lower_ctx_t* ctx) {
-  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
-  tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
-  const tpu_lower_arg_t* list = tpu_lower_arg(ctx, 0);
-  if (list->kind != TPU_ARG_TENSORS) return tpu_lower_decline(ctx, "no tensor list");
-  if (numel(&out) == 0) {
-    tpu_lower_set_output(ctx, 0, tpu_emit_const_like(b, &out, 0));
-    return NULL;
-  }
-  int dim = (int)(tpu_lower_arg(ctx, 1)->i < 0 ? tpu_lower_arg(ctx, 1)->i + out.rank
-                                               : tpu_lower_arg(ctx, 1)->i);
-  tpu_hlo_value_t* parts = calloc((size_t)list->num_tensors + 1, sizeof *parts);
-  if (!parts) return tpu_status_oom(NULL);
-  tpu_hlo_type_t one = out;
-  one.dims[dim] = 1;
-  for (int k = 0; k < list->num_tensors; k++) {
-    tpu_hlo_value_t v = tpu_emit_convert(b, tpu_lower_list_tensor(ctx, 0, k), out.dtype);
-    parts[k] = tpu_emit_reshape(b, v, one.dims, one.rank);
-  }
-  tpu_lower_set_output(ctx, 0, concat(b, parts, list->num_tensors, dim, out));
   free(parts);
   return NULL;
 }
@@ -263,10 +243,13 @@ static tpu_hlo_value_t along_dim(tpu_hlo_builder_t* b, tpu_hlo_value_t x, int di
  * every output position along a padded dim reads one input position, so
  * forward gathers and backward scatter-adds with constant indices, one
  * padded dim at a time. Schemas: (self, padding) and (grad_output, self,
- * padding). */
-static tpu_status_t lower_pad_common(tpu_lower_ctx_t* ctx, bool reflect) {
+ * padding). The row's data word: REFLECT or REPLICATE, | BACKWARD. */
+enum { REPLICATE = 0, REFLECT = 1, BACKWARD = 2 };
+static tpu_status_t lower_pad(tpu_lower_ctx_t* ctx) {
+  /* CPU and CUDA have no bool kernel for these: the fallback raises theirs. */
+  if (tpu_lower_arg(ctx, 0)->type.dtype == TPU_DTYPE_BOOL) return tpu_lower_decline(ctx, "bool");
+  bool reflect = tpu_lower_data(ctx) & REFLECT, backward = tpu_lower_data(ctx) & BACKWARD;
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
-  bool backward = strstr(tpu_lower_op_name(ctx), "_backward") != NULL;
   tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
   tpu_hlo_type_t in = tpu_lower_arg(ctx, backward ? 1 : 0)->type; /* unpadded */
   const tpu_lower_arg_t* pad = tpu_lower_arg(ctx, backward ? 2 : 1);
@@ -304,18 +287,9 @@ static tpu_status_t lower_pad_common(tpu_lower_ctx_t* ctx, bool reflect) {
   return NULL;
 }
 
-/* CPU and CUDA have no bool kernel for these: the fallback raises theirs. */
-static tpu_status_t lower_reflection_pad(tpu_lower_ctx_t* ctx) {
-  if (tpu_lower_arg(ctx, 0)->type.dtype == TPU_DTYPE_BOOL) return tpu_lower_decline(ctx, "bool");
-  return lower_pad_common(ctx, true);
-}
-static tpu_status_t lower_replication_pad(tpu_lower_ctx_t* ctx) {
-  if (tpu_lower_arg(ctx, 0)->type.dtype == TPU_DTYPE_BOOL) return tpu_lower_decline(ctx, "bool");
-  return lower_pad_common(ctx, false);
-}
-
-/* tril / triu(self, diagonal): keep col - row <= (>=) diagonal. */
-static tpu_status_t lower_tri(tpu_lower_ctx_t* ctx, bool lower) {
+/* tril / triu(self, diagonal): keep col - row <= (>=) diagonal; the row's
+ * data word is that comparison ("LE", "GE"). */
+static tpu_status_t lower_tri(tpu_lower_ctx_t* ctx) {
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
   tpu_hlo_type_t t = tpu_lower_arg(ctx, 0)->type;
   if (t.rank < 2) return tpu_lower_decline(ctx, "rank < 2");
@@ -323,7 +297,7 @@ static tpu_status_t lower_tri(tpu_lower_ctx_t* ctx, bool lower) {
   tpu_hlo_type_t m = tpu_hlo_type_make(TPU_DTYPE_INT64, 2, &t.dims[t.rank - 2]);
   tpu_hlo_value_t diff = tpu_emit_binary(b, "stablehlo.subtract", tpu_emit_iota(b, &m, 1),
                                          tpu_emit_iota(b, &m, 0));
-  tpu_hlo_value_t keep = tpu_emit_compare(b, lower ? "LE" : "GE", diff,
+  tpu_hlo_value_t keep = tpu_emit_compare(b, (const char*)tpu_lower_data(ctx), diff,
                                           tpu_emit_const_like(b, &m, (double)diag));
   tpu_hlo_type_t mask_t = t;
   mask_t.dtype = TPU_DTYPE_BOOL;
@@ -332,8 +306,6 @@ static tpu_status_t lower_tri(tpu_lower_ctx_t* ctx, bool lower) {
   tpu_lower_set_output(ctx, 0, tpu_emit_select(b, keep, x, tpu_emit_const_like(b, &t, 0)));
   return NULL;
 }
-static tpu_status_t lower_tril(tpu_lower_ctx_t* ctx) { return lower_tri(ctx, true); }
-static tpu_status_t lower_triu(tpu_lower_ctx_t* ctx) { return lower_tri(ctx, false); }
 
 /* ---- writes into a slice: backwards of select / slice views, and the
  * *_scatter ops functionalization produces. ---- */
@@ -412,14 +384,18 @@ static tpu_hlo_value_t unsqueeze(tpu_hlo_builder_t* b, tpu_hlo_value_t x, int di
   return tpu_emit_reshape(b, x, d, t.rank + 1);
 }
 
-/* select_backward(grad_output, input_sizes, dim, index). */
-static tpu_status_t lower_select_backward(tpu_lower_ctx_t* ctx) {
+/* select_backward(grad_output, input_sizes, dim, index) and
+ * select_scatter(self, src, dim, index): the row's data word is the
+ * argument written (0: the grad, over zeros; 1: src, over self). */
+static tpu_status_t lower_select_write(tpu_lower_ctx_t* ctx) {
+  int src_i = (int)tpu_lower_data(ctx);
   tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
   int dim = wrap_dim(tpu_lower_arg(ctx, 2)->i, out.rank);
   int64_t index = tpu_lower_arg(ctx, 3)->i;
   if (index < 0) index += out.dims[dim];
-  tpu_hlo_value_t g = unsqueeze(tpu_lower_builder(ctx), tpu_lower_tensor(ctx, 0), dim);
-  return write_slice(ctx, g, (tpu_hlo_value_t){-1}, false, dim, index, 1);
+  tpu_hlo_value_t src = unsqueeze(tpu_lower_builder(ctx), tpu_lower_tensor(ctx, src_i), dim);
+  tpu_hlo_value_t base = src_i ? tpu_lower_tensor(ctx, 0) : (tpu_hlo_value_t){-1};
+  return write_slice(ctx, src, base, src_i == 1, dim, index, 1);
 }
 
 /* slice_backward(grad_output, input_sizes, dim, start, end, step). */
@@ -430,16 +406,6 @@ static tpu_status_t lower_slice_backward(tpu_lower_ctx_t* ctx) {
   slice_bounds(tpu_lower_arg(ctx, 3), tpu_lower_arg(ctx, 4), out.dims[dim], &start, &end);
   return write_slice(ctx, tpu_lower_tensor(ctx, 0), (tpu_hlo_value_t){-1}, false, dim, start,
                      tpu_lower_arg(ctx, 5)->i);
-}
-
-/* select_scatter(self, src, dim, index). */
-static tpu_status_t lower_select_scatter(tpu_lower_ctx_t* ctx) {
-  tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
-  int dim = wrap_dim(tpu_lower_arg(ctx, 2)->i, out.rank);
-  int64_t index = tpu_lower_arg(ctx, 3)->i;
-  if (index < 0) index += out.dims[dim];
-  tpu_hlo_value_t src = unsqueeze(tpu_lower_builder(ctx), tpu_lower_tensor(ctx, 1), dim);
-  return write_slice(ctx, src, tpu_lower_tensor(ctx, 0), true, dim, index, 1);
 }
 
 /* slice_scatter(self, src, dim, start, end, step). */
@@ -548,187 +514,6 @@ static tpu_status_t lower_unfold_backward(tpu_lower_ctx_t* ctx) {
   return NULL;
 }
 
-/* ---- sorting ---- */
-
-/* sort(self, dim, descending) and sort.stable(self, stable, dim,
- * descending) -> (values, indices). Always stable: PyTorch's unstable sort
- * may order ties either way. */
-static tpu_status_t lower_sort(tpu_lower_ctx_t* ctx) {
-  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
-  int at = strstr(tpu_lower_op_name(ctx), "stable") ? 2 : 1;
-  tpu_hlo_type_t t = tpu_lower_arg(ctx, 0)->type;
-  tpu_hlo_value_t x = tpu_lower_tensor(ctx, 0);
-  const tpu_lower_arg_t* dim_arg = tpu_lower_arg(ctx, at);
-  int dim = wrap_dim(dim_arg->kind == TPU_ARG_INT ? dim_arg->i : -1, t.rank);
-  bool desc = tpu_lower_arg(ctx, at + 1)->kind == TPU_ARG_BOOL && tpu_lower_arg(ctx, at + 1)->i;
-  tpu_hlo_value_t v, i;
-  if (t.rank == 0) {
-    v = x;
-    i = tpu_emit_const(b, TPU_DTYPE_INT64, 0);
-  } else {
-    tpu_emit_sort(b, x, dim, desc ? TPU_SORT_DESCENDING : TPU_SORT_ASCENDING, &v, &i);
-  }
-  tpu_lower_set_output(ctx, 0, v);
-  tpu_lower_set_output(ctx, 1, i);
-  return NULL;
-}
-
-/* One position `pos` of x along dim, reshaped to `out`. */
-static tpu_hlo_value_t pick(tpu_hlo_builder_t* b, tpu_hlo_value_t x, int dim, int64_t pos,
-                            const tpu_hlo_type_t* out) {
-  tpu_hlo_value_t v = slice_dim(b, x, dim, pos, pos + 1);
-  return tpu_emit_reshape(b, v, out->dims, out->rank);
-}
-
-/* topk(self, k, dim, largest, sorted): always sorted. */
-static tpu_status_t lower_topk(tpu_lower_ctx_t* ctx) {
-  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
-  tpu_hlo_type_t t = tpu_lower_arg(ctx, 0)->type;
-  /* CPU has no bool kernel; the fallback raises its error. */
-  if (t.dtype == TPU_DTYPE_BOOL) return tpu_lower_decline(ctx, "topk of bool");
-  tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
-  int64_t k = tpu_lower_arg(ctx, 1)->i;
-  const tpu_lower_arg_t* dim_arg = tpu_lower_arg(ctx, 2);
-  int dim = wrap_dim(dim_arg->kind == TPU_ARG_INT ? dim_arg->i : -1, t.rank);
-  bool largest = tpu_lower_arg(ctx, 3)->kind != TPU_ARG_BOOL || tpu_lower_arg(ctx, 3)->i;
-  tpu_hlo_value_t x = tpu_lower_tensor(ctx, 0), v, i;
-  /* A 0-d input's result is the input itself for k = 0 as for k = 1 (CPU's
-   * kernel: the output keeps the input's one element). */
-  if (t.rank == 0) {
-    tpu_lower_set_output(ctx, 0, x);
-    tpu_lower_set_output(ctx, 1, tpu_emit_const(b, TPU_DTYPE_INT64, 0));
-    return NULL;
-  }
-  tpu_emit_sort(b, x, dim, largest ? TPU_SORT_DESCENDING : TPU_SORT_ASCENDING, &v, &i);
-  v = slice_dim(b, v, dim, 0, k);
-  i = slice_dim(b, i, dim, 0, k);
-  tpu_lower_set_output(ctx, 0, tpu_emit_reshape(b, v, out.dims, out.rank));
-  tpu_lower_set_output(ctx, 1, tpu_emit_reshape(b, i, out.dims, out.rank));
-  return NULL;
-}
-
-/* kthvalue(self, k, dim, keepdim): the k-th smallest (NaN largest). */
-static tpu_status_t lower_kthvalue(tpu_lower_ctx_t* ctx) {
-  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
-  tpu_hlo_type_t t = tpu_lower_arg(ctx, 0)->type;
-  /* CPU has no bool kernel (NotImplementedError). */
-  if (t.dtype == TPU_DTYPE_BOOL) return tpu_lower_decline(ctx, "kthvalue of bool");
-  tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0), iout = tpu_lower_output_type(ctx, 1);
-  int64_t k = tpu_lower_arg(ctx, 1)->i;
-  const tpu_lower_arg_t* dim_arg = tpu_lower_arg(ctx, 2);
-  int dim = wrap_dim(dim_arg->kind == TPU_ARG_INT ? dim_arg->i : -1, t.rank);
-  tpu_hlo_value_t x = tpu_lower_tensor(ctx, 0), v, i;
-  if (t.rank == 0) {
-    int64_t one = 1;
-    x = tpu_emit_reshape(b, x, &one, 1);
-    dim = 0;
-  }
-  tpu_hlo_type_t xt = tpu_hlo_value_type(b, x);
-  if (k < 1 || k > xt.dims[dim]) return tpu_lower_decline(ctx, "k out of range");
-  tpu_emit_sort(b, x, dim, TPU_SORT_ASCENDING, &v, &i);
-  tpu_lower_set_output(ctx, 0, pick(b, v, dim, k - 1, &out));
-  tpu_lower_set_output(ctx, 1, pick(b, i, dim, k - 1, &iout));
-  return NULL;
-}
-
-/* median(self) and median.dim(self, dim, keepdim): the lower median; a
- * slice holding NaN gives NaN at its first NaN's index. Sorting with NaN
- * first makes that position 0, and otherwise changes nothing. */
-static tpu_status_t lower_median(tpu_lower_ctx_t* ctx) {
-  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
-  tpu_hlo_type_t t = tpu_lower_arg(ctx, 0)->type;
-  /* CPU has no bool kernel (NotImplementedError). */
-  if (t.dtype == TPU_DTYPE_BOOL) return tpu_lower_decline(ctx, "median of bool");
-  tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
-  bool has_dim = tpu_lower_arg(ctx, 1)->kind == TPU_ARG_INT;
-  tpu_hlo_value_t x = tpu_lower_tensor(ctx, 0), v, i;
-  int dim = has_dim ? wrap_dim(tpu_lower_arg(ctx, 1)->i, t.rank) : 0;
-  if (!has_dim || t.rank == 0) {
-    int64_t n = numel(&t);
-    x = tpu_emit_reshape(b, x, &n, 1);
-    dim = 0;
-  }
-  tpu_hlo_type_t xt = tpu_hlo_value_type(b, x);
-  int64_t n = xt.dims[dim];
-  if (n == 0) return tpu_lower_decline(ctx, "empty");
-  tpu_emit_sort(b, x, dim, TPU_SORT_ASCENDING_NAN_FIRST, &v, &i);
-  tpu_hlo_type_t it = out;
-  it.dtype = TPU_DTYPE_INT64;
-  tpu_hlo_value_t mv = pick(b, v, dim, (n - 1) / 2, &out);
-  tpu_hlo_value_t mi = pick(b, i, dim, (n - 1) / 2, &it);
-  if (tpu_dtype_is_floating(t.dtype)) {
-    tpu_hlo_value_t first = pick(b, v, dim, 0, &out);
-    tpu_hlo_value_t nan = tpu_emit_compare(b, "NE", first, first);
-    mv = tpu_emit_select(b, nan, first, mv);
-    mi = tpu_emit_select(b, nan, pick(b, i, dim, 0, &it), mi);
-  }
-  tpu_lower_set_output(ctx, 0, mv);
-  if (tpu_lower_num_outputs(ctx) > 1) tpu_lower_set_output(ctx, 1, mi);
-  return NULL;
-}
-
-/* nanmedian(self) and nanmedian.dim(self, dim, keepdim): the lower median
- * of the non-NaN values (NaN, at the first NaN, when all are NaN). With NaN
- * sorted last the position depends on each slice's NaN count, so it is
- * picked with a one-hot select and a max-reduce (every other entry -inf). */
-static tpu_status_t lower_nanmedian(tpu_lower_ctx_t* ctx) {
-  tpu_hlo_type_t t = tpu_lower_arg(ctx, 0)->type;
-  if (!tpu_dtype_is_floating(t.dtype)) return lower_median(ctx);
-  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
-  tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
-  bool has_dim = tpu_lower_arg(ctx, 1)->kind == TPU_ARG_INT;
-  tpu_hlo_value_t x = tpu_lower_tensor(ctx, 0), v, i;
-  int dim = has_dim ? wrap_dim(tpu_lower_arg(ctx, 1)->i, t.rank) : 0;
-  if (!has_dim || t.rank == 0) {
-    int64_t n = numel(&t);
-    x = tpu_emit_reshape(b, x, &n, 1);
-    dim = 0;
-  }
-  tpu_hlo_type_t xt = tpu_hlo_value_type(b, x);
-  if (xt.dims[dim] == 0) return tpu_lower_decline(ctx, "empty");
-  tpu_emit_sort(b, x, dim, TPU_SORT_ASCENDING, &v, &i);
-  tpu_hlo_type_t it = xt;
-  it.dtype = TPU_DTYPE_INT64;
-  int64_t d64 = dim;
-  tpu_hlo_value_t not_nan = tpu_emit_convert(b, tpu_emit_compare(b, "EQ", x, x), TPU_DTYPE_INT64);
-  tpu_hlo_value_t count = tpu_emit_reduce(b, not_nan, tpu_emit_const(b, TPU_DTYPE_INT64, 0),
-                                          &d64, 1, "stablehlo.add");
-  tpu_hlo_type_t ct = tpu_hlo_value_type(b, count);
-  /* (count - 1) / 2, or 0 for an all-NaN slice. */
-  tpu_hlo_value_t pos = tpu_emit_binary(b, "stablehlo.divide",
-                                        tpu_emit_binary(b, "stablehlo.subtract", count,
-                                                        tpu_emit_const_like(b, &ct, 1)),
-                                        tpu_emit_const_like(b, &ct, 2));
-  pos = tpu_emit_select(b, tpu_emit_compare(b, "LT", pos, tpu_emit_const_like(b, &ct, 0)),
-                        tpu_emit_const_like(b, &ct, 0), pos);
-  int64_t map[TPU_HLO_MAX_RANK];
-  for (int d = 0, k = 0; d < xt.rank; d++)
-    if (d != dim) map[k++] = d;
-  char arr[ARR_CAP], attrs[ARR_CAP + 32];
-  tpu_emit_i64_array(arr, sizeof arr, map, xt.rank - 1);
-  snprintf(attrs, sizeof attrs, "broadcast_dimensions = %s", arr);
-  pos = tpu_hlo_op(b, "stablehlo.broadcast_in_dim", &pos, 1, it, attrs);
-  tpu_hlo_value_t hit = tpu_emit_compare(b, "EQ", tpu_emit_iota(b, &it, dim), pos);
-  tpu_hlo_type_t vt = tpu_hlo_value_type(b, v);
-  tpu_hlo_value_t mv = tpu_emit_reduce(
-      b, tpu_emit_select(b, hit, v, tpu_emit_const_like(b, &vt, -__builtin_inf())),
-      tpu_emit_const(b, vt.dtype, -__builtin_inf()), &d64, 1, "stablehlo.maximum");
-  tpu_hlo_value_t mi = tpu_emit_reduce(b, tpu_emit_select(b, hit, i, tpu_emit_const_like(b, &it, 0)),
-                                       tpu_emit_const(b, TPU_DTYPE_INT64, 0), &d64, 1,
-                                       "stablehlo.add");
-  /* XLA:CPU's reduce maximum drops a NaN against -inf: all-NaN slices are
-   * set explicitly. */
-  tpu_hlo_value_t none = tpu_emit_compare(b, "EQ", count, tpu_emit_const_like(b, &ct, 0));
-  tpu_hlo_type_t mt = tpu_hlo_value_type(b, mv);
-  mv = tpu_emit_select(b, none, tpu_emit_const_like(b, &mt, __builtin_nan("")), mv);
-  tpu_lower_set_output(ctx, 0, tpu_emit_reshape(b, mv, out.dims, out.rank));
-  if (tpu_lower_num_outputs(ctx) > 1) {
-    tpu_hlo_type_t io = tpu_lower_output_type(ctx, 1);
-    tpu_lower_set_output(ctx, 1, tpu_emit_reshape(b, mi, io.dims, io.rank));
-  }
-  return NULL;
-}
-
 /* clone(self, memory_format): the value itself; the engine writes it to a
  * fresh tensor. */
 static tpu_status_t lower_clone(tpu_lower_ctx_t* ctx) {
@@ -737,35 +522,30 @@ static tpu_status_t lower_clone(tpu_lower_ctx_t* ctx) {
 }
 
 const tpu_lowering_t tpu_lowerings_shape[] = {
-    {"cat", lower_cat, 0},
-    {"stack", lower_stack, 0},
+    {"cat", lower_cat, 0, CAT},
+    {"stack", lower_cat, 0, STACK},
     {"flip", lower_flip, 0},
     {"roll", lower_roll, 0},
     {"repeat", lower_repeat, 0},
     {"constant_pad_nd", lower_constant_pad_nd, 0},
-    {"reflection_pad1d", lower_reflection_pad, 0},
-    {"reflection_pad2d", lower_reflection_pad, 0},
-    {"reflection_pad3d", lower_reflection_pad, 0},
-    {"reflection_pad1d_backward", lower_reflection_pad, 0},
-    {"reflection_pad2d_backward", lower_reflection_pad, 0},
-    {"reflection_pad3d_backward", lower_reflection_pad, 0},
-    {"replication_pad1d", lower_replication_pad, 0},
-    {"replication_pad2d", lower_replication_pad, 0},
-    {"replication_pad3d", lower_replication_pad, 0},
-    {"replication_pad1d_backward", lower_replication_pad, 0},
-    {"replication_pad2d_backward", lower_replication_pad, 0},
-    {"replication_pad3d_backward", lower_replication_pad, 0},
-    {"tril", lower_tril, 0},
-    {"triu", lower_triu, 0},
-    {"sort", lower_sort, 0},
-    {"topk", lower_topk, 0},
-    {"kthvalue", lower_kthvalue, 0},
-    {"median", lower_median, 0},
-    {"nanmedian", lower_nanmedian, 0},
+    {"reflection_pad1d", lower_pad, 0, REFLECT},
+    {"reflection_pad2d", lower_pad, 0, REFLECT},
+    {"reflection_pad3d", lower_pad, 0, REFLECT},
+    {"reflection_pad1d_backward", lower_pad, 0, REFLECT | BACKWARD},
+    {"reflection_pad2d_backward", lower_pad, 0, REFLECT | BACKWARD},
+    {"reflection_pad3d_backward", lower_pad, 0, REFLECT | BACKWARD},
+    {"replication_pad1d", lower_pad, 0, REPLICATE},
+    {"replication_pad2d", lower_pad, 0, REPLICATE},
+    {"replication_pad3d", lower_pad, 0, REPLICATE},
+    {"replication_pad1d_backward", lower_pad, 0, REPLICATE | BACKWARD},
+    {"replication_pad2d_backward", lower_pad, 0, REPLICATE | BACKWARD},
+    {"replication_pad3d_backward", lower_pad, 0, REPLICATE | BACKWARD},
+    {"tril", lower_tri, 0, (intptr_t)"LE"},
+    {"triu", lower_tri, 0, (intptr_t)"GE"},
     {"clone", lower_clone, 0},
-    {"select_backward", lower_select_backward, 0},
+    {"select_backward", lower_select_write, 0, 0},
     {"slice_backward", lower_slice_backward, 0},
-    {"select_scatter", lower_select_scatter, 0},
+    {"select_scatter", lower_select_write, 0, 1},
     {"slice_scatter", lower_slice_scatter, 0},
     {"diagonal_scatter", lower_diagonal_scatter, 0},
     {"unfold_backward", lower_unfold_backward, 0},

@@ -34,7 +34,6 @@ static tpu_status_t lower_permute(tpu_lower_ctx_t* ctx) {
   int rank = tpu_lower_arg(ctx, 0)->type.rank;
   int64_t perm[TPU_HLO_MAX_RANK];
   for (int d = 0; d < rank; d++) perm[d] = d;
-  const char* name = tpu_lower_op_name(ctx);
   const tpu_lower_arg_t* a1 = tpu_lower_arg(ctx, 1);
   if (a1->kind == TPU_ARG_INTS) { /* permute(dims) */
     if (a1->num_ints != rank) return tpu_lower_decline(ctx, "permutation of the wrong length");
@@ -45,7 +44,6 @@ static tpu_status_t lower_permute(tpu_lower_ctx_t* ctx) {
   } else if (rank == 2) { /* t */
     perm[0] = 1, perm[1] = 0;
   }
-  (void)name;
   tpu_lower_set_output(ctx, 0, rank < 2 ? x : tpu_emit_transpose(b, x, perm));
   return NULL;
 }
@@ -264,13 +262,12 @@ static tpu_status_t lower_unfold(tpu_lower_ctx_t* ctx) {
  * scalar_tensor(value): the value (a constant of the graph) splatted over
  * the output. empty / empty_like / empty_strided / new_empty: zeros, so a
  * graph's results never depend on stale memory. In eager these run as
- * PyTorch's composites (allocate, then a fill op of the table). */
+ * PyTorch's composites (allocate, then a fill op of the table). A full
+ * row's data word: the value's argument index. */
 static tpu_status_t lower_full(tpu_lower_ctx_t* ctx) {
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
   tpu_hlo_type_t out = tpu_lower_output_type(ctx, 0);
-  const char* name = tpu_lower_op_name(ctx);
-  int value_arg = strstr(name, "scalar_tensor") ? 0 : 1;
-  tpu_hlo_value_t v = tpu_lower_scalar(ctx, value_arg, out.dtype);
+  tpu_hlo_value_t v = tpu_lower_scalar(ctx, (int)tpu_lower_data(ctx), out.dtype);
   tpu_lower_set_output(ctx, 0, tpu_emit_broadcast_to(b, v, &out));
   return NULL;
 }
@@ -305,8 +302,8 @@ const tpu_lowering_t tpu_lowerings_view_values[] = {
     {"unfold", lower_unfold, G},               {"unfold_copy", lower_unfold, G},
     {"view_as_complex", lower_view_as_complex, G}, {"view_as_real", lower_view_as_real, G},
     {"_conj", lower_conj, G},                  {"resolve_conj", lower_conj, G},
-    {"full", lower_full, G},                   {"full_like", lower_full, G},
-    {"scalar_tensor", lower_full, G},          {"empty", lower_empty, G},
+    {"full", lower_full, G, 1},                {"full_like", lower_full, G, 1},
+    {"scalar_tensor", lower_full, G, 0},       {"empty", lower_empty, G},
     {"empty_like", lower_empty, G},            {"empty_strided", lower_empty, G},
     {"new_empty", lower_empty, G},             {"new_empty_strided", lower_empty, G},
     /* a graph value has no layout of its own: the permutation only

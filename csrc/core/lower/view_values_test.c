@@ -1,3 +1,5 @@
+#include <string.h>
+
 #include "../testing.h"
 #include "lower_testing.h"
 
@@ -142,6 +144,21 @@ static void test_unfold(void) {
   free(r[0]);
 }
 
+/* _unsafe_view: a reshape, as view. */
+static void test_unsafe_view(void) {
+  int64_t d[2] = {2, 3}, od[3] = {3, 1, 2};
+  tpu_lower_arg_t args[2] = {tpu_test_tensor_arg(TPU_DTYPE_INT32, 2, d),
+                             {.kind = TPU_ARG_INTS, .num_ints = 3, .ints = {3, 1, 2}}};
+  int32_t x[6] = {1, 2, 3, 4, 5, 6};
+  const void* data[1] = {x};
+  tpu_hlo_type_t out = tpu_hlo_type_make(TPU_DTYPE_INT32, 3, od);
+  void* r[1];
+  CHECK_OK(tpu_test_run_op("aten::_unsafe_view", args, 2, NULL, data, &out, 1, r));
+  bool ok = memcmp(r[0], x, sizeof x) == 0;
+  free(r[0]);
+  CHECK(ok);
+}
+
 static void test_graph_only_rows_hidden_from_eager(void) {
   CHECK(tpu_lowering_find_row("aten::view") == NULL);
   CHECK(tpu_lowering_find("aten::permute") == NULL);
@@ -154,5 +171,5 @@ static void setup(void) {
 }
 
 TPU_TEST_MAIN(TPU_TEST(setup), TPU_TEST(test_permute_transpose_t), TPU_TEST(test_slice_select_split),
-              TPU_TEST(test_expand_and_to_copy), TPU_TEST(test_unfold),
+              TPU_TEST(test_expand_and_to_copy), TPU_TEST(test_unfold), TPU_TEST(test_unsafe_view),
               TPU_TEST(test_graph_only_rows_hidden_from_eager))
