@@ -208,13 +208,13 @@ static tpu_status_t lower_view_as_real(tpu_lower_ctx_t* ctx) {
 }
 
 /* _conj (a lazy conjugate view in eager; complex products' backward uses
- * it) and resolve_conj: in a graph, the conjugate's value (real tensors are
- * their own conjugate) and the value itself. */
+ * it) and resolve_conj (data 1): in a graph, the conjugate's value (real
+ * tensors are their own conjugate) and the value itself. */
 static tpu_status_t lower_conj(tpu_lower_ctx_t* ctx) {
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
   tpu_hlo_type_t t = tpu_lower_arg(ctx, 0)->type;
   tpu_hlo_value_t z = tpu_lower_tensor(ctx, 0);
-  if (!tpu_dtype_is_complex(t.dtype) || strcmp(tpu_lower_op_name(ctx), "resolve_conj") == 0) {
+  if (!tpu_dtype_is_complex(t.dtype) || tpu_lower_data(ctx)) {
     tpu_lower_set_output(ctx, 0, z);
     return NULL;
   }
@@ -301,7 +301,7 @@ const tpu_lowering_t tpu_lowerings_view_values[] = {
     {"as_strided", lower_as_strided, G},       {"as_strided_copy", lower_as_strided, G},
     {"unfold", lower_unfold, G},               {"unfold_copy", lower_unfold, G},
     {"view_as_complex", lower_view_as_complex, G}, {"view_as_real", lower_view_as_real, G},
-    {"_conj", lower_conj, G},                  {"resolve_conj", lower_conj, G},
+    {"_conj", lower_conj, G},                  {"resolve_conj", lower_conj, G, 1},
     {"full", lower_full, G, 1},                {"full_like", lower_full, G, 1},
     {"scalar_tensor", lower_full, G, 0},       {"empty", lower_empty, G},
     {"empty_like", lower_empty, G},            {"empty_strided", lower_empty, G},

@@ -159,6 +159,23 @@ static void test_unsafe_view(void) {
   CHECK(ok);
 }
 
+/* Graphs name ops "aten::resolve_conj": a value's resolve_conj is itself,
+ * _conj its conjugate. */
+static void test_conj_and_resolve_conj(void) {
+  int64_t d[1] = {2};
+  tpu_lower_arg_t args[1] = {tpu_test_tensor_arg(TPU_DTYPE_COMPLEX64, 1, d)};
+  float x[4] = {1, 2, 3, -4}, conj[4] = {1, -2, 3, 4};
+  const void* data[1] = {x};
+  tpu_hlo_type_t out = tpu_hlo_type_make(TPU_DTYPE_COMPLEX64, 1, d);
+  void* r[1];
+  CHECK_OK(tpu_test_run_op("aten::resolve_conj", args, 1, NULL, data, &out, 1, r));
+  CHECK(memcmp(r[0], x, sizeof x) == 0);
+  free(r[0]);
+  CHECK_OK(tpu_test_run_op("aten::_conj", args, 1, NULL, data, &out, 1, r));
+  CHECK(memcmp(r[0], conj, sizeof conj) == 0);
+  free(r[0]);
+}
+
 static void test_graph_only_rows_hidden_from_eager(void) {
   CHECK(tpu_lowering_find_row("aten::view") == NULL);
   CHECK(tpu_lowering_find("aten::permute") == NULL);
@@ -172,4 +189,4 @@ static void setup(void) {
 
 TPU_TEST_MAIN(TPU_TEST(setup), TPU_TEST(test_permute_transpose_t), TPU_TEST(test_slice_select_split),
               TPU_TEST(test_expand_and_to_copy), TPU_TEST(test_unfold), TPU_TEST(test_unsafe_view),
-              TPU_TEST(test_graph_only_rows_hidden_from_eager))
+              TPU_TEST(test_conj_and_resolve_conj), TPU_TEST(test_graph_only_rows_hidden_from_eager))
