@@ -4,7 +4,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernel.h"
 #include "rng.h"
 #include "runtime.h"
 #include "hlo/builder.h"
