@@ -201,12 +201,6 @@ static void append_function(tpu_strbuf_t* sb, const tpu_defer_op_t* op, int inde
   tpu_strbuf_append(sb, "\n");
 }
 
-static void append_type(tpu_strbuf_t* sb, const tpu_hlo_type_t* t) {
-  char text[256];
-  tpu_hlo_type_print(t, text, sizeof text);
-  tpu_strbuf_append(sb, text);
-}
-
 static void append_value(tpu_strbuf_t* sb, const trace_t* tr, int v) {
   const value_t* val = &tr->values[v];
   if (val->op < 0) {
@@ -245,12 +239,12 @@ static char* fused_text(const trace_t* tr, const int* kept, int num_kept, size_t
     if (tr->values[i].op >= 0) continue;
     if (tr->values[i].index) tpu_strbuf_append(&sb, ", ");
     tpu_strbuf_appendf(&sb, "%%arg%d: ", tr->values[i].index);
-    append_type(&sb, &tr->values[i].type);
+    tpu_hlo_type_append(&sb, &tr->values[i].type);
   }
   tpu_strbuf_append(&sb, ") -> (");
   for (int k = 0; k < num_kept; k++) {
     if (k) tpu_strbuf_append(&sb, ", ");
-    append_type(&sb, &tr->values[kept[k]].type);
+    tpu_hlo_type_append(&sb, &tr->values[kept[k]].type);
   }
   tpu_strbuf_append(&sb, ") {\n");
   for (int i = 0; i < tr->num_ops; i++) {
@@ -267,12 +261,12 @@ static char* fused_text(const trace_t* tr, const int* kept, int num_kept, size_t
     tpu_strbuf_appendf(&sb, ") {callee = @f%d} : (", fn[i]);
     for (int p = 0; p < op->num_params; p++) {
       if (p) tpu_strbuf_append(&sb, ", ");
-      append_type(&sb, &op->params[p]);
+      tpu_hlo_type_append(&sb, &op->params[p]);
     }
     tpu_strbuf_append(&sb, ") -> (");
     for (int r = 0; r < op->num_results; r++) {
       if (r) tpu_strbuf_append(&sb, ", ");
-      append_type(&sb, &op->results[r]);
+      tpu_hlo_type_append(&sb, &op->results[r]);
     }
     tpu_strbuf_append(&sb, ")\n");
   }
@@ -284,7 +278,7 @@ static char* fused_text(const trace_t* tr, const int* kept, int num_kept, size_t
   tpu_strbuf_append(&sb, ") : (");
   for (int k = 0; k < num_kept; k++) {
     if (k) tpu_strbuf_append(&sb, ", ");
-    append_type(&sb, &tr->values[kept[k]].type);
+    tpu_hlo_type_append(&sb, &tr->values[kept[k]].type);
   }
   tpu_strbuf_append(&sb, ") -> ()\n  }\n}\n");
   free(distinct);
@@ -656,11 +650,6 @@ static tpu_status_t settle_hook(tpu_storage_t* storage) {
 
 /* ---- record -------------------------------------------------------------- */
 
-static bool same_type(const tpu_hlo_type_t* a, const tpu_hlo_type_t* b) {
-  return a->dtype == b->dtype && a->rank == b->rank &&
-         memcmp(a->dims, b->dims, sizeof(int64_t) * (size_t)a->rank) == 0;
-}
-
 static int new_value(trace_t* tr, const tpu_hlo_type_t* type, int op, int index) {
   if (!GROW(tr->values, tr->num_values, tr->cap_values)) return -1;
   tr->values[tr->num_values] = (value_t){.type = *type, .op = op, .index = index};
@@ -735,7 +724,7 @@ tpu_status_t tpu_defer_record(int device, const tpu_defer_op_t* op,
   for (int p = 0; p < op->num_params; p++) {
     tpu_storage_t* s = params[p].storage;
     int v = s ? tpu_storage_defer_value(s) : -1;
-    if (v >= 0 && !same_type(&tr->values[v].type, &op->params[p])) {
+    if (v >= 0 && !tpu_hlo_type_equal(&tr->values[v].type, &op->params[p])) {
       status = flush_locked(tr, TPU_DEFER_BARRIER);
       break;
     }
@@ -743,7 +732,7 @@ tpu_status_t tpu_defer_record(int device, const tpu_defer_op_t* op,
   for (int r = 0; r < op->num_results && !status; r++) {
     /* Results written into a storage the run holds with another type. */
     int v = tpu_storage_defer_value(results[r]);
-    if (v >= 0 && !same_type(&tr->values[v].type, &op->results[r]))
+    if (v >= 0 && !tpu_hlo_type_equal(&tr->values[v].type, &op->results[r]))
       status = flush_locked(tr, TPU_DEFER_BARRIER);
   }
   int first_param = tr->num_params;

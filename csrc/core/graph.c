@@ -337,8 +337,7 @@ tpu_status_t tpu_graph_add_kernel(tpu_graph_t* g, const tpu_kernel_t* kernel, co
   for (int i = 0; i < np; i++) {
     in[i] = value_of(g, args[i]);
     tpu_hlo_type_t have = tpu_hlo_value_type(g->b, in[i]), want = tpu_kernel_param(kernel, i);
-    if (in[i].id < 0 || have.dtype != want.dtype || have.rank != want.rank ||
-        memcmp(have.dims, want.dims, sizeof(int64_t) * (size_t)want.rank) != 0) {
+    if (in[i].id < 0 || !tpu_hlo_type_equal(&have, &want)) {
       char h[128], w[128];
       tpu_hlo_type_print(&have, h, sizeof h);
       tpu_hlo_type_print(&want, w, sizeof w);

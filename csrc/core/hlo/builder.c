@@ -130,45 +130,6 @@ static bool sb_ok(tpu_hlo_builder_t* b, const tpu_strbuf_t* sb) {
 
 /* ---- types -------------------------------------------------------------- */
 
-tpu_hlo_type_t tpu_hlo_type_make(tpu_dtype_t dtype, int rank,
-                                 const int64_t* dims) {
-  tpu_hlo_type_t type;
-  memset(&type, 0, sizeof type);
-  type.dtype = dtype;
-  type.rank = rank;
-  /* An out-of-range rank is kept so the builder can report it; missing
-   * dims become -1, which the builder rejects. */
-  for (int i = 0; i < rank && i < TPU_HLO_MAX_RANK; i++) {
-    type.dims[i] = dims ? dims[i] : -1;
-  }
-  return type;
-}
-
-tpu_hlo_type_t tpu_hlo_type_scalar(tpu_dtype_t dtype) {
-  return tpu_hlo_type_make(dtype, 0, NULL);
-}
-
-void tpu_hlo_append_type_(tpu_strbuf_t* sb, const tpu_hlo_type_t* type) {
-  if (type->rank < 0 || type->rank > TPU_HLO_MAX_RANK) {
-    tpu_strbuf_appendf(sb, "<invalid rank %d>", type->rank);
-    return;
-  }
-  tpu_strbuf_append(sb, "tensor<");
-  for (int i = 0; i < type->rank; i++) {
-    tpu_strbuf_appendf(sb, "%lldx", (long long)type->dims[i]);
-  }
-  tpu_strbuf_append(sb, tpu_dtype_mlir(type->dtype));
-  tpu_strbuf_append(sb, ">");
-}
-
-void tpu_hlo_type_print(const tpu_hlo_type_t* type, char* out, size_t cap) {
-  if (!out || cap == 0) return;
-  tpu_strbuf_t sb = {0};
-  tpu_hlo_append_type_(&sb, type);
-  snprintf(out, cap, "%s", sb.failed || !sb.data ? "" : sb.data);
-  tpu_strbuf_free(&sb);
-}
-
 bool tpu_hlo_check_type_(tpu_hlo_builder_t* b, const tpu_hlo_type_t* type,
                          const char* what) {
   if (!tpu_dtype_is_valid(type->dtype)) {
@@ -322,7 +283,7 @@ static bool use_operands_of(tpu_hlo_builder_t* b, const char* what,
       b->plain_ops[plain].count++;
     }
     append_value_name(names, v);
-    tpu_hlo_append_type_(types, &v->type);
+    tpu_hlo_type_append(types, &v->type);
   }
   return sb_ok(b, names) && sb_ok(b, types);
 }
@@ -500,7 +461,7 @@ static void append_result_types(tpu_strbuf_t* sb, const tpu_hlo_type_t* types,
   if (n != 1) tpu_strbuf_append(sb, "(");
   for (int i = 0; i < n; i++) {
     if (i > 0) tpu_strbuf_append(sb, ", ");
-    tpu_hlo_append_type_(sb, &types[i]);
+    tpu_hlo_type_append(sb, &types[i]);
   }
   if (n != 1) tpu_strbuf_append(sb, ")");
 }
@@ -670,7 +631,7 @@ void tpu_hlo_block_begin(tpu_hlo_builder_t* b, const tpu_hlo_type_t* arg_types,
   for (int i = 0; i < num_args; i++) {
     int number = b->next_block_arg++;
     tpu_strbuf_appendf(sb, "%s%%b%d: ", i > 0 ? ", " : "", number);
-    tpu_hlo_append_type_(sb, &arg_types[i]);
+    tpu_hlo_type_append(sb, &arg_types[i]);
     tpu_hlo_value_t v =
         add_value(b, &arg_types[i], block, VALUE_BLOCK_ARG, number, -1);
     if (out_args) out_args[i] = v;
@@ -737,7 +698,7 @@ tpu_hlo_value_t tpu_hlo_arg(tpu_hlo_builder_t* b, tpu_hlo_type_t type,
   tpu_strbuf_t* sb = &b->signature;
   tpu_strbuf_appendf(sb, "%s%%arg%d: ", b->num_args > 0 ? ", " : "",
                      b->num_args);
-  tpu_hlo_append_type_(sb, &type);
+  tpu_hlo_type_append(sb, &type);
   if (attrs && *attrs) tpu_strbuf_appendf(sb, " {%s}", attrs);
   if (!sb_ok(b, sb)) return kInvalid;
   return add_value(b, &type, 0, VALUE_ARG, b->num_args++, -1);

@@ -285,35 +285,6 @@ static void test_value_used(void) {
   tpu_hlo_builder_destroy(b);
 }
 
-static void test_type_print(void) {
-  char text[64];
-  tpu_hlo_type_t t = t2(TPU_DTYPE_FLOAT32, 2, 3);
-  tpu_hlo_type_print(&t, text, sizeof text);
-  CHECK(strcmp(text, "tensor<2x3xf32>") == 0);
-  t = scalar(TPU_DTYPE_FLOAT32);
-  tpu_hlo_type_print(&t, text, sizeof text);
-  CHECK(strcmp(text, "tensor<f32>") == 0);
-  t = t2(TPU_DTYPE_FLOAT32, 0, 3);
-  tpu_hlo_type_print(&t, text, sizeof text);
-  CHECK(strcmp(text, "tensor<0x3xf32>") == 0);
-  const struct {
-    tpu_dtype_t dtype;
-    const char* text;
-  } kCases[] = {{TPU_DTYPE_BOOL, "tensor<i1>"},
-                {TPU_DTYPE_UINT8, "tensor<ui8>"},
-                {TPU_DTYPE_INT64, "tensor<i64>"},
-                {TPU_DTYPE_BFLOAT16, "tensor<bf16>"},
-                {TPU_DTYPE_COMPLEX64, "tensor<complex<f32>>"}};
-  for (size_t i = 0; i < sizeof kCases / sizeof kCases[0]; i++) {
-    t = scalar(kCases[i].dtype);
-    tpu_hlo_type_print(&t, text, sizeof text);
-    CHECK(strcmp(text, kCases[i].text) == 0);
-  }
-  t = t2(TPU_DTYPE_FLOAT32, 1000, 1000);
-  tpu_hlo_type_print(&t, text, 8); /* truncated, still terminated */
-  CHECK(strcmp(text, "tensor<") == 0);
-}
-
 /* Many ops: the text grows far past any initial buffer, nothing truncated. */
 static void test_long_program(void) {
   tpu_hlo_builder_t* b;
@@ -954,7 +925,7 @@ static void test_precision_config(void) {
 TPU_TEST_MAIN(TPU_TEST(test_golden_add), TPU_TEST(test_precision_config), TPU_TEST(test_golden_reduce),
               TPU_TEST(test_value_used),
               TPU_TEST(test_golden_sort_multi_result),
-              TPU_TEST(test_golden_nested_regions), TPU_TEST(test_type_print),
+              TPU_TEST(test_golden_nested_regions),
               TPU_TEST(test_long_program), TPU_TEST(test_half_bits),
               TPU_TEST(test_bfloat16_bits), TPU_TEST(test_float_literals),
               TPU_TEST(test_float_literals_round_trip),
