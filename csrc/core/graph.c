@@ -23,17 +23,6 @@ struct tpu_graph_s {
 
 static tpu_hlo_value_t invalid(void) { return (tpu_hlo_value_t){-1}; }
 
-static int64_t numel(const tpu_hlo_type_t* t) {
-  int64_t n = 1;
-  for (int d = 0; d < t->rank; d++) n *= t->dims[d];
-  return n;
-}
-
-static tpu_hlo_type_t flat_type(const tpu_hlo_type_t* t) {
-  int64_t n = numel(t);
-  return tpu_hlo_type_make(t->dtype, 1, &n);
-}
-
 static tpu_status_t oom(void) {
   return tpu_status_oom("building a graph");
 }
@@ -70,7 +59,8 @@ tpu_status_t tpu_graph_create(const tpu_hlo_type_t* input_types, int num_inputs,
     tpu_graph_destroy(g);
     return oom();
   }
-  for (int i = 0; i < num_inputs; i++) params[i] = tpu_hlo_arg(g->b, flat_type(&input_types[i]), NULL);
+  for (int i = 0; i < num_inputs; i++)
+    params[i] = tpu_hlo_arg(g->b, tpu_hlo_type_flat(&input_types[i]), NULL);
   if (with_rng) {
     int64_t two = 2;
     g->rng_state = tpu_hlo_arg(g->b, tpu_hlo_type_make(TPU_DTYPE_INT64, 1, &two), NULL);
@@ -259,7 +249,7 @@ tpu_status_t tpu_graph_finish(tpu_graph_t* g, const int* outputs, int num_output
                              i, outputs[i]);
     }
     tpu_hlo_type_t t = tpu_hlo_value_type(g->b, v);
-    int64_t n = numel(&t);
+    int64_t n = tpu_hlo_type_numel(&t);
     results[i] = tpu_emit_reshape(g->b, v, &n, 1);
   }
   if (g->with_rng) results[num_outputs] = g->rng_state;
@@ -287,7 +277,7 @@ tpu_status_t tpu_graph_run(tpu_program_t* program, int device, tpu_storage_t* co
   /* buffer_as settles deferred contents and retypes a storage last written
    * as another dtype; the usual case is a borrowed buffer as it is. */
   for (int i = 0; i < num_inputs && !s; i++) {
-    int64_t n = numel(&input_types[i]);
+    int64_t n = tpu_hlo_type_numel(&input_types[i]);
     s = tpu_storage_buffer_as(inputs[i], input_types[i].dtype, &n, 1, &args[i]);
   }
   tpu_storage_t* rng = NULL;

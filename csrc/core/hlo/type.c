@@ -27,6 +27,17 @@ bool tpu_hlo_type_equal(const tpu_hlo_type_t* a, const tpu_hlo_type_t* b) {
          memcmp(a->dims, b->dims, sizeof(int64_t) * (size_t)a->rank) == 0;
 }
 
+int64_t tpu_hlo_type_numel(const tpu_hlo_type_t* type) {
+  int64_t n = 1;
+  for (int d = 0; d < type->rank; d++) n *= type->dims[d];
+  return n;
+}
+
+tpu_hlo_type_t tpu_hlo_type_flat(const tpu_hlo_type_t* type) {
+  int64_t n = tpu_hlo_type_numel(type);
+  return tpu_hlo_type_make(type->dtype, 1, &n);
+}
+
 void tpu_hlo_type_append(tpu_strbuf_t* sb, const tpu_hlo_type_t* type) {
   if (type->rank < 0 || type->rank > TPU_HLO_MAX_RANK) {
     tpu_strbuf_appendf(sb, "<invalid rank %d>", type->rank);

@@ -29,6 +29,10 @@ tpu_hlo_type_t tpu_hlo_type_make(tpu_dtype_t dtype, int rank,
                                  const int64_t* dims);
 tpu_hlo_type_t tpu_hlo_type_scalar(tpu_dtype_t dtype);
 bool tpu_hlo_type_equal(const tpu_hlo_type_t* a, const tpu_hlo_type_t* b);
+int64_t tpu_hlo_type_numel(const tpu_hlo_type_t* type);
+/* The same elements as one dimension (how storages and flat programs hold
+ * them). */
+tpu_hlo_type_t tpu_hlo_type_flat(const tpu_hlo_type_t* type);
 
 /* Appends "tensor<2x3xf32>" to sb (strbuf.h). */
 struct tpu_strbuf_s;

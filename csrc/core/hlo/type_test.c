@@ -1,4 +1,4 @@
-/* Types as MLIR spells them, for every dtype family; equality. */
+/* Types as MLIR spells them, for every dtype family; sizes; equality. */
 #include "type.h"
 
 #include <string.h>
@@ -35,6 +35,14 @@ static void test_print(void) {
   CHECK(strcmp(text, "tensor<") == 0);
 }
 
+static void test_numel_and_flat(void) {
+  int64_t d23[2] = {2, 3};
+  tpu_hlo_type_t t = tpu_hlo_type_make(TPU_DTYPE_INT8, 2, d23), flat = tpu_hlo_type_flat(&t);
+  tpu_hlo_type_t s = tpu_hlo_type_scalar(TPU_DTYPE_INT8);
+  CHECK(tpu_hlo_type_numel(&t) == 6 && tpu_hlo_type_numel(&s) == 1);
+  CHECK(flat.dtype == TPU_DTYPE_INT8 && flat.rank == 1 && flat.dims[0] == 6);
+}
+
 /* Dims past the rank are not compared: types made by hand may leave them. */
 static void test_equal(void) {
   int64_t d23[2] = {2, 3}, d24[2] = {2, 4};
@@ -49,4 +57,4 @@ static void test_equal(void) {
   CHECK(!tpu_hlo_type_equal(&a, &b));
 }
 
-TPU_TEST_MAIN(TPU_TEST(test_print), TPU_TEST(test_equal))
+TPU_TEST_MAIN(TPU_TEST(test_print), TPU_TEST(test_numel_and_flat), TPU_TEST(test_equal))
