@@ -128,7 +128,7 @@ static bool sb_ok(tpu_hlo_builder_t* b, const tpu_strbuf_t* sb) {
   return !sb->failed;
 }
 
-/* ---- types -------------------------------------------------------------- */
+/* ---- checking types ----------------------------------------------------- */
 
 bool tpu_hlo_check_type_(tpu_hlo_builder_t* b, const tpu_hlo_type_t* type,
                          const char* what) {
@@ -226,22 +226,12 @@ static void append_value_name(tpu_strbuf_t* sb, const value_info_t* v) {
 }
 
 /* Checks that operands belong to b and are visible here, and prints
- * "%a, %b" into names and their types into types. */
-/* `plain`: the index of the plain @main op these are operands of (their use
- * counts only if the op's results do), or -1: a direct use. */
-static bool use_operands_of(tpu_hlo_builder_t* b, const char* what,
-                            const tpu_hlo_value_t* operands, int n,
-                            tpu_strbuf_t* names, tpu_strbuf_t* types, int plain);
-
+ * "%a, %b" into names and their types into types. `plain`: the index of
+ * the plain @main op these are operands of (their use counts only if the
+ * op's results do), or -1: a direct use. */
 static bool use_operands(tpu_hlo_builder_t* b, const char* what,
                          const tpu_hlo_value_t* operands, int n,
-                         tpu_strbuf_t* names, tpu_strbuf_t* types) {
-  return use_operands_of(b, what, operands, n, names, types, -1);
-}
-
-static bool use_operands_of(tpu_hlo_builder_t* b, const char* what,
-                            const tpu_hlo_value_t* operands, int n,
-                            tpu_strbuf_t* names, tpu_strbuf_t* types, int plain) {
+                         tpu_strbuf_t* names, tpu_strbuf_t* types, int plain) {
   if (n < 0 || (n > 0 && !operands)) {
     tpu_hlo_fail_(b, TPU_STATUS_INVALID_ARGUMENT,
                   "%s: %d operands with a %s array", what, n,
@@ -520,7 +510,7 @@ void tpu_hlo_op_multi(tpu_hlo_builder_t* b, const char* name,
     plain = b->num_plain_ops++;
     b->plain_ops[plain] = (plain_op_t){.first = b->num_operand_list, .count = 0};
   }
-  if (use_operands_of(b, name, operands, num_operands, &names, &types, plain)) {
+  if (use_operands(b, name, operands, num_operands, &names, &types, plain)) {
     int first_value = b->num_values;
     finish_op(b, f, b->next_result++, name, names.data ? names.data : "",
               types.data ? types.data : "", NULL, attrs, result_types,
@@ -580,7 +570,7 @@ void tpu_hlo_region_op_begin(tpu_hlo_builder_t* b, const char* name,
     }
   }
   if (!tpu_hlo_ok_(b) || !use_operands(b, name, operands, num_operands,
-                                       &f.operands, &f.operand_types)) {
+                                       &f.operands, &f.operand_types, -1)) {
     frame_free(&f);
     return;
   }
@@ -649,7 +639,7 @@ void tpu_hlo_block_return(tpu_hlo_builder_t* b, const tpu_hlo_value_t* values,
   frame_t* f = region_frame(b, kWhat, true);
   if (!f) return;
   tpu_strbuf_t names = {0}, types = {0};
-  if (use_operands(b, kWhat, values, num_values, &names, &types)) {
+  if (use_operands(b, kWhat, values, num_values, &names, &types, -1)) {
     tpu_strbuf_append_char(&f->text, ' ', (size_t)f->indent);
     tpu_strbuf_appendf(&f->text, "\"stablehlo.return\"(%s) : (%s) -> ()\n",
                        names.data ? names.data : "",
@@ -720,7 +710,7 @@ void tpu_hlo_return(tpu_hlo_builder_t* b, const tpu_hlo_value_t* values,
     return;
   }
   tpu_strbuf_t names = {0}, types = {0};
-  if (use_operands(b, kWhat, values, num_values, &names, &types)) {
+  if (use_operands(b, kWhat, values, num_values, &names, &types, -1)) {
     frame_t* f = &b->frames[0];
     tpu_strbuf_append_char(&f->text, ' ', (size_t)f->indent);
     tpu_strbuf_appendf(&f->text, "\"func.return\"(%s) : (%s) -> ()\n",
