@@ -212,6 +212,23 @@ static void append_value(tpu_strbuf_t* sb, const trace_t* tr, int v) {
   else tpu_strbuf_appendf(sb, "%%c%d#%d", val->op, val->index);
 }
 
+/* "%a, %b" for values vs[0..n) of the run, or (as_types) their types. */
+static void append_values(tpu_strbuf_t* sb, const trace_t* tr, const int* vs, int n,
+                          bool as_types) {
+  for (int i = 0; i < n; i++) {
+    if (i) tpu_strbuf_append(sb, ", ");
+    if (as_types) tpu_hlo_type_append(sb, &tr->values[vs[i]].type);
+    else append_value(sb, tr, vs[i]);
+  }
+}
+
+static void append_types(tpu_strbuf_t* sb, const tpu_hlo_type_t* types, int n) {
+  for (int i = 0; i < n; i++) {
+    if (i) tpu_strbuf_append(sb, ", ");
+    tpu_hlo_type_append(sb, &types[i]);
+  }
+}
+
 /* The fused module: each distinct op once as a function, @main calls them
  * in recorded order and returns the kept values. */
 static char* fused_text(const trace_t* tr, const int* kept, int num_kept, size_t* out_len) {
@@ -242,10 +259,7 @@ static char* fused_text(const trace_t* tr, const int* kept, int num_kept, size_t
     tpu_hlo_type_append(&sb, &tr->values[i].type);
   }
   tpu_strbuf_append(&sb, ") -> (");
-  for (int k = 0; k < num_kept; k++) {
-    if (k) tpu_strbuf_append(&sb, ", ");
-    tpu_hlo_type_append(&sb, &tr->values[kept[k]].type);
-  }
+  append_values(&sb, tr, kept, num_kept, true);
   tpu_strbuf_append(&sb, ") {\n");
   for (int i = 0; i < tr->num_ops; i++) {
     const op_rec_t* o = &tr->ops[i];
@@ -254,32 +268,17 @@ static char* fused_text(const trace_t* tr, const int* kept, int num_kept, size_t
     if (op->num_results == 1) tpu_strbuf_appendf(&sb, "%%c%d = ", i);
     else if (op->num_results > 1) tpu_strbuf_appendf(&sb, "%%c%d:%d = ", i, op->num_results);
     tpu_strbuf_append(&sb, "\"func.call\"(");
-    for (int p = 0; p < op->num_params; p++) {
-      if (p) tpu_strbuf_append(&sb, ", ");
-      append_value(&sb, tr, tr->params[o->first_param + p]);
-    }
+    append_values(&sb, tr, &tr->params[o->first_param], op->num_params, false);
     tpu_strbuf_appendf(&sb, ") {callee = @f%d} : (", fn[i]);
-    for (int p = 0; p < op->num_params; p++) {
-      if (p) tpu_strbuf_append(&sb, ", ");
-      tpu_hlo_type_append(&sb, &op->params[p]);
-    }
+    append_types(&sb, op->params, op->num_params);
     tpu_strbuf_append(&sb, ") -> (");
-    for (int r = 0; r < op->num_results; r++) {
-      if (r) tpu_strbuf_append(&sb, ", ");
-      tpu_hlo_type_append(&sb, &op->results[r]);
-    }
+    append_types(&sb, op->results, op->num_results);
     tpu_strbuf_append(&sb, ")\n");
   }
   tpu_strbuf_append(&sb, "    \"func.return\"(");
-  for (int k = 0; k < num_kept; k++) {
-    if (k) tpu_strbuf_append(&sb, ", ");
-    append_value(&sb, tr, kept[k]);
-  }
+  append_values(&sb, tr, kept, num_kept, false);
   tpu_strbuf_append(&sb, ") : (");
-  for (int k = 0; k < num_kept; k++) {
-    if (k) tpu_strbuf_append(&sb, ", ");
-    tpu_hlo_type_append(&sb, &tr->values[kept[k]].type);
-  }
+  append_values(&sb, tr, kept, num_kept, true);
   tpu_strbuf_append(&sb, ") -> ()\n  }\n}\n");
   free(distinct);
   free(fn);
