@@ -291,15 +291,9 @@ tpu_status_t tpu_graph_run(tpu_program_t* program, int device, tpu_storage_t* co
   tpu_runtime_set_op_label(NULL);
   if (s) goto done;
   for (int i = 0; i < num_outputs; i++) tpu_buffer_set_producer(results[i], "a compiled graph or kernel");
-  for (int i = 0; i < num_outputs; i++) {
-    tpu_status_t w = tpu_storage_set_buffer(outputs[i], results[i]);
+  for (int i = 0; i < nres; i++) { /* the outputs, then the generator state */
+    tpu_status_t w = tpu_storage_set_buffer(i < num_outputs ? outputs[i] : rng, results[i]);
     results[i] = NULL; /* the storage owns it, even on failure */
-    if (w && !s) s = w;
-    else tpu_status_free(w);
-  }
-  if (with_rng) {
-    tpu_status_t w = tpu_storage_set_buffer(rng, results[num_outputs]);
-    results[num_outputs] = NULL;
     if (w && !s) s = w;
     else tpu_status_free(w);
   }
