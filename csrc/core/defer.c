@@ -201,12 +201,6 @@ static void append_function(tpu_strbuf_t* sb, const tpu_defer_op_t* op, int inde
   tpu_strbuf_append(sb, "\n");
 }
 
-static void append_type(tpu_strbuf_t* sb, const tpu_hlo_type_t* t) {
-  char text[256];
-  tpu_hlo_type_print(t, text, sizeof text);
-  tpu_strbuf_append(sb, text);
-}
-
 static void append_value(tpu_strbuf_t* sb, const trace_t* tr, int v) {
   const value_t* val = &tr->values[v];
   if (val->op < 0) {
@@ -216,6 +210,23 @@ static void append_value(tpu_strbuf_t* sb, const trace_t* tr, int v) {
   const op_rec_t* o = &tr->ops[val->op];
   if (o->op->num_results == 1) tpu_strbuf_appendf(sb, "%%c%d", val->op);
   else tpu_strbuf_appendf(sb, "%%c%d#%d", val->op, val->index);
+}
+
+/* "%a, %b" for values vs[0..n) of the run, or (as_types) their types. */
+static void append_values(tpu_strbuf_t* sb, const trace_t* tr, const int* vs, int n,
+                          bool as_types) {
+  for (int i = 0; i < n; i++) {
+    if (i) tpu_strbuf_append(sb, ", ");
+    if (as_types) tpu_hlo_type_append(sb, &tr->values[vs[i]].type);
+    else append_value(sb, tr, vs[i]);
+  }
+}
+
+static void append_types(tpu_strbuf_t* sb, const tpu_hlo_type_t* types, int n) {
+  for (int i = 0; i < n; i++) {
+    if (i) tpu_strbuf_append(sb, ", ");
+    tpu_hlo_type_append(sb, &types[i]);
+  }
 }
 
 /* The fused module: each distinct op once as a function, @main calls them
@@ -245,13 +256,10 @@ static char* fused_text(const trace_t* tr, const int* kept, int num_kept, size_t
     if (tr->values[i].op >= 0) continue;
     if (tr->values[i].index) tpu_strbuf_append(&sb, ", ");
     tpu_strbuf_appendf(&sb, "%%arg%d: ", tr->values[i].index);
-    append_type(&sb, &tr->values[i].type);
+    tpu_hlo_type_append(&sb, &tr->values[i].type);
   }
   tpu_strbuf_append(&sb, ") -> (");
-  for (int k = 0; k < num_kept; k++) {
-    if (k) tpu_strbuf_append(&sb, ", ");
-    append_type(&sb, &tr->values[kept[k]].type);
-  }
+  append_values(&sb, tr, kept, num_kept, true);
   tpu_strbuf_append(&sb, ") {\n");
   for (int i = 0; i < tr->num_ops; i++) {
     const op_rec_t* o = &tr->ops[i];
@@ -260,32 +268,17 @@ static char* fused_text(const trace_t* tr, const int* kept, int num_kept, size_t
     if (op->num_results == 1) tpu_strbuf_appendf(&sb, "%%c%d = ", i);
     else if (op->num_results > 1) tpu_strbuf_appendf(&sb, "%%c%d:%d = ", i, op->num_results);
     tpu_strbuf_append(&sb, "\"func.call\"(");
-    for (int p = 0; p < op->num_params; p++) {
-      if (p) tpu_strbuf_append(&sb, ", ");
-      append_value(&sb, tr, tr->params[o->first_param + p]);
-    }
+    append_values(&sb, tr, &tr->params[o->first_param], op->num_params, false);
     tpu_strbuf_appendf(&sb, ") {callee = @f%d} : (", fn[i]);
-    for (int p = 0; p < op->num_params; p++) {
-      if (p) tpu_strbuf_append(&sb, ", ");
-      append_type(&sb, &op->params[p]);
-    }
+    append_types(&sb, op->params, op->num_params);
     tpu_strbuf_append(&sb, ") -> (");
-    for (int r = 0; r < op->num_results; r++) {
-      if (r) tpu_strbuf_append(&sb, ", ");
-      append_type(&sb, &op->results[r]);
-    }
+    append_types(&sb, op->results, op->num_results);
     tpu_strbuf_append(&sb, ")\n");
   }
   tpu_strbuf_append(&sb, "    \"func.return\"(");
-  for (int k = 0; k < num_kept; k++) {
-    if (k) tpu_strbuf_append(&sb, ", ");
-    append_value(&sb, tr, kept[k]);
-  }
+  append_values(&sb, tr, kept, num_kept, false);
   tpu_strbuf_append(&sb, ") : (");
-  for (int k = 0; k < num_kept; k++) {
-    if (k) tpu_strbuf_append(&sb, ", ");
-    append_type(&sb, &tr->values[kept[k]].type);
-  }
+  append_values(&sb, tr, kept, num_kept, true);
   tpu_strbuf_append(&sb, ") -> ()\n  }\n}\n");
   free(distinct);
   free(fn);
@@ -656,11 +649,6 @@ static tpu_status_t settle_hook(tpu_storage_t* storage) {
 
 /* ---- record -------------------------------------------------------------- */
 
-static bool same_type(const tpu_hlo_type_t* a, const tpu_hlo_type_t* b) {
-  return a->dtype == b->dtype && a->rank == b->rank &&
-         memcmp(a->dims, b->dims, sizeof(int64_t) * (size_t)a->rank) == 0;
-}
-
 static int new_value(trace_t* tr, const tpu_hlo_type_t* type, int op, int index) {
   if (!GROW(tr->values, tr->num_values, tr->cap_values)) return -1;
   tr->values[tr->num_values] = (value_t){.type = *type, .op = op, .index = index};
@@ -735,7 +723,7 @@ tpu_status_t tpu_defer_record(int device, const tpu_defer_op_t* op,
   for (int p = 0; p < op->num_params; p++) {
     tpu_storage_t* s = params[p].storage;
     int v = s ? tpu_storage_defer_value(s) : -1;
-    if (v >= 0 && !same_type(&tr->values[v].type, &op->params[p])) {
+    if (v >= 0 && !tpu_hlo_type_equal(&tr->values[v].type, &op->params[p])) {
       status = flush_locked(tr, TPU_DEFER_BARRIER);
       break;
     }
@@ -743,7 +731,7 @@ tpu_status_t tpu_defer_record(int device, const tpu_defer_op_t* op,
   for (int r = 0; r < op->num_results && !status; r++) {
     /* Results written into a storage the run holds with another type. */
     int v = tpu_storage_defer_value(results[r]);
-    if (v >= 0 && !same_type(&tr->values[v].type, &op->results[r]))
+    if (v >= 0 && !tpu_hlo_type_equal(&tr->values[v].type, &op->results[r]))
       status = flush_locked(tr, TPU_DEFER_BARRIER);
   }
   int first_param = tr->num_params;

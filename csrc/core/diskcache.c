@@ -18,65 +18,6 @@
 #include "metrics.h"
 #include "version.h"
 
-/* ---- hashes ------------------------------------------------------------------
- * XXH64 (the public xxHash algorithm, written out here) for checksums and half
- * of each key; FNV-1a for the other half, so a key is two unrelated 64-bit
- * hashes. Words are read little-endian as stored on the x86 and Arm hosts we
- * run on. */
-
-static const uint64_t kP1 = 0x9E3779B185EBCA87ull, kP2 = 0xC2B2AE3D27D4EB4Full,
-                      kP3 = 0x165667B19E3779F9ull, kP4 = 0x85EBCA77C2B2AE63ull,
-                      kP5 = 0x27D4EB2F165667C5ull;
-
-static uint64_t rotl64(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
-
-static uint64_t load64(const uint8_t* p) {
-  uint64_t v;
-  memcpy(&v, p, 8);
-  return v;
-}
-
-static uint64_t xxh_round(uint64_t acc, uint64_t input) {
-  return rotl64(acc + input * kP2, 31) * kP1;
-}
-
-static uint64_t xxh_merge(uint64_t acc, uint64_t v) {
-  return (acc ^ xxh_round(0, v)) * kP1 + kP4;
-}
-
-static uint64_t xxh64(const void* data, size_t len, uint64_t seed) {
-  const uint8_t* p = data;
-  const uint8_t* end = p + len;
-  uint64_t h;
-  if (len >= 32) {
-    uint64_t v1 = seed + kP1 + kP2, v2 = seed + kP2, v3 = seed, v4 = seed - kP1;
-    for (; p + 32 <= end; p += 32) {
-      v1 = xxh_round(v1, load64(p));
-      v2 = xxh_round(v2, load64(p + 8));
-      v3 = xxh_round(v3, load64(p + 16));
-      v4 = xxh_round(v4, load64(p + 24));
-    }
-    h = rotl64(v1, 1) + rotl64(v2, 7) + rotl64(v3, 12) + rotl64(v4, 18);
-    h = xxh_merge(xxh_merge(xxh_merge(xxh_merge(h, v1), v2), v3), v4);
-  } else {
-    h = seed + kP5;
-  }
-  h += len;
-  for (; p + 8 <= end; p += 8) h = rotl64(h ^ xxh_round(0, load64(p)), 27) * kP1 + kP4;
-  if (p + 4 <= end) {
-    uint32_t w;
-    memcpy(&w, p, 4);
-    h = rotl64(h ^ (uint64_t)w * kP1, 23) * kP2 + kP3;
-    p += 4;
-  }
-  for (; p < end; p++) h = rotl64(h ^ *p * kP5, 11) * kP1;
-  h ^= h >> 33;
-  h *= kP2;
-  h ^= h >> 29;
-  h *= kP3;
-  return h ^ (h >> 32);
-}
-
 /* ---- keys ------------------------------------------------------------------- */
 
 static uint8_t* put_field(uint8_t* out, const void* data, size_t len) {
@@ -104,20 +45,20 @@ void tpu_diskcache_key_make(const char* mlir, size_t mlir_len,
   if (buffer) {
     uint8_t* at = buffer;
     for (size_t i = 0; i < 5; i++) at = put_field(at, fields[i], lens[i]);
-    a = xxh64(buffer, total, 0);
+    a = tpu_hash_xxh64(buffer, total, 0);
     b = tpu_hash_fnv1a(buffer, total);
-    out_key->check[0] = xxh64(buffer, total, kCheckSeeds[0]);
-    out_key->check[1] = xxh64(buffer, total, kCheckSeeds[1]);
+    out_key->check[0] = tpu_hash_xxh64(buffer, total, kCheckSeeds[0]);
+    out_key->check[1] = tpu_hash_xxh64(buffer, total, kCheckSeeds[1]);
     free(buffer);
   } else {
     /* Out of memory: hash the fields one by one (still deterministic). */
     a = b = 0;
     uint64_t c0 = kCheckSeeds[0], c1 = kCheckSeeds[1];
     for (size_t i = 0; i < 5; i++) {
-      a = xxh64(fields[i], lens[i], a + lens[i]);
+      a = tpu_hash_xxh64(fields[i], lens[i], a + lens[i]);
       b = b * 31 + tpu_hash_fnv1a(fields[i], lens[i]) + lens[i];
-      c0 = xxh64(fields[i], lens[i], c0 + lens[i]);
-      c1 = xxh64(fields[i], lens[i], c1 ^ lens[i]);
+      c0 = tpu_hash_xxh64(fields[i], lens[i], c0 + lens[i]);
+      c1 = tpu_hash_xxh64(fields[i], lens[i], c1 ^ lens[i]);
     }
     out_key->check[0] = c0;
     out_key->check[1] = c1;
@@ -198,9 +139,9 @@ static void encode_header(uint8_t header[HEADER_LEN],
   put_u32(header + 12, HEADER_LEN);
   memcpy(header + 16, key->hex, TPU_DISKCACHE_KEY_HEX);
   put_u64(header + 48, len);
-  put_u64(header + 56, xxh64(payload, len, 0));
+  put_u64(header + 56, tpu_hash_xxh64(payload, len, 0));
   put_u64(header + 64, (uint64_t)compile_ns);
-  put_u64(header + 72, xxh64(header, 72, 0));
+  put_u64(header + 72, tpu_hash_xxh64(header, 72, 0));
 }
 
 /* ---- one directory ------------------------------------------------------------ */
@@ -340,7 +281,7 @@ static bool header_valid(const uint8_t header[HEADER_LEN],
                          const tpu_diskcache_key_t* key, off_t file_size) {
   return memcmp(header, MAGIC, 8) == 0 && get_u32(header + 8) == FORMAT_VERSION &&
          get_u32(header + 12) == HEADER_LEN &&
-         get_u64(header + 72) == xxh64(header, 72, 0) &&
+         get_u64(header + 72) == tpu_hash_xxh64(header, 72, 0) &&
          memcmp(header + 16, key->hex, TPU_DISKCACHE_KEY_HEX) == 0 &&
          get_u64(header + 48) == (uint64_t)(file_size - HEADER_LEN);
 }
@@ -372,7 +313,7 @@ bool tpu_diskcache_read(tpu_diskcache_t* cache, const tpu_diskcache_key_t* key,
     return false;
   }
   ok = ok && read_all(fd, payload, len, HEADER_LEN) &&
-       xxh64(payload, len, 0) == get_u64(header + 56);
+       tpu_hash_xxh64(payload, len, 0) == get_u64(header + 56);
   if (ok && (get_u64(payload) != key->check[0] || get_u64(payload + 8) != key->check[1])) {
     /* Sound, but another program's executable. */
     TPU_METRICS_BUMP("cache_entries_foreign", 1);

@@ -18,157 +18,6 @@
 #include "rng.h"
 #include "runtime.h"
 
-/* ---- keys ---------------------------------------------------------------- */
-
-typedef struct {
-  uint8_t* data;
-  size_t len, cap;
-  bool failed;
-  bool on_stack; /* data is the caller's buffer, not malloc'd */
-} keybuf_t;
-
-static void key_grow_put(keybuf_t* k, const void* p, size_t n);
-
-/* Appends bytes to the key; the common case (room left) stays inline. */
-static inline void key_put(keybuf_t* k, const void* p, size_t n) {
-  if (k->len + n <= k->cap) {
-    memcpy(k->data + k->len, p, n);
-    k->len += n;
-    return;
-  }
-  key_grow_put(k, p, n);
-}
-
-static void key_grow_put(keybuf_t* k, const void* p, size_t n) {
-  if (k->failed) return;
-  {
-    size_t cap = k->cap ? k->cap * 2 : 512;
-    while (cap < k->len + n) cap *= 2;
-    uint8_t* grown = k->on_stack ? malloc(cap) : realloc(k->data, cap);
-    if (!grown) {
-      k->failed = true;
-      return;
-    }
-    if (k->on_stack) memcpy(grown, k->data, k->len);
-    k->on_stack = false;
-    k->data = grown;
-    k->cap = cap;
-  }
-  memcpy(k->data + k->len, p, n);
-  k->len += n;
-}
-#define KEY_PUT(k, v) key_put((k), &(v), sizeof(v))
-
-/* Distinct storages of a call, in first-use order (args, then lists).
- * Calls with few storages (nearly all) keep them on the stack: this runs
- * twice per op on the dispatch path. */
-#define SLOTS_INLINE 32
-typedef struct {
-  int count;
-  tpu_storage_t** storages;
-  tpu_dtype_t* dtypes;
-  int64_t* numels;
-  bool conflict; /* one storage viewed with two element types */
-  tpu_storage_t* inline_storages[SLOTS_INLINE];
-  tpu_dtype_t inline_dtypes[SLOTS_INLINE];
-  int64_t inline_numels[SLOTS_INLINE];
-} slots_t;
-
-static int slot_of(slots_t* s, const tpu_eager_tensor_t* t) {
-  for (int i = 0; i < s->count; i++) {
-    if (s->storages[i] == t->storage) {
-      if (s->dtypes[i] != t->view.dtype) s->conflict = true;
-      return i;
-    }
-  }
-  s->storages[s->count] = t->storage;
-  s->dtypes[s->count] = t->view.dtype;
-  s->numels[s->count] = t->storage_numel;
-  return s->count++;
-}
-
-static bool slots_init(slots_t* s, const tpu_eager_call_t* call) {
-  int max = call->num_args + call->num_list + 1;
-  s->count = 0;
-  s->conflict = false;
-  if (max <= SLOTS_INLINE) {
-    s->storages = s->inline_storages;
-    s->dtypes = s->inline_dtypes;
-    s->numels = s->inline_numels;
-    return true;
-  }
-  s->storages = malloc(sizeof *s->storages * (size_t)max);
-  s->dtypes = malloc(sizeof *s->dtypes * (size_t)max);
-  s->numels = malloc(sizeof *s->numels * (size_t)max);
-  return s->storages && s->dtypes && s->numels;
-}
-
-static void slots_free(slots_t* s) {
-  if (s->storages == s->inline_storages) return;
-  free(s->storages);
-  free(s->dtypes);
-  free(s->numels);
-}
-
-static void key_tensor(keybuf_t* k, slots_t* s, const tpu_eager_tensor_t* t) {
-  int slot = slot_of(s, t);
-  KEY_PUT(k, slot);
-  KEY_PUT(k, t->storage_numel);
-  KEY_PUT(k, t->view.dtype);
-  KEY_PUT(k, t->view.rank);
-  key_put(k, t->view.sizes, sizeof(int64_t) * (size_t)t->view.rank);
-  key_put(k, t->view.strides, sizeof(int64_t) * (size_t)t->view.rank);
-  KEY_PUT(k, t->view.offset);
-}
-
-/* Only the slots (execution needs them, not the key). */
-static void collect_slots(const tpu_eager_call_t* call, slots_t* s) {
-  for (int i = 0; i < call->num_args; i++) {
-    const tpu_eager_arg_t* a = &call->args[i];
-    if (a->lower.kind == TPU_ARG_TENSOR) slot_of(s, &a->tensor);
-    else if (a->lower.kind == TPU_ARG_TENSORS)
-      for (int j = 0; j < a->lower.num_tensors; j++) slot_of(s, &call->list[a->list_start + j]);
-  }
-}
-
-/* The key of a call; also fills `slots`. */
-static void build_key(const tpu_eager_call_t* call, keybuf_t* k, slots_t* s) {
-  key_put(k, call->op_name, strlen(call->op_name) + 1);
-  KEY_PUT(k, call->state);
-  KEY_PUT(k, call->precision);
-  KEY_PUT(k, call->num_args);
-  for (int i = 0; i < call->num_args; i++) {
-    const tpu_eager_arg_t* a = &call->args[i];
-    const tpu_lower_arg_t* l = &a->lower;
-    KEY_PUT(k, l->kind);
-    switch (l->kind) {
-      case TPU_ARG_TENSOR: key_tensor(k, s, &a->tensor); break;
-      case TPU_ARG_TENSORS:
-        KEY_PUT(k, l->num_tensors);
-        for (int j = 0; j < l->num_tensors; j++) key_tensor(k, s, &call->list[a->list_start + j]);
-        /* An optional list's positions (x[a] vs x[:, a]) change the program. */
-        KEY_PUT(k, l->num_ints);
-        key_put(k, l->ints, sizeof(int64_t) * (size_t)l->num_ints);
-        break;
-      case TPU_ARG_SCALAR:
-        KEY_PUT(k, l->type.dtype);
-        KEY_PUT(k, l->wrapped_number);
-        break;
-      case TPU_ARG_SCALARS: KEY_PUT(k, l->num_tensors); break;
-      case TPU_ARG_INT:
-      case TPU_ARG_BOOL: KEY_PUT(k, l->i); break;
-      case TPU_ARG_FLOAT: KEY_PUT(k, l->f); break;
-      case TPU_ARG_INTS:
-        KEY_PUT(k, l->num_ints);
-        key_put(k, l->ints, sizeof(int64_t) * (size_t)l->num_ints);
-        break;
-      case TPU_ARG_DTYPE: KEY_PUT(k, l->dtype); break;
-      case TPU_ARG_STRING: key_put(k, l->str, strlen(l->str) + 1); break;
-      default: break;
-    }
-  }
-}
-
 /* ---- cache --------------------------------------------------------------- */
 
 struct tpu_eager_entry_s {
@@ -183,18 +32,19 @@ struct tpu_eager_entry_s {
   tpu_program_t* program;
   int num_outputs;
   tpu_eager_output_t* outputs;
-  int num_slots;
   int num_written;   /* program results 0..num_written-1: new flat storages */
   int* written_slot; /* which slot each of those replaces */
   /* Slots the program never reads (a whole overwrite: fill_, zero_, copy_,
    * out= of the full size): contents that were lost or failed are no
    * input of it, so such an op repairs the storage. */
   bool* slot_unread;
-  int num_fresh;     /* then one result per fresh output, in output order */
-  bool needs_rng;    /* then the new generator state */
+  /* Then one result per fresh output, in output order; then, with
+   * needs_rng, the new generator state. */
+  bool needs_rng;
   /* The module, kept for DeferAndFuse (runs are fused from their ops'
    * modules) and for compiling on first Strict use after a program cache
-   * clear. defer_op points into these. */
+   * clear. defer_op points into these; its parameter and result counts
+   * size Strict's argument lists too. */
   char* text;
   size_t text_len;
   unsigned program_generation;
@@ -215,7 +65,7 @@ static tpu_eager_entry_t* _Atomic g_buckets[BUCKETS];
 static size_t g_count;
 
 
-static tpu_eager_entry_t* find(const keybuf_t* k, uint64_t h) {
+static tpu_eager_entry_t* find(const tpu_eager_key_t* k, uint64_t h) {
   for (tpu_eager_entry_t* e = atomic_load_explicit(&g_buckets[h % BUCKETS], memory_order_acquire);
        e; e = e->next)
     if (e->hash == h && e->key_len == k->len && memcmp(e->key, k->data, k->len) == 0) return e;
@@ -224,21 +74,14 @@ static tpu_eager_entry_t* find(const keybuf_t* k, uint64_t h) {
 
 tpu_eager_entry_t* tpu_eager_lookup(const tpu_eager_call_t* call) {
   uint8_t stack_key[1024];
-  keybuf_t k = {.data = stack_key, .cap = sizeof stack_key, .on_stack = true};
-  slots_t s;
-  if (!slots_init(&s, call)) {
-    slots_free(&s);
+  tpu_eager_key_t k;
+  tpu_status_t status = tpu_eager_call_key(call, stack_key, sizeof stack_key, &k);
+  tpu_eager_entry_t* e = status ? NULL : find(&k, tpu_hash_bytes(k.data, k.len));
+  tpu_eager_key_free(&k);
+  if (status) { /* out of memory: a miss, and the compile will say */
+    tpu_status_free(status);
     return NULL;
   }
-  build_key(call, &k, &s);
-  slots_free(&s);
-  if (k.failed) {
-    if (!k.on_stack) free(k.data);
-    return NULL;
-  }
-  uint64_t h = tpu_hash_bytes(k.data, k.len);
-  tpu_eager_entry_t* e = find(&k, h);
-  if (!k.on_stack) free(k.data);
   if (e) TPU_METRICS_BUMP("eager_cache_hits", 1);
   else TPU_METRICS_BUMP("eager_cache_misses", 1);
   return e;
@@ -279,19 +122,14 @@ static tpu_status_t entry_program(tpu_eager_entry_t* e, tpu_program_t** out) {
 
 /* Inserts e under the call's key (or returns the entry already there). */
 static tpu_eager_entry_t* insert(const tpu_eager_call_t* call, tpu_eager_entry_t* e) {
-  keybuf_t k = {0};
-  slots_t s;
-  if (!slots_init(&s, call)) {
-    slots_free(&s);
+  tpu_eager_key_t k;
+  tpu_status_t status = tpu_eager_call_key(call, NULL, 0, &k);
+  if (status) {
+    tpu_status_free(status);
+    tpu_eager_key_free(&k);
     return e; /* uncached but usable */
   }
-  build_key(call, &k, &s);
-  slots_free(&s);
-  if (k.failed) {
-    free(k.data);
-    return e;
-  }
-  e->key = k.data;
+  e->key = k.data; /* malloc'd (no buffer given): the entry's now */
   e->key_len = k.len;
   e->hash = tpu_hash_bytes(k.data, k.len);
   pthread_mutex_lock(&g_lock);
@@ -376,41 +214,6 @@ static bool is_runtime_scalar(const tpu_eager_arg_t* a) {
   return a->lower.kind == TPU_ARG_SCALAR || a->lower.kind == TPU_ARG_SCALARS;
 }
 
-static int count_scalars(const tpu_eager_call_t* call) {
-  int n = 0;
-  for (int i = 0; i < call->num_args; i++) n += is_runtime_scalar(&call->args[i]);
-  return n;
-}
-
-/* Fills e->defer_op: the module's parameter types (flat storages, scalars,
- * generator state) and result types (written storages, fresh outputs,
- * generator state), as the builder declared them. */
-static tpu_status_t describe_for_defer(tpu_eager_entry_t* e, const tpu_eager_call_t* call,
-                                       const slots_t* s, const tpu_hlo_builder_t* b,
-                                       const tpu_hlo_value_t* results, int nres) {
-  int np = s->count + count_scalars(call) + (e->needs_rng ? 1 : 0);
-  e->param_types = calloc((size_t)np + 1, sizeof *e->param_types);
-  e->result_types = calloc((size_t)nres + 1, sizeof *e->result_types);
-  if (!e->param_types || !e->result_types)
-    return tpu_status_oom(NULL);
-  int k = 0;
-  for (int i = 0; i < s->count; i++)
-    e->param_types[k++] = tpu_hlo_type_make(s->dtypes[i], 1, &s->numels[i]);
-  for (int i = 0; i < call->num_args; i++)
-    if (is_runtime_scalar(&call->args[i])) e->param_types[k++] = call->args[i].lower.type;
-  if (e->needs_rng) {
-    int64_t two = 2;
-    e->param_types[k++] = tpu_hlo_type_make(TPU_DTYPE_INT64, 1, &two);
-  }
-  for (int r = 0; r < nres; r++) e->result_types[r] = tpu_hlo_value_type(b, results[r]);
-  e->name = strdup(call->op_name);
-  if (!e->name) return tpu_status_oom(NULL);
-  e->defer_op = (tpu_defer_op_t){.name = e->name, .text = e->text, .len = e->text_len,
-                                 .num_params = np, .params = e->param_types,
-                                 .num_results = nres, .results = e->result_types};
-  return NULL;
-}
-
 static const tpu_eager_tensor_t* output_target(const tpu_eager_call_t* call,
                                                const tpu_eager_output_t* o) {
   const tpu_eager_arg_t* a = &call->args[o->alias_arg];
@@ -418,80 +221,13 @@ static const tpu_eager_tensor_t* output_target(const tpu_eager_call_t* call,
   return &a->tensor;
 }
 
-/* TORCHTPU_LOG=recompiles: one part per key component of the call. */
-static void shape_text(char* out, size_t cap, tpu_dtype_t dtype, const int64_t* dims, int rank) {
-  size_t n = (size_t)snprintf(out, cap, "%s[", tpu_dtype_name(dtype));
-  for (int d = 0; d < rank && n < cap; d++)
-    n += (size_t)snprintf(out + n, cap - n, d ? ",%lld" : "%lld", (long long)dims[d]);
-  if (n < cap) snprintf(out + n, cap - n, "]");
-}
-
-static void tensor_text(char* out, size_t cap, const tpu_eager_tensor_t* t) {
-  char shape[160], strides[160];
-  shape_text(shape, sizeof shape, t->view.dtype, t->view.sizes, t->view.rank);
-  size_t n = 0;
-  strides[0] = 0;
-  for (int d = 0; d < t->view.rank && n < sizeof strides; d++)
-    n += (size_t)snprintf(strides + n, sizeof strides - n, d ? ",%lld" : "%lld",
-                          (long long)t->view.strides[d]);
-  snprintf(out, cap, "%s strides [%s] offset %lld of %lld", shape, strides,
-           (long long)t->view.offset, (long long)t->storage_numel);
-}
-
+/* TORCHTPU_LOG=recompiles: which part of the key changed since the op's
+ * last compile. */
 static void log_recompile(const tpu_eager_call_t* call) {
-  enum { kMaxParts = 64, kPart = 400 };
-  int n = call->num_args < kMaxParts ? call->num_args : kMaxParts;
-  char* texts = calloc((size_t)n + 1, kPart);
-  const char* parts[kMaxParts];
-  if (!texts) return;
-  for (int i = 0; i < n; i++) {
-    char* out = texts + (size_t)i * kPart;
-    const tpu_eager_arg_t* a = &call->args[i];
-    const tpu_lower_arg_t* l = &a->lower;
-    char body[kPart - 16];
-    body[0] = 0;
-    switch (l->kind) {
-      case TPU_ARG_TENSOR: tensor_text(body, sizeof body, &a->tensor); break;
-      case TPU_ARG_TENSORS: {
-        size_t m = (size_t)snprintf(body, sizeof body, "%d tensors", l->num_tensors);
-        for (int j = 0; j < l->num_tensors && m < sizeof body; j++) {
-          char one[200];
-          tensor_text(one, sizeof one, &call->list[a->list_start + j]);
-          m += (size_t)snprintf(body + m, sizeof body - m, "; %s", one);
-        }
-        break;
-      }
-      case TPU_ARG_SCALAR:
-        snprintf(body, sizeof body, "scalar %s", tpu_dtype_name(l->type.dtype));
-        break;
-      case TPU_ARG_SCALARS: snprintf(body, sizeof body, "%d scalars", l->num_tensors); break;
-      case TPU_ARG_INT:
-      case TPU_ARG_BOOL: snprintf(body, sizeof body, "%lld", (long long)l->i); break;
-      case TPU_ARG_FLOAT: snprintf(body, sizeof body, "%.17g", l->f); break;
-      case TPU_ARG_INTS: {
-        size_t m = (size_t)snprintf(body, sizeof body, "[");
-        for (int j = 0; j < l->num_ints && m < sizeof body; j++)
-          m += (size_t)snprintf(body + m, sizeof body - m, j ? ",%lld" : "%lld",
-                                (long long)l->ints[j]);
-        if (m < sizeof body) snprintf(body + m, sizeof body - m, "]");
-        break;
-      }
-      case TPU_ARG_DTYPE: snprintf(body, sizeof body, "dtype %s", tpu_dtype_name(l->dtype)); break;
-      case TPU_ARG_STRING: snprintf(body, sizeof body, "'%s'", l->str); break;
-      case TPU_ARG_NONE: snprintf(body, sizeof body, "None"); break;
-      default: snprintf(body, sizeof body, "-"); break;
-    }
-    snprintf(out, kPart, "arg %d: %s", i, body);
-    parts[i] = out;
-  }
-  /* The global settings of the key (texts has room for one more part). */
-  static const char* const kPrecision[] = {"unset", "medium", "high", "highest"};
-  char* settings = texts + (size_t)n * kPart;
-  snprintf(settings, kPart, "settings: matmul precision %s, state 0x%x",
-           (unsigned)call->precision < 4 ? kPrecision[call->precision] : "?", (unsigned)call->state);
-  parts[n < kMaxParts ? n : kMaxParts - 1] = settings;
-  if (n < kMaxParts) n++;
-  char* change = tpu_recompile_note(call->op_name, parts, n);
+  const char* parts[TPU_EAGER_CALL_MAX_PARTS];
+  int n = 0;
+  char* texts = tpu_eager_call_describe(call, parts, &n);
+  char* change = texts ? tpu_recompile_note(call->op_name, parts, n) : NULL;
   if (change) fprintf(stderr, "torchtpu: recompile %s: %s\n", call->op_name, change);
   free(change);
   free(texts);
@@ -499,20 +235,22 @@ static void log_recompile(const tpu_eager_call_t* call) {
 
 /* ---- compiling a call ---------------------------------------------------- */
 
-/* One compile's working state. Its arrays live in `arena`, freed once when
- * the compile ends, whatever happened; only `e`, the entry being filled,
- * and e's fields are malloc'd: the cache keeps them. */
+/* One compile's working state. Its arrays live in `arena` (the slots keep
+ * their own), freed once when the compile ends, whatever happened; only
+ * `e`, the entry being filled, and e's fields outlive it: the cache keeps
+ * them. */
 typedef struct {
   const tpu_eager_call_t* call;
   const tpu_eager_output_t* outputs; /* as the caller planned them */
   int num_outputs;
   tpu_arena_t arena;
-  slots_t slots;  /* the call's storages, computed once */
+  tpu_eager_slots_t slots; /* the call's storages, computed once */
   int* arg_slot;  /* per argument: its tensor's slot, -1 for other kinds */
   int* list_slot; /* per list tensor: its slot */
   tpu_eager_entry_t* e;
   tpu_hlo_builder_t* b;
-  tpu_hlo_value_t* slot_args;   /* the storages' parameters */
+  tpu_hlo_value_t* params;      /* @main's, in order: slot i's is params[i] */
+  int num_params;
   tpu_hlo_value_t* slot_values; /* each storage's latest flat value */
   /* The lowering's operands and outputs, laid out as tpu_lower_ctx_t's. */
   tpu_hlo_value_t* arg_values;
@@ -534,25 +272,9 @@ typedef struct {
 /* The call's storage slots, in the key's order. Each tensor's slot is kept,
  * so reading operands and writing outputs never search for it again. */
 static tpu_status_t compile_collect_slots(compile_t* c) {
-  const tpu_eager_call_t* call = c->call;
-  slots_t* s = &c->slots;
-  int max = call->num_args + call->num_list + 1;
-  TPU_RETURN_IF_ERROR(SCRATCH(c, max, s->storages));
-  TPU_RETURN_IF_ERROR(SCRATCH(c, max, s->dtypes));
-  TPU_RETURN_IF_ERROR(SCRATCH(c, max, s->numels));
-  TPU_RETURN_IF_ERROR(SCRATCH(c, call->num_args + 1, c->arg_slot));
-  TPU_RETURN_IF_ERROR(SCRATCH(c, call->num_list + 1, c->list_slot));
-  for (int i = 0; i < call->num_args; i++) {
-    const tpu_eager_arg_t* a = &call->args[i];
-    c->arg_slot[i] = -1;
-    if (a->lower.kind == TPU_ARG_TENSOR) {
-      c->arg_slot[i] = slot_of(s, &a->tensor);
-    } else if (a->lower.kind == TPU_ARG_TENSORS) {
-      for (int j = 0; j < a->lower.num_tensors; j++)
-        c->list_slot[a->list_start + j] = slot_of(s, &call->list[a->list_start + j]);
-    }
-  }
-  return NULL;
+  TPU_RETURN_IF_ERROR(SCRATCH(c, c->call->num_args + 1, c->arg_slot));
+  TPU_RETURN_IF_ERROR(SCRATCH(c, c->call->num_list + 1, c->list_slot));
+  return tpu_eager_call_slots(c->call, &c->slots, c->arg_slot, c->list_slot);
 }
 
 /* The slot an aliased output writes (-1: it names no tensor). */
@@ -575,22 +297,24 @@ static tpu_status_t compile_new_entry(compile_t* c) {
 /* Parameters: flat storages, then scalars, then the generator state. */
 static tpu_status_t compile_declare_params(compile_t* c, const tpu_lowering_t* row) {
   const tpu_eager_call_t* call = c->call;
-  const slots_t* s = &c->slots;
-  TPU_RETURN_IF_ERROR(SCRATCH(c, s->count + 1, c->slot_args));
+  const tpu_eager_slots_t* s = &c->slots;
+  TPU_RETURN_IF_ERROR(SCRATCH(c, s->count + call->num_args + 2, c->params));
   TPU_RETURN_IF_ERROR(SCRATCH(c, s->count + 1, c->slot_values));
   TPU_RETURN_IF_ERROR(SCRATCH(c, call->num_args + 1, c->arg_values));
   TPU_RETURN_IF_ERROR(tpu_hlo_builder_create(&c->b));
   tpu_hlo_builder_set_precision(c->b, call->precision);
   for (int i = 0; i < s->count; i++)
-    c->slot_values[i] = c->slot_args[i] =
+    c->slot_values[i] = c->params[c->num_params++] =
         tpu_hlo_arg(c->b, tpu_hlo_type_make(s->dtypes[i], 1, &s->numels[i]), NULL);
   for (int i = 0; i < call->num_args; i++)
     if (is_runtime_scalar(&call->args[i]))
-      c->arg_values[i] = tpu_hlo_arg(c->b, call->args[i].lower.type, NULL);
+      c->arg_values[i] = c->params[c->num_params++] =
+          tpu_hlo_arg(c->b, call->args[i].lower.type, NULL);
   c->rng = (tpu_hlo_value_t){-1};
   if (row->flags & TPU_LOWER_NEEDS_RNG) {
     int64_t two = 2;
-    c->rng = tpu_hlo_arg(c->b, tpu_hlo_type_make(TPU_DTYPE_INT64, 1, &two), NULL);
+    c->rng = c->params[c->num_params++] =
+        tpu_hlo_arg(c->b, tpu_hlo_type_make(TPU_DTYPE_INT64, 1, &two), NULL);
   }
   return NULL;
 }
@@ -670,7 +394,7 @@ static tpu_hlo_value_t fresh_result(tpu_hlo_builder_t* b, const tpu_eager_output
  * new generator state. Also which storages the program never reads. */
 static tpu_status_t compile_collect_results(compile_t* c) {
   tpu_eager_entry_t* e = c->e;
-  const slots_t* s = &c->slots;
+  const tpu_eager_slots_t* s = &c->slots;
   bool* written = NULL;
   TPU_RETURN_IF_ERROR(SCRATCH(c, s->count + 1, written));
   TPU_RETURN_IF_ERROR(SCRATCH(c, s->count + c->num_outputs + 2, c->results));
@@ -688,10 +412,8 @@ static tpu_status_t compile_collect_results(compile_t* c) {
       c->results[c->num_results++] = c->slot_values[i];
     }
   for (int o = 0; o < c->num_outputs; o++)
-    if (c->outputs[o].alias_arg < 0) {
+    if (c->outputs[o].alias_arg < 0)
       c->results[c->num_results++] = fresh_result(c->b, &e->outputs[o], c->out_values[o]);
-      e->num_fresh++;
-    }
   if (c->rng.id >= 0) {
     c->results[c->num_results++] = c->rng_after;
     e->needs_rng = true;
@@ -699,7 +421,25 @@ static tpu_status_t compile_collect_results(compile_t* c) {
   tpu_hlo_return(c->b, c->results, c->num_results);
   e->slot_unread = calloc((size_t)s->count + 1, sizeof *e->slot_unread);
   if (!e->slot_unread) return tpu_status_oom(NULL);
-  for (int i = 0; i < s->count; i++) e->slot_unread[i] = !tpu_hlo_value_used(c->b, c->slot_args[i]);
+  for (int i = 0; i < s->count; i++) e->slot_unread[i] = !tpu_hlo_value_used(c->b, c->params[i]);
+  return NULL;
+}
+
+/* Fills e->defer_op: the module's parameter and result types, as the
+ * builder declared them. */
+static tpu_status_t describe_for_defer(compile_t* c) {
+  tpu_eager_entry_t* e = c->e;
+  e->param_types = calloc((size_t)c->num_params + 1, sizeof *e->param_types);
+  e->result_types = calloc((size_t)c->num_results + 1, sizeof *e->result_types);
+  e->name = strdup(c->call->op_name);
+  if (!e->param_types || !e->result_types || !e->name) return tpu_status_oom(NULL);
+  for (int p = 0; p < c->num_params; p++)
+    e->param_types[p] = tpu_hlo_value_type(c->b, c->params[p]);
+  for (int r = 0; r < c->num_results; r++)
+    e->result_types[r] = tpu_hlo_value_type(c->b, c->results[r]);
+  e->defer_op = (tpu_defer_op_t){.name = e->name, .text = e->text, .len = e->text_len,
+                                 .num_params = c->num_params, .params = e->param_types,
+                                 .num_results = c->num_results, .results = e->result_types};
   return NULL;
 }
 
@@ -709,7 +449,7 @@ static tpu_status_t compile_collect_results(compile_t* c) {
 static tpu_status_t compile_program(compile_t* c) {
   tpu_eager_entry_t* e = c->e;
   tpu_status_t status = tpu_hlo_builder_finish(c->b, &e->text, &e->text_len);
-  if (!status) status = describe_for_defer(e, c->call, &c->slots, c->b, c->results, c->num_results);
+  if (!status) status = describe_for_defer(c);
   if (!status && !c->call->defer) {
     tpu_program_t* p = NULL;
     status = entry_program(e, &p);
@@ -751,13 +491,13 @@ tpu_status_t tpu_eager_compile(const tpu_eager_call_t* call, const tpu_eager_out
   if (!status) status = compile_program(&c);
   if (!status) {
     c.e->num_outputs = num_outputs;
-    c.e->num_slots = c.slots.count;
     *out_entry = insert(call, c.e);
     c.e = NULL; /* the cache's now (or freed by insert, a twin already there) */
   }
 done:
   tpu_hlo_builder_destroy(c.b);
   entry_free(c.e);
+  tpu_eager_slots_free(&c.slots);
   tpu_arena_free(&c.arena);
   return status;
 }
@@ -828,16 +568,13 @@ static tpu_status_t flat_buffer(tpu_storage_t* storage, int device, tpu_dtype_t 
   TPU_RETURN_IF_ERROR(tpu_storage_settle(storage));
   tpu_buffer_t* current = tpu_storage_buffer(storage);
   bool fits = (size_t)n * tpu_dtype_size(dtype) == tpu_storage_nbytes(storage);
-  if (unread && fits && (tpu_storage_is_lost(storage) || (current && tpu_buffer_poll_failed(current)))) {
+  bool failed =
+      unread && (tpu_storage_is_lost(storage) || (current && tpu_buffer_poll_failed(current)));
+  if (fits && (failed || !current)) {
     tpu_buffer_t* z = NULL;
     TPU_RETURN_IF_ERROR(zeros_buffer(device, dtype, n, &z));
     TPU_RETURN_IF_ERROR(tpu_storage_set_buffer(storage, z));
-    TPU_METRICS_BUMP("failed_contents_overwritten", 1);
-  }
-  if (!tpu_storage_buffer(storage) && fits) {
-    tpu_buffer_t* z = NULL;
-    TPU_RETURN_IF_ERROR(zeros_buffer(device, dtype, n, &z));
-    TPU_RETURN_IF_ERROR(tpu_storage_set_buffer(storage, z));
+    if (failed) TPU_METRICS_BUMP("failed_contents_overwritten", 1);
   }
   return tpu_storage_buffer_as(storage, dtype, &n, 1, out);
 }
@@ -905,7 +642,7 @@ static tpu_status_t scalar_arg(const tpu_eager_call_t* call, const tpu_eager_arg
 
 /* DeferAndFuse: the call joins the device's run instead of executing. */
 static tpu_status_t record_deferred(tpu_eager_entry_t* e, const tpu_eager_call_t* call,
-                                    const slots_t* s, tpu_storage_t* const* fresh) {
+                                    const tpu_eager_slots_t* s, tpu_storage_t* const* fresh) {
   const tpu_defer_op_t* op = &e->defer_op;
   enum { INLINE = 32 };
   tpu_defer_operand_t inline_params[INLINE];
@@ -970,21 +707,17 @@ tpu_status_t tpu_eager_execute(tpu_eager_entry_t* e, const tpu_eager_call_t* cal
     if (e->outputs[o].alias_arg < 0 && !fresh[o])
       return tpu_status_make(TPU_STATUS_INVALID_ARGUMENT,
                              "%s: fresh output %d has no storage", call->op_name, o);
-  slots_t s;
-  if (!slots_init(&s, call)) {
-    slots_free(&s);
-    return tpu_status_oom(NULL);
+  tpu_eager_slots_t s;
+  tpu_status_t status = tpu_eager_call_slots(call, &s, NULL, NULL);
+  if (!status && call->defer) {
+    status = record_deferred(e, call, &s, fresh);
+    if (status) status = tpu_status_annotate(status, "deferring %s: ", call->op_name);
   }
-  collect_slots(call, &s);
-  if (call->defer) {
-    tpu_status_t st = record_deferred(e, call, &s, fresh);
-    slots_free(&s);
-    if (st) st = tpu_status_annotate(st, "deferring %s: ", call->op_name);
-    return st;
+  if (status || call->defer) {
+    tpu_eager_slots_free(&s);
+    return status;
   }
-  int nscalars = count_scalars(call);
-  int nargs = s.count + nscalars + (e->needs_rng ? 1 : 0);
-  int nres = e->num_written + e->num_fresh + (e->needs_rng ? 1 : 0);
+  int nargs = e->defer_op.num_params, nres = e->defer_op.num_results;
   /* Small calls (nearly all) keep their lists on the stack. */
   enum { INLINE = 32 };
   tpu_buffer_t* inline_args[INLINE];
@@ -992,12 +725,11 @@ tpu_status_t tpu_eager_execute(tpu_eager_entry_t* e, const tpu_eager_call_t* cal
   tpu_buffer_t* inline_results[INLINE];
   bool small = nargs < INLINE && nres < INLINE;
   tpu_buffer_t** args = small ? inline_args : calloc((size_t)nargs + 1, sizeof *args);
-  tpu_buffer_t** owned = small ? inline_owned : calloc((size_t)nscalars + 1, sizeof *owned);
+  tpu_buffer_t** owned = small ? inline_owned : calloc((size_t)nargs + 1, sizeof *owned);
   tpu_buffer_t** results = small ? inline_results : calloc((size_t)nres + 1, sizeof *results);
   /* Only the results are read before written (the cleanup below); args and
    * owned are filled in order up to k and nowned. */
   if (small) memset(inline_results, 0, sizeof *inline_results * (size_t)nres);
-  tpu_status_t status = NULL;
   tpu_program_t* program = NULL;
   tpu_storage_t* rng = NULL;
   bool rng_locked = false;
@@ -1060,6 +792,6 @@ done:
     free(owned);
     free(results);
   }
-  slots_free(&s);
+  tpu_eager_slots_free(&s);
   return status;
 }

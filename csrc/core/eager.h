@@ -15,54 +15,12 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "lower/lowering.h"
+#include "eager_call.h"
 #include "pjrt/buffer.h"
-#include "status.h"
-#include "storage.h"
-#include "view.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-typedef struct tpu_eager_tensor_s {
-  tpu_storage_t* storage; /* borrowed */
-  tpu_view_t view;
-  int64_t storage_numel; /* storage bytes / element size */
-} tpu_eager_tensor_t;
-
-typedef struct tpu_eager_arg_s {
-  /* Kind and structural payload. TENSOR: lower.type is the logical type. */
-  tpu_lower_arg_t lower;
-  tpu_eager_tensor_t tensor; /* TENSOR */
-  int list_start;            /* TENSORS: first index into call->list */
-  uint8_t scalar[16];        /* SCALAR: its value as lower.type.dtype */
-  const double* scalars;     /* SCALARS: lower.num_tensors values (borrowed) */
-} tpu_eager_arg_t;
-
-typedef struct tpu_eager_call_s {
-  const char* op_name; /* "aten::add.out"; static: a queued execution names it later */
-  int device;
-  int num_args;
-  tpu_eager_arg_t* args;
-  int num_list;
-  tpu_eager_tensor_t* list; /* every TENSORS argument's tensors */
-  /* Wait for the execution and return its error (Debug mode) instead of
-   * enqueueing it. Not part of the key: the program is the same. */
-  bool synchronous;
-  /* DeferAndFuse: record the call in the device's run (defer.h) instead of
-   * executing it. Not part of the key either. */
-  bool defer;
-  /* Process state that changes an op's results or its outputs' metadata
-   * (PyTorch's default dtype, deterministic mode: see dispatch.cpp),
-   * packed by the caller. Part of the key: an entry compiled under one
-   * setting never serves another. */
-  uint32_t state;
-  /* Precision of float32 products (torch.set_float32_matmul_precision,
-   * torch.tpu.precision): put on the op's dot_general / convolution. Part
-   * of the key, and so of a deferred run's. */
-  tpu_hlo_precision_t precision;
-} tpu_eager_call_t;
 
 typedef struct tpu_eager_output_s {
   /* -1: a fresh tensor. Else the argument it writes (in-place / out=), and

@@ -1,12 +1,13 @@
-/* The eager engine end to end on the default plugin: keys and the cache
- * (a hit needs no compile; new scalar values reuse the program), outputs
- * into fresh buffers and through views, the caller's per-entry data, and
- * ops the table does not lower. */
+/* The eager engine end to end on the default plugin: the cache (a hit
+ * needs no compile; new scalar values reuse the program; eager_call_test.c
+ * tests the keys themselves), outputs into fresh buffers and through
+ * views, the caller's per-entry data, and ops the table does not lower. */
 #include "eager.h"
 
 #include <stdlib.h>
 #include <string.h>
 
+#include "eager_testing.h"
 #include "metrics.h"
 #include "runtime.h"
 #include "testing.h"
@@ -21,37 +22,6 @@ static tpu_storage_t* make_storage(const float* values, int64_t n) {
     return NULL;
   }
   return s;
-}
-
-static tpu_eager_tensor_t contiguous(tpu_storage_t* s, int64_t n) {
-  tpu_eager_tensor_t t;
-  memset(&t, 0, sizeof t);
-  t.storage = s;
-  t.view.dtype = TPU_DTYPE_FLOAT32;
-  t.view.rank = 1;
-  t.view.sizes[0] = n;
-  t.view.strides[0] = 1;
-  t.storage_numel = n;
-  return t;
-}
-
-static tpu_eager_arg_t tensor_arg(tpu_eager_tensor_t t) {
-  tpu_eager_arg_t a;
-  memset(&a, 0, sizeof a);
-  a.lower.kind = TPU_ARG_TENSOR;
-  a.tensor = t;
-  a.lower.type = tpu_hlo_type_make(t.view.dtype, t.view.rank, t.view.sizes);
-  return a;
-}
-
-static tpu_eager_arg_t double_arg(double v) {
-  tpu_eager_arg_t a;
-  memset(&a, 0, sizeof a);
-  a.lower.kind = TPU_ARG_SCALAR;
-  a.lower.type = tpu_hlo_type_scalar(TPU_DTYPE_FLOAT64);
-  a.lower.wrapped_number = true;
-  memcpy(a.scalar, &v, sizeof v);
-  return a;
 }
 
 /* out = x + alpha * y into a fresh rank-1 output; checks the values. */
@@ -104,25 +74,6 @@ static void test_hit_reuses_the_program_for_new_scalars(void) {
   CHECK(same != first);
   tpu_storage_release(x);
   tpu_storage_release(y);
-}
-
-/* A call that differs only in process state (PyTorch's default dtype, ...)
- * is another key: an entry compiled under one setting never serves it. */
-static void test_process_state_is_part_of_the_key(void) {
-  CHECK_OK(tpu_runtime_init(NULL));
-  const float xs[4] = {1, 2, 3, 4};
-  tpu_storage_t* x = make_storage(xs, 4);
-  CHECK(x);
-  tpu_eager_entry_t* first = NULL;
-  const float e[4] = {2, 4, 6, 8};
-  run_add(&first, x, x, 1.0, e);
-  tpu_eager_arg_t args[3] = {tensor_arg(contiguous(x, 4)), tensor_arg(contiguous(x, 4)),
-                             double_arg(1.0)};
-  tpu_eager_call_t call = {.op_name = "aten::add.Tensor", .device = 0, .num_args = 3, .args = args};
-  CHECK(tpu_eager_lookup(&call) == first);
-  call.state = 7; /* e.g. another default dtype */
-  CHECK(tpu_eager_lookup(&call) == NULL);
-  tpu_storage_release(x);
 }
 
 /* add_ into every other element of a storage: the write lands only there
@@ -217,7 +168,6 @@ static void test_unlowered_op_is_a_cached_fallback(void) {
 }
 
 TPU_TEST_MAIN(TPU_TEST(test_hit_reuses_the_program_for_new_scalars),
-              TPU_TEST(test_process_state_is_part_of_the_key),
               TPU_TEST(test_write_through_a_strided_view),
               TPU_TEST(test_user_data_first_wins_and_is_freed_with_the_entry),
               TPU_TEST(test_unlowered_op_is_a_cached_fallback))

@@ -4,7 +4,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernel.h"
 #include "rng.h"
 #include "runtime.h"
 #include "hlo/builder.h"
@@ -23,17 +22,6 @@ struct tpu_graph_s {
 };
 
 static tpu_hlo_value_t invalid(void) { return (tpu_hlo_value_t){-1}; }
-
-static int64_t numel(const tpu_hlo_type_t* t) {
-  int64_t n = 1;
-  for (int d = 0; d < t->rank; d++) n *= t->dims[d];
-  return n;
-}
-
-static tpu_hlo_type_t flat_type(const tpu_hlo_type_t* t) {
-  int64_t n = numel(t);
-  return tpu_hlo_type_make(t->dtype, 1, &n);
-}
 
 static tpu_status_t oom(void) {
   return tpu_status_oom("building a graph");
@@ -71,7 +59,8 @@ tpu_status_t tpu_graph_create(const tpu_hlo_type_t* input_types, int num_inputs,
     tpu_graph_destroy(g);
     return oom();
   }
-  for (int i = 0; i < num_inputs; i++) params[i] = tpu_hlo_arg(g->b, flat_type(&input_types[i]), NULL);
+  for (int i = 0; i < num_inputs; i++)
+    params[i] = tpu_hlo_arg(g->b, tpu_hlo_type_flat(&input_types[i]), NULL);
   if (with_rng) {
     int64_t two = 2;
     g->rng_state = tpu_hlo_arg(g->b, tpu_hlo_type_make(TPU_DTYPE_INT64, 1, &two), NULL);
@@ -260,7 +249,7 @@ tpu_status_t tpu_graph_finish(tpu_graph_t* g, const int* outputs, int num_output
                              i, outputs[i]);
     }
     tpu_hlo_type_t t = tpu_hlo_value_type(g->b, v);
-    int64_t n = numel(&t);
+    int64_t n = tpu_hlo_type_numel(&t);
     results[i] = tpu_emit_reshape(g->b, v, &n, 1);
   }
   if (g->with_rng) results[num_outputs] = g->rng_state;
@@ -288,7 +277,7 @@ tpu_status_t tpu_graph_run(tpu_program_t* program, int device, tpu_storage_t* co
   /* buffer_as settles deferred contents and retypes a storage last written
    * as another dtype; the usual case is a borrowed buffer as it is. */
   for (int i = 0; i < num_inputs && !s; i++) {
-    int64_t n = numel(&input_types[i]);
+    int64_t n = tpu_hlo_type_numel(&input_types[i]);
     s = tpu_storage_buffer_as(inputs[i], input_types[i].dtype, &n, 1, &args[i]);
   }
   tpu_storage_t* rng = NULL;
@@ -302,15 +291,9 @@ tpu_status_t tpu_graph_run(tpu_program_t* program, int device, tpu_storage_t* co
   tpu_runtime_set_op_label(NULL);
   if (s) goto done;
   for (int i = 0; i < num_outputs; i++) tpu_buffer_set_producer(results[i], "a compiled graph or kernel");
-  for (int i = 0; i < num_outputs; i++) {
-    tpu_status_t w = tpu_storage_set_buffer(outputs[i], results[i]);
+  for (int i = 0; i < nres; i++) { /* the outputs, then the generator state */
+    tpu_status_t w = tpu_storage_set_buffer(i < num_outputs ? outputs[i] : rng, results[i]);
     results[i] = NULL; /* the storage owns it, even on failure */
-    if (w && !s) s = w;
-    else tpu_status_free(w);
-  }
-  if (with_rng) {
-    tpu_status_t w = tpu_storage_set_buffer(rng, results[num_outputs]);
-    results[num_outputs] = NULL;
     if (w && !s) s = w;
     else tpu_status_free(w);
   }
@@ -338,8 +321,7 @@ tpu_status_t tpu_graph_add_kernel(tpu_graph_t* g, const tpu_kernel_t* kernel, co
   for (int i = 0; i < np; i++) {
     in[i] = value_of(g, args[i]);
     tpu_hlo_type_t have = tpu_hlo_value_type(g->b, in[i]), want = tpu_kernel_param(kernel, i);
-    if (in[i].id < 0 || have.dtype != want.dtype || have.rank != want.rank ||
-        memcmp(have.dims, want.dims, sizeof(int64_t) * (size_t)want.rank) != 0) {
+    if (in[i].id < 0 || !tpu_hlo_type_equal(&have, &want)) {
       char h[128], w[128];
       tpu_hlo_type_print(&have, h, sizeof h);
       tpu_hlo_type_print(&want, w, sizeof w);

@@ -26,6 +26,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kernel.h"
 #include "lower/lowering.h"
 #include "program.h"
 #include "status.h"
@@ -76,6 +77,12 @@ tpu_status_t tpu_graph_add_node(tpu_graph_t* graph, const char* op_name,
                                 const tpu_graph_arg_t* args, int num_args, const int* values,
                                 int num_values, const tpu_hlo_type_t* output_types,
                                 int num_outputs, int* out_values);
+
+/* Calls a custom kernel (kernel.h) inside the graph on values
+ * args[0..num_params) (their types must equal the kernel's parameters);
+ * out_values receives its results' ids. */
+tpu_status_t tpu_graph_add_kernel(tpu_graph_t* graph, const tpu_kernel_t* kernel, const int* args,
+                                  int num_args, int* out_values);
 
 int tpu_graph_num_values(const tpu_graph_t* graph);
 /* The type of value `id` (dtype INVALID when unknown). */

@@ -49,4 +49,66 @@ static inline uint64_t tpu_hash_bytes(const void* data, size_t n) {
   return h;
 }
 
+/* XXH64, the public xxHash algorithm (written out here; hash_test.c checks
+ * the published values). Persisted: disk cache checksums and half of each
+ * key (diskcache.c). Words are read in host order: little-endian on the
+ * x86 and Arm hosts we run on. */
+#define TPU_XXH_P1 0x9E3779B185EBCA87ull
+#define TPU_XXH_P2 0xC2B2AE3D27D4EB4Full
+#define TPU_XXH_P3 0x165667B19E3779F9ull
+#define TPU_XXH_P4 0x85EBCA77C2B2AE63ull
+#define TPU_XXH_P5 0x27D4EB2F165667C5ull
+
+static inline uint64_t tpu_xxh_rotl_(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
+
+static inline uint64_t tpu_xxh_read_(const unsigned char* p) {
+  uint64_t v;
+  memcpy(&v, p, 8);
+  return v;
+}
+
+static inline uint64_t tpu_xxh_round_(uint64_t acc, uint64_t input) {
+  return tpu_xxh_rotl_(acc + input * TPU_XXH_P2, 31) * TPU_XXH_P1;
+}
+
+static inline uint64_t tpu_xxh_merge_(uint64_t acc, uint64_t v) {
+  return (acc ^ tpu_xxh_round_(0, v)) * TPU_XXH_P1 + TPU_XXH_P4;
+}
+
+static inline uint64_t tpu_hash_xxh64(const void* data, size_t len, uint64_t seed) {
+  const unsigned char* p = (const unsigned char*)data;
+  const unsigned char* end = p + len;
+  uint64_t h;
+  if (len >= 32) {
+    uint64_t v1 = seed + TPU_XXH_P1 + TPU_XXH_P2, v2 = seed + TPU_XXH_P2, v3 = seed;
+    uint64_t v4 = seed - TPU_XXH_P1;
+    for (; p + 32 <= end; p += 32) {
+      v1 = tpu_xxh_round_(v1, tpu_xxh_read_(p));
+      v2 = tpu_xxh_round_(v2, tpu_xxh_read_(p + 8));
+      v3 = tpu_xxh_round_(v3, tpu_xxh_read_(p + 16));
+      v4 = tpu_xxh_round_(v4, tpu_xxh_read_(p + 24));
+    }
+    h = tpu_xxh_rotl_(v1, 1) + tpu_xxh_rotl_(v2, 7) + tpu_xxh_rotl_(v3, 12) + tpu_xxh_rotl_(v4, 18);
+    h = tpu_xxh_merge_(tpu_xxh_merge_(h, v1), v2);
+    h = tpu_xxh_merge_(tpu_xxh_merge_(h, v3), v4);
+  } else {
+    h = seed + TPU_XXH_P5;
+  }
+  h += len;
+  for (; p + 8 <= end; p += 8)
+    h = tpu_xxh_rotl_(h ^ tpu_xxh_round_(0, tpu_xxh_read_(p)), 27) * TPU_XXH_P1 + TPU_XXH_P4;
+  if (p + 4 <= end) {
+    uint32_t w;
+    memcpy(&w, p, 4);
+    h = tpu_xxh_rotl_(h ^ (uint64_t)w * TPU_XXH_P1, 23) * TPU_XXH_P2 + TPU_XXH_P3;
+    p += 4;
+  }
+  for (; p < end; p++) h = tpu_xxh_rotl_(h ^ *p * TPU_XXH_P5, 11) * TPU_XXH_P1;
+  h ^= h >> 33;
+  h *= TPU_XXH_P2;
+  h ^= h >> 29;
+  h *= TPU_XXH_P3;
+  return h ^ (h >> 32);
+}
+
 #endif

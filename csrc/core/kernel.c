@@ -216,27 +216,19 @@ tpu_hlo_type_t tpu_kernel_result(const tpu_kernel_t* k, int i) { return k->resul
 const char* tpu_kernel_functions(const tpu_kernel_t* k) { return k->functions; }
 const char* tpu_kernel_entry(const tpu_kernel_t* k) { return k->entry; }
 
-static int64_t numel(const tpu_hlo_type_t* t) {
-  int64_t n = 1;
-  for (int d = 0; d < t->rank; d++) n *= t->dims[d];
-  return n;
-}
-
 tpu_status_t tpu_kernel_flat_module(const tpu_kernel_t* k, char** out_text, size_t* out_len) {
   tpu_hlo_builder_t* b = NULL;
   TPU_RETURN_IF_ERROR(tpu_hlo_builder_create(&b));
   tpu_hlo_value_t args[MAX_KERNEL_IO], res[MAX_KERNEL_IO];
-  for (int i = 0; i < k->num_params; i++) {
-    int64_t n = numel(&k->params[i]);
-    args[i] = tpu_hlo_arg(b, tpu_hlo_type_make(k->params[i].dtype, 1, &n), NULL);
-  }
+  for (int i = 0; i < k->num_params; i++)
+    args[i] = tpu_hlo_arg(b, tpu_hlo_type_flat(&k->params[i]), NULL);
   for (int i = 0; i < k->num_params; i++)
     args[i] = tpu_emit_reshape(b, args[i], k->params[i].dims, k->params[i].rank);
   char attrs[80];
   snprintf(attrs, sizeof attrs, "callee = @%s", k->entry);
   tpu_hlo_op_multi(b, "func.call", args, k->num_params, k->results, k->num_results, attrs, res);
   for (int i = 0; i < k->num_results; i++) {
-    int64_t n = numel(&k->results[i]);
+    int64_t n = tpu_hlo_type_numel(&k->results[i]);
     res[i] = tpu_emit_reshape(b, res[i], &n, 1);
   }
   tpu_hlo_return(b, res, k->num_results);

@@ -7,14 +7,14 @@
  *   - eager: a wrapper module whose @main takes flat storages' buffers,
  *     reshapes them, calls the kernel and returns flat results, so a call
  *     runs on the tensors' storages with no copy (graph.h's tpu_graph_run);
- *   - torch.compile: tpu_graph_add_kernel inlines it into a graph (XLA
- *     inlines the call and fuses across it). */
+ *   - torch.compile: graph.h's tpu_graph_add_kernel inlines it into a graph
+ *     (XLA inlines the call and fuses across it); graph.h includes this
+ *     header, never the reverse. */
 #ifndef TORCHTPU_CORE_KERNEL_H_
 #define TORCHTPU_CORE_KERNEL_H_
 
 #include <stddef.h>
 
-#include "graph.h"
 #include "hlo/builder.h"
 #include "status.h"
 
@@ -42,12 +42,6 @@ const char* tpu_kernel_entry(const tpu_kernel_t* kernel);
 /* The eager wrapper: flat parameters and results (malloc'd text). */
 tpu_status_t tpu_kernel_flat_module(const tpu_kernel_t* kernel, char** out_text,
                                     size_t* out_len);
-
-/* Calls the kernel inside a graph on values args[0..num_params) (their
- * types must equal the kernel's parameters); out_values receives its
- * results' ids. */
-tpu_status_t tpu_graph_add_kernel(tpu_graph_t* graph, const tpu_kernel_t* kernel, const int* args,
-                                  int num_args, int* out_values);
 
 #ifdef __cplusplus
 }

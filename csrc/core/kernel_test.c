@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "graph.h"
 #include "pjrt/pjrt.h"
 #include "program.h"
 #include "runtime.h"

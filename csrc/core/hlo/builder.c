@@ -128,46 +128,7 @@ static bool sb_ok(tpu_hlo_builder_t* b, const tpu_strbuf_t* sb) {
   return !sb->failed;
 }
 
-/* ---- types -------------------------------------------------------------- */
-
-tpu_hlo_type_t tpu_hlo_type_make(tpu_dtype_t dtype, int rank,
-                                 const int64_t* dims) {
-  tpu_hlo_type_t type;
-  memset(&type, 0, sizeof type);
-  type.dtype = dtype;
-  type.rank = rank;
-  /* An out-of-range rank is kept so the builder can report it; missing
-   * dims become -1, which the builder rejects. */
-  for (int i = 0; i < rank && i < TPU_HLO_MAX_RANK; i++) {
-    type.dims[i] = dims ? dims[i] : -1;
-  }
-  return type;
-}
-
-tpu_hlo_type_t tpu_hlo_type_scalar(tpu_dtype_t dtype) {
-  return tpu_hlo_type_make(dtype, 0, NULL);
-}
-
-void tpu_hlo_append_type_(tpu_strbuf_t* sb, const tpu_hlo_type_t* type) {
-  if (type->rank < 0 || type->rank > TPU_HLO_MAX_RANK) {
-    tpu_strbuf_appendf(sb, "<invalid rank %d>", type->rank);
-    return;
-  }
-  tpu_strbuf_append(sb, "tensor<");
-  for (int i = 0; i < type->rank; i++) {
-    tpu_strbuf_appendf(sb, "%lldx", (long long)type->dims[i]);
-  }
-  tpu_strbuf_append(sb, tpu_dtype_mlir(type->dtype));
-  tpu_strbuf_append(sb, ">");
-}
-
-void tpu_hlo_type_print(const tpu_hlo_type_t* type, char* out, size_t cap) {
-  if (!out || cap == 0) return;
-  tpu_strbuf_t sb = {0};
-  tpu_hlo_append_type_(&sb, type);
-  snprintf(out, cap, "%s", sb.failed || !sb.data ? "" : sb.data);
-  tpu_strbuf_free(&sb);
-}
+/* ---- checking types ----------------------------------------------------- */
 
 bool tpu_hlo_check_type_(tpu_hlo_builder_t* b, const tpu_hlo_type_t* type,
                          const char* what) {
@@ -265,22 +226,12 @@ static void append_value_name(tpu_strbuf_t* sb, const value_info_t* v) {
 }
 
 /* Checks that operands belong to b and are visible here, and prints
- * "%a, %b" into names and their types into types. */
-/* `plain`: the index of the plain @main op these are operands of (their use
- * counts only if the op's results do), or -1: a direct use. */
-static bool use_operands_of(tpu_hlo_builder_t* b, const char* what,
-                            const tpu_hlo_value_t* operands, int n,
-                            tpu_strbuf_t* names, tpu_strbuf_t* types, int plain);
-
+ * "%a, %b" into names and their types into types. `plain`: the index of
+ * the plain @main op these are operands of (their use counts only if the
+ * op's results do), or -1: a direct use. */
 static bool use_operands(tpu_hlo_builder_t* b, const char* what,
                          const tpu_hlo_value_t* operands, int n,
-                         tpu_strbuf_t* names, tpu_strbuf_t* types) {
-  return use_operands_of(b, what, operands, n, names, types, -1);
-}
-
-static bool use_operands_of(tpu_hlo_builder_t* b, const char* what,
-                            const tpu_hlo_value_t* operands, int n,
-                            tpu_strbuf_t* names, tpu_strbuf_t* types, int plain) {
+                         tpu_strbuf_t* names, tpu_strbuf_t* types, int plain) {
   if (n < 0 || (n > 0 && !operands)) {
     tpu_hlo_fail_(b, TPU_STATUS_INVALID_ARGUMENT,
                   "%s: %d operands with a %s array", what, n,
@@ -322,7 +273,7 @@ static bool use_operands_of(tpu_hlo_builder_t* b, const char* what,
       b->plain_ops[plain].count++;
     }
     append_value_name(names, v);
-    tpu_hlo_append_type_(types, &v->type);
+    tpu_hlo_type_append(types, &v->type);
   }
   return sb_ok(b, names) && sb_ok(b, types);
 }
@@ -500,7 +451,7 @@ static void append_result_types(tpu_strbuf_t* sb, const tpu_hlo_type_t* types,
   if (n != 1) tpu_strbuf_append(sb, "(");
   for (int i = 0; i < n; i++) {
     if (i > 0) tpu_strbuf_append(sb, ", ");
-    tpu_hlo_append_type_(sb, &types[i]);
+    tpu_hlo_type_append(sb, &types[i]);
   }
   if (n != 1) tpu_strbuf_append(sb, ")");
 }
@@ -559,7 +510,7 @@ void tpu_hlo_op_multi(tpu_hlo_builder_t* b, const char* name,
     plain = b->num_plain_ops++;
     b->plain_ops[plain] = (plain_op_t){.first = b->num_operand_list, .count = 0};
   }
-  if (use_operands_of(b, name, operands, num_operands, &names, &types, plain)) {
+  if (use_operands(b, name, operands, num_operands, &names, &types, plain)) {
     int first_value = b->num_values;
     finish_op(b, f, b->next_result++, name, names.data ? names.data : "",
               types.data ? types.data : "", NULL, attrs, result_types,
@@ -619,7 +570,7 @@ void tpu_hlo_region_op_begin(tpu_hlo_builder_t* b, const char* name,
     }
   }
   if (!tpu_hlo_ok_(b) || !use_operands(b, name, operands, num_operands,
-                                       &f.operands, &f.operand_types)) {
+                                       &f.operands, &f.operand_types, -1)) {
     frame_free(&f);
     return;
   }
@@ -670,7 +621,7 @@ void tpu_hlo_block_begin(tpu_hlo_builder_t* b, const tpu_hlo_type_t* arg_types,
   for (int i = 0; i < num_args; i++) {
     int number = b->next_block_arg++;
     tpu_strbuf_appendf(sb, "%s%%b%d: ", i > 0 ? ", " : "", number);
-    tpu_hlo_append_type_(sb, &arg_types[i]);
+    tpu_hlo_type_append(sb, &arg_types[i]);
     tpu_hlo_value_t v =
         add_value(b, &arg_types[i], block, VALUE_BLOCK_ARG, number, -1);
     if (out_args) out_args[i] = v;
@@ -688,7 +639,7 @@ void tpu_hlo_block_return(tpu_hlo_builder_t* b, const tpu_hlo_value_t* values,
   frame_t* f = region_frame(b, kWhat, true);
   if (!f) return;
   tpu_strbuf_t names = {0}, types = {0};
-  if (use_operands(b, kWhat, values, num_values, &names, &types)) {
+  if (use_operands(b, kWhat, values, num_values, &names, &types, -1)) {
     tpu_strbuf_append_char(&f->text, ' ', (size_t)f->indent);
     tpu_strbuf_appendf(&f->text, "\"stablehlo.return\"(%s) : (%s) -> ()\n",
                        names.data ? names.data : "",
@@ -737,7 +688,7 @@ tpu_hlo_value_t tpu_hlo_arg(tpu_hlo_builder_t* b, tpu_hlo_type_t type,
   tpu_strbuf_t* sb = &b->signature;
   tpu_strbuf_appendf(sb, "%s%%arg%d: ", b->num_args > 0 ? ", " : "",
                      b->num_args);
-  tpu_hlo_append_type_(sb, &type);
+  tpu_hlo_type_append(sb, &type);
   if (attrs && *attrs) tpu_strbuf_appendf(sb, " {%s}", attrs);
   if (!sb_ok(b, sb)) return kInvalid;
   return add_value(b, &type, 0, VALUE_ARG, b->num_args++, -1);
@@ -759,7 +710,7 @@ void tpu_hlo_return(tpu_hlo_builder_t* b, const tpu_hlo_value_t* values,
     return;
   }
   tpu_strbuf_t names = {0}, types = {0};
-  if (use_operands(b, kWhat, values, num_values, &names, &types)) {
+  if (use_operands(b, kWhat, values, num_values, &names, &types, -1)) {
     frame_t* f = &b->frames[0];
     tpu_strbuf_append_char(&f->text, ' ', (size_t)f->indent);
     tpu_strbuf_appendf(&f->text, "\"func.return\"(%s) : (%s) -> ()\n",

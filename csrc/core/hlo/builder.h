@@ -13,20 +13,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../dtype.h"
 #include "../status.h"
+#include "type.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-#define TPU_HLO_MAX_RANK 16
-
-typedef struct tpu_hlo_type_s {
-  tpu_dtype_t dtype;
-  int rank; /* 0 = scalar */
-  int64_t dims[TPU_HLO_MAX_RANK];
-} tpu_hlo_type_t;
 
 /* An SSA value of the function being built. id < 0 = invalid. Ids are
  * opaque: they encode the builder (a value of another builder is rejected,
@@ -36,12 +28,6 @@ typedef struct tpu_hlo_value_s {
 } tpu_hlo_value_t;
 
 typedef struct tpu_hlo_builder_s tpu_hlo_builder_t;
-
-tpu_hlo_type_t tpu_hlo_type_make(tpu_dtype_t dtype, int rank,
-                                 const int64_t* dims);
-tpu_hlo_type_t tpu_hlo_type_scalar(tpu_dtype_t dtype);
-/* Writes "tensor<2x3xf32>" into out (NUL-terminated, truncated to cap). */
-void tpu_hlo_type_print(const tpu_hlo_type_t* type, char* out, size_t cap);
 
 tpu_status_t tpu_hlo_builder_create(tpu_hlo_builder_t** out_builder);
 void tpu_hlo_builder_destroy(tpu_hlo_builder_t* builder); /* NULL is fine */

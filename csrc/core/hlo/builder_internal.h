@@ -22,6 +22,5 @@ int64_t tpu_hlo_numel_(tpu_hlo_builder_t* b, const tpu_hlo_type_t* type);
 tpu_hlo_value_t tpu_hlo_emit_constant_(tpu_hlo_builder_t* b,
                                        tpu_hlo_type_t type,
                                        tpu_strbuf_t* literal);
-void tpu_hlo_append_type_(tpu_strbuf_t* sb, const tpu_hlo_type_t* type);
 
 #endif

@@ -21,7 +21,7 @@ tpu_hlo_value_t tpu_hlo_emit_constant_(tpu_hlo_builder_t* b,
   tpu_strbuf_append(&attrs, "value = ");
   tpu_strbuf_append(&attrs, literal->data ? literal->data : "");
   tpu_strbuf_append(&attrs, " : ");
-  tpu_hlo_append_type_(&attrs, &type);
+  tpu_hlo_type_append(&attrs, &type);
   if (literal->failed || attrs.failed) {
     tpu_hlo_fail_(b, TPU_STATUS_RESOURCE_EXHAUSTED,
                   "HLO builder: out of host memory printing a constant");
