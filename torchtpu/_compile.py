@@ -6,9 +6,10 @@ buffers.
 
 This file only walks the FX graph and lines each node's arguments up with
 its schema; the eager boxed kernel's converter (csrc/torch/args.h) reads
-them, and the lowering, the module and its execution are C. A graph the table cannot lower whole (an op without
-a row, a row that declines) runs eagerly instead, op by op, with a warning
-naming the op: a graph break in effect, never an error.
+them, and the lowering, the module and its execution are C. A graph the
+table cannot lower whole (an op without a row, a row that declines) runs
+eagerly instead, op by op, with a warning naming the op: a graph break in
+effect, never an error.
 
 Modes: "default", "reduce-overhead" and "max-autotune" are accepted and
 mean the same thing here: XLA always compiles with its optimising pipeline,
@@ -30,6 +31,7 @@ from . import _C
 
 # An FX node's value id among _C._Graph.add_node's arguments.
 _GraphValue = _C._GraphValue
+
 _warned = set()
 
 

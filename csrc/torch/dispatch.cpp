@@ -350,8 +350,8 @@ struct CallBuilder {
       // tensor: run-time scalars, like a ScalarList.
       a.lower.kind = TPU_ARG_SCALARS;
       at::Tensor values = t.to(at::kDouble).contiguous();
-      store.scalar_lists.emplace_back(values.data_ptr<double>(),
-                                      values.data_ptr<double>() + values.numel());
+      const double* p = values.data_ptr<double>();
+      store.scalar_lists.emplace_back(p, p + values.numel());
       a.lower.num_tensors = static_cast<int>(values.numel());
       int64_t n = a.lower.num_tensors;
       a.lower.type = tpu_hlo_type_make(TPU_DTYPE_FLOAT64, 1, &n);

@@ -158,8 +158,8 @@ class Graph {
         add_tensors(a, cls == ArgClass::kOptTensorList, h, &vals);
         continue;
       }
-      if (is_value(h)) {  // (one in a constant's list, an int[]'s: toIValue raises)
-        if (cls != ArgClass::kTensor) throw py::type_error("torchtpu: traced " + sa.name());
+      if (is_value(h)) {  // traced: a tensor (as an int[]'s element it fails toIValue)
+        if (cls != ArgClass::kTensor) throw py::type_error("torchtpu: " + sa.name() + " is traced");
         a.lower.kind = TPU_ARG_TENSOR;
         a.value = h.cast<GraphValue>().id;
         continue;
