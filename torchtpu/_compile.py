@@ -4,11 +4,12 @@ by the C lowering table that the eager modes use (torchtpu._C._Graph) ->
 PJRT compile (the program caches) -> a callable on the input storages'
 buffers.
 
-This file only walks the FX graph and classifies each node's arguments by
-its schema, as the eager boxed kernel does in C++; the lowering, the module
-and its execution are C. A graph the table cannot lower whole (an op without
-a row, a row that declines) runs eagerly instead, op by op, with a warning
-naming the op: a graph break in effect, never an error.
+This file only walks the FX graph and lines each node's arguments up with
+its schema; the eager boxed kernel's converter (csrc/torch/args.h) reads
+them, and the lowering, the module and its execution are C. A graph the
+table cannot lower whole (an op without a row, a row that declines) runs
+eagerly instead, op by op, with a warning naming the op: a graph break in
+effect, never an error.
 
 Modes: "default", "reduce-overhead" and "max-autotune" are accepted and
 mean the same thing here: XLA always compiles with its optimising pipeline,
@@ -27,6 +28,9 @@ import torch
 import torch.fx
 
 from . import _C
+
+# An FX node's value id among _C._Graph.add_node's arguments.
+_GraphValue = _C._GraphValue
 
 _warned = set()
 
@@ -68,47 +72,6 @@ def _spec(t, allow_cpu_scalar=False, allow_cpu=False):
         if not isinstance(s, int):
             raise _Unsupported("a symbolic shape")
     return (t.dtype, list(t.shape))
-
-
-def _elem_kind(typ):
-    k = typ.kind()
-    if k == "OptionalType":
-        return _elem_kind(typ.getElementType())
-    return k
-
-
-def _classify(arg_type):
-    """The schema type's class, like dispatch.cpp's classify()."""
-    k = arg_type.kind()
-    if k == "OptionalType":
-        inner = arg_type.getElementType()
-        return _classify(inner)
-    if k == "TensorType":
-        return "tensor"
-    if k == "NumberType":
-        return "scalar"
-    if k in ("IntType", "SymIntType"):
-        return "int"
-    if k == "FloatType":
-        return "float"
-    if k == "BoolType":
-        return "bool"
-    if k == "ScalarTypeType":
-        return "dtype"
-    if k == "StringType":
-        return "str"
-    if k == "ListType":
-        elem = arg_type.getElementType()
-        ek = elem.kind()
-        if ek == "BoolType":
-            return "bools"
-        if ek in ("IntType", "SymIntType"):
-            return "ints"
-        if _elem_kind(elem) == "TensorType":
-            return "opt_tensors" if ek == "OptionalType" else "tensors"
-        if ek in ("FloatType", "NumberType"):
-            return "scalars"
-    return "other"
 
 
 def _kernel_definition(target):
@@ -157,10 +120,14 @@ class _Builder:
             return v
         raise _Unsupported(f"a constant {type(a).__name__} where a tensor was expected")
 
-    def _args(self, node, values):
-        schema = node.target._schema
+    def _args(self, node):
+        """The node's value for each argument of its schema, FX nodes as
+        graph values: the C++ builder classifies them by the schema."""
+        def ref(a):
+            return _GraphValue(self._value(a)) if isinstance(a, torch.fx.Node) else a
+
         out = []
-        for i, sa in enumerate(schema.arguments):
+        for i, sa in enumerate(node.target._schema.arguments):
             if i < len(node.args) and not sa.kwarg_only:
                 a = node.args[i]
             elif sa.name in node.kwargs:
@@ -169,54 +136,7 @@ class _Builder:
                 a = sa.default_value
             else:
                 a = None
-            cls = _classify(sa.type)
-            # Python's schema types show ScalarType / Layout / MemoryFormat
-            # as int: the value tells them apart.
-            if isinstance(a, torch.dtype):
-                cls = "dtype"
-            elif isinstance(a, (torch.layout, torch.memory_format, torch.device)):
-                cls = "other"
-            if a is None:
-                out.append(("none",))
-            elif isinstance(a, torch.fx.Node) and cls not in ("tensor",):
-                raise _Unsupported(f"a traced {cls} argument ({sa.name})")
-            elif cls == "tensor" and isinstance(a, (bool, int, float, complex)):
-                # A Python number where the schema says Tensor (x + 1):
-                # eager sees a wrapped 0-dim CPU tensor, a run-time scalar.
-                out.append(("scalar", a))
-            elif cls == "tensor":
-                out.append(("tensor", self._value(a)))
-            elif cls in ("tensors", "opt_tensors"):
-                start, present = len(values), []
-                for pos, e in enumerate(a):
-                    if e is None:
-                        continue
-                    values.append(self._value(e))
-                    present.append(pos)
-                if cls == "opt_tensors":
-                    out.append(("tensors", start, len(present), present, len(a)))
-                else:
-                    out.append(("tensors", start, len(present), None, 0))
-            elif cls == "scalar":
-                out.append(("scalar", a))
-            elif cls == "int":
-                out.append(("int", int(a)))
-            elif cls == "ints":
-                out.append(("ints", [int(x) for x in a]))
-            elif cls == "bools":
-                out.append(("ints", [1 if x else 0 for x in a]))
-            elif cls == "float":
-                out.append(("float", float(a)))
-            elif cls == "bool":
-                out.append(("bool", bool(a)))
-            elif cls == "dtype":
-                out.append(("dtype", a))
-            elif cls == "str":
-                out.append(("str", str(a)))
-            elif cls == "scalars":
-                out.append(("scalars", [float(x) for x in a]))
-            else:
-                out.append(("other",))
+            out.append([ref(e) for e in a] if isinstance(a, (list, tuple)) else ref(a))
         return out
 
     def build(self):
@@ -318,10 +238,9 @@ class _Builder:
             # like the rest: eager would have used it as a run-time value.
             # Only a graph output must come back on the CPU (below).
             specs = [_spec(v, allow_cpu=True) for v in vals if v is not None]
-            values = []
-            args = self._args(n, values)
+            args = self._args(n)
             try:
-                ids = graph.add_node(name, args, values, specs)
+                ids = graph.add_node(name, args, specs)
             except (RuntimeError, TypeError, ValueError) as e:
                 raise _Unsupported(str(e)) from None
             it = iter(ids)
@@ -399,7 +318,7 @@ class _Builder:
             flag = fs[0]
             try:
                 for f in fs[1:]:
-                    flag = graph.add_node("aten::logical_or", [("tensor", flag), ("tensor", f)], [],
+                    flag = graph.add_node("aten::logical_or", [_GraphValue(flag), _GraphValue(f)],
                                           [(torch.bool, [])])[0]
             except (RuntimeError, TypeError, ValueError) as e:
                 raise _Unsupported(str(e)) from None
@@ -444,11 +363,11 @@ class _Builder:
         try:
             yid = self._value(y)
             if yv.dtype != val.dtype:
-                yid = graph.add_node("aten::_to_copy", [("tensor", yid), ("dtype", val.dtype)], [],
+                yid = graph.add_node("aten::_to_copy", [_GraphValue(yid), val.dtype],
                                      [(val.dtype, list(yv.shape))])[0]
-            eq = graph.add_node("aten::eq.Scalar", [("tensor", yid), ("scalar", 0)], [],
+            eq = graph.add_node("aten::eq.Scalar", [_GraphValue(yid), 0],
                                 [(torch.bool, list(yv.shape))])[0]
-            flag = graph.add_node("aten::any", [("tensor", eq)], [], [(torch.bool, [])])[0]
+            flag = graph.add_node("aten::any", [_GraphValue(eq)], [(torch.bool, [])])[0]
         except (RuntimeError, TypeError, ValueError) as e:
             raise _Unsupported(str(e)) from None
         self.flags.append((flag, RuntimeError,
@@ -502,16 +421,17 @@ class _Builder:
         vid, shape = self._value(idx), list(idx.meta["val"].shape)
 
         def node(op, args, out_shape=shape):
-            return graph.add_node(op, args, [], [(torch.bool, out_shape)])[0]
+            return graph.add_node(op, args, [(torch.bool, out_shape)])[0]
 
+        v = _GraphValue
         try:
-            low = node("aten::lt.Scalar", [("tensor", vid), ("scalar", lo)])
-            high = node("aten::ge.Scalar", [("tensor", vid), ("scalar", size)])
-            bad = node("aten::logical_or", [("tensor", low), ("tensor", high)])
+            low = node("aten::lt.Scalar", [v(vid), lo])
+            high = node("aten::ge.Scalar", [v(vid), size])
+            bad = node("aten::logical_or", [v(low), v(high)])
             if ignore is not None:
-                kept = node("aten::ne.Scalar", [("tensor", vid), ("scalar", ignore)])
-                bad = node("aten::logical_and", [("tensor", bad), ("tensor", kept)])
-            return node("aten::any", [("tensor", bad)], [])
+                kept = node("aten::ne.Scalar", [v(vid), ignore])
+                bad = node("aten::logical_and", [v(bad), v(kept)])
+            return node("aten::any", [v(bad)], [])
         except (RuntimeError, TypeError, ValueError) as e:
             raise _Unsupported(str(e)) from None
 
@@ -552,9 +472,9 @@ class _Builder:
             sv = source.meta.get("val") if isinstance(source, torch.fx.Node) else None
             if isinstance(mv, torch.Tensor) and isinstance(sv, torch.Tensor) and mv.numel():
                 try:
-                    ones = graph.add_node("aten::sum", [("tensor", self._value(mask))], [],
+                    ones = graph.add_node("aten::sum", [_GraphValue(self._value(mask))],
                                           [(torch.int64, [])])[0]
-                    flag = graph.add_node("aten::gt.Scalar", [("tensor", ones), ("scalar", sv.numel())], [],
+                    flag = graph.add_node("aten::gt.Scalar", [_GraphValue(ones), sv.numel()],
                                           [(torch.bool, [])])[0]
                 except (RuntimeError, TypeError, ValueError) as e:
                     raise _Unsupported(str(e)) from None
@@ -700,7 +620,7 @@ class _Builder:
             phys = [owner.shape[d] for d in perm]
             if perm != list(range(owner.dim())):
                 try:
-                    vid = graph.add_node("aten::permute", [("tensor", vid), ("ints", perm)], [],
+                    vid = graph.add_node("aten::permute", [_GraphValue(vid), perm],
                                          [(owner.dtype, phys)])[0]
                 except (RuntimeError, TypeError, ValueError) as e:
                     raise _Unsupported(str(e)) from None

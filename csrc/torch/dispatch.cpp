@@ -28,6 +28,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "args.h"
 #include "common.h"
 #include "placement.h"
 
@@ -44,50 +45,7 @@ namespace {
 
 using c10::TypeKind;
 
-c10::TypePtr unwrap_optional(const c10::TypePtr& t) {
-  if (t->kind() == TypeKind::OptionalType) return t->castRaw<c10::OptionalType>()->getElementType();
-  return t;
-}
-
 bool is_tpu(const at::Tensor& t) { return t.defined() && t.device().is_privateuseone(); }
-
-// How the boxed path reads one schema argument; decided once per operator
-// from its declared type, so a cache hit never walks TypePtrs.
-enum class ArgClass : uint8_t {
-  kTensor, kNumber, kInt, kFloat, kBool, kDtype, kString,
-  kBoolList, kIntList, kTensorList, kOptTensorList, kFloatList, kDevice, kOther,
-};
-
-ArgClass classify(const c10::Argument& schema_arg) {
-  // real_type(): the declared type (ScalarType, Layout...), which type()
-  // erases to int.
-  c10::TypePtr type = unwrap_optional(schema_arg.real_type());
-  switch (type->kind()) {
-    case TypeKind::TensorType: return ArgClass::kTensor;
-    case TypeKind::NumberType: return ArgClass::kNumber;
-    case TypeKind::IntType:
-    case TypeKind::SymIntType: return ArgClass::kInt;
-    case TypeKind::FloatType: return ArgClass::kFloat;
-    case TypeKind::BoolType: return ArgClass::kBool;
-    case TypeKind::ScalarTypeType: return ArgClass::kDtype;
-    case TypeKind::StringType: return ArgClass::kString;
-    case TypeKind::DeviceObjType: return ArgClass::kDevice;
-    case TypeKind::ListType: {
-      c10::TypePtr elem = type->castRaw<c10::ListType>()->getElementType();
-      c10::TypePtr inner = unwrap_optional(elem);
-      if (elem->kind() == TypeKind::BoolType) return ArgClass::kBoolList;
-      if (elem->kind() == TypeKind::IntType || elem->kind() == TypeKind::SymIntType)
-        return ArgClass::kIntList;
-      if (inner->kind() == TypeKind::TensorType)
-        return elem->kind() == TypeKind::OptionalType ? ArgClass::kOptTensorList
-                                                      : ArgClass::kTensorList;
-      if (elem->kind() == TypeKind::FloatType || elem->kind() == TypeKind::NumberType)
-        return ArgClass::kFloatList;
-      return ArgClass::kOther;
-    }
-    default: return ArgClass::kOther;
-  }
-}
 
 // What the boxed path needs to know about an operator, computed on its
 // first call: its name for the engine, whether the table lowers it, and
@@ -277,8 +235,7 @@ struct CallBuilder {
   std::vector<tpu_eager_arg_t> args;
   size_t num_args = 0;
   std::vector<tpu_eager_tensor_t> list;
-  std::deque<std::vector<double>> scalar_lists;
-  std::deque<std::string> strings;
+  ArgStore store;
   int device = -1;
   bool ok = true;  // false: the call cannot run on the device (fallback)
   // A tensor on another device was seen: check_placement decides whether
@@ -293,8 +250,7 @@ struct CallBuilder {
     facts = &f;
     num_args = 0;
     list.clear();
-    scalar_lists.clear();
-    strings.clear();
+    store.clear();
     device = -1;
     ok = true;
     foreign = false;
@@ -394,40 +350,42 @@ struct CallBuilder {
       // tensor: run-time scalars, like a ScalarList.
       a.lower.kind = TPU_ARG_SCALARS;
       at::Tensor values = t.to(at::kDouble).contiguous();
-      scalar_lists.emplace_back(values.data_ptr<double>(), values.data_ptr<double>() + values.numel());
+      const double* p = values.data_ptr<double>();
+      store.scalar_lists.emplace_back(p, p + values.numel());
       a.lower.num_tensors = static_cast<int>(values.numel());
       int64_t n = a.lower.num_tensors;
       a.lower.type = tpu_hlo_type_make(TPU_DTYPE_FLOAT64, 1, &n);
-      a.scalars = scalar_lists.back().data();
+      a.scalars = store.scalar_lists.back().data();
     } else {
       foreign = true;
       refuse("a non-scalar tensor on " + t.device().str());
     }
   }
 
-  void add_scalar(const at::Scalar& s) {
-    tpu_eager_arg_t& a = next_arg();
-    a.lower.kind = TPU_ARG_SCALAR;
-    // A rank-0 type: next_arg zeroed the rank, so the dtype is all to set.
-    if (s.isBoolean()) {
-      a.lower.type.dtype = TPU_DTYPE_BOOL;
-      bool v = s.toBool();
-      std::memcpy(a.scalar, &v, 1);
-    } else if (s.isIntegral(false)) {
-      a.lower.type.dtype = TPU_DTYPE_INT64;
-      int64_t v = s.toLong();
-      std::memcpy(a.scalar, &v, 8);
-    } else if (s.isComplex()) {
-      // Double parts (a complex128 op needs them); lowerings convert.
-      a.lower.type.dtype = TPU_DTYPE_COMPLEX128;
-      c10::complex<double> v = s.toComplexDouble();
-      std::memcpy(a.scalar, &v, 16);
-    } else {
-      a.lower.type.dtype = TPU_DTYPE_FLOAT64;
-      double v = s.toDouble();
-      std::memcpy(a.scalar, &v, 8);
+  // A Tensor[] or Tensor?[] (whose absent elements it leaves out).
+  void add_tensors(tpu_eager_arg_t& a, bool optional, c10::ArrayRef<c10::IValue> elems) {
+    a.lower.kind = TPU_ARG_TENSORS;
+    a.list_start = static_cast<int>(list.size());
+    if (optional && elems.size() > TPU_LOWER_MAX_INTS) return refuse("optional tensor list too long");
+    // The key reads num_ints positions though only the present ones are
+    // written below: the rest must not keep an earlier call's.
+    if (optional) std::fill(a.lower.ints, a.lower.ints + elems.size(), 0);
+    int present = 0;
+    for (size_t i = 0; i < elems.size(); i++) {
+      if (elems[i].isNone() || !elems[i].toTensor().defined()) continue;
+      const at::Tensor& t = elems[i].toTensor();
+      if (!is_tpu(t)) {
+        foreign = true;
+        refuse("a list tensor on " + t.device().str());
+        continue;
+      }
+      list.emplace_back();
+      describe(t, &list.back());
+      if (optional) a.lower.ints[present] = static_cast<int64_t>(i);
+      present++;
     }
-    a.lower.wrapped_number = true;
+    a.lower.num_tensors = present;
+    if (optional) a.lower.num_ints = static_cast<int>(elems.size());
   }
 
   void add(ArgClass cls, const c10::IValue& v) {
@@ -435,120 +393,14 @@ struct CallBuilder {
       next_arg().lower.kind = TPU_ARG_NONE;
       return;
     }
-    switch (cls) {
-      case ArgClass::kTensor: add_tensor(v.toTensor()); return;
-      case ArgClass::kNumber: add_scalar(v.toScalar()); return;
-      default: break;
-    }
+    if (cls == ArgClass::kTensor) return add_tensor(v.toTensor());
     tpu_eager_arg_t& a = next_arg();
-    switch (cls) {
-      case ArgClass::kInt:
-        a.lower.kind = TPU_ARG_INT;
-        a.lower.i = v.isSymInt() ? v.toSymInt().expect_int() : v.toInt();
-        break;
-      case ArgClass::kFloat:
-        a.lower.kind = TPU_ARG_FLOAT;
-        a.lower.f = v.toDouble();
-        break;
-      case ArgClass::kBool:
-        a.lower.kind = TPU_ARG_BOOL;
-        a.lower.i = v.toBool();
-        break;
-      case ArgClass::kDtype: {
-        a.lower.kind = TPU_ARG_DTYPE;
-        auto st = static_cast<c10::ScalarType>(v.toInt());
-        a.lower.dtype = is_supported_dtype(st) ? to_tpu_dtype(st) : TPU_DTYPE_INVALID;
-        break;
-      }
-      case ArgClass::kString:
-        a.lower.kind = TPU_ARG_STRING;
-        strings.push_back(std::string(v.toStringRef()));
-        a.lower.str = strings.back().c_str();
-        break;
-      case ArgClass::kBoolList: {
-        // bool[] (e.g. a backward's output_mask) as 0/1 INTS.
-        auto bools = v.toBoolList();
-        if (bools.size() > TPU_LOWER_MAX_INTS) {
-          refuse("bool list too long");
-          break;
-        }
-        a.lower.kind = TPU_ARG_INTS;
-        a.lower.num_ints = static_cast<int>(bools.size());
-        for (size_t i = 0; i < bools.size(); i++) a.lower.ints[i] = bools.get(i) ? 1 : 0;
-        break;
-      }
-      case ArgClass::kIntList: {
-        a.lower.kind = TPU_ARG_INTS;
-        if (v.isIntList()) {
-          const auto& ints = v.toIntList();
-          if (ints.size() > TPU_LOWER_MAX_INTS) {
-            refuse("int list too long");
-            break;
-          }
-          a.lower.num_ints = static_cast<int>(ints.size());
-          for (size_t i = 0; i < ints.size(); i++) a.lower.ints[i] = ints.get(i);
-        } else {
-          const auto ints = v.toSymIntList();
-          if (ints.size() > TPU_LOWER_MAX_INTS) {
-            refuse("int list too long");
-            break;
-          }
-          a.lower.num_ints = static_cast<int>(ints.size());
-          for (size_t i = 0; i < ints.size(); i++)
-            a.lower.ints[i] = c10::SymInt(ints.get(i)).expect_int();
-        }
-        break;
-      }
-      case ArgClass::kTensorList:
-      case ArgClass::kOptTensorList: {
-        a.lower.kind = TPU_ARG_TENSORS;
-        a.list_start = static_cast<int>(list.size());
-        auto elems = v.toListRef();
-        const bool optional = cls == ArgClass::kOptTensorList;
-        if (optional && elems.size() > TPU_LOWER_MAX_INTS) {
-          refuse("optional tensor list too long");
-          break;
-        }
-        // The key reads num_ints positions though only the present ones
-        // are written below: the rest must not keep an earlier call's.
-        if (optional) std::fill(a.lower.ints, a.lower.ints + elems.size(), 0);
-        int present = 0;
-        for (size_t i = 0; i < elems.size(); i++) {
-          if (elems[i].isNone() || !elems[i].toTensor().defined()) continue;
-          const at::Tensor& t = elems[i].toTensor();
-          if (!is_tpu(t)) {
-            foreign = true;
-            refuse("a list tensor on " + t.device().str());
-            continue;
-          }
-          list.emplace_back();
-          describe(t, &list.back());
-          if (optional) a.lower.ints[present] = static_cast<int64_t>(i);
-          present++;
-        }
-        a.lower.num_tensors = present;
-        if (optional) a.lower.num_ints = static_cast<int>(elems.size());
-        break;
-      }
-      case ArgClass::kFloatList: {
-        a.lower.kind = TPU_ARG_SCALARS;
-        std::vector<double> values;
-        for (const auto& e : v.toListRef()) values.push_back(e.toScalar().toDouble());
-        a.lower.num_tensors = static_cast<int>(values.size());
-        int64_t n = a.lower.num_tensors;
-        a.lower.type = tpu_hlo_type_make(TPU_DTYPE_FLOAT64, 1, &n);
-        scalar_lists.push_back(std::move(values));
-        a.scalars = scalar_lists.back().data();
-        break;
-      }
-      case ArgClass::kDevice:
-        a.lower.kind = TPU_ARG_OTHER;
-        if (v.isDevice() && v.toDevice().is_privateuseone() && device < 0)
-          device = v.toDevice().has_index() ? v.toDevice().index() : current_device();
-        break;
-      default:
-        a.lower.kind = TPU_ARG_OTHER;
-    }
+    if (cls == ArgClass::kTensorList || cls == ArgClass::kOptTensorList)
+      return add_tensors(a, cls == ArgClass::kOptTensorList, v.toListRef());
+    if (const char* why = to_lower_arg(cls, v, store, a.lower, a.scalar, &a.scalars)) refuse(why);
+    // A factory's tpu device says where the call runs.
+    if (cls == ArgClass::kDevice && v.isDevice() && v.toDevice().is_privateuseone() && device < 0)
+      device = v.toDevice().has_index() ? v.toDevice().index() : current_device();
   }
 
   tpu_eager_call_t call() {
@@ -1840,7 +1692,7 @@ bool try_run_on_device(const c10::OperatorHandle& op, torch::jit::Stack* stack) 
       auto fresh_plan = std::make_unique<ReturnPlan>();
       fresh_plan->per_return = std::move(outputs.per_return);
       for (const auto& r : op.schema().returns())
-        fresh_plan->is_list.push_back(r.type()->kind() == TypeKind::ListType);
+        fresh_plan->is_list.push_back(is_list(classify(r)));
       plan = static_cast<const ReturnPlan*>(
           tpu_eager_entry_set_user(entry, fresh_plan.release(), &free_return_plan));
     }

@@ -14,6 +14,7 @@
 #include <string>
 #include <unordered_set>
 
+#include "args.h"
 #include "common.h"
 #include "placement.h"
 
@@ -305,20 +306,7 @@ int register_lowered_ops() {
     // Factories (no tensor argument) keep PyTorch's composite, which
     // allocates on the requested device and calls the .out overload.
     bool takes_tensor = false;
-    for (const auto& arg : op->schema().arguments()) {
-      auto kind = arg.type()->kind();
-      if (kind == c10::TypeKind::OptionalType)
-        kind = arg.type()->castRaw<c10::OptionalType>()->getElementType()->kind();
-      if (kind == c10::TypeKind::ListType) {
-        c10::TypePtr elem = arg.type()->kind() == c10::TypeKind::ListType
-                                ? arg.type()->castRaw<c10::ListType>()->getElementType()
-                                : nullptr;
-        kind = elem ? elem->kind() : kind;
-        if (kind == c10::TypeKind::OptionalType)
-          kind = elem->castRaw<c10::OptionalType>()->getElementType()->kind();
-      }
-      takes_tensor |= kind == c10::TypeKind::TensorType;
-    }
+    for (const auto& arg : op->schema().arguments()) takes_tensor |= holds_tensors(classify(arg));
     if (!takes_tensor) continue;
     std::string schema_name = name.name + (name.overload_name.empty() ? "" : "." + name.overload_name);
     lib->impl(schema_name.c_str(), torch::CppFunction::makeFromBoxedFunction<&tpu_boxed_kernel>());

@@ -4,16 +4,14 @@
 // only converts.
 #include <ATen/ATen.h>
 #include <torch/csrc/DynamicTypes.h>
-#include <torch/csrc/Dtype.h>
 #include <torch/csrc/jit/python/pybind_utils.h>
 #include <torch/csrc/utils/pybind.h>
 
-#include <complex>
-#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "args.h"
 #include "common.h"
 
 extern "C" {
@@ -29,18 +27,13 @@ namespace py = pybind11;
 namespace torchtpu {
 namespace {
 
-c10::ScalarType dtype_of(const py::handle& obj) {
-  if (!THPDtype_Check(obj.ptr())) throw py::type_error("torchtpu: expected a torch.dtype");
-  return reinterpret_cast<THPDtype*>(obj.ptr())->scalar_type;
-}
-
 // (dtype, shape) -> the C type; a TypeError names an unsupported dtype.
 tpu_hlo_type_t type_of(const py::handle& spec) {
   auto t = spec.cast<py::tuple>();
   auto shape = t[1].cast<std::vector<int64_t>>();
   if (shape.size() > TPU_HLO_MAX_RANK) throw py::value_error("torchtpu: rank too high for a graph");
-  return tpu_hlo_type_make(to_tpu_dtype(dtype_of(t[0])), static_cast<int>(shape.size()),
-                           shape.data());
+  return tpu_hlo_type_make(to_tpu_dtype(t[0].cast<c10::ScalarType>()),
+                           static_cast<int>(shape.size()), shape.data());
 }
 
 std::vector<tpu_hlo_type_t> types_of(const py::list& specs) {
@@ -49,11 +42,37 @@ std::vector<tpu_hlo_type_t> types_of(const py::list& specs) {
   return types;
 }
 
-void copy_ints(const py::handle& obj, tpu_lower_arg_t* a) {
-  auto ints = obj.cast<std::vector<int64_t>>();
-  if (ints.size() > TPU_LOWER_MAX_INTS) throw py::value_error("torchtpu: int list too long");
-  a->num_ints = static_cast<int>(ints.size());
-  for (size_t i = 0; i < ints.size(); i++) a->ints[i] = ints[i];
+// An FX node's value among add_node's arguments: a bare id could be a
+// Python number where the schema says Tensor (x + 1).
+struct GraphValue {
+  int id;
+};
+
+bool is_value(py::handle h) { return py::isinstance<GraphValue>(h); }
+
+[[noreturn]] void not_a_tensor(py::handle h) {
+  throw py::type_error("torchtpu: a constant " + std::string(Py_TYPE(h.ptr())->tp_name) +
+                       " where a tensor was expected");
+}
+
+// A Tensor[] or Tensor?[] of GraphValues (None: absent): the ids go to
+// values, and, as eager lists them, the present ones' positions to ints.
+void add_tensors(tpu_graph_arg_t& a, bool optional, py::handle list, std::vector<int>* values) {
+  a.lower.kind = TPU_ARG_TENSORS;
+  a.list_start = static_cast<int>(values->size());
+  int pos = 0;
+  for (py::handle e : list) {
+    if (optional && pos == TPU_LOWER_MAX_INTS)
+      throw py::value_error("torchtpu: optional tensor list too long");
+    if (!e.is_none()) {
+      if (!is_value(e)) not_a_tensor(e);
+      values->push_back(e.cast<GraphValue>().id);
+      if (optional) a.lower.ints[a.lower.num_tensors] = pos;
+      a.lower.num_tensors++;
+    }
+    pos++;
+  }
+  if (optional) a.lower.num_ints = pos;
 }
 
 py::object dtype_object(tpu_dtype_t d) {
@@ -107,81 +126,52 @@ class Graph {
   }
   ~Graph() { tpu_graph_destroy(g_); }
 
-  // args: one tuple per schema argument, tagged by kind (see
-  // torchtpu/_compile.py, which builds them from the op's schema).
-  std::vector<int> add_node(const std::string& op, const py::list& args, const py::list& values,
-                            const py::list& outputs) {
+  // args: per argument of op's schema (a prefix: the builder's own nodes
+  // leave defaults out), its Python value, FX nodes as GraphValues.
+  std::vector<int> add_node(const std::string& op, const py::list& args, const py::list& outputs) {
+    const std::string name = op.substr(0, op.find('.'));
+    const char* overload = op.size() > name.size() ? op.c_str() + name.size() + 1 : "";
+    const auto& schema = c10::Dispatcher::singleton().findSchemaOrThrow(name.c_str(), overload).schema();
     std::vector<tpu_graph_arg_t> cargs(args.size());
-    std::deque<std::vector<double>> scalar_lists;
-    std::deque<std::string> strings;
+    std::vector<int> vals;  // the tensor lists' elements
+    ArgStore store;
     for (size_t i = 0; i < args.size(); i++) {
-      auto t = args[i].cast<py::tuple>();
-      const std::string kind = t[0].cast<std::string>();
+      const c10::Argument& sa = schema.arguments().at(i);
+      ArgClass cls = classify(sa);
+      py::handle h = args[i];
       tpu_graph_arg_t& a = cargs[i];
-      a = tpu_graph_arg_t{};
-      if (kind == "none") {
-        a.lower.kind = TPU_ARG_NONE;
-      } else if (kind == "tensor") {
-        a.lower.kind = TPU_ARG_TENSOR;
-        a.value = t[1].cast<int>();
-      } else if (kind == "tensors") {
-        a.lower.kind = TPU_ARG_TENSORS;
-        a.list_start = t[1].cast<int>();
-        a.lower.num_tensors = t[2].cast<int>();
-        if (!t[3].is_none()) {
-          copy_ints(t[3], &a.lower);  // positions of the present tensors
-          a.lower.num_ints = t[4].cast<int>();
-        }
-      } else if (kind == "scalar") {
-        a.lower.kind = TPU_ARG_SCALAR;
-        a.lower.wrapped_number = true;
-        py::handle v = t[1];
-        if (py::isinstance<py::bool_>(v)) {
-          a.lower.type = tpu_hlo_type_scalar(TPU_DTYPE_BOOL);
-          a.i = v.cast<bool>();
-        } else if (py::isinstance<py::int_>(v)) {
-          a.lower.type = tpu_hlo_type_scalar(TPU_DTYPE_INT64);
-          a.i = v.cast<int64_t>();
-        } else if (PyComplex_Check(v.ptr())) {
-          // Double parts, as Python keeps them: a complex128 graph needs them.
-          a.lower.type = tpu_hlo_type_scalar(TPU_DTYPE_COMPLEX128);
-          auto c = v.cast<std::complex<double>>();
-          a.f = c.real();
-          a.f_imag = c.imag();
-        } else {
-          a.lower.type = tpu_hlo_type_scalar(TPU_DTYPE_FLOAT64);
-          a.f = v.cast<double>();
-        }
-      } else if (kind == "scalars") {
-        a.lower.kind = TPU_ARG_SCALARS;
-        scalar_lists.push_back(t[1].cast<std::vector<double>>());
-        a.lower.num_tensors = static_cast<int>(scalar_lists.back().size());
-        a.scalars = scalar_lists.back().data();
-      } else if (kind == "int") {
-        a.lower.kind = TPU_ARG_INT;
-        a.lower.i = t[1].cast<int64_t>();
-      } else if (kind == "ints") {
-        a.lower.kind = TPU_ARG_INTS;
-        copy_ints(t[1], &a.lower);
-      } else if (kind == "float") {
-        a.lower.kind = TPU_ARG_FLOAT;
-        a.lower.f = t[1].cast<double>();
-      } else if (kind == "bool") {
-        a.lower.kind = TPU_ARG_BOOL;
-        a.lower.i = t[1].cast<bool>();
-      } else if (kind == "dtype") {
-        a.lower.kind = TPU_ARG_DTYPE;
-        c10::ScalarType st = dtype_of(t[1]);
-        a.lower.dtype = is_supported_dtype(st) ? to_tpu_dtype(st) : TPU_DTYPE_INVALID;
-      } else if (kind == "str") {
-        a.lower.kind = TPU_ARG_STRING;
-        strings.push_back(t[1].cast<std::string>());
-        a.lower.str = strings.back().c_str();
-      } else {
-        a.lower.kind = TPU_ARG_OTHER;
+      if (h.is_none()) continue;  // NONE: zero
+      if (cls == ArgClass::kTensorList || cls == ArgClass::kOptTensorList) {
+        add_tensors(a, cls == ArgClass::kOptTensorList, h, &vals);
+        continue;
       }
+      if (is_value(h)) {  // traced: a tensor (as an int[]'s element it fails toIValue)
+        if (cls != ArgClass::kTensor) throw py::type_error("torchtpu: " + sa.name() + " is traced");
+        a.lower.kind = TPU_ARG_TENSOR;
+        a.value = h.cast<GraphValue>().id;
+        continue;
+      }
+      c10::TypePtr type = sa.real_type();
+      if (cls == ArgClass::kTensor) {
+        // A number (x + 1): a run-time scalar, as eager's wrapped 0-dim CPU tensor.
+        if (!PyLong_Check(h.ptr()) && !PyFloat_Check(h.ptr()) && !PyComplex_Check(h.ptr()))
+          not_a_tensor(h);
+        cls = ArgClass::kNumber;
+        type = c10::NumberType::get();
+      }
+      // (OTHER reads no value: a Generator would not convert)
+      c10::IValue v = cls == ArgClass::kOther || cls == ArgClass::kDevice
+                          ? c10::IValue()
+                          : torch::jit::toIValue(h, type, sa.N());
+      uint8_t scalar[16] = {};
+      if (const char* why = to_lower_arg(cls, v, store, a.lower, scalar, &a.scalars))
+        throw py::value_error(std::string("torchtpu: ") + why);
+      if (a.lower.kind != TPU_ARG_SCALAR) continue;
+      // graph.h's constant fields from the scalar's bytes
+      if (a.lower.type.dtype == TPU_DTYPE_BOOL) a.i = scalar[0];
+      else if (a.lower.type.dtype == TPU_DTYPE_INT64) std::memcpy(&a.i, scalar, 8);
+      else std::memcpy(&a.f, scalar, 8), std::memcpy(&a.f_imag, scalar + 8, 8);
     }
-    auto vals = values.cast<std::vector<int>>();
     auto out_types = types_of(outputs);
     std::vector<int> out_ids(out_types.size());
     tpu_status_t s = tpu_graph_add_node(g_, op.c_str(), cargs.data(), static_cast<int>(cargs.size()),
@@ -321,6 +311,7 @@ class Compiled {
 }  // namespace
 
 void init_graph_bindings(py::module& m) {
+  py::class_<GraphValue>(m, "_GraphValue").def(py::init<int>());
   py::class_<Graph>(m, "_Graph")
       .def(py::init<const py::list&, bool>(), py::arg("inputs"), py::arg("with_rng"))
       .def("add_node", &Graph::add_node)

@@ -17,6 +17,7 @@
 #include <optional>
 #include <string>
 
+#include "args.h"
 #include "common.h"
 #include "placement.h"
 
@@ -41,12 +42,7 @@ bool crosses_devices(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> i
 }
 
 bool is_index_list(const c10::Argument& arg) {
-  c10::TypePtr t = arg.real_type();
-  if (t->kind() != c10::TypeKind::ListType) return false;
-  c10::TypePtr elem = t->castRaw<c10::ListType>()->getElementType();
-  return elem->kind() == c10::TypeKind::OptionalType &&
-         elem->castRaw<c10::OptionalType>()->getElementType()->kind() ==
-             c10::TypeKind::TensorType;
+  return classify(arg) == ArgClass::kOptTensorList;
 }
 
 std::string op_name(const c10::OperatorHandle& op) {
