@@ -1,32 +1,7 @@
 /* Activation lowerings (activation.c) run on the XLA CPU plugin, checked
  * against libm references in double precision, backwards against the
  * forward reference's derivative. */
-#include <math.h>
-#include <stdint.h>
-#include <string.h>
-
-#include "../testing.h"
-#include "lower_testing.h"
-
-#define N 8
-static const int64_t kDims[1] = {N};
-
-static tpu_lower_arg_t tensor(tpu_dtype_t d) { return tpu_test_tensor_arg(d, 1, kDims); }
-static tpu_hlo_type_t out_type(tpu_dtype_t d) { return tpu_hlo_type_make(d, 1, kDims); }
-
-/* Runs `op` with one output of `out` dtype and shape [N]. */
-static tpu_status_t run(const char* op, const tpu_lower_arg_t* args, int nargs,
-                        const void* const* data, tpu_dtype_t out, void** result) {
-  tpu_hlo_type_t t = out_type(out);
-  return tpu_test_run_op(op, args, nargs, NULL, data, &t, 1, result);
-}
-
-/* |got - want| within rel * |want| + abs; NaN matches NaN, inf matches inf. */
-static bool near(double got, double want, double rel, double abs_tol) {
-  if (isnan(want)) return isnan(got);
-  if (isinf(want)) return got == want;
-  return fabs(got - want) <= rel * fabs(want) + abs_tol;
-}
+#include "pointwise_testing.h"
 
 static const float kX[N] = {-3.5f, -1.2f, -0.3f, 0.0f, 0.25f, 0.7f, 1.5f, 4.0f};
 

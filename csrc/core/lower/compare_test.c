@@ -1,25 +1,7 @@
 /* Comparison, logical, bitwise, min / max and clamp lowerings (compare.c)
  * run on the XLA CPU plugin, checked against values PyTorch's CPU kernels
  * give. */
-#include <math.h>
-#include <stdint.h>
-#include <string.h>
-
-#include "../testing.h"
-#include "lower_testing.h"
-
-#define N 8
-static const int64_t kDims[1] = {N};
-
-static tpu_lower_arg_t tensor(tpu_dtype_t d) { return tpu_test_tensor_arg(d, 1, kDims); }
-static tpu_hlo_type_t out_type(tpu_dtype_t d) { return tpu_hlo_type_make(d, 1, kDims); }
-
-/* Runs `op` with one output of `out` dtype and shape [N]. */
-static tpu_status_t run(const char* op, const tpu_lower_arg_t* args, int nargs,
-                        const void* const* data, tpu_dtype_t out, void** result) {
-  tpu_hlo_type_t t = out_type(out);
-  return tpu_test_run_op(op, args, nargs, NULL, data, &t, 1, result);
-}
+#include "pointwise_testing.h"
 
 static void test_comparisons_promote(void) {
   int32_t a[N] = {1, 2, 3, 4, -1, 0, 2, 3};

@@ -195,6 +195,16 @@ tpu_hlo_value_t tpu_emit_slice(tpu_hlo_builder_t* b, tpu_hlo_value_t value,
   return tpu_hlo_op(b, "stablehlo.slice", &value, 1, out, attrs);
 }
 
+tpu_hlo_value_t tpu_emit_slice_dim(tpu_hlo_builder_t* b, tpu_hlo_value_t value, int dim,
+                                   int64_t start, int64_t limit) {
+  tpu_hlo_type_t t = tpu_hlo_value_type(b, value);
+  int64_t lo[TPU_HLO_MAX_RANK] = {0}, hi[TPU_HLO_MAX_RANK], st[TPU_HLO_MAX_RANK];
+  for (int d = 0; d < t.rank; d++) hi[d] = t.dims[d], st[d] = 1;
+  lo[dim] = start;
+  hi[dim] = limit;
+  return tpu_emit_slice(b, value, lo, hi, st);
+}
+
 tpu_hlo_value_t tpu_emit_iota(tpu_hlo_builder_t* b, const tpu_hlo_type_t* type, int dim) {
   char attrs[48];
   snprintf(attrs, sizeof attrs, "iota_dimension = %d : i64", dim);

@@ -61,6 +61,9 @@ tpu_hlo_value_t tpu_emit_transpose(tpu_hlo_builder_t* b, tpu_hlo_value_t value,
 tpu_hlo_value_t tpu_emit_slice(tpu_hlo_builder_t* b, tpu_hlo_value_t value,
                                const int64_t* start, const int64_t* limit,
                                const int64_t* stride);
+/* value[start:limit] along `dim`, whole along the others. */
+tpu_hlo_value_t tpu_emit_slice_dim(tpu_hlo_builder_t* b, tpu_hlo_value_t value, int dim,
+                                   int64_t start, int64_t limit);
 /* iota along `dim` of `type`. */
 tpu_hlo_value_t tpu_emit_iota(tpu_hlo_builder_t* b, const tpu_hlo_type_t* type, int dim);
 

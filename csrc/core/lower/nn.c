@@ -378,24 +378,9 @@ static tpu_status_t lower_batch_norm_bwd(tpu_lower_ctx_t* ctx) {
  * row indices `idx` [K, 1]. */
 static tpu_hlo_value_t scatter_add_rows(tpu_hlo_builder_t* b, tpu_hlo_value_t operand,
                                         tpu_hlo_value_t idx, tpu_hlo_value_t updates) {
-  tpu_hlo_type_t t = type_of(b, operand);
-  const char* attrs =
-      t.rank == 2 ? "scatter_dimension_numbers = #stablehlo.scatter<update_window_dims = [1], "
-                    "inserted_window_dims = [0], scatter_dims_to_operand_dims = [0], "
-                    "index_vector_dim = 1>, indices_are_sorted = false, unique_indices = false"
-                  : "scatter_dimension_numbers = #stablehlo.scatter<"
-                    "inserted_window_dims = [0], scatter_dims_to_operand_dims = [0], "
-                    "index_vector_dim = 1>, indices_are_sorted = false, unique_indices = false";
-  tpu_hlo_value_t operands[3] = {operand, idx, updates};
-  tpu_hlo_region_op_begin(b, "stablehlo.scatter", operands, 3, &t, 1, attrs);
-  tpu_hlo_type_t s = tpu_hlo_type_scalar(t.dtype), bt[2] = {s, s};
-  tpu_hlo_value_t args[2];
-  tpu_hlo_block_begin(b, bt, 2, args);
-  tpu_hlo_value_t r = tpu_emit_binary(b, "stablehlo.add", args[0], args[1]);
-  tpu_hlo_block_return(b, &r, 1);
-  tpu_hlo_value_t out;
-  tpu_hlo_region_op_end(b, &out);
-  return out;
+  const int64_t zero = 0, one = 1;
+  return tpu_emit_scatter(b, operand, idx, updates, &one, type_of(b, operand).rank - 1, &zero, &zero,
+                          1, "stablehlo.add");
 }
 
 /* embedding_dense_backward(grad_output, indices, num_weights, padding_idx,

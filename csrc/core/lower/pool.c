@@ -218,20 +218,9 @@ static tpu_hlo_value_t scatter_to_indices(tpu_hlo_builder_t* b, tpu_hlo_value_t 
   ix = tpu_emit_reshape(b, tpu_emit_binary(b, "stablehlo.add", ix, base), col, 2);
   int64_t total = s->batch * P;
   tpu_hlo_type_t zt = tpu_hlo_type_make(acc, 1, &total);
-  tpu_hlo_value_t ops[3] = {tpu_emit_const_like(b, &zt, 0), ix, gi};
-  tpu_hlo_region_op_begin(
-      b, "stablehlo.scatter", ops, 3, &zt, 1,
-      "indices_are_sorted = false, scatter_dimension_numbers = #stablehlo.scatter<"
-      "inserted_window_dims = [0], scatter_dims_to_operand_dims = [0], index_vector_dim = 1>, "
-      "unique_indices = false");
-  tpu_hlo_type_t sc = tpu_hlo_type_scalar(acc), bt[2] = {sc, sc};
-  tpu_hlo_value_t a[2];
-  tpu_hlo_block_begin(b, bt, 2, a);
-  tpu_hlo_value_t sum = tpu_emit_binary(b, "stablehlo.add", a[0], a[1]);
-  tpu_hlo_block_return(b, &sum, 1);
-  tpu_hlo_value_t r;
-  tpu_hlo_region_op_end(b, &r);
-  return r;
+  const int64_t zero = 0;
+  return tpu_emit_scatter(b, tpu_emit_const_like(b, &zt, 0), ix, gi, NULL, 0, &zero, &zero, 1,
+                          "stablehlo.add");
 }
 
 /* max_pool{2,3}d_with_indices_backward(grad_output, self, kernel_size,

@@ -24,17 +24,6 @@ static int64_t numel(const tpu_hlo_type_t* t) {
   return n;
 }
 
-/* x[start:limit] along `dim`, whole along the others. */
-static tpu_hlo_value_t slice_dim(tpu_hlo_builder_t* b, tpu_hlo_value_t x, int dim,
-                                 int64_t start, int64_t limit) {
-  tpu_hlo_type_t t = tpu_hlo_value_type(b, x);
-  int64_t lo[TPU_HLO_MAX_RANK] = {0}, hi[TPU_HLO_MAX_RANK], st[TPU_HLO_MAX_RANK];
-  for (int d = 0; d < t.rank; d++) hi[d] = t.dims[d], st[d] = 1;
-  lo[dim] = start;
-  hi[dim] = limit;
-  return tpu_emit_slice(b, x, lo, hi, st);
-}
-
 /* Concatenates values along `dim` into `out` (same dtype). */
 static tpu_hlo_value_t concat(tpu_hlo_builder_t* b, const tpu_hlo_value_t* parts, int n,
                               int dim, tpu_hlo_type_t out) {
@@ -103,7 +92,7 @@ static tpu_hlo_value_t roll_dim(tpu_hlo_builder_t* b, tpu_hlo_value_t x, int dim
   if (n == 0) return x;
   int64_t s = ((shift % n) + n) % n;
   if (s == 0) return x;
-  tpu_hlo_value_t parts[2] = {slice_dim(b, x, dim, n - s, n), slice_dim(b, x, dim, 0, n - s)};
+  tpu_hlo_value_t parts[2] = {tpu_emit_slice_dim(b, x, dim, n - s, n), tpu_emit_slice_dim(b, x, dim, 0, n - s)};
   return concat(b, parts, 2, dim, t);
 }
 
@@ -184,14 +173,6 @@ static tpu_status_t lower_constant_pad_nd(tpu_lower_ctx_t* ctx) {
   return NULL;
 }
 
-/* Writes "[a, b]" for gather/scatter dimension numbers. */
-static void dims_list(char* out, size_t cap, const int64_t* v, int n) {
-  int len = snprintf(out, cap, "[");
-  for (int i = 0; i < n && (size_t)len < cap; i++)
-    len += snprintf(out + len, cap - (size_t)len, "%s%lld", i ? ", " : "", (long long)v[i]);
-  if ((size_t)len < cap) snprintf(out + len, cap - (size_t)len, "]");
-}
-
 /* x gathered along `dim` at constant positions idx[0..m) (forward), or
  * scatter-added back into `size` positions (backward). */
 static tpu_hlo_value_t along_dim(tpu_hlo_builder_t* b, tpu_hlo_value_t x, int dim,
@@ -205,38 +186,11 @@ static tpu_hlo_value_t along_dim(tpu_hlo_builder_t* b, tpu_hlo_value_t x, int di
     slice[d] = d == dim ? 1 : t.dims[d];
     if (d != dim) window[nw++] = d;
   }
-  char w[ARR_CAP], one[32], sizes[ARR_CAP], attrs[4 * ARR_CAP];
-  dims_list(w, sizeof w, window, nw);
-  dims_list(one, sizeof one, &d64, 1);
   tpu_hlo_type_t out = t;
-  if (!backward) {
-    out.dims[dim] = m;
-    tpu_emit_i64_array(sizes, sizeof sizes, slice, t.rank);
-    snprintf(attrs, sizeof attrs,
-             "dimension_numbers = #stablehlo.gather<offset_dims = %s, collapsed_slice_dims = %s, "
-             "start_index_map = %s, index_vector_dim = 1>, slice_sizes = %s, "
-             "indices_are_sorted = false",
-             w, one, one, sizes);
-    tpu_hlo_value_t operands[2] = {x, indices};
-    return tpu_hlo_op(b, "stablehlo.gather", operands, 2, out, attrs);
-  }
-  out.dims[dim] = size;
-  snprintf(attrs, sizeof attrs,
-           "scatter_dimension_numbers = #stablehlo.scatter<update_window_dims = %s, "
-           "inserted_window_dims = %s, scatter_dims_to_operand_dims = %s, "
-           "index_vector_dim = 1>, indices_are_sorted = false, unique_indices = false",
-           w, one, one);
-  tpu_hlo_value_t operands[3] = {tpu_emit_const_like(b, &out, 0), indices, x};
-  tpu_hlo_region_op_begin(b, "stablehlo.scatter", operands, 3, &out, 1, attrs);
-  tpu_hlo_type_t s = tpu_hlo_type_scalar(t.dtype);
-  tpu_hlo_type_t bt[2] = {s, s};
-  tpu_hlo_value_t ba[2];
-  tpu_hlo_block_begin(b, bt, 2, ba);
-  tpu_hlo_value_t r = tpu_hlo_op(b, "stablehlo.add", ba, 2, s, NULL);
-  tpu_hlo_block_return(b, &r, 1);
-  tpu_hlo_value_t result;
-  tpu_hlo_region_op_end(b, &result);
-  return result;
+  out.dims[dim] = backward ? size : m;
+  if (!backward) return tpu_emit_gather(b, x, indices, out, window, nw, &d64, &d64, 1, slice);
+  return tpu_emit_scatter(b, tpu_emit_const_like(b, &out, 0), indices, x, window, nw, &d64, &d64, 1,
+                          "stablehlo.add");
 }
 
 /* reflection_pad{1,2,3}d / replication_pad{1,2,3}d and their backwards:

@@ -18,21 +18,10 @@ static int dim_arg(tpu_lower_ctx_t* ctx, int i, int rank) {
   return (int)(dim < 0 ? dim + rank : dim);
 }
 
-/* x[start:limit] along `dim`, whole along the others. */
-static tpu_hlo_value_t slice_dim(tpu_hlo_builder_t* b, tpu_hlo_value_t x, int dim,
-                                 int64_t start, int64_t limit) {
-  tpu_hlo_type_t t = tpu_hlo_value_type(b, x);
-  int64_t lo[TPU_HLO_MAX_RANK] = {0}, hi[TPU_HLO_MAX_RANK], st[TPU_HLO_MAX_RANK];
-  for (int d = 0; d < t.rank; d++) hi[d] = t.dims[d], st[d] = 1;
-  lo[dim] = start;
-  hi[dim] = limit;
-  return tpu_emit_slice(b, x, lo, hi, st);
-}
-
 /* One position `pos` of x along dim, reshaped to `out`. */
 static tpu_hlo_value_t pick(tpu_hlo_builder_t* b, tpu_hlo_value_t x, int dim, int64_t pos,
                             const tpu_hlo_type_t* out) {
-  tpu_hlo_value_t v = slice_dim(b, x, dim, pos, pos + 1);
+  tpu_hlo_value_t v = tpu_emit_slice_dim(b, x, dim, pos, pos + 1);
   return tpu_emit_reshape(b, v, out->dims, out->rank);
 }
 
@@ -77,8 +66,8 @@ static tpu_status_t lower_topk(tpu_lower_ctx_t* ctx) {
     return NULL;
   }
   tpu_emit_sort(b, x, dim, largest ? TPU_SORT_DESCENDING : TPU_SORT_ASCENDING, &v, &i);
-  v = slice_dim(b, v, dim, 0, k);
-  i = slice_dim(b, i, dim, 0, k);
+  v = tpu_emit_slice_dim(b, v, dim, 0, k);
+  i = tpu_emit_slice_dim(b, i, dim, 0, k);
   tpu_lower_set_output(ctx, 0, tpu_emit_reshape(b, v, out.dims, out.rank));
   tpu_lower_set_output(ctx, 1, tpu_emit_reshape(b, i, out.dims, out.rank));
   return NULL;
