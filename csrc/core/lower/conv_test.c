@@ -196,12 +196,6 @@ static void test_backward_output_mask(void) {
   CHECK(ok);
 }
 
-static uint16_t to_bf16(float f) {
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  return (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);
-}
-
 /* bfloat16 operands: computed in float32, one rounding. Small integers keep
  * every value exact, so the result must match bit for bit. */
 static void test_conv2d_bfloat16(void) {

@@ -10,17 +10,6 @@
 
 static const tpu_lower_arg_t kNone = {.kind = TPU_ARG_NONE};
 
-static uint16_t to_bf16(float f) {
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  return (uint16_t)((u + 0x7FFF + ((u >> 16) & 1)) >> 16);
-}
-static float from_bf16(uint16_t h) {
-  uint32_t u = (uint32_t)h << 16;
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
 static bool close(double a, double b) { return fabs(a - b) <= 1e-5 * (1 + fabs(b)); }
 static float val(int k) { return (float)((k * 37) % 11 - 5) * 0.25f; }
 

@@ -5,6 +5,7 @@
 #define TORCHTPU_CORE_LOWER_LOWER_TESTING_H_
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "../pjrt/pjrt.h"
 #include "../program.h"
@@ -77,6 +78,20 @@ static inline tpu_status_t tpu_test_run_op(const char* op, const tpu_lower_arg_t
   for (int k = 0; k < np; k++) tpu_buffer_destroy(in[k]);
   for (int i = 0; i < 16; i++) tpu_buffer_destroy(res[i]);
   return s;
+}
+
+/* float32 <-> bfloat16 bits, rounding to nearest even as PyTorch does. */
+static inline uint16_t to_bf16(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  if (f != f) return 0x7fc0;
+  return (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);
+}
+static inline float from_bf16(uint16_t h) {
+  uint32_t u = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
 }
 
 #endif

@@ -6,19 +6,6 @@
 
 #include "pointwise_testing.h"
 
-static uint16_t to_bf16(float f) {
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  if (isnan(f)) return 0x7fc0;
-  u += 0x7fff + ((u >> 16) & 1);
-  return (uint16_t)(u >> 16);
-}
-static float from_bf16(uint16_t h) {
-  uint32_t u = (uint32_t)h << 16;
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
 
 /* ---- references ---- */
 static double r_rsqrt(double x) { return 1 / sqrt(x); }

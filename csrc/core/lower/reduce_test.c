@@ -17,17 +17,6 @@ static tpu_lower_arg_t int_arg(int64_t v) { return (tpu_lower_arg_t){.kind = TPU
 static tpu_lower_arg_t bool_arg(bool v) { return (tpu_lower_arg_t){.kind = TPU_ARG_BOOL, .i = v}; }
 static const tpu_lower_arg_t kNone = {.kind = TPU_ARG_NONE};
 
-static uint16_t to_bf16(float f) {
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  return (uint16_t)((u + 0x7FFF + ((u >> 16) & 1)) >> 16);
-}
-static float from_bf16(uint16_t h) {
-  uint32_t u = (uint32_t)h << 16;
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
 static bool close(double a, double b, double tol) {
   return fabs(a - b) <= tol * (1 + fabs(b));
 }
