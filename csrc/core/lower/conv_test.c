@@ -80,26 +80,36 @@ static void test_conv2d_forward(void) {
   }
 }
 
-static void test_conv2d_backward(void) {
-  tpu_lower_arg_t fargs[9], args[11];
+/* convolution_backward(grad_output, input, weight, bias_sizes, stride,
+ * padding, dilation, transposed, output_padding, groups, output_mask) of
+ * the 2-d case, and its three output types. */
+static void conv2d_backward_args(tpu_lower_arg_t args[11], const int64_t mask[3],
+                                 tpu_hlo_type_t outs[3]) {
+  static const int64_t bias_sizes = 6;
+  tpu_lower_arg_t fargs[9];
   conv2d_args(fargs, false);
-  int64_t bias_sizes = 6, mask[3] = {1, 1, 1};
   args[0] = f32_arg(4, kY2);
   args[1] = fargs[0];
   args[2] = fargs[1];
   args[3] = ints_arg(1, &bias_sizes);
   for (int i = 3; i < 9; i++) args[i + 1] = fargs[i];
   args[10] = ints_arg(3, mask);
+  outs[0] = tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 4, kX2);
+  outs[1] = tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 4, kW2);
+  outs[2] = tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 1, &bias_sizes);
+}
+
+static void test_conv2d_backward(void) {
+  tpu_lower_arg_t args[11];
+  tpu_hlo_type_t outs[3];
+  const int64_t mask[3] = {1, 1, 1};
+  conv2d_backward_args(args, mask, outs);
   float g[192], x[384], w[72];
   float want_x[384] = {0}, want_w[72] = {0}, want_b[6] = {0};
   fill(g, 192, 4), fill(x, 384, 5), fill(w, 72, 6);
   conv_ref(&kRel2, TO_BIG, g, want_x, w);
   conv_ref(&kRel2, TO_WEIGHT, g, x, want_w);
   for (int i = 0; i < 192; i++) want_b[(i / 16) % 6] += g[i];
-  int64_t six = 6;
-  tpu_hlo_type_t outs[3] = {tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 4, kX2),
-                            tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 4, kW2),
-                            tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 1, &six)};
   const void* data[3] = {g, x, w};
   void* res[3];
   CHECK_OK(tpu_test_run_op("aten::convolution_backward", args, 11, NULL, data, outs, 3, res));
@@ -158,22 +168,13 @@ static void test_conv_transpose1d(void) {
 }
 
 static void test_backward_output_mask(void) {
-  tpu_lower_arg_t fargs[9], args[11];
-  conv2d_args(fargs, false);
-  int64_t bias_sizes = 6, mask[3] = {0, 1, 0};
-  args[0] = f32_arg(4, kY2);
-  args[1] = fargs[0];
-  args[2] = fargs[1];
-  args[3] = ints_arg(1, &bias_sizes);
-  for (int i = 3; i < 9; i++) args[i + 1] = fargs[i];
-  args[10] = ints_arg(3, mask);
+  tpu_lower_arg_t args[11];
+  tpu_hlo_type_t outs[3];
+  const int64_t mask[3] = {0, 1, 0};
+  conv2d_backward_args(args, mask, outs);
   float g[192], x[384], w[72], want_w[72] = {0};
   fill(g, 192, 4), fill(x, 384, 5), fill(w, 72, 6);
   conv_ref(&kRel2, TO_WEIGHT, g, x, want_w);
-  int64_t six = 6;
-  tpu_hlo_type_t outs[3] = {tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 4, kX2),
-                            tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 4, kW2),
-                            tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 1, &six)};
   const void* data[3] = {g, x, w};
   void* res[3];
   CHECK_OK(tpu_test_run_op("aten::convolution_backward", args, 11, NULL, data, outs, 3, res));
