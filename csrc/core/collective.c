@@ -81,14 +81,16 @@ void tpu_collective_cache_clear(void) {
   }
 }
 
-/* Keeps `executable` under `key` (copied) and returns the cached one: a
- * thread that compiled the same key first wins, ours is destroyed. */
+/* Keeps `executable` (taken) under `key` (copied) and returns the cached
+ * one: a thread that compiled the same key first wins, ours is destroyed. */
 static tpu_status_t insert(const collective_key_t* key, tpu_executable_t** executable) {
   entry_t* entry = calloc(1, sizeof *entry);
   int* devices = malloc((size_t)key->n * sizeof *devices);
   if (!entry || !devices) {
     free(entry);
     free(devices);
+    tpu_executable_destroy(*executable);
+    *executable = NULL;
     return tpu_status_oom("caching a collective program");
   }
   memcpy(devices, key->devices, (size_t)key->n * sizeof *devices);
@@ -222,8 +224,8 @@ static tpu_status_t get_program(const collective_key_t* key, tpu_executable_t** 
     fprintf(stderr, "torchtpu: %s program on %d devices:\n%.*s\n", kKindNames[key->kind], key->n,
             (int)len, text);
   /* Compiled outside the lock: a compile takes milliseconds or more. Not
-   * through the disk cache, whose entries are portable single-device
-   * programs. */
+   * through the disk cache: its entries are tpu_program_get's single-device
+   * programs, and these few compile in milliseconds. */
   tpu_compile_options_t options = {.num_replicas = key->n, .device_ids = ids,
                                    .num_device_ids = key->n};
   tpu_executable_t* executable = NULL;
@@ -232,6 +234,17 @@ static tpu_status_t get_program(const collective_key_t* key, tpu_executable_t** 
   free(ids);
   if (status) return tpu_status_annotate(status, "compiling %s: ", kKindNames[key->kind]);
   TPU_METRICS_BUMP("collective_compiles", 1);
+  /* Execution lists follow the plugin's order of the program's devices:
+   * it must be the assignment's, or inputs would meet the wrong replicas. */
+  for (int i = 0; i < key->n; i++) {
+    int placed = tpu_executable_device_index(executable, i);
+    if (placed != key->devices[i]) {
+      tpu_executable_destroy(executable);
+      return tpu_status_make(TPU_STATUS_INTERNAL,
+                             "%s: the plugin placed replica %d on device %d, not on device %d",
+                             kKindNames[key->kind], i, placed, key->devices[i]);
+    }
+  }
   TPU_RETURN_IF_ERROR(insert(key, &executable));
   *out_executable = executable;
   return NULL;
@@ -307,26 +320,19 @@ static tpu_status_t check_inputs(kind_t kind, tpu_collective_op_t op,
 
 static tpu_status_t run(kind_t kind, tpu_collective_op_t op, tpu_buffer_t* const* inputs, int n,
                         tpu_buffer_t** out_results) {
-  int stack_devices[16];
-  int* devices = n > 0 && n <= 16 ? stack_devices : malloc((n > 0 ? (size_t)n : 1) * sizeof(int));
-  tpu_event_t* stack_done[16];
-  tpu_event_t** done =
-      n > 0 && n <= 16 ? stack_done : malloc((n > 0 ? (size_t)n : 1) * sizeof *done);
+  /* Per device: its index, its argument list (input i alone), its event. */
+  size_t count = n > 0 ? (size_t)n : 1;
+  void* scratch = malloc(count * (sizeof(int) + sizeof(tpu_buffer_t* const*) + sizeof(tpu_event_t*)));
+  if (!scratch) return tpu_status_oom("running a collective");
+  tpu_buffer_t* const** lists = scratch;
+  tpu_event_t** done = (tpu_event_t**)(lists + count);
+  int* devices = (int*)(done + count);
   collective_key_t key;
-  tpu_status_t status = !devices || !done ? tpu_status_oom("running a collective") : NULL;
-  if (!status) status = check_inputs(kind, op, inputs, n, out_results, devices, &key);
   tpu_executable_t* executable = NULL;
+  tpu_status_t status = check_inputs(kind, op, inputs, n, out_results, devices, &key);
   if (!status) status = get_program(&key, &executable);
-  if (!status) {
-    /* Replica i's argument list is input i alone. */
-    tpu_buffer_t* const* args[16];
-    tpu_buffer_t* const** lists = n <= 16 ? args : malloc((size_t)n * sizeof *lists);
-    if (!lists) status = tpu_status_oom("running a collective");
-    for (int i = 0; !status && i < n; i++) lists[i] = &inputs[i];
-    if (!status)
-      status = tpu_executable_execute_multi(executable, n, lists, 1, out_results, done);
-    if (lists != args) free(lists);
-  }
+  for (int i = 0; !status && i < n; i++) lists[i] = &inputs[i];
+  if (!status) status = tpu_executable_execute_multi(executable, n, lists, 1, out_results, done);
   if (!status) {
     TPU_METRICS_BUMP("collective_executions", 1);
     for (int i = 0; i < n; i++) {
@@ -334,8 +340,7 @@ static tpu_status_t run(kind_t kind, tpu_collective_op_t op, tpu_buffer_t* const
       tpu_runtime_track(devices[i], done[i]); /* for synchronize, and its errors */
     }
   }
-  if (devices != stack_devices) free(devices);
-  if (done != stack_done) free(done);
+  free(scratch);
   return status;
 }
 
