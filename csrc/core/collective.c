@@ -11,7 +11,10 @@
 #include "metrics.h"
 #include "runtime.h"
 
-typedef enum kind_e { ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER } kind_t;
+typedef tpu_collective_kind_t kind_t;
+#define ALL_REDUCE TPU_COLLECTIVE_ALL_REDUCE
+#define ALL_GATHER TPU_COLLECTIVE_ALL_GATHER
+#define REDUCE_SCATTER TPU_COLLECTIVE_REDUCE_SCATTER
 
 static const char* const kKindNames[] = {"all_reduce", "all_gather", "reduce_scatter"};
 
@@ -357,4 +360,26 @@ tpu_status_t tpu_collective_all_gather(tpu_buffer_t* const* inputs, int n,
 tpu_status_t tpu_collective_reduce_scatter(tpu_buffer_t* const* inputs, int n,
                                            tpu_collective_op_t op, tpu_buffer_t** out_results) {
   return run(REDUCE_SCATTER, op, inputs, n, out_results);
+}
+
+tpu_status_t tpu_collective_run_storages(tpu_collective_kind_t kind, tpu_collective_op_t op,
+                                         tpu_storage_t* const* inputs, tpu_dtype_t dtype,
+                                         int64_t numel, int n, tpu_storage_t* const* outputs) {
+  if ((unsigned)kind > TPU_COLLECTIVE_REDUCE_SCATTER || !inputs || !outputs || n < 1 ||
+      n > TPU_COLLECTIVE_MAX_DEVICES)
+    return tpu_status_make(TPU_STATUS_INVALID_ARGUMENT,
+                           "collective: unknown kind %d, or %d inputs (1 to %d)", (int)kind, n,
+                           TPU_COLLECTIVE_MAX_DEVICES);
+  tpu_buffer_t* in[TPU_COLLECTIVE_MAX_DEVICES];
+  tpu_buffer_t* out[TPU_COLLECTIVE_MAX_DEVICES] = {0};
+  tpu_status_t s = NULL;
+  for (int i = 0; i < n && !s; i++) s = tpu_storage_buffer_as(inputs[i], dtype, &numel, 1, &in[i]);
+  if (!s) s = run(kind, kind == ALL_GATHER ? TPU_COLLECTIVE_SUM : op, in, n, out);
+  if (s) return s;
+  for (int i = 0; i < n; i++) {
+    tpu_status_t w = tpu_storage_set_buffer(outputs[i], out[i]); /* owns it, even on failure */
+    if (w && !s) s = w;
+    else tpu_status_free(w);
+  }
+  return s;
 }

@@ -12,6 +12,7 @@
 #include <stddef.h>
 
 #include "pjrt/pjrt.h"
+#include "storage.h"
 #include "status.h"
 
 #ifdef __cplusplus
@@ -51,6 +52,25 @@ tpu_status_t tpu_collective_all_gather(tpu_buffer_t* const* inputs, int n,
 tpu_status_t tpu_collective_reduce_scatter(tpu_buffer_t* const* inputs, int n,
                                            tpu_collective_op_t op,
                                            tpu_buffer_t** out_results);
+
+typedef enum tpu_collective_kind_e {
+  TPU_COLLECTIVE_ALL_REDUCE = 0,
+  TPU_COLLECTIVE_ALL_GATHER,
+  TPU_COLLECTIVE_REDUCE_SCATTER,
+} tpu_collective_kind_t;
+
+#define TPU_COLLECTIVE_MAX_DEVICES 64
+
+/* The same over storages, as the torch layer holds tensors: each input
+ * storage holds `numel` elements of `dtype` (its flat buffer, as storages
+ * keep them: deferred contents settled, a queued producer waited for by
+ * the execution, never staged through the host); result i becomes output
+ * storage i's buffer. On flat buffers all_gather concatenates and
+ * reduce_scatter splits the storages' element order, as NCCL does. `op`
+ * is ignored for all_gather. */
+tpu_status_t tpu_collective_run_storages(tpu_collective_kind_t kind, tpu_collective_op_t op,
+                                         tpu_storage_t* const* inputs, tpu_dtype_t dtype,
+                                         int64_t numel, int n, tpu_storage_t* const* outputs);
 
 /* Number of compiled collective programs held. */
 size_t tpu_collective_cache_size(void);

@@ -13,6 +13,7 @@
 #include "metrics.h"
 #include "program.h"
 #include "runtime.h"
+#include "storage.h"
 #include "testing.h"
 
 static bool start(void) {
@@ -319,6 +320,46 @@ static void test_bad_inputs_are_refused(void) {
   tpu_buffer_destroy(i64);
 }
 
+/* Storages on devices 2 and 0 (rank order): all_reduce into fresh
+ * storages, reduce_scatter over the flat element order, and the inputs
+ * untouched. */
+static void test_storages(void) {
+  const int dev[2] = {2, 0};
+  float x[2][4] = {{1, 2, 3, 4}, {10, 20, 30, 40}};
+  tpu_storage_t *in[2] = {NULL}, *out[2] = {NULL}, *half[2] = {NULL};
+  int64_t four = 4;
+  for (int i = 0; i < 2; i++) {
+    CHECK_OK(tpu_storage_create(dev[i], sizeof x[i], &in[i]));
+    CHECK_OK(tpu_storage_write_host(in[i], x[i], TPU_DTYPE_FLOAT32, &four, 1, NULL));
+    CHECK_OK(tpu_storage_create(dev[i], sizeof x[i], &out[i]));
+    CHECK_OK(tpu_storage_create(dev[i], sizeof x[i] / 2, &half[i]));
+  }
+  CHECK_OK(tpu_collective_run_storages(TPU_COLLECTIVE_ALL_REDUCE, TPU_COLLECTIVE_SUM, in,
+                                       TPU_DTYPE_FLOAT32, 4, 2, out));
+  CHECK_OK(tpu_collective_run_storages(TPU_COLLECTIVE_REDUCE_SCATTER, TPU_COLLECTIVE_MAX, in,
+                                       TPU_DTYPE_FLOAT32, 4, 2, half));
+  for (int i = 0; i < 2; i++) {
+    float got[4], h[2], orig[4];
+    CHECK_OK(tpu_storage_read_bytes(out[i], got, sizeof got));
+    CHECK(got[0] == 11 && got[1] == 22 && got[2] == 33 && got[3] == 44);
+    CHECK_OK(tpu_storage_read_bytes(half[i], h, sizeof h));
+    CHECK(h[0] == 10 * (float)(2 * i + 1) && h[1] == 10 * (float)(2 * i + 2));
+    CHECK_OK(tpu_storage_read_bytes(in[i], orig, sizeof orig));
+    CHECK(memcmp(orig, x[i], sizeof orig) == 0);
+    CHECK_EQ(tpu_storage_device(out[i]), dev[i]);
+  }
+  /* An unknown kind is refused before anything is read. */
+  tpu_status_t s = tpu_collective_run_storages((tpu_collective_kind_t)7, TPU_COLLECTIVE_SUM, in,
+                                               TPU_DTYPE_FLOAT32, 4, 2, out);
+  CHECK(s && tpu_status_code(s) == TPU_STATUS_INVALID_ARGUMENT);
+  tpu_status_free(s);
+  for (int i = 0; i < 2; i++) {
+    tpu_storage_release(in[i]);
+    tpu_storage_release(out[i]);
+    tpu_storage_release(half[i]);
+  }
+}
+
 /* Last: the programs go before the client they belong to. */
 static void test_cleanup(void) {
   tpu_collective_cache_clear();
@@ -331,4 +372,5 @@ TPU_TEST_MAIN(TPU_TEST(test_all_reduce_float32_every_op), TPU_TEST(test_all_redu
               TPU_TEST(test_all_reduce_bfloat16_sum), TPU_TEST(test_all_reduce_bool),
               TPU_TEST(test_all_gather), TPU_TEST(test_reduce_scatter),
               TPU_TEST(test_two_device_subset), TPU_TEST(test_programs_are_cached),
-              TPU_TEST(test_bad_inputs_are_refused), TPU_TEST(test_cleanup))
+              TPU_TEST(test_bad_inputs_are_refused), TPU_TEST(test_storages),
+              TPU_TEST(test_cleanup))
