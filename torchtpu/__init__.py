@@ -43,6 +43,8 @@ if torch._C._get_privateuse1_backend_name() != "tpu":
 from . import tpu as _tpu_module  # noqa: E402
 
 torch._register_device_module("tpu", _tpu_module)
+from . import comm as _comm  # noqa: E402
+_tpu_module.comm = _comm  # torch.tpu.comm, as torch.cuda.comm / nccl
 torch.utils.generate_methods_for_privateuse1_backend(
     for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
 )

@@ -708,19 +708,23 @@ tpu_status_t tpu_diskcache_load_or_compile(tpu_client_t* client,
     return compile_counted(client, mlir, mlir_len, options, out_executable,
                            &compile_ns);
   }
-  uint8_t option_bytes[64];
-  size_t option_len =
-      tpu_compile_options_encode(options, option_bytes, sizeof option_bytes);
+  /* The key hashes every option byte (a device list can be long). */
+  size_t option_len = tpu_compile_options_encode(options, NULL, 0);
+  uint8_t* option_bytes = malloc(option_len);
   size_t identity_len = tpu_diskcache_identity(client, NULL, 0);
   char* identity = malloc(identity_len + 1);
-  if (!identity) {
+  if (!identity || !option_bytes) {
+    free(identity);
+    free(option_bytes);
     return compile_counted(client, mlir, mlir_len, options, out_executable,
                            &compile_ns);
   }
+  tpu_compile_options_encode(options, option_bytes, option_len);
   tpu_diskcache_identity(client, identity, identity_len + 1);
   tpu_diskcache_key_t key;
   tpu_diskcache_key_make(mlir, mlir_len, option_bytes, option_len, identity, &key);
   free(identity);
+  free(option_bytes);
 
   /* The key hashes this very text, so it describes a loaded entry too. */
   if (load_tiers(local, shared, client, &key, out_executable)) {

@@ -46,6 +46,7 @@ std::string thread_eager_mode_override();
 bool debug_shadow();
 void set_debug_shadow(bool on);
 void init_graph_bindings(pybind11::module& m);  // graph.cpp
+void init_comm_bindings(pybind11::module& m);  // comm.cpp
 void init_tpudist_bindings(pybind11::module& m);  // tpudist.cpp
 void init_profiler_bindings(pybind11::module& m);  // profiler.cpp
 }  // namespace torchtpu
@@ -186,6 +187,7 @@ py::list env_vars() {
 PYBIND11_MODULE(_C, m) {
   m.doc() = "torchtpu runtime bindings";
   torchtpu::init_graph_bindings(m);
+  torchtpu::init_comm_bindings(m);
   torchtpu::init_tpudist_bindings(m);
   torchtpu::init_profiler_bindings(m);
   m.def("_set_default_plugin_path", &torchtpu::set_default_plugin_path);

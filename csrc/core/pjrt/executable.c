@@ -11,7 +11,11 @@ struct tpu_executable_s {
   /* Portable executables run wherever execute_device says; others only on
    * the device they were compiled for. */
   bool portable;
-  int bound_device_index; /* -1 when portable */
+  int bound_device_index; /* -1 when portable or on several devices */
+  /* The client devices a bound program runs on, in PJRT's order (that of
+   * its addressable devices, which Execute's argument lists follow). */
+  int num_devices; /* 0 when portable */
+  int* device_indices;
   /* Whether the program may alias a parameter to a result (donation). When
    * it cannot, executions pass no non-donatable indices: the plugin builds
    * a set of them on every call, a few percent of a small execution. */
@@ -21,22 +25,6 @@ struct tpu_executable_s {
   int* output_ranks;
   int64_t (*output_dims)[TPU_MAX_RANK];
 };
-
-/* ---- compile options --------------------------------------------------------
- * xla.CompileOptionsProto, hand-encoded:
- *   field 3 executable_build_options (length-delimited, tag 0x1a) holding
- *     ExecutableBuildOptionsProto field 4 num_replicas   (varint, tag 0x20) = 1
- *                                 field 5 num_partitions (varint, tag 0x28) = 1
- *   field 4 compile_portable_executable (varint, tag 0x20) = 1 if portable. */
-
-size_t tpu_compile_options_encode(const tpu_compile_options_t* options,
-                                  uint8_t* out_bytes, size_t capacity) {
-  bool portable = options ? options->portable : true;
-  const uint8_t encoded[] = {0x1a, 0x04, 0x20, 0x01, 0x28, 0x01, 0x20, 0x01};
-  size_t len = portable ? sizeof encoded : sizeof encoded - 2;
-  if (out_bytes) memcpy(out_bytes, encoded, len < capacity ? len : capacity);
-  return len;
-}
 
 /* ---- helpers ----------------------------------------------------------------- */
 
@@ -132,8 +120,8 @@ static tpu_status_t read_outputs(tpu_executable_t* exe, PJRT_Executable* unloade
   return NULL;
 }
 
-/* Decides portability from the devices the executable is bound to: a
- * portable executable is bound to none. */
+/* Decides portability from the devices the executable is bound to (a
+ * portable executable is bound to none) and maps them to client devices. */
 static tpu_status_t read_devices(tpu_executable_t* exe) {
   const PJRT_Api* api = exe->client->api;
   TPU_PJRT_ARGS(PJRT_LoadedExecutable_AddressableDevices_Args, args);
@@ -144,21 +132,26 @@ static tpu_status_t read_devices(tpu_executable_t* exe) {
   exe->portable = n == 0;
   exe->bound_device_index = -1;
   if (n == 0) return NULL;
-  if (n > 1) {
+  if (n > (size_t)exe->client->device_count) {
     return tpu_status_make(TPU_STATUS_UNIMPLEMENTED,
-                           "executable spans %zu devices; only single-device "
-                           "programs are supported",
-                           n);
+                           "executable spans %zu devices; the client shows %d",
+                           n, exe->client->device_count);
   }
-  for (int i = 0; i < exe->client->device_count; i++) {
-    if (exe->client->devices[i].device == args.addressable_devices[0]) {
-      exe->bound_device_index = i;
-      return NULL;
-    }
+  exe->device_indices = calloc(n, sizeof *exe->device_indices);
+  if (!exe->device_indices) return oom();
+  exe->num_devices = (int)n;
+  for (size_t d = 0; d < n; d++) {
+    exe->device_indices[d] = -1;
+    for (int i = 0; i < exe->client->device_count; i++)
+      if (exe->client->devices[i].device == args.addressable_devices[d])
+        exe->device_indices[d] = i;
+    if (exe->device_indices[d] < 0)
+      return tpu_status_make(TPU_STATUS_INTERNAL,
+                             "executable is bound to a device the client does "
+                             "not list");
   }
-  return tpu_status_make(TPU_STATUS_INTERNAL,
-                         "executable is bound to a device the client does not "
-                         "list");
+  if (n == 1) exe->bound_device_index = exe->device_indices[0];
+  return NULL;
 }
 
 /* Takes ownership of `loaded` and describes it. */
@@ -217,8 +210,14 @@ tpu_status_t tpu_executable_compile(tpu_client_t* client, const char* mlir,
   if (mlir_len == 0) {
     return tpu_status_make(TPU_STATUS_INVALID_ARGUMENT, "empty program");
   }
-  uint8_t encoded[16];
-  size_t encoded_len = tpu_compile_options_encode(options, encoded, sizeof encoded);
+  TPU_RETURN_IF_ERROR(tpu_compile_options_check(options));
+  /* Single-device options fit on the stack; device lists may not. */
+  uint8_t stack_encoded[64];
+  size_t encoded_len = tpu_compile_options_encode(options, NULL, 0);
+  uint8_t* encoded =
+      encoded_len <= sizeof stack_encoded ? stack_encoded : malloc(encoded_len);
+  if (!encoded) return oom();
+  tpu_compile_options_encode(options, encoded, encoded_len);
 
   static const char kFormat[] = "mlir";
   TPU_PJRT_ARGS(PJRT_Program, program);
@@ -233,6 +232,7 @@ tpu_status_t tpu_executable_compile(tpu_client_t* client, const char* mlir,
   args.compile_options = (const char*)encoded;
   args.compile_options_size = encoded_len;
   tpu_status_t status = TPU_PJRT_CALL(client->api, PJRT_Client_Compile, &args);
+  if (encoded != stack_encoded) free(encoded);
   if (status) {
     return tpu_status_annotate(classify_compile_error(status),
                                "compiling StableHLO: ");
@@ -343,6 +343,49 @@ const int64_t* tpu_executable_output_dims(const tpu_executable_t* executable,
 
 /* ---- execute ------------------------------------------------------------------- */
 
+int tpu_executable_num_devices(const tpu_executable_t* executable) {
+  return executable->num_devices;
+}
+
+int tpu_executable_device_index(const tpu_executable_t* executable, int d) {
+  return d >= 0 && d < executable->num_devices ? executable->device_indices[d] : -1;
+}
+
+/* Argument i of an execution on device_index; `list` is its device list
+ * in a multi-device execution, -1 in a single-device one. */
+static tpu_status_t check_arg(const tpu_executable_t* exe, const tpu_buffer_t* arg, int i,
+                              int list, int device_index) {
+  if (!arg) {
+    return tpu_status_make(TPU_STATUS_INVALID_ARGUMENT, "argument %d is NULL", i);
+  }
+  if (arg->client != exe->client) {
+    return tpu_status_make(TPU_STATUS_INVALID_ARGUMENT,
+                           "argument %d belongs to another client", i);
+  }
+  if (arg->device_index != device_index && list < 0) {
+    return tpu_status_make(TPU_STATUS_INVALID_ARGUMENT,
+                           "argument %d is on device %d, execution on "
+                           "device %d",
+                           i, arg->device_index, device_index);
+  }
+  if (arg->device_index != device_index) {
+    return tpu_status_make(TPU_STATUS_INVALID_ARGUMENT,
+                           "argument %d of device list %d is on device %d, but the "
+                           "program's device assignment runs list %d on device %d",
+                           i, list, arg->device_index, list, device_index);
+  }
+  /* A queued execution's result: wait for it (its failure fails us). */
+  tpu_status_t unfilled = tpu_buffer_wait_filled((tpu_buffer_t*)arg);
+  if (unfilled) return tpu_status_annotate(unfilled, "argument %d: ", i);
+  if (tpu_buffer_is_deleted(arg)) {
+    return tpu_status_make(TPU_STATUS_FAILED_PRECONDITION,
+                           "argument %d was deleted or donated to an earlier "
+                           "execution",
+                           i);
+  }
+  return NULL;
+}
+
 static tpu_status_t check_execute_args(const tpu_executable_t* exe,
                                        int device_index,
                                        tpu_buffer_t* const* args, int nargs,
@@ -353,6 +396,12 @@ static tpu_status_t check_execute_args(const tpu_executable_t* exe,
                            "device index %d out of range: the client has %d "
                            "device(s)",
                            device_index, client->device_count);
+  }
+  if (exe->num_devices > 1) {
+    return tpu_status_make(TPU_STATUS_INVALID_ARGUMENT,
+                           "executable runs on %d devices at once; use "
+                           "tpu_executable_execute_multi",
+                           exe->num_devices);
   }
   if (!exe->portable && device_index != exe->bound_device_index) {
     return tpu_status_make(TPU_STATUS_INVALID_ARGUMENT,
@@ -367,33 +416,42 @@ static tpu_status_t check_execute_args(const tpu_executable_t* exe,
   if (exe->num_outputs > 0 && !out_results) {
     return tpu_status_make(TPU_STATUS_INVALID_ARGUMENT, "out_results is NULL");
   }
-  for (int i = 0; i < nargs; i++) {
-    const tpu_buffer_t* arg = args[i];
-    if (!arg) {
-      return tpu_status_make(TPU_STATUS_INVALID_ARGUMENT, "argument %d is NULL",
-                             i);
-    }
-    if (arg->client != client) {
-      return tpu_status_make(TPU_STATUS_INVALID_ARGUMENT,
-                             "argument %d belongs to another client", i);
-    }
-    if (arg->device_index != device_index) {
-      return tpu_status_make(TPU_STATUS_INVALID_ARGUMENT,
-                             "argument %d is on device %d, execution on "
-                             "device %d",
-                             i, arg->device_index, device_index);
-    }
-    /* A queued execution's result: wait for it (its failure fails us). */
-    tpu_status_t unfilled = tpu_buffer_wait_filled((tpu_buffer_t*)arg);
-    if (unfilled) return tpu_status_annotate(unfilled, "argument %d: ", i);
-    if (tpu_buffer_is_deleted(arg)) {
-      return tpu_status_make(TPU_STATUS_FAILED_PRECONDITION,
-                             "argument %d was deleted or donated to an earlier "
-                             "execution",
-                             i);
-    }
-  }
+  for (int i = 0; i < nargs; i++)
+    TPU_RETURN_IF_ERROR(check_arg(exe, args[i], i, -1, device_index));
   return NULL;
+}
+
+static void destroy_raw(const PJRT_Api* api, PJRT_Buffer** list, int n) {
+  for (int i = 0; i < n; i++) {
+    if (!list[i]) continue;
+    TPU_PJRT_ARGS(PJRT_Buffer_Destroy_Args, d);
+    d.buffer = list[i];
+    tpu_status_free(TPU_PJRT_CALL(api, PJRT_Buffer_Destroy, &d));
+    list[i] = NULL;
+  }
+}
+
+/* Wraps one device's outputs (taking them) as buffers on device_index. On
+ * failure nothing is left: what was wrapped is destroyed, the rest too. */
+static tpu_status_t wrap_outputs(tpu_executable_t* exe, int device_index,
+                                 PJRT_Buffer** out_list, tpu_buffer_t** out_results) {
+  const int nout = exe->num_outputs;
+  tpu_status_t status = NULL;
+  int wrapped = 0;
+  for (; wrapped < nout && !status; wrapped++) {
+    /* The declared output types, queried once at compile time. */
+    status = tpu_buffer_wrap_typed(exe->client, device_index, out_list[wrapped],
+                                   exe->output_dtypes[wrapped], exe->output_dims[wrapped],
+                                   exe->output_ranks[wrapped], &out_results[wrapped]);
+    out_list[wrapped] = NULL; /* wrap took ownership, even on failure */
+  }
+  if (!status) return NULL;
+  for (int i = 0; i < nout; i++) {
+    if (i < wrapped - 1) tpu_buffer_destroy(out_results[i]);
+    out_results[i] = NULL;
+  }
+  destroy_raw(exe->client->api, out_list + wrapped, nout - wrapped);
+  return status;
 }
 
 /* `fill`: out_results holds pending buffers to fill (execute_into). */
@@ -466,27 +524,8 @@ static tpu_status_t run(tpu_executable_t* executable, int device_index,
     if (out_done) return tpu_event_wrap(api, done, out_done);
     return NULL;
   }
-  /* Wrap every output; on failure destroy what is left so nothing leaks. */
-  int wrapped = 0;
-  for (; wrapped < nout && !status; wrapped++) {
-    /* The declared output types, queried once at compile time. */
-    status = tpu_buffer_wrap_typed(client, device_index, out_list[wrapped],
-                                   executable->output_dtypes[wrapped],
-                                   executable->output_dims[wrapped],
-                                   executable->output_ranks[wrapped],
-                                   &out_results[wrapped]);
-    out_list[wrapped] = NULL; /* wrap took ownership, even on failure */
-  }
+  status = wrap_outputs(executable, device_index, out_list, out_results);
   if (status) {
-    for (int i = 0; i < nout; i++) {
-      if (i < wrapped - 1) tpu_buffer_destroy(out_results[i]);
-      out_results[i] = NULL;
-    }
-    for (int i = wrapped; i < nout; i++) {
-      TPU_PJRT_ARGS(PJRT_Buffer_Destroy_Args, d);
-      d.buffer = out_list[i];
-      tpu_status_free(TPU_PJRT_CALL(api, PJRT_Buffer_Destroy, &d));
-    }
     /* The execution still runs; let it finish before reporting. */
     tpu_status_free(tpu_pjrt_event_await_destroy(api, done, "execution"));
     if (scratch != stack_scratch) free(scratch);
@@ -521,6 +560,139 @@ tpu_status_t tpu_executable_execute_into(tpu_executable_t* executable, int devic
   return run(executable, device_index, args, nargs, NULL, pending_results, out_done, true);
 }
 
+/* ---- multi-device execute ------------------------------------------------------ */
+
+static tpu_status_t check_multi_args(const tpu_executable_t* exe, int num_devices,
+                                     tpu_buffer_t* const* const* args, int nargs,
+                                     tpu_buffer_t** out_results) {
+  if (exe->portable || num_devices != exe->num_devices) {
+    return tpu_status_make(TPU_STATUS_INVALID_ARGUMENT,
+                           "executable runs on %d device(s) at once%s; got %d "
+                           "argument list(s)",
+                           exe->num_devices, exe->portable ? " (portable)" : "",
+                           num_devices);
+  }
+  if (nargs < 0 || (nargs > 0 && !args)) {
+    return tpu_status_make(TPU_STATUS_INVALID_ARGUMENT,
+                           "bad argument lists (nargs = %d)", nargs);
+  }
+  if (exe->num_outputs > 0 && !out_results) {
+    return tpu_status_make(TPU_STATUS_INVALID_ARGUMENT, "out_results is NULL");
+  }
+  for (int d = 0; d < num_devices && nargs > 0; d++) {
+    if (!args[d]) {
+      return tpu_status_make(TPU_STATUS_INVALID_ARGUMENT,
+                             "argument list %d is NULL", d);
+    }
+    for (int i = 0; i < nargs; i++)
+      TPU_RETURN_IF_ERROR(check_arg(exe, args[d][i], i, d, exe->device_indices[d]));
+  }
+  return NULL;
+}
+
+/* Hands the caller one event per device, or on failure none (all
+ * destroyed, `events` taken either way). */
+static tpu_status_t wrap_events(const PJRT_Api* api, PJRT_Event** events, int n,
+                                tpu_event_t** out_done) {
+  tpu_status_t status = NULL;
+  for (int d = 0; d < n; d++) {
+    if (status) {
+      tpu_pjrt_event_destroy(api, events[d]);
+      out_done[d] = NULL;
+      continue;
+    }
+    status = tpu_event_wrap(api, events[d], &out_done[d]);
+    if (status) {
+      for (int e = 0; e < d; e++) tpu_event_destroy(out_done[e]);
+      for (int e = 0; e <= d; e++) out_done[e] = NULL;
+    }
+  }
+  return status;
+}
+
+tpu_status_t tpu_executable_execute_multi(tpu_executable_t* executable, int num_devices,
+                                          tpu_buffer_t* const* const* args, int nargs,
+                                          tpu_buffer_t** out_results,
+                                          tpu_event_t** out_done) {
+  if (!executable) {
+    return tpu_status_make(TPU_STATUS_INVALID_ARGUMENT, "executable is NULL");
+  }
+  for (int d = 0; out_done && d < num_devices; d++) out_done[d] = NULL;
+  TPU_RETURN_IF_ERROR(check_multi_args(executable, num_devices, args, nargs, out_results));
+  const PJRT_Api* api = executable->client->api;
+  const size_t n = (size_t)num_devices, nin = (size_t)nargs, nout = (size_t)executable->num_outputs;
+
+  /* PJRT wants a list of arguments and one of outputs per device. Not the
+   * dispatch path: one allocation. */
+  size_t bytes = n * nin * sizeof(PJRT_Buffer*) + n * nout * sizeof(PJRT_Buffer*) +
+                 2 * n * sizeof(PJRT_Buffer**) + n * sizeof(PJRT_Event*) +
+                 (nin ? nin : 1) * sizeof(int64_t);
+  char* scratch = calloc(1, bytes);
+  if (!scratch) {
+    return tpu_status_make(TPU_STATUS_RESOURCE_EXHAUSTED,
+                           "out of memory preparing an execution on %d devices",
+                           num_devices);
+  }
+  int64_t* keep = (int64_t*)scratch;
+  PJRT_Event** events = (PJRT_Event**)(keep + (nin ? nin : 1));
+  PJRT_Buffer*** arg_lists = (PJRT_Buffer***)(events + n);
+  PJRT_Buffer*** out_lists = arg_lists + n;
+  PJRT_Buffer** arg_bufs = (PJRT_Buffer**)(out_lists + n);
+  PJRT_Buffer** out_bufs = arg_bufs + n * nin;
+  for (size_t d = 0; d < n; d++) {
+    arg_lists[d] = arg_bufs + d * nin;
+    out_lists[d] = out_bufs + d * nout;
+    for (size_t i = 0; i < nin; i++) arg_lists[d][i] = args[d][i]->buffer;
+  }
+  for (size_t i = 0; i < nin; i++) keep[i] = (int64_t)i; /* nothing donated */
+
+  TPU_PJRT_ARGS(PJRT_ExecuteOptions, options);
+  options.non_donatable_input_indices = keep;
+  options.num_non_donatable_input_indices = executable->may_alias ? nin : 0;
+  TPU_PJRT_ARGS(PJRT_LoadedExecutable_Execute_Args, exec);
+  exec.executable = executable->executable;
+  exec.options = &options;
+  exec.argument_lists = (PJRT_Buffer* const* const*)arg_lists;
+  exec.num_devices = n;
+  exec.num_args = nin;
+  exec.output_lists = (PJRT_Buffer** const*)out_lists;
+  exec.device_complete_events = events;
+  exec.execute_device = NULL; /* every device of the assignment */
+  tpu_status_t status = tpu_status_annotate(
+      TPU_PJRT_CALL(api, PJRT_LoadedExecutable_Execute, &exec), "executing on %d devices: ",
+      num_devices);
+  if (status) {
+    free(scratch);
+    return status;
+  }
+  size_t wrapped = 0;
+  for (; wrapped < n && !status; wrapped++)
+    status = wrap_outputs(executable, executable->device_indices[wrapped], out_lists[wrapped],
+                          out_results + wrapped * nout);
+  if (status) {
+    for (size_t i = 0; i < (wrapped - 1) * nout; i++) {
+      tpu_buffer_destroy(out_results[i]);
+      out_results[i] = NULL;
+    }
+    for (size_t d = wrapped; d < n; d++) destroy_raw(api, out_lists[d], (int)nout);
+  }
+  if (status) {
+    /* The execution still runs; let it finish before reporting. */
+    for (size_t d = 0; d < n; d++)
+      tpu_status_free(tpu_pjrt_event_await_destroy(api, events[d], "execution"));
+    free(scratch);
+    return tpu_status_annotate(status, "wrapping execution results: ");
+  }
+  if (!out_done) { /* PJRT keeps the work alive without them */
+    for (size_t d = 0; d < n; d++) tpu_pjrt_event_destroy(api, events[d]);
+    free(scratch);
+    return NULL;
+  }
+  status = wrap_events(api, events, num_devices, out_done);
+  free(scratch);
+  return status;
+}
+
 void tpu_executable_destroy(tpu_executable_t* executable) {
   if (!executable) return;
   destroy_loaded(executable->client->api, executable->executable);
@@ -528,5 +700,6 @@ void tpu_executable_destroy(tpu_executable_t* executable) {
   free(executable->output_dtypes);
   free(executable->output_ranks);
   free(executable->output_dims);
+  free(executable->device_indices);
   free(executable);
 }

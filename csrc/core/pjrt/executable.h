@@ -10,6 +10,7 @@
 #include "../status.h"
 #include "buffer.h"
 #include "client.h"
+#include "compile_options.h"
 #include "event.h"
 
 #ifdef __cplusplus
@@ -18,21 +19,11 @@ extern "C" {
 
 typedef struct tpu_executable_s tpu_executable_t;
 
-typedef struct tpu_compile_options_s {
-  /* Compile once and run on any device (compile_portable_executable). */
-  bool portable;
-} tpu_compile_options_t;
-
-/* Encodes the xla.CompileOptionsProto bytes we send (hand-written protobuf:
- * num_replicas=1, num_partitions=1, compile_portable_executable). Writes at
- * most `capacity` bytes and returns the encoded length. Exposed so cache keys
- * can hash exactly what the compiler saw. */
-size_t tpu_compile_options_encode(const tpu_compile_options_t* options,
-                                  uint8_t* out_bytes, size_t capacity);
-
-/* Compiles StableHLO text (format "mlir"). options may be NULL (portable).
- * A program that does not parse or verify returns INVALID_ARGUMENT with the
- * plugin's diagnostic. */
+/* Compiles StableHLO text (format "mlir"). options may be NULL (portable);
+ * options that fail tpu_compile_options_check are INVALID_ARGUMENT. With
+ * more than one replica or partition the program runs on that many devices
+ * at once (tpu_executable_execute_multi). A program that does not parse or
+ * verify returns INVALID_ARGUMENT with the plugin's diagnostic. */
 tpu_status_t tpu_executable_compile(tpu_client_t* client, const char* mlir,
                                     size_t mlir_len,
                                     const tpu_compile_options_t* options,
@@ -69,6 +60,30 @@ tpu_status_t tpu_executable_execute_into(tpu_executable_t* executable, int devic
                                          tpu_buffer_t* const* args, int nargs,
                                          tpu_buffer_t** pending_results,
                                          tpu_event_t** out_done);
+
+/* The devices the program runs on at once: 1 for a single-device program
+ * (0 when portable: it runs wherever execute is told), else replicas x
+ * partitions. device_index(d) is the client device of the d-th, in the
+ * compile options' device order (replica-major); -1 out of range. */
+int tpu_executable_num_devices(const tpu_executable_t* executable);
+int tpu_executable_device_index(const tpu_executable_t* executable, int d);
+
+/* Runs a multi-device program (or a single-device one bound to its device)
+ * on all its devices at once: num_devices must equal
+ * tpu_executable_num_devices. args[d] holds the nargs arguments of the
+ * d-th device (borrowed), each of which must live on that device
+ * (tpu_executable_device_index(d)), else INVALID_ARGUMENT naming the
+ * argument and both devices. Nothing is donated. out_results has room for
+ * num_devices * num_outputs buffers, row-major per device: output k of
+ * device d is out_results[d * num_outputs + k], on that device, owned by
+ * the caller. out_done (may be NULL) has room for num_devices events, one
+ * per device, firing when that device's part finished (each owned by the
+ * caller); per device, so each can be tracked with that device's other
+ * work. Returns as soon as the work is enqueued. */
+tpu_status_t tpu_executable_execute_multi(tpu_executable_t* executable, int num_devices,
+                                          tpu_buffer_t* const* const* args, int nargs,
+                                          tpu_buffer_t** out_results,
+                                          tpu_event_t** out_done);
 
 /* Serialized executable bytes (plugin-version specific). *out_bytes is
  * malloc'd; the caller frees it with free(). */

@@ -635,6 +635,180 @@ static tpu_status_t bad_args_body(fixture_t* f) {
 }
 static void test_bad_arguments(void) { RUN_WITH_FIXTURE(1, bad_args_body); }
 
+/* ---- multi-device programs ------------------------------------------------------ */
+
+/* Sums x over `n` replicas and returns it with the replica's id, so a test
+ * sees both the collective and which replica ran where. */
+static void all_reduce_text(int n, char* out, size_t cap) {
+  char groups[64] = "";
+  for (int i = 0; i < n; i++)
+    snprintf(groups + strlen(groups), sizeof groups - strlen(groups), "%s%d", i ? ", " : "", i);
+  snprintf(out, cap,
+           "module @all_reduce {\n"
+           "  func.func public @main(%%x: tensor<4xf32>) -> (tensor<4xf32>, tensor<i32>) {\n"
+           "    %%0 = \"stablehlo.all_reduce\"(%%x) ({\n"
+           "    ^bb0(%%a: tensor<f32>, %%b: tensor<f32>):\n"
+           "      %%s = \"stablehlo.add\"(%%a, %%b) : (tensor<f32>, tensor<f32>) -> tensor<f32>\n"
+           "      \"stablehlo.return\"(%%s) : (tensor<f32>) -> ()\n"
+           "    }) {replica_groups = dense<[[%s]]> : tensor<1x%dxi64>} : (tensor<4xf32>) -> "
+           "tensor<4xf32>\n"
+           "    %%1 = \"stablehlo.replica_id\"() : () -> tensor<ui32>\n"
+           "    %%2 = \"stablehlo.convert\"(%%1) : (tensor<ui32>) -> tensor<i32>\n"
+           "    \"func.return\"(%%0, %%2) : (tensor<4xf32>, tensor<i32>) -> ()\n"
+           "  }\n"
+           "}\n",
+           groups, n);
+}
+
+static int id_of(tpu_client_t* client, int index) {
+  tpu_device_t* device = NULL;
+  tpu_status_free(tpu_client_device(client, index, &device));
+  return device ? tpu_device_id(device) : -1;
+}
+
+static tpu_status_t compile_replicated(tpu_client_t* client, const int* indices, int n,
+                                       tpu_executable_t** out) {
+  char text[2048];
+  all_reduce_text(n, text, sizeof text);
+  int ids[8];
+  for (int d = 0; d < n; d++) ids[d] = id_of(client, indices[d]);
+  tpu_compile_options_t options = {.num_replicas = n, .device_ids = ids, .num_device_ids = n};
+  return tpu_executable_compile(client, text, strlen(text), &options, out);
+}
+
+/* Four replicas on the four devices: each gets the sum of all four inputs
+ * and its own replica id; every result lives on its replica's device. */
+static tpu_status_t multi_body(fixture_t* f) {
+  const int devices[4] = {0, 1, 2, 3};
+  TPU_RETURN_IF_ERROR(compile_replicated(f->client, devices, 4, &f->exe[0]));
+  tpu_executable_t* exe = f->exe[0];
+  EXPECT(tpu_executable_num_devices(exe) == 4 && !tpu_executable_portable(exe),
+         "num devices %d", tpu_executable_num_devices(exe));
+  for (int d = 0; d < 4; d++)
+    EXPECT(tpu_executable_device_index(exe, d) == d, "device %d runs on %d", d,
+           tpu_executable_device_index(exe, d));
+  tpu_buffer_t* lists[4][1];
+  for (int d = 0; d < 4; d++) {
+    const float x[4] = {1.0f * (d + 1), 2.0f * (d + 1), 3.0f * (d + 1), 4.0f * (d + 1)};
+    TPU_RETURN_IF_ERROR(upload(f->client, d, x, TPU_DTYPE_FLOAT32, 4, 0, 1, &f->buf[d]));
+    lists[d][0] = f->buf[d];
+  }
+  tpu_buffer_t* const* args[4] = {lists[0], lists[1], lists[2], lists[3]};
+  tpu_event_t* done[4];
+  TPU_RETURN_IF_ERROR(tpu_executable_execute_multi(exe, 4, args, 1, &f->buf[4], done));
+  tpu_status_t status = NULL;
+  for (int d = 0; d < 4; d++) {
+    tpu_status_t s = tpu_event_await(done[d]);
+    tpu_event_destroy(done[d]);
+    if (!status) status = s; else tpu_status_free(s);
+  }
+  TPU_RETURN_IF_ERROR(status);
+  for (int d = 0; d < 4; d++) {
+    tpu_buffer_t* sum = f->buf[4 + 2 * d];
+    tpu_buffer_t* replica = f->buf[5 + 2 * d];
+    EXPECT(tpu_buffer_device_index(sum) == d && tpu_buffer_device_index(replica) == d,
+           "device %d's results are elsewhere", d);
+    float got[4];
+    int32_t id = -1;
+    TPU_RETURN_IF_ERROR(tpu_buffer_to_host(sum, got, sizeof got));
+    TPU_RETURN_IF_ERROR(tpu_buffer_to_host(replica, &id, sizeof id));
+    EXPECT(got[0] == 10 && got[1] == 20 && got[2] == 30 && got[3] == 40,
+           "device %d: sum %g %g %g %g", d, got[0], got[1], got[2], got[3]);
+    EXPECT(id == d, "device %d ran replica %d", d, id);
+  }
+  return NULL;
+}
+static void test_execute_multi_four_replicas(void) { RUN_WITH_FIXTURE(4, multi_body); }
+
+/* Two replicas on devices 3 and 1, in that order: replica 0 runs on device
+ * 3. Arguments on the wrong devices, lists of the wrong count, and
+ * single-device calls are refused before anything runs. */
+static tpu_status_t subset_body(fixture_t* f) {
+  const int devices[2] = {3, 1};
+  TPU_RETURN_IF_ERROR(compile_replicated(f->client, devices, 2, &f->exe[0]));
+  tpu_executable_t* exe = f->exe[0];
+  EXPECT(tpu_executable_num_devices(exe) == 2 && tpu_executable_device_index(exe, 0) == 3 &&
+             tpu_executable_device_index(exe, 1) == 1 && tpu_executable_device_index(exe, 2) == -1,
+         "assignment");
+  const float a[4] = {1, 2, 3, 4}, b[4] = {2, 4, 6, 8};
+  TPU_RETURN_IF_ERROR(upload(f->client, 3, a, TPU_DTYPE_FLOAT32, 4, 0, 1, &f->buf[0]));
+  TPU_RETURN_IF_ERROR(upload(f->client, 1, b, TPU_DTYPE_FLOAT32, 4, 0, 1, &f->buf[1]));
+  tpu_buffer_t* const* args[2] = {&f->buf[0], &f->buf[1]};
+  TPU_RETURN_IF_ERROR(tpu_executable_execute_multi(exe, 2, args, 1, &f->buf[2], NULL));
+  const int want_device[2] = {3, 1};
+  for (int d = 0; d < 2; d++) {
+    float got[4];
+    int32_t id = -1;
+    TPU_RETURN_IF_ERROR(tpu_buffer_to_host(f->buf[2 + 2 * d], got, sizeof got));
+    TPU_RETURN_IF_ERROR(tpu_buffer_to_host(f->buf[3 + 2 * d], &id, sizeof id));
+    EXPECT(got[0] == 3 && got[1] == 6 && got[2] == 9 && got[3] == 12, "list %d: sum", d);
+    EXPECT(id == d && tpu_buffer_device_index(f->buf[2 + 2 * d]) == want_device[d],
+           "list %d: replica %d on device %d", d, id, tpu_buffer_device_index(f->buf[2 + 2 * d]));
+  }
+
+  tpu_buffer_t* out[4] = {NULL};
+  tpu_buffer_t* const* swapped[2] = {&f->buf[1], &f->buf[0]};
+  tpu_status_t s = tpu_executable_execute_multi(exe, 2, swapped, 1, out, NULL);
+  bool refused = tpu_status_code(s) == TPU_STATUS_INVALID_ARGUMENT &&
+                 strstr(tpu_status_message(s), "argument 0 of device list 0 is on device 1") &&
+                 strstr(tpu_status_message(s), "on device 3") && !out[0];
+  tpu_status_free(s);
+  EXPECT(refused, "arguments on the wrong devices ran");
+  s = tpu_executable_execute_multi(exe, 1, args, 1, out, NULL);
+  refused = tpu_status_code(s) == TPU_STATUS_INVALID_ARGUMENT;
+  tpu_status_free(s);
+  EXPECT(refused, "one argument list for two devices ran");
+  s = tpu_executable_execute(exe, 3, &f->buf[0], 1, NULL, out, NULL);
+  refused = tpu_status_code(s) == TPU_STATUS_INVALID_ARGUMENT &&
+            strstr(tpu_status_message(s), "tpu_executable_execute_multi");
+  tpu_status_free(s);
+  EXPECT(refused, "a two-device program ran on one device");
+
+  /* A portable executable has no devices of its own. */
+  TPU_RETURN_IF_ERROR(compile(f->client, kAdd4, true, &f->exe[1]));
+  tpu_buffer_t* const* pair[1] = {f->buf};
+  s = tpu_executable_execute_multi(f->exe[1], 1, pair, 2, out, NULL);
+  refused = tpu_status_code(s) == TPU_STATUS_INVALID_ARGUMENT;
+  tpu_status_free(s);
+  EXPECT(refused, "a portable program ran through execute_multi");
+  /* Options that contradict each other never reach the plugin. */
+  char text[2048];
+  all_reduce_text(2, text, sizeof text);
+  tpu_compile_options_t portable = {.portable = true, .num_replicas = 2};
+  s = tpu_executable_compile(f->client, text, strlen(text), &portable, &f->exe[2]);
+  refused = tpu_status_code(s) == TPU_STATUS_INVALID_ARGUMENT && !f->exe[2];
+  tpu_status_free(s);
+  EXPECT(refused, "a portable two-replica program compiled");
+  return NULL;
+}
+static void test_execute_multi_on_a_device_subset(void) { RUN_WITH_FIXTURE(4, subset_body); }
+
+/* One SPMD program over two partitions: unannotated arguments are
+ * replicated, so each partition computes the whole sum. */
+static tpu_status_t spmd_body(fixture_t* f) {
+  const int ids[2] = {id_of(f->client, 0), id_of(f->client, 1)};
+  tpu_compile_options_t options = {
+      .num_partitions = 2, .spmd = true, .device_ids = ids, .num_device_ids = 2};
+  TPU_RETURN_IF_ERROR(
+      tpu_executable_compile(f->client, kAdd4, strlen(kAdd4), &options, &f->exe[0]));
+  EXPECT(tpu_executable_num_devices(f->exe[0]) == 2, "spmd devices");
+  const float a[4] = {1, 2, 3, 4}, b[4] = {10, 20, 30, 40};
+  for (int d = 0; d < 2; d++) {
+    TPU_RETURN_IF_ERROR(upload(f->client, d, a, TPU_DTYPE_FLOAT32, 4, 0, 1, &f->buf[2 * d]));
+    TPU_RETURN_IF_ERROR(upload(f->client, d, b, TPU_DTYPE_FLOAT32, 4, 0, 1, &f->buf[2 * d + 1]));
+  }
+  tpu_buffer_t* const* args[2] = {&f->buf[0], &f->buf[2]};
+  TPU_RETURN_IF_ERROR(tpu_executable_execute_multi(f->exe[0], 2, args, 2, &f->buf[4], NULL));
+  for (int d = 0; d < 2; d++) {
+    float got[4];
+    TPU_RETURN_IF_ERROR(tpu_buffer_to_host(f->buf[4 + d], got, sizeof got));
+    EXPECT(got[0] == 11 && got[3] == 44 && tpu_buffer_device_index(f->buf[4 + d]) == d,
+           "partition %d", d);
+  }
+  return NULL;
+}
+static void test_execute_multi_spmd_partitions(void) { RUN_WITH_FIXTURE(2, spmd_body); }
+
 TPU_TEST_MAIN(TPU_TEST(test_compile_options_encoding), TPU_TEST(test_add),
               TPU_TEST(test_dot_general), TPU_TEST(test_reduce),
               TPU_TEST(test_compare_select), TPU_TEST(test_malformed_program),
@@ -642,4 +816,6 @@ TPU_TEST_MAIN(TPU_TEST(test_compile_options_encoding), TPU_TEST(test_add),
               TPU_TEST(test_programs_without_aliasing),
               TPU_TEST(test_execute_on_second_device),
               TPU_TEST(test_every_dtype_through_a_program),
-              TPU_TEST(test_bad_arguments))
+              TPU_TEST(test_bad_arguments), TPU_TEST(test_execute_multi_four_replicas),
+              TPU_TEST(test_execute_multi_on_a_device_subset),
+              TPU_TEST(test_execute_multi_spmd_partitions))

@@ -4,6 +4,7 @@
 #define TORCHTPU_CORE_PJRT_PJRT_H_
 #include "buffer.h"
 #include "client.h"
+#include "compile_options.h"
 #include "device.h"
 #include "event.h"
 #include "executable.h"
