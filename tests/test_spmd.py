@@ -75,7 +75,7 @@ print(json.dumps(fails))
 '''
 
 
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int64"])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int64", "bool"])
 def test_local_collectives_equal_exact_references(dtype):
     r = run_python(VALUES.replace("DTYPE", repr(dtype)), FOUR, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
