@@ -9,6 +9,10 @@
      world of 2: tpu tensors over tpudist vs CPU tensors over Gloo. tpudist's
      transport is Gloo plus the device<->host copies, so the ratio is the
      staging cost. busbw = algbw * 2(n-1)/n, the nccl-tests convention.
+  3. The same all_reduce in ONE process driving 2 local devices
+     (torch.tpu.comm, TORCHTPU_NUM_DEVICES=2): the collective compiled into
+     one XLA program over both devices, no host staging; beside tpudist's
+     times from part 2 (medians of separate runs, so only sizes are paired).
 
 The script launches its own worlds as torchrun would (RANK, WORLD_SIZE,
 LOCAL_RANK, MASTER_ADDR/PORT; one process per device, each running this file
@@ -121,6 +125,31 @@ def _allreduce(torch, dist, gloo, cfg):
     return out
 
 
+def local_worker(cfg_json, out_path):
+    """One process, n local devices: torch.tpu.comm.all_reduce times."""
+    import torch
+
+    import torchtpu  # noqa: F401
+
+    cfg = json.loads(cfg_json)
+    n = torch.tpu.device_count()
+    out = []
+    for nbytes in cfg["sizes"]:
+        iters = cfg["iters"] if nbytes <= 4 * MIB else max(5, cfg["iters"] // 4)
+        xs = [torch.zeros(nbytes // 4, device=f"tpu:{i}") for i in range(n)]
+        times = []
+        for i in range(2 + iters):
+            torch.tpu.synchronize()
+            t0 = time.perf_counter()
+            torch.tpu.comm.all_reduce(xs)
+            torch.tpu.synchronize()
+            if i >= 2:
+                times.append(time.perf_counter() - t0)
+        out.append({"bytes": nbytes, "iters": iters, "local": times})
+    with open(out_path, "w") as f:
+        json.dump({"devices": n, "allreduce": out}, f)
+
+
 def worker(cfg_json, out_path):
     import torch
     import torch.distributed as dist
@@ -200,9 +229,12 @@ def main():
     ap.add_argument("--quick", action="store_true", help="fewer sizes and steps (< 1 min)")
     ap.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     ap.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)
+    ap.add_argument("--local-worker", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
         return worker(*args.worker)
+    if args.local_worker:
+        return local_worker(*args.local_worker)
 
     if args.quick:
         ddp = {"warmup": 3, "steps": 10}
@@ -229,6 +261,11 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         w1 = launch(1, {"ddp": ddp}, tmp)
         w2 = launch(2, {"ddp": ddp, "allreduce": ar}, tmp)
+        local_out = os.path.join(tmp, "local.json")
+        subprocess.run([sys.executable, HERE, "--local-worker", json.dumps(ar), local_out],
+                       env=dict(os.environ, TORCHTPU_NUM_DEVICES="2"), check=True, timeout=600)
+        with open(local_out) as f:
+            local = json.load(f)
     wall = time.perf_counter() - t_start
 
     # --- DDP weak scaling
@@ -281,6 +318,23 @@ def main():
                                     "tpudist_s": row["tpudist"], "gloo_s": row["gloo"]})
         print(f"{_size(nb):>8}{row['iters']:>7}{tt * 1e6:>13,.0f}{bt:>12.3f}"
               f"{tg * 1e6:>11,.0f}{bg:>12.3f}{ratio:>8.2f}")
+
+    # --- all_reduce in one program over local devices
+    print()
+    print(f"all_reduce (sum, float32) over {local['devices']} local devices in ONE process "
+          "(torch.tpu.comm, one XLA program) vs tpudist's world of 2 above (staged via Gloo);")
+    print("median time from synchronize to synchronize; ratio = tpudist / local median time")
+    print(f"{'size':>8}{'local us':>11}{'busbw GB/s':>12}{'tpudist us':>13}{'ratio':>8}")
+    report["allreduce_local"] = []
+    for row, staged in zip(local["allreduce"], w2["allreduce"]):
+        nb, tl = row["bytes"], statistics.median(row["local"])
+        tt = statistics.median(staged["tpudist"])
+        nd = local["devices"]
+        bl = nb / tl * 2 * (nd - 1) / nd / 1e9
+        report["allreduce_local"].append({"bytes": nb, "local_us": tl * 1e6,
+                                          "local_busbw_gbps": bl, "tpudist_us": tt * 1e6,
+                                          "tpudist_over_local": tt / tl, "local_s": row["local"]})
+        print(f"{_size(nb):>8}{tl * 1e6:>11,.0f}{bl:>12.3f}{tt * 1e6:>13,.0f}{tt / tl:>8.2f}")
     print(f"(wall time {wall:.0f} s, including process start-up)")
     report["wall_s"] = wall
     if args.json:
