@@ -8,8 +8,6 @@
 #include "emit.h"
 #include "lower_testing.h"
 
-static const tpu_lower_arg_t kNone = {.kind = TPU_ARG_NONE};
-
 static bool close(double a, double b) { return fabs(a - b) <= 1e-5 * (1 + fabs(b)); }
 static float val(int k) { return (float)((k * 37) % 11 - 5) * 0.25f; }
 

@@ -80,6 +80,18 @@ static inline tpu_status_t tpu_test_run_op(const char* op, const tpu_lower_arg_t
   return s;
 }
 
+/* Argument descriptors of the non-tensor kinds. */
+static inline tpu_lower_arg_t int_arg(int64_t v) { return (tpu_lower_arg_t){.kind = TPU_ARG_INT, .i = v}; }
+static inline tpu_lower_arg_t bool_arg(bool v) { return (tpu_lower_arg_t){.kind = TPU_ARG_BOOL, .i = v}; }
+static inline tpu_lower_arg_t float_arg(double v) { return (tpu_lower_arg_t){.kind = TPU_ARG_FLOAT, .f = v}; }
+static inline tpu_lower_arg_t none_arg(void) { return (tpu_lower_arg_t){.kind = TPU_ARG_NONE}; }
+static const tpu_lower_arg_t kNone = {.kind = TPU_ARG_NONE};
+static inline tpu_lower_arg_t ints_arg(int n, const int64_t* v) {
+  tpu_lower_arg_t a = {.kind = TPU_ARG_INTS, .num_ints = n};
+  memcpy(a.ints, v, sizeof(int64_t) * (size_t)n);
+  return a;
+}
+
 /* float32 <-> bfloat16 bits, rounding to nearest even as PyTorch does. */
 static inline uint16_t to_bf16(float f) {
   uint32_t u;

@@ -9,17 +9,6 @@
 #include "../testing.h"
 #include "lower_testing.h"
 
-static inline tpu_lower_arg_t int_arg(int64_t v) { return (tpu_lower_arg_t){.kind = TPU_ARG_INT, .i = v}; }
-static inline tpu_lower_arg_t bool_arg(bool v) { return (tpu_lower_arg_t){.kind = TPU_ARG_BOOL, .i = v}; }
-static inline tpu_lower_arg_t float_arg(double v) {
-  return (tpu_lower_arg_t){.kind = TPU_ARG_FLOAT, .f = v};
-}
-static inline tpu_lower_arg_t none_arg(void) { return (tpu_lower_arg_t){.kind = TPU_ARG_NONE}; }
-static inline tpu_lower_arg_t ints_arg(int n, const int64_t* v) {
-  tpu_lower_arg_t a = {.kind = TPU_ARG_INTS, .num_ints = n};
-  memcpy(a.ints, v, sizeof(int64_t) * (size_t)n);
-  return a;
-}
 static inline tpu_lower_arg_t f32(int rank, const int64_t* dims) {
   return tpu_test_tensor_arg(TPU_DTYPE_FLOAT32, rank, dims);
 }

@@ -6,7 +6,6 @@
 
 #include "pointwise_testing.h"
 
-
 /* ---- references ---- */
 static double r_rsqrt(double x) { return 1 / sqrt(x); }
 static double r_recip(double x) { return 1 / x; }

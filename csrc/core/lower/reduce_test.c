@@ -8,15 +8,6 @@
 #include "emit.h"
 #include "lower_testing.h"
 
-static tpu_lower_arg_t ints_arg(int n, const int64_t* v) {
-  tpu_lower_arg_t a = {.kind = TPU_ARG_INTS, .num_ints = n};
-  for (int i = 0; i < n; i++) a.ints[i] = v[i];
-  return a;
-}
-static tpu_lower_arg_t int_arg(int64_t v) { return (tpu_lower_arg_t){.kind = TPU_ARG_INT, .i = v}; }
-static tpu_lower_arg_t bool_arg(bool v) { return (tpu_lower_arg_t){.kind = TPU_ARG_BOOL, .i = v}; }
-static const tpu_lower_arg_t kNone = {.kind = TPU_ARG_NONE};
-
 static bool close(double a, double b, double tol) {
   return fabs(a - b) <= tol * (1 + fabs(b));
 }

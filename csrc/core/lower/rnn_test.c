@@ -14,8 +14,6 @@ static tpu_lower_arg_t f32(int64_t rows, int64_t cols) {
   int64_t d[2] = {rows, cols};
   return tpu_test_tensor_arg(TPU_DTYPE_FLOAT32, cols ? 2 : 1, cols ? d : &rows);
 }
-static tpu_lower_arg_t none_arg(void) { return (tpu_lower_arg_t){.kind = TPU_ARG_NONE}; }
-static tpu_lower_arg_t bool_arg(bool v) { return (tpu_lower_arg_t){.kind = TPU_ARG_BOOL, .i = v}; }
 static tpu_hlo_type_t f32_type(int64_t rows, int64_t cols) {
   int64_t d[2] = {rows, cols};
   return cols ? tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 2, d)

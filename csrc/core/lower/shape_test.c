@@ -3,13 +3,6 @@
 #include "../testing.h"
 #include "lower_testing.h"
 
-static tpu_lower_arg_t int_arg(int64_t v) { return (tpu_lower_arg_t){.kind = TPU_ARG_INT, .i = v}; }
-static tpu_lower_arg_t ints_arg(int n, const int64_t* v) {
-  tpu_lower_arg_t a = {.kind = TPU_ARG_INTS, .num_ints = n};
-  for (int k = 0; k < n; k++) a.ints[k] = v[k];
-  return a;
-}
-
 /* cat of f32 and int64 into f32 along dim 1, skipping a legacy empty [0]. */
 static void test_cat(void) {
   int64_t ad[2] = {2, 1}, bd[2] = {2, 2}, ed[1] = {0}, od[2] = {2, 3};

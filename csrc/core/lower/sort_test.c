@@ -5,9 +5,6 @@
 #include "../testing.h"
 #include "lower_testing.h"
 
-static tpu_lower_arg_t int_arg(int64_t v) { return (tpu_lower_arg_t){.kind = TPU_ARG_INT, .i = v}; }
-static tpu_lower_arg_t bool_arg(bool v) { return (tpu_lower_arg_t){.kind = TPU_ARG_BOOL, .i = v}; }
-
 /* sort (NaN largest, stable ties), descending, topk, kthvalue, median. */
 static void test_sorting(void) {
   int64_t xd[1] = {5};
