@@ -130,6 +130,18 @@ static tpu_hlo_value_t moments(tpu_hlo_builder_t* b, tpu_hlo_value_t x, const in
   return xc;
 }
 
+/* sqrt(var + eps): normalizations divide by it rather than multiply by
+ * rstd, on purpose. XLA:CPU fuses cheap elementwise producers into every
+ * consumer, so in a chain of normalizations (a deferred run, a compiled
+ * graph) each one's scale-and-shift was recomputed inside the next one's
+ * reductions and outputs, and those again in the next: quadratic work (a
+ * deferred chain of 50 layer_norms took 2.5x strict's time). A divide is
+ * expensive to XLA's fusion heuristics, so the normalized value is
+ * computed once and read. */
+static tpu_hlo_value_t stddev(tpu_hlo_builder_t* b, tpu_hlo_value_t var, double eps) {
+  return tpu_emit_unary(b, "stablehlo.sqrt", tpu_emit_add(b, var, tpu_emit_splat(b, var, eps)));
+}
+
 /* native_layer_norm(input, normalized_shape, weight?, bias?, eps)
  * -> (out, mean, rstd); mean / rstd keep the normalized dims as size 1. */
 static tpu_status_t lower_layer_norm(tpu_lower_ctx_t* ctx) {
@@ -142,8 +154,9 @@ static tpu_status_t lower_layer_norm(tpu_lower_ctx_t* ctx) {
   int64_t dims[TPU_HLO_MAX_RANK];
   for (int i = 0; i < k; i++) dims[i] = axis + i;
   tpu_hlo_value_t mean, var, rstd;
-  tpu_hlo_value_t xc = moments(b, x, dims, k, float_arg(ctx, 4, 1e-5), &mean, &var, &rstd);
-  tpu_hlo_value_t y = tpu_emit_mul(b, xc, expand_back(b, rstd, &xt, dims, k));
+  double eps = float_arg(ctx, 4, 1e-5);
+  tpu_hlo_value_t xc = moments(b, x, dims, k, eps, &mean, &var, &rstd);
+  tpu_hlo_value_t y = tpu_emit_div(b, xc, expand_back(b, stddev(b, var, eps), &xt, dims, k));
   if (is_tensor(ctx, 2)) y = tpu_emit_mul(b, y, tpu_emit_cast_to(b, tpu_lower_tensor(ctx, 2), &xt));
   if (is_tensor(ctx, 3)) y = tpu_emit_add(b, y, tpu_emit_cast_to(b, tpu_lower_tensor(ctx, 3), &xt));
   set_out(ctx, 0, y);
@@ -204,8 +217,10 @@ static tpu_status_t lower_group_norm(tpu_lower_ctx_t* ctx) {
   tpu_hlo_value_t xg = tpu_emit_reshape(b, x, grouped, 3);
   tpu_hlo_type_t gt = type_of(b, xg);
   tpu_hlo_value_t mean, var, rstd;
-  tpu_hlo_value_t xc = moments(b, xg, &last, 1, float_arg(ctx, 7, 1e-5), &mean, &var, &rstd);
-  tpu_hlo_value_t y = tpu_emit_reshape(b, tpu_emit_mul(b, xc, expand_back(b, rstd, &gt, &last, 1)), chw, 3);
+  double eps = float_arg(ctx, 7, 1e-5);
+  tpu_hlo_value_t xc = moments(b, xg, &last, 1, eps, &mean, &var, &rstd);
+  tpu_hlo_value_t sd = expand_back(b, stddev(b, var, eps), &gt, &last, 1);
+  tpu_hlo_value_t y = tpu_emit_reshape(b, tpu_emit_div(b, xc, sd), chw, 3);
   tpu_hlo_type_t yt = type_of(b, y);
   if (is_tensor(ctx, 1))
     y = tpu_emit_mul(b, y, along(b, tpu_emit_convert(b, tpu_lower_tensor(ctx, 1), yt.dtype), &yt, 1));
@@ -277,7 +292,7 @@ static tpu_status_t batch_norm(tpu_lower_ctx_t* ctx, int rm, int rv, bool traini
     invstd = tpu_emit_unary(b, "stablehlo.rsqrt", tpu_emit_add(b, var, tpu_emit_splat(b, var, eps)));
     xc = tpu_emit_sub(b, x, along(b, mean, &xt, 1));
   }
-  tpu_hlo_value_t y = tpu_emit_mul(b, xc, along(b, invstd, &xt, 1));
+  tpu_hlo_value_t y = tpu_emit_div(b, xc, along(b, stddev(b, var, eps), &xt, 1));
   if (is_tensor(ctx, 1))
     y = tpu_emit_mul(b, y, along(b, tpu_emit_convert(b, tpu_lower_tensor(ctx, 1), xt.dtype), &xt, 1));
   if (is_tensor(ctx, 2))
