@@ -5,6 +5,7 @@ crossing to or from the host while they run."""
 import json
 
 import pytest
+import torch
 
 from conftest import run_python
 
@@ -101,6 +102,11 @@ strided = [torch.zeros(3, 4, device=f"tpu:{i}").t() for i in range(4)]
 comm.all_reduce(xs, [s[:3, :2].t() for s in strided])  # outputs: (2, 3) views
 out["strided"] = strided[1].cpu().tolist()
 out["inputs_kept"] = xs[2].cpu().tolist()
+# Inputs still being computed (queued, or deferred under defer_and_fuse),
+# and results used by later ops.
+ys = [(torch.ones(4, device=f"tpu:{i}") * (i + 1)).exp() for i in range(4)]
+comm.all_reduce(ys)
+out["pending"] = (ys[3] * 2).cpu().tolist()
 # Autograd: an in-place all_reduce bumps the version counter.
 w = torch.ones(3, device="tpu:0")
 v0 = w._version
@@ -137,6 +143,8 @@ def test_local_collectives_keep_view_semantics_and_raise_clearly():
     assert out["flat"] == [float(i) for i in range(4) for _ in range(6)]
     assert out["strided"] == [[6.0, 6.0, 0.0]] * 3 + [[0.0] * 3]
     assert out["inputs_kept"] == [[2.0] * 3] * 2
+    want_exp = 2 * sum(torch.exp(torch.tensor(float(i + 1))) for i in range(4))
+    assert torch.allclose(torch.tensor(out["pending"]), want_exp.expand(4))
     assert out["version"] is True
     assert out["same_device"].startswith("RuntimeError") and "device 0" in out["same_device"]
     assert out["cpu"].startswith("ValueError") and "not a tpu tensor" in out["cpu"]
