@@ -16,6 +16,7 @@ struct tpu_storage_s {
   tpu_buffer_t* buffer; /* owned; NULL = never written */
   uintptr_t address;
   _Atomic int defer_value; /* -1: not in a deferred run */
+  atomic_bool unaccounted; /* its bytes already returned (see release) */
   char* lost;              /* why the contents are gone, or NULL */
 };
 
@@ -119,6 +120,7 @@ tpu_status_t tpu_storage_create(int device_index, size_t nbytes,
   }
   atomic_init(&s->refcount, 1);
   atomic_init(&s->defer_value, -1);
+  atomic_init(&s->unaccounted, false);
   s->device = device_index;
   s->nbytes = nbytes;
   s->address = next_address(device_index, nbytes);
@@ -131,10 +133,20 @@ void tpu_storage_retain(tpu_storage_t* storage) {
 }
 
 void tpu_storage_release(tpu_storage_t* storage) {
-  if (!storage || atomic_fetch_sub(&storage->refcount, 1) != 1) return;
+  if (!storage) return;
+  int left = atomic_fetch_sub(&storage->refcount, 1) - 1;
+  /* A deferred value nobody but its run holds any more (the run keeps a
+   * reference to every member until it flushes) is never materialised:
+   * the flush keeps only values something else holds. It takes no device
+   * memory, so its bytes are returned now rather than at the flush, or a
+   * deferred step would count every intermediate it ever made at once. */
+  if (left == 1 && !storage->buffer && atomic_load(&storage->defer_value) >= 0 &&
+      !atomic_exchange(&storage->unaccounted, true))
+    tpu_memory_record_free(storage->device, storage->nbytes);
+  if (left != 0) return;
   tpu_buffer_destroy(storage->buffer);
   free(storage->lost);
-  tpu_memory_record_free(storage->device, storage->nbytes);
+  if (!atomic_load(&storage->unaccounted)) tpu_memory_record_free(storage->device, storage->nbytes);
   free(storage);
 }
 

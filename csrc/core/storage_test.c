@@ -23,6 +23,41 @@ static void test_fresh_storage_reads_zero_and_counts_bytes(void) {
   CHECK_EQ(after.allocated_bytes, before.allocated_bytes);
 }
 
+/* A deferred value whose last holder is its run (tpu_storage_retain by the
+ * run, defer_value set) returns its bytes when the user's reference goes,
+ * and not again when the run lets go; one with contents (a buffer) keeps
+ * them until the run lets go, since the run may still read them. */
+static void test_deferred_value_held_only_by_its_run_returns_its_bytes(void) {
+  CHECK_OK(tpu_runtime_init(NULL));
+  tpu_memory_stats_t before, mid, after;
+  tpu_memory_stats_get(0, &before);
+  tpu_storage_t* s = NULL;
+  CHECK_OK(tpu_storage_create(0, 64, &s));
+  tpu_storage_retain(s); /* the run's reference */
+  tpu_storage_set_defer_value(s, 0);
+  tpu_storage_release(s); /* the tensor dies inside the run */
+  tpu_memory_stats_get(0, &mid);
+  CHECK_EQ(mid.allocated_bytes, before.allocated_bytes);
+  tpu_storage_set_defer_value(s, -1);
+  tpu_storage_release(s); /* the run flushes */
+  tpu_memory_stats_get(0, &after);
+  CHECK_EQ(after.allocated_bytes, before.allocated_bytes);
+
+  float v[16] = {0};
+  int64_t n = 16;
+  CHECK_OK(tpu_storage_create(0, sizeof v, &s));
+  CHECK_OK(tpu_storage_write_host(s, v, TPU_DTYPE_FLOAT32, &n, 1, NULL));
+  tpu_storage_retain(s);
+  tpu_storage_set_defer_value(s, 0);
+  tpu_storage_release(s);
+  tpu_memory_stats_get(0, &mid);
+  CHECK_EQ(mid.allocated_bytes - before.allocated_bytes, (int64_t)sizeof v);
+  tpu_storage_set_defer_value(s, -1);
+  tpu_storage_release(s);
+  tpu_memory_stats_get(0, &after);
+  CHECK_EQ(after.allocated_bytes, before.allocated_bytes);
+}
+
 static void test_write_then_read_and_typed_buffer(void) {
   CHECK_OK(tpu_runtime_init(NULL));
   tpu_storage_t* s = NULL;
@@ -99,6 +134,7 @@ static void test_bad_device_is_an_error(void) {
 static void test_shutdown(void) { tpu_runtime_shutdown(); }
 
 TPU_TEST_MAIN(TPU_TEST(test_fresh_storage_reads_zero_and_counts_bytes),
+              TPU_TEST(test_deferred_value_held_only_by_its_run_returns_its_bytes),
               TPU_TEST(test_read_range),
               TPU_TEST(test_write_then_read_and_typed_buffer),
               TPU_TEST(test_copy_prefix_grows_and_shrinks),
