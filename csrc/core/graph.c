@@ -16,6 +16,7 @@ struct tpu_graph_s {
   int num_values, cap_values;
   bool with_rng;
   tpu_hlo_value_t rng_state; /* the generator state, threaded through nodes */
+  bool sharded;              /* tpu_graph_create_sharded: shaped parameters and results */
   tpu_status_t broken;       /* first failure: later calls repeat it */
   const tpu_kernel_t* kernels[64]; /* whose functions the module holds */
   int num_kernels;
@@ -39,8 +40,31 @@ static bool push_value(tpu_graph_t* g, tpu_hlo_value_t v) {
   return true;
 }
 
+static tpu_status_t create(const tpu_hlo_type_t* input_types, int num_inputs, bool with_rng,
+                           bool sharded, const char* const* shardings, tpu_graph_t** out_graph);
+
 tpu_status_t tpu_graph_create(const tpu_hlo_type_t* input_types, int num_inputs, bool with_rng,
                               tpu_graph_t** out_graph) {
+  return create(input_types, num_inputs, with_rng, false, NULL, out_graph);
+}
+
+tpu_status_t tpu_graph_create_sharded(const tpu_hlo_type_t* input_types, int num_inputs,
+                                      const char* const* input_shardings,
+                                      tpu_graph_t** out_graph) {
+  *out_graph = NULL;
+  for (int i = 0; input_shardings && i < num_inputs; i++)
+    if (input_shardings[i] && (strchr(input_shardings[i], '"') || strchr(input_shardings[i], '\\') ||
+                               strlen(input_shardings[i]) > 400))
+      return tpu_status_make(TPU_STATUS_INVALID_ARGUMENT,
+                             "the sharding of graph input %d is not a GSPMD sharding: %s", i,
+                             input_shardings[i]);
+  return create(input_types, num_inputs, false, true, input_shardings, out_graph);
+}
+
+/* sharded: shaped parameters carrying `shardings` (NULL, or a NULL entry:
+ * replicated); else flat parameters (a single-device graph). */
+static tpu_status_t create(const tpu_hlo_type_t* input_types, int num_inputs, bool with_rng,
+                           bool sharded, const char* const* shardings, tpu_graph_t** out_graph) {
   *out_graph = NULL;
   if (num_inputs < 0 || (num_inputs > 0 && !input_types))
     return tpu_status_make(TPU_STATUS_INVALID_ARGUMENT, "graph inputs missing");
@@ -59,14 +83,27 @@ tpu_status_t tpu_graph_create(const tpu_hlo_type_t* input_types, int num_inputs,
     tpu_graph_destroy(g);
     return oom();
   }
-  for (int i = 0; i < num_inputs; i++)
-    params[i] = tpu_hlo_arg(g->b, tpu_hlo_type_flat(&input_types[i]), NULL);
+  g->sharded = sharded;
+  for (int i = 0; i < num_inputs; i++) {
+    /* A sharded graph's parameters keep their shapes: a sharding names
+     * tensor dimensions, which a flat parameter no longer has. */
+    if (!g->sharded) {
+      params[i] = tpu_hlo_arg(g->b, tpu_hlo_type_flat(&input_types[i]), NULL);
+      continue;
+    }
+    const char* sharding = shardings ? shardings[i] : NULL;
+    char attr[512];
+    snprintf(attr, sizeof attr, "mhlo.sharding = \"%s\"", sharding ? sharding : "{replicated}");
+    params[i] = tpu_hlo_arg(g->b, input_types[i], attr);
+  }
   if (with_rng) {
     int64_t two = 2;
     g->rng_state = tpu_hlo_arg(g->b, tpu_hlo_type_make(TPU_DTYPE_INT64, 1, &two), NULL);
   }
   for (int i = 0; i < num_inputs; i++) {
-    tpu_hlo_value_t v = tpu_emit_reshape(g->b, params[i], input_types[i].dims, input_types[i].rank);
+    tpu_hlo_value_t v = g->sharded ? params[i]
+                                   : tpu_emit_reshape(g->b, params[i], input_types[i].dims,
+                                                      input_types[i].rank);
     if (!push_value(g, v)) {
       free(params);
       tpu_graph_destroy(g);
@@ -250,7 +287,9 @@ tpu_status_t tpu_graph_finish(tpu_graph_t* g, const int* outputs, int num_output
     }
     tpu_hlo_type_t t = tpu_hlo_value_type(g->b, v);
     int64_t n = tpu_hlo_type_numel(&t);
-    results[i] = tpu_emit_reshape(g->b, v, &n, 1);
+    /* A sharded graph returns shaped values, replicated: with no sharding
+     * on a result, XLA's partitioner gives every device the whole value. */
+    results[i] = g->sharded ? v : tpu_emit_reshape(g->b, v, &n, 1);
   }
   if (g->with_rng) results[num_outputs] = g->rng_state;
   tpu_hlo_return(g->b, results, n);

@@ -57,6 +57,15 @@ typedef struct tpu_graph_arg_s {
 
 tpu_status_t tpu_graph_create(const tpu_hlo_type_t* input_types, int num_inputs, bool with_rng,
                               tpu_graph_t** out_graph);
+/* A graph for XLA's SPMD partitioner (spmd.h): parameters keep their shapes
+ * (not flat) and carry input_shardings[i] as `mhlo.sharding` (GSPMD's text
+ * form, "{devices=[2,1,2]0,1,2,3 last_tile_dim_replicate}"; NULL, or a
+ * NULL entry: "{replicated}"); results keep their shapes and are
+ * replicated. No generator state: random ops are not for sharded graphs.
+ * A sharding containing a quote or backslash is INVALID_ARGUMENT. */
+tpu_status_t tpu_graph_create_sharded(const tpu_hlo_type_t* input_types, int num_inputs,
+                                      const char* const* input_shardings,
+                                      tpu_graph_t** out_graph);
 void tpu_graph_destroy(tpu_graph_t* graph); /* NULL is fine */
 
 /* Precision of the float32 products of nodes added from now on (the eager

@@ -295,6 +295,27 @@ tpu_status_t tpu_storage_copy_prefix(tpu_storage_t* dst, tpu_storage_t* src) {
   return status;
 }
 
+tpu_status_t tpu_storage_copy_to_device(tpu_storage_t* dst, tpu_storage_t* src) {
+  if (!dst || !src || dst->nbytes != src->nbytes || dst->device == src->device)
+    return tpu_status_make(TPU_STATUS_INVALID_ARGUMENT,
+                           "a device-to-device copy needs two storages of equal size on "
+                           "different devices");
+  TPU_RETURN_IF_ERROR(settle(src));
+  TPU_RETURN_IF_ERROR(check_not_lost(src));
+  TPU_RETURN_IF_ERROR(settle(dst));
+  if (!src->buffer) {
+    void* zeros = calloc(1, src->nbytes ? src->nbytes : 1);
+    if (!zeros) return tpu_status_oom("zero-filling a storage");
+    tpu_status_t s = tpu_storage_write_bytes(dst, zeros, TPU_DTYPE_UINT8);
+    free(zeros);
+    return s;
+  }
+  tpu_buffer_t* copy = NULL;
+  TPU_RETURN_IF_ERROR(tpu_buffer_copy_to_device(src->buffer, dst->device, &copy));
+  TPU_METRICS_BUMP("bytes_device_to_device", (int64_t)src->nbytes);
+  return tpu_storage_set_buffer(dst, copy);
+}
+
 tpu_status_t tpu_storage_buffer_as(tpu_storage_t* storage, tpu_dtype_t dtype,
                                    const int64_t* dims, int rank,
                                    tpu_buffer_t** out_buffer) {

@@ -77,6 +77,12 @@ tpu_status_t tpu_storage_buffer_as(tpu_storage_t* storage, tpu_dtype_t dtype,
  * never written). Used when PyTorch resizes a storage. */
 tpu_status_t tpu_storage_copy_prefix(tpu_storage_t* dst, tpu_storage_t* src);
 
+/* Replaces dst's whole contents with src's, src on another device (their
+ * bytes must be equal): the plugin copies device to device (counted as
+ * "bytes_device_to_device"), nothing passes through host memory. A src
+ * never written gives zeros. */
+tpu_status_t tpu_storage_copy_to_device(tpu_storage_t* dst, tpu_storage_t* src);
+
 /* ---- deferred values (DeferAndFuse, see defer.h) ---------------------------
  * A storage read or written by a deferred run carries that run's value id
  * (-1: none). Its buffer is then not its contents: every access above

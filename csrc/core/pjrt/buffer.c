@@ -572,6 +572,38 @@ static bool raw_image_is_dense(tpu_buffer_t* buffer) {
   return true;
 }
 
+tpu_status_t tpu_buffer_copy_to_device(tpu_buffer_t* buffer, int device_index,
+                                       tpu_buffer_t** out_buffer) {
+  if (!buffer || !out_buffer)
+    return tpu_status_make(TPU_STATUS_INVALID_ARGUMENT, "buffer or out_buffer is NULL");
+  *out_buffer = NULL;
+  tpu_client_t* client = buffer->client;
+  if (device_index < 0 || device_index >= client->device_count)
+    return tpu_status_make(TPU_STATUS_OUT_OF_RANGE,
+                           "device index %d out of range: the client has %d device(s)",
+                           device_index, client->device_count);
+  if (device_index == buffer->device_index)
+    return tpu_status_make(TPU_STATUS_INVALID_ARGUMENT,
+                           "the buffer is already on device %d", device_index);
+  TPU_RETURN_IF_ERROR(tpu_buffer_wait_filled(buffer));
+  if (tpu_buffer_is_deleted(buffer))
+    return tpu_status_make(TPU_STATUS_FAILED_PRECONDITION,
+                           "buffer was deleted or donated to an execution");
+  TPU_PJRT_ARGS(PJRT_Buffer_CopyToDevice_Args, args);
+  args.buffer = buffer->buffer;
+  args.dst_device = client->devices[device_index].device;
+  tpu_trace_span_t span;
+  tpu_trace_begin_sized(&span, TPU_TRACE_TO_DEVICE, tpu_dtype_name(buffer->dtype),
+                        (int64_t)tpu_buffer_nbytes(buffer));
+  tpu_status_t status = TPU_PJRT_CALL(client->api, PJRT_Buffer_CopyToDevice, &args);
+  tpu_trace_end(&span);
+  if (status)
+    return tpu_status_annotate(status, "copying a buffer from device %d to device %d: ",
+                               buffer->device_index, device_index);
+  return make_buffer(client, device_index, args.dst_buffer, false, buffer->dtype, buffer->dims,
+                     buffer->rank, out_buffer);
+}
+
 tpu_status_t tpu_buffer_to_host_range(tpu_buffer_t* buffer, size_t offset,
                                       void* dst, size_t size) {
   if (!buffer || (!dst && size)) {

@@ -41,6 +41,15 @@ tpu_status_t tpu_buffer_to_host_async(tpu_buffer_t* buffer, void* dst,
                                       size_t dst_bytes,
                                       tpu_event_t** out_event);
 
+/* A copy of the buffer on another device of its client, device to device
+ * (the plugin moves the bytes; nothing is staged through this process's
+ * memory). Waits only until the source is filled (a queued launch), not
+ * until it is computed: PJRT orders the copy after its producer. The same
+ * device is INVALID_ARGUMENT (PJRT refuses it); a device index out of
+ * range OUT_OF_RANGE. */
+tpu_status_t tpu_buffer_copy_to_device(tpu_buffer_t* buffer, int device_index,
+                                       tpu_buffer_t** out_buffer);
+
 /* Copies bytes [offset, offset + size) of the dense host image to `dst`
  * and waits, moving only those bytes. UNIMPLEMENTED when the plugin cannot
  * (no raw copy, or a tiled device layout as on TPU): read the whole buffer
