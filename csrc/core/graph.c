@@ -7,6 +7,7 @@
 #include "rng.h"
 #include "runtime.h"
 #include "hlo/builder.h"
+#include "hlo/strbuf.h"
 #include "lower/ctx_internal.h"
 #include "lower/emit.h"
 
@@ -16,7 +17,6 @@ struct tpu_graph_s {
   int num_values, cap_values;
   bool with_rng;
   tpu_hlo_value_t rng_state; /* the generator state, threaded through nodes */
-  bool sharded;              /* tpu_graph_create_sharded: shaped parameters and results */
   tpu_status_t broken;       /* first failure: later calls repeat it */
   const tpu_kernel_t* kernels[64]; /* whose functions the module holds */
   int num_kernels;
@@ -40,31 +40,8 @@ static bool push_value(tpu_graph_t* g, tpu_hlo_value_t v) {
   return true;
 }
 
-static tpu_status_t create(const tpu_hlo_type_t* input_types, int num_inputs, bool with_rng,
-                           bool sharded, const char* const* shardings, tpu_graph_t** out_graph);
-
 tpu_status_t tpu_graph_create(const tpu_hlo_type_t* input_types, int num_inputs, bool with_rng,
                               tpu_graph_t** out_graph) {
-  return create(input_types, num_inputs, with_rng, false, NULL, out_graph);
-}
-
-tpu_status_t tpu_graph_create_sharded(const tpu_hlo_type_t* input_types, int num_inputs,
-                                      const char* const* input_shardings,
-                                      tpu_graph_t** out_graph) {
-  *out_graph = NULL;
-  for (int i = 0; input_shardings && i < num_inputs; i++)
-    if (input_shardings[i] && (strchr(input_shardings[i], '"') || strchr(input_shardings[i], '\\') ||
-                               strlen(input_shardings[i]) > 400))
-      return tpu_status_make(TPU_STATUS_INVALID_ARGUMENT,
-                             "the sharding of graph input %d is not a GSPMD sharding: %s", i,
-                             input_shardings[i]);
-  return create(input_types, num_inputs, false, true, input_shardings, out_graph);
-}
-
-/* sharded: shaped parameters carrying `shardings` (NULL, or a NULL entry:
- * replicated); else flat parameters (a single-device graph). */
-static tpu_status_t create(const tpu_hlo_type_t* input_types, int num_inputs, bool with_rng,
-                           bool sharded, const char* const* shardings, tpu_graph_t** out_graph) {
   *out_graph = NULL;
   if (num_inputs < 0 || (num_inputs > 0 && !input_types))
     return tpu_status_make(TPU_STATUS_INVALID_ARGUMENT, "graph inputs missing");
@@ -83,27 +60,14 @@ static tpu_status_t create(const tpu_hlo_type_t* input_types, int num_inputs, bo
     tpu_graph_destroy(g);
     return oom();
   }
-  g->sharded = sharded;
-  for (int i = 0; i < num_inputs; i++) {
-    /* A sharded graph's parameters keep their shapes: a sharding names
-     * tensor dimensions, which a flat parameter no longer has. */
-    if (!g->sharded) {
-      params[i] = tpu_hlo_arg(g->b, tpu_hlo_type_flat(&input_types[i]), NULL);
-      continue;
-    }
-    const char* sharding = shardings ? shardings[i] : NULL;
-    char attr[512];
-    snprintf(attr, sizeof attr, "mhlo.sharding = \"%s\"", sharding ? sharding : "{replicated}");
-    params[i] = tpu_hlo_arg(g->b, input_types[i], attr);
-  }
+  for (int i = 0; i < num_inputs; i++)
+    params[i] = tpu_hlo_arg(g->b, tpu_hlo_type_flat(&input_types[i]), NULL);
   if (with_rng) {
     int64_t two = 2;
     g->rng_state = tpu_hlo_arg(g->b, tpu_hlo_type_make(TPU_DTYPE_INT64, 1, &two), NULL);
   }
   for (int i = 0; i < num_inputs; i++) {
-    tpu_hlo_value_t v = g->sharded ? params[i]
-                                   : tpu_emit_reshape(g->b, params[i], input_types[i].dims,
-                                                      input_types[i].rank);
+    tpu_hlo_value_t v = tpu_emit_reshape(g->b, params[i], input_types[i].dims, input_types[i].rank);
     if (!push_value(g, v)) {
       free(params);
       tpu_graph_destroy(g);
@@ -287,9 +251,7 @@ tpu_status_t tpu_graph_finish(tpu_graph_t* g, const int* outputs, int num_output
     }
     tpu_hlo_type_t t = tpu_hlo_value_type(g->b, v);
     int64_t n = tpu_hlo_type_numel(&t);
-    /* A sharded graph returns shaped values, replicated: with no sharding
-     * on a result, XLA's partitioner gives every device the whole value. */
-    results[i] = g->sharded ? v : tpu_emit_reshape(g->b, v, &n, 1);
+    results[i] = tpu_emit_reshape(g->b, v, &n, 1);
   }
   if (g->with_rng) results[num_outputs] = g->rng_state;
   tpu_hlo_return(g->b, results, n);
@@ -384,5 +346,73 @@ tpu_status_t tpu_graph_add_kernel(tpu_graph_t* g, const tpu_kernel_t* kernel, co
     out_values[i] = g->num_values;
     if (!push_value(g, out[i])) return fail(g, oom());
   }
+  return NULL;
+}
+
+/* Replaces the one occurrence of `find` in *text (absent: false). */
+static bool replace_once(char** text, size_t* len, const char* find, const char* repl,
+                         tpu_status_t* error) {
+  char* at = strstr(*text, find);
+  if (!at) return false;
+  tpu_strbuf_t sb = {0};
+  tpu_strbuf_append_n(&sb, *text, (size_t)(at - *text));
+  tpu_strbuf_append(&sb, repl);
+  tpu_strbuf_append(&sb, at + strlen(find));
+  char* next = tpu_strbuf_take(&sb, len);
+  if (!next) {
+    *error = oom();
+    return true;
+  }
+  free(*text);
+  *text = next;
+  return true;
+}
+
+tpu_status_t tpu_graph_shard_text(const char* text, size_t len, const tpu_hlo_type_t* input_types,
+                                  const char* const* shardings, int num_inputs, char** out_text,
+                                  size_t* out_len) {
+  *out_text = NULL;
+  for (int i = 0; shardings && i < num_inputs; i++)
+    if (shardings[i] && (strpbrk(shardings[i], "\"\\") || strlen(shardings[i]) > 1000))
+      return tpu_status_make(TPU_STATUS_INVALID_ARGUMENT,
+                             "the sharding of graph input %d is not a GSPMD sharding: %s", i,
+                             shardings[i]);
+  char* s = malloc(len + 1);
+  if (!s) return oom();
+  memcpy(s, text, len);
+  s[len] = '\0';
+  tpu_status_t error = NULL;
+  for (int i = 0; i < num_inputs && !error; i++) {
+    char flat[96], shaped[96], find[1200], repl[1200];
+    tpu_hlo_type_t f = tpu_hlo_type_flat(&input_types[i]);
+    tpu_hlo_type_print(&f, flat, sizeof flat);
+    tpu_hlo_type_print(&input_types[i], shaped, sizeof shaped);
+    const char* sharding = shardings && shardings[i] ? shardings[i] : "{replicated}";
+    /* the signature: "%argI: tensor<N x T>" followed by "," or ")" */
+    bool found = false;
+    for (int end = 0; end < 2 && !found && !error; end++) {
+      char next = end ? ')' : ',';
+      snprintf(find, sizeof find, "%%arg%d: %s%c", i, flat, next);
+      snprintf(repl, sizeof repl, "%%arg%d: %s {mhlo.sharding = \"%s\"}%c", i, shaped, sharding,
+               next);
+      found = replace_once(&s, &len, find, repl, &error);
+    }
+    if (!found && !error) {
+      error = tpu_status_make(TPU_STATUS_INVALID_ARGUMENT,
+                              "not a graph's text: parameter %d is not %s", i, flat);
+      break;
+    }
+    /* the graph reads each parameter through one reshape to its shape
+     * (none when the flat form is the shape) */
+    snprintf(find, sizeof find, "\"stablehlo.reshape\"(%%arg%d) : (%s)", i, flat);
+    snprintf(repl, sizeof repl, "\"stablehlo.reshape\"(%%arg%d) : (%s)", i, shaped);
+    if (!error) replace_once(&s, &len, find, repl, &error);
+  }
+  if (error) {
+    free(s);
+    return error;
+  }
+  *out_text = s;
+  *out_len = len;
   return NULL;
 }

@@ -57,15 +57,6 @@ typedef struct tpu_graph_arg_s {
 
 tpu_status_t tpu_graph_create(const tpu_hlo_type_t* input_types, int num_inputs, bool with_rng,
                               tpu_graph_t** out_graph);
-/* A graph for XLA's SPMD partitioner (spmd.h): parameters keep their shapes
- * (not flat) and carry input_shardings[i] as `mhlo.sharding` (GSPMD's text
- * form, "{devices=[2,1,2]0,1,2,3 last_tile_dim_replicate}"; NULL, or a
- * NULL entry: "{replicated}"); results keep their shapes and are
- * replicated. No generator state: random ops are not for sharded graphs.
- * A sharding containing a quote or backslash is INVALID_ARGUMENT. */
-tpu_status_t tpu_graph_create_sharded(const tpu_hlo_type_t* input_types, int num_inputs,
-                                      const char* const* input_shardings,
-                                      tpu_graph_t** out_graph);
 void tpu_graph_destroy(tpu_graph_t* graph); /* NULL is fine */
 
 /* Precision of the float32 products of nodes added from now on (the eager
@@ -101,6 +92,18 @@ tpu_hlo_type_t tpu_graph_value_type(const tpu_graph_t* graph, int id);
  * with_rng) and gives the module text (malloc'd; caller frees). */
 tpu_status_t tpu_graph_finish(tpu_graph_t* graph, const int* outputs, int num_outputs,
                               char** out_text, size_t* out_len);
+
+/* The text of a finished graph (no generator state) prepared for XLA's SPMD
+ * partitioner (spmd.h): parameter i takes its shape, input_types[i], in
+ * place of its flat form and carries shardings[i] as `mhlo.sharding`
+ * (GSPMD's text form, "{devices=[2,1,2]0,1,2,3 last_tile_dim_replicate}";
+ * NULL: "{replicated}"); the reshape that read it becomes a no-op. Results
+ * stay flat and are replicated (every device gets the whole value). A
+ * sharding with a quote or backslash, or a text that is not such a graph's,
+ * is INVALID_ARGUMENT. *out_text is malloc'd. */
+tpu_status_t tpu_graph_shard_text(const char* text, size_t len, const tpu_hlo_type_t* input_types,
+                                  const char* const* shardings, int num_inputs, char** out_text,
+                                  size_t* out_len);
 
 /* Runs a compiled graph (program.h) on `device`. inputs[i] holds input i's
  * contents (a storage of exactly its elements, as input_types[i].dtype);

@@ -126,28 +126,45 @@ static void test_programs_are_cached_per_device_list(void) {
 
 static void test_sharded_graph_text(void) {
   CHECK(start());
-  int64_t dims[2] = {8, 4};
-  tpu_hlo_type_t in[2] = {tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 2, dims),
-                          tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 2, dims)};
-  const char* shardings[2] = {"{devices=[4,1]0,1,2,3}", NULL};
+  int64_t dims[2] = {8, 4}, one = 1;
+  tpu_hlo_type_t in[3] = {tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 2, dims),
+                          tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 2, dims),
+                          tpu_hlo_type_make(TPU_DTYPE_INT64, 1, &one)};
   tpu_graph_t* g = NULL;
-  CHECK_OK(tpu_graph_create_sharded(in, 2, shardings, &g));
-  int outs[1] = {1};
-  char* text = NULL;
-  size_t len = 0;
-  CHECK_OK(tpu_graph_finish(g, outs, 1, &text, &len));
-  /* shaped parameters with their shardings, the result shaped too (no
-   * flattening reshape) */
-  CHECK_STR_CONTAINS(text, "%arg0: tensor<8x4xf32> {mhlo.sharding = \"{devices=[4,1]0,1,2,3}\"}");
-  CHECK_STR_CONTAINS(text, "%arg1: tensor<8x4xf32> {mhlo.sharding = \"{replicated}\"}");
-  CHECK_STR_CONTAINS(text, "-> (tensor<8x4xf32>)");
-  CHECK(!strstr(text, "stablehlo.reshape"));
-  free(text);
+  CHECK_OK(tpu_graph_create(in, 3, false, &g));
+  int outs[2] = {1, 2};
+  char *text = NULL, *sharded = NULL;
+  size_t len = 0, sharded_len = 0;
+  CHECK_OK(tpu_graph_finish(g, outs, 2, &text, &len));
   tpu_graph_destroy(g);
-  const char* bad[2] = {"{replicated}\" evil", NULL};
-  tpu_status_t s = tpu_graph_create_sharded(in, 2, bad, &g);
+  const char* shardings[3] = {"{devices=[4,1]0,1,2,3}", NULL, NULL};
+  CHECK_OK(tpu_graph_shard_text(text, len, in, shardings, 3, &sharded, &sharded_len));
+  CHECK_EQ(strlen(sharded), sharded_len);
+  /* shaped parameters with their shardings; the reshapes that read them
+   * now take the shaped value; results stay flat */
+  CHECK_STR_CONTAINS(sharded,
+                     "%arg0: tensor<8x4xf32> {mhlo.sharding = \"{devices=[4,1]0,1,2,3}\"},");
+  CHECK_STR_CONTAINS(sharded, "%arg1: tensor<8x4xf32> {mhlo.sharding = \"{replicated}\"},");
+  CHECK_STR_CONTAINS(sharded, "%arg2: tensor<1xi64> {mhlo.sharding = \"{replicated}\"})");
+  CHECK_STR_CONTAINS(sharded, "\"stablehlo.reshape\"(%arg1) : (tensor<8x4xf32>) -> tensor<8x4xf32>");
+  CHECK_STR_CONTAINS(sharded, "-> (tensor<32xf32>, tensor<1xi64>)");
+  CHECK(!strstr(sharded, "tensor<32xf32> {"));
+  /* XLA accepts it and partitions it */
+  const int devices[4] = {0, 1, 2, 3};
+  tpu_spmd_program_t* p = NULL;
+  CHECK_OK(tpu_spmd_program_get(sharded, sharded_len, devices, 4, &p));
+  free(sharded);
+  const char* bad[3] = {"{replicated}\" evil", NULL, NULL};
+  tpu_status_t s = tpu_graph_shard_text(text, len, in, bad, 3, &sharded, &sharded_len);
   CHECK(s && tpu_status_code(s) == TPU_STATUS_INVALID_ARGUMENT);
   tpu_status_free(s);
+  /* another graph's types: not this text */
+  tpu_hlo_type_t other = tpu_hlo_type_make(TPU_DTYPE_FLOAT64, 2, dims);
+  s = tpu_graph_shard_text(text, len, &other, NULL, 1, &sharded, &sharded_len);
+  CHECK(s && tpu_status_code(s) == TPU_STATUS_INVALID_ARGUMENT);
+  CHECK_STR_CONTAINS(tpu_status_message(s), "parameter 0 is not tensor<32xf64>");
+  tpu_status_free(s);
+  free(text);
 }
 
 static void test_storage_copy_between_devices(void) {

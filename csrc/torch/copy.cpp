@@ -2,9 +2,8 @@
 //
 // A write that covers its whole storage densely uploads straight from the
 // source's memory (any strides: PJRT takes byte strides). A write into part
-// of a storage (a view) is staged through the host: read the storage, write
-// the view on the CPU, upload the whole storage; correct for every view, and
-// replaced by device-side dynamic_update_slice once the eager engine lands.
+// of a storage (a view) uploads a dense tensor and writes the view from it
+// on the device. Between tpu devices the plugin copies device to device.
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
@@ -106,6 +105,23 @@ void read_to_host(const at::Tensor& src, const at::Tensor& dst) {
   dst.copy_(host_view(src, read_span_image(src)));
 }
 
+// tpu:i -> tpu:j: the plugin copies the bytes device to device (nothing
+// staged through host memory, as CUDA's peer copies). The source is first
+// made a dense tensor of dst's dtype and shape on its own device (an eager
+// op when it is a view, another dtype or broadcast), the copy lands in a
+// dense tensor on dst's device, and a dst view is written from that there.
+void copy_between_devices(const at::Tensor& dst, const at::Tensor& self) {
+  if (dst.numel() == 0) return;
+  at::Tensor src = self.to(dst.scalar_type()).expand(dst.sizes());
+  if (!(covers_storage_densely(src) && src.is_contiguous()))
+    src = src.clone(at::MemoryFormat::Contiguous);
+  bool direct = covers_storage_densely(dst) && dst.is_contiguous();
+  at::Tensor landing = direct ? dst : at::empty(dst.sizes(), dst.options());
+  TPU_CHECK(tpu_storage_copy_to_device(storage_of(landing.storage()), storage_of(src.storage())),
+            "copying a tensor between tpu devices");
+  if (!direct) device_copy(dst, landing);
+}
+
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst,
                      bool non_blocking) {
   TORCH_CHECK(self.defined() && dst.defined(),
@@ -137,8 +153,7 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst,
   } else if (self.device() == dst.device()) {
     device_copy(dst, self);
   } else {
-    // Another tpu device: through the host.
-    write_from_host(dst, host_view(self, read_span_image(self)));
+    copy_between_devices(dst, self);
   }
   return dst;
 }

@@ -20,6 +20,7 @@ extern "C" {
 #include "core/metrics.h"
 #include "core/program.h"
 #include "core/runtime.h"
+#include "core/spmd.h"
 }
 
 namespace py = pybind11;
@@ -308,6 +309,75 @@ class Compiled {
   unsigned generation_ = 0;
 };
 
+// A graph partitioned by XLA over local devices (core/spmd.h): run with
+// one list of shards per device, returning one list of results per device.
+class SpmdProgram {
+ public:
+  SpmdProgram(const std::string& text, const std::vector<int>& devices) : devices_(devices) {
+    ensure_runtime();
+    tpu_status_t s;
+    {
+      py::gil_scoped_release release;
+      s = tpu_spmd_program_get(text.data(), text.size(), devices_.data(),
+                               static_cast<int>(devices_.size()), &p_);
+    }
+    if (s) throw_status(s, "compiling a partitioned graph");
+  }
+
+  std::vector<std::vector<at::Tensor>> run(const std::vector<std::vector<at::Tensor>>& shards) {
+    check_not_forked();
+    size_t n = devices_.size();
+    if (shards.size() != n)
+      throw py::value_error("torchtpu: a partitioned graph takes one list of shards per device (" +
+                            std::to_string(n) + "), got " + std::to_string(shards.size()));
+    size_t nargs = shards[0].size();
+    std::vector<at::Tensor> keep;
+    std::vector<tpu_storage_t*> in;
+    std::vector<tpu_hlo_type_t> types;
+    for (size_t d = 0; d < n; d++) {
+      if (shards[d].size() != nargs)
+        throw py::value_error("torchtpu: every device takes the same number of shards");
+      for (size_t i = 0; i < nargs; i++) {
+        const at::Tensor& t = shards[d][i];
+        if (!t.defined() || !t.device().is_privateuseone() || t.device().index() != devices_[d])
+          throw py::value_error("torchtpu: shard " + std::to_string(i) + " of partition " +
+                                std::to_string(d) + " is not on tpu:" + std::to_string(devices_[d]));
+        bool whole = t.is_contiguous() && t.storage_offset() == 0 &&
+                     t.storage().nbytes() == static_cast<size_t>(t.numel()) * t.itemsize();
+        keep.push_back(whole ? t : t.clone(at::MemoryFormat::Contiguous));
+        in.push_back(storage_of(keep.back().storage()));
+        auto sizes = t.sizes();
+        types.push_back(tpu_hlo_type_make(to_tpu_dtype(t.scalar_type()), static_cast<int>(t.dim()),
+                                          sizes.data()));
+      }
+    }
+    int nouts = tpu_spmd_program_num_outputs(p_);
+    std::vector<std::vector<at::Tensor>> results(n);
+    std::vector<tpu_storage_t*> out;
+    for (size_t d = 0; d < n; d++) {
+      auto options = at::TensorOptions().device(c10::Device(c10::kPrivateUse1, devices_[d]));
+      for (int k = 0; k < nouts; k++) {
+        tpu_hlo_type_t o = tpu_spmd_program_output_type(p_, k);
+        results[d].push_back(at::empty(c10::IntArrayRef(o.dims, o.rank),
+                                       options.dtype(to_scalar_type(o.dtype))));
+        out.push_back(storage_of(results[d].back().storage()));
+      }
+    }
+    tpu_status_t s;
+    {
+      py::gil_scoped_release release;
+      s = tpu_spmd_program_run(p_, in.data(), types.data(), static_cast<int>(nargs), out.data(),
+                               nouts);
+    }
+    if (s) throw_status(s, "running a partitioned graph");
+    return results;
+  }
+
+ private:
+  std::vector<int> devices_;
+  tpu_spmd_program_t* p_ = nullptr;
+};
+
 }  // namespace
 
 void init_graph_bindings(py::module& m) {
@@ -322,6 +392,30 @@ void init_graph_bindings(py::module& m) {
       .def_property_readonly("params", &Kernel::params)
       .def_property_readonly("results", &Kernel::results)
       .def("flat_module", &Kernel::flat_module);
+  // A compiled graph's text prepared for partitioning (core/graph.h).
+  m.def("_shard_graph_text", [](const py::bytes& text, const py::list& inputs,
+                                const py::list& shardings) {
+    auto types = types_of(inputs);
+    if (shardings.size() != types.size())
+      throw py::value_error("torchtpu: one sharding per graph input");
+    std::vector<std::string> texts;
+    for (const auto& h : shardings) texts.push_back(h.is_none() ? std::string() : h.cast<std::string>());
+    std::vector<const char*> ptrs;
+    for (const auto& t : texts) ptrs.push_back(t.empty() ? nullptr : t.c_str());
+    std::string src = text;
+    char* out = nullptr;
+    size_t len = 0;
+    tpu_status_t s = tpu_graph_shard_text(src.data(), src.size(), types.data(), ptrs.data(),
+                                          static_cast<int>(types.size()), &out, &len);
+    if (s) throw_status(s, "sharding a graph");
+    py::bytes result(out, len);
+    free(out);
+    return result;
+  });
+  py::class_<SpmdProgram>(m, "_SpmdProgram")
+      .def(py::init<const std::string&, const std::vector<int>&>(), py::arg("text"),
+           py::arg("devices"))
+      .def("run", &SpmdProgram::run);
   py::class_<Compiled>(m, "_CompiledGraph")
       .def(py::init<std::string, const py::list&, const py::list&, bool>(), py::arg("text"),
            py::arg("inputs"), py::arg("outputs"), py::arg("with_rng"))
