@@ -28,6 +28,7 @@ import torch
 import torch.fx
 
 from . import _C
+from . import spmd as _spmd
 
 # An FX node's value id among _C._Graph.add_node's arguments.
 _GraphValue = _C._GraphValue
@@ -301,6 +302,14 @@ class _Builder:
                 self.out_slots.append(len(out_ids))
                 out_ids.append(self.ids[o])
                 out_specs.append(_spec(o.meta["val"], allow_cpu=True))
+        # Program outputs that return an input unchanged (a forward graph
+        # saving an input for its backward): a partitioned run hands back
+        # the input itself, whose sharding the backward then reads.
+        self.out_inputs = {self.out_slots[k]: placeholder_index[o]
+                           for k, o in enumerate(outputs)
+                           if isinstance(o, torch.fx.Node) and o.op == "placeholder"
+                           and k not in layouts and self.out_slots[k] is not None
+                           and self.inputs[placeholder_index[o]][0] == "arg"}
         # Then one output per mutated input, written back by the runner.
         self.out_writes = [-1] * len(out_ids)
         for i, v in sorted(self.writes.items()):
@@ -1044,7 +1053,7 @@ def _compile_static(gm, input_alias_outputs=None, layout_outputs=frozenset()):
                 with_rng=b.with_rng, inputs=b.inputs, out_slots=b.out_slots,
                 out_writes=b.out_writes, out_cpu=b.out_cpu, out_aliases=b.out_aliases,
                 out_views=b.out_views, checks=b.checks, literal_errors=b.literal_errors,
-                out_same=b.out_same, out_consts=b.out_consts)
+                out_same=b.out_same, out_consts=b.out_consts, out_inputs=b.out_inputs)
     run = _plan_runner(plan)
     _bump("compiled_graphs")
     _bump("compiled_graph_ns", int((time.perf_counter() - t0) * 1e9))
@@ -1068,7 +1077,7 @@ class _PerPrecision:
         self.programs = {precision: _C._CompiledGraph(text, *self.specs)}
         self.last = precision
 
-    def run(self, tensors, writes):
+    def current(self):
         p = _C._matmul_precision()
         compiled = self.programs.get(p)
         if compiled is None:
@@ -1076,7 +1085,39 @@ class _PerPrecision:
             text = _PRECISION_ATTR.sub(b"#stablehlo<precision " + _PRECISION_NAMES[p] + b">",
                                        self.text)
             compiled = self.programs[p] = _C._CompiledGraph(text, *self.specs)
-        return compiled.run(tensors, writes)
+        return compiled
+
+    def run(self, tensors, writes):
+        return self.current().run(tensors, writes)
+
+
+class _MaybePartitioned:
+    """A compiled graph that runs partitioned over a mesh of local devices
+    when one of its inputs carries a sharding (torchtpu.spmd), else on one
+    device. The partitioned program is made from the same text, so a plan
+    loaded from the cache partitions too."""
+
+    def __init__(self, compiled, input_specs, out_specs, with_rng, out_inputs):
+        self.compiled, self.input_specs, self.out_specs = compiled, input_specs, out_specs
+        self.with_rng, self.out_inputs = with_rng, out_inputs
+
+    def run(self, tensors, writes):
+        found = _spmd._input_shardings(tensors)
+        if found is None:
+            return self.compiled.run(tensors, writes)
+        if self.with_rng:
+            if "spmd-rng" not in _warned:
+                _warned.add("spmd-rng")
+                warnings.warn("torchtpu.spmd: a graph that draws random numbers runs on one "
+                              "device, not partitioned", stacklevel=4)
+            return self.compiled.run(tensors, writes)
+        c = self.compiled
+        text = (c.current() if isinstance(c, _PerPrecision) else c).text
+        _bump("spmd_graph_runs")
+        results = _spmd._run(text, self.input_specs, self.out_specs, tensors, *found)
+        for slot, i in self.out_inputs.items():
+            results[slot] = tensors[i]
+        return results
 
 
 def _plan_runner(plan):
@@ -1084,11 +1125,12 @@ def _plan_runner(plan):
     p = dict(plan)
     text, precision = p.pop("text"), p.pop("precision", None)
     specs = (p.pop("input_specs"), p.pop("out_specs"), p.pop("with_rng"))
+    out_inputs = p.pop("out_inputs", {})
     if precision is None or not _PRECISION_ATTR.search(bytes(text)):
         compiled = _C._CompiledGraph(text, *specs)  # no float products: one program
     else:
         compiled = _PerPrecision(text, precision, *specs)
-    run = _runner(compiled, **p)
+    run = _runner(_MaybePartitioned(compiled, *specs, out_inputs), **p)
     run._tpu_recipe = ("program", plan)
     return run
 

@@ -217,11 +217,43 @@ bool run_strided_on_cpu(const c10::OperatorHandle& op, torch::jit::Stack* stack)
 // then the CPU.
 void debug_boxed_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
-void tpu_boxed_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  check_not_forked();
+namespace {
+// The tensors of the Tensor[] arguments an op writes (the _foreach_*_ ops),
+// with their version counters before the call.
+std::vector<std::pair<at::Tensor, uint32_t>> written_lists(const c10::OperatorHandle& op,
+                                                         const torch::jit::Stack& stack) {
+  std::vector<std::pair<at::Tensor, uint32_t>> out;
+  const auto& args = op.schema().arguments();
+  for (size_t i = 0; i < args.size(); i++) {
+    const auto* info = args[i].alias_info();
+    if (!info || !info->isWrite()) continue;
+    const c10::IValue& v = stack[stack.size() - args.size() + i];
+    if (!v.isTensorList()) continue;
+    for (const at::Tensor& t : v.toTensorVector())
+      if (t.defined()) out.emplace_back(t, t._version());
+  }
+  return out;
+}
+
+void run_op(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   if (eager_mode() == EagerMode::kDebug) return debug_boxed_kernel(op, stack);
   if (try_run_on_device(op, stack)) return;
   cpu_fallback(op, stack);
+}
+}  // namespace
+
+void tpu_boxed_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  check_not_forked();
+  // A write bumps the tensor's version counter, so autograd sees a saved
+  // tensor modified and caches keyed by version (torchtpu.spmd's shards)
+  // see new contents. ADInplaceOrView bumps a written Tensor argument but
+  // not the elements of a written Tensor[] (CUDA's foreach kernels bump
+  // them themselves): an optimizer's foreach step left parameters at their
+  // old version.
+  auto lists = written_lists(op, *stack);
+  run_op(op, stack);
+  for (auto& [t, before] : lists)
+    if (t._version() == before) t.unsafeGetTensorImpl()->bump_version();
 }
 
 void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
