@@ -37,7 +37,9 @@ def train(steps, mesh_shape=None, batch_size=8, seq_len=32, model_kwargs=None, s
     """Trains `steps` steps under torch.compile(backend="tpu"); mesh_shape
     None: on tpu:0 alone; (n,): data parallel over n devices; (d, t): d-way
     data x t-way tensor parallel. Returns (losses, seconds per step after
-    the first two, or None)."""
+    the first two or None, counters moved over those steps: bytes to and
+    from the host, bytes copied device to device, partitioned runs)."""
+    import torchtpu
     from torchtpu import spmd
     from torchtpu.spmd import Replicate, Shard
 
@@ -62,10 +64,13 @@ def train(steps, mesh_shape=None, batch_size=8, seq_len=32, model_kwargs=None, s
     run = torch.compile(model, backend="tpu")
     losses = []
     start = None
+    counters = ("bytes_to_host", "bytes_to_device", "bytes_device_to_device", "spmd_executions")
+    first = {}
     for step in range(steps):
-        if step == 2:
+        if step == 2:  # after the compiles (their constants are uploaded)
             torch.tpu.synchronize()
             start = time.perf_counter()
+            first = {k: torchtpu.metrics.metrics().get(k, 0) for k in counters}
         loss = run(xs[step], ys[step])
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -73,7 +78,8 @@ def train(steps, mesh_shape=None, batch_size=8, seq_len=32, model_kwargs=None, s
         losses.append(loss.detach())
     torch.tpu.synchronize()
     per_step = (time.perf_counter() - start) / (steps - 2) if timed and steps > 2 else None
-    return torch.stack(losses).cpu().tolist(), per_step
+    moved = {k: torchtpu.metrics.metrics().get(k, 0) - first.get(k, 0) for k in counters}
+    return torch.stack(losses).cpu().tolist(), per_step, moved
 
 
 if __name__ == "__main__":
@@ -84,7 +90,7 @@ if __name__ == "__main__":
     ap.add_argument("--steps", type=int, default=20)
     a = ap.parse_args()
     shape = tuple(int(s) for s in a.mesh.split("x"))
-    ref, _ = train(a.steps)
-    got, _ = train(a.steps, shape)
+    ref = train(a.steps)[0]
+    got = train(a.steps, shape)[0]
     for i, (r, g) in enumerate(zip(ref, got)):
         print(f"step {i:3d}  one device {r:.6f}  mesh {a.mesh} {g:.6f}")

@@ -239,3 +239,46 @@ def test_clip_grad_norm_foreach():
     with no_fallback():
         got = run("tpu")
     assert_close(got, want)
+
+
+INPLACE_WRITERS = [
+    ("add_ list", lambda xs, ys: torch._foreach_add_(xs, ys, alpha=0.5)),
+    ("add_ scalar", lambda xs, ys: torch._foreach_add_(xs, 1.0)),
+    ("mul_ scalar", lambda xs, ys: torch._foreach_mul_(xs, 0.5)),
+    ("lerp_", lambda xs, ys: torch._foreach_lerp_(xs, ys, 0.3)),
+    ("addcmul_", lambda xs, ys: torch._foreach_addcmul_(xs, ys, ys, 0.5)),
+    ("addcdiv_", lambda xs, ys: torch._foreach_addcdiv_(xs, ys, [y.abs() + 1 for y in ys])),
+    ("copy_", lambda xs, ys: torch._foreach_copy_(xs, ys)),
+    ("zero_", lambda xs, ys: torch._foreach_zero_(xs)),
+    ("exp_", lambda xs, ys: torch._foreach_exp_(xs)),
+]
+
+
+@pytest.mark.parametrize("name,op", INPLACE_WRITERS, ids=[n for n, _ in INPLACE_WRITERS])
+def test_inplace_foreach_bumps_version_counters_as_cpu(name, op):
+    # A write must bump each written tensor's version (autograd's check of
+    # saved tensors, caches keyed by version): the tpu foreach ops left
+    # them unchanged, so an optimizer step went unseen.
+    got = []
+    for device in ("cpu", "tpu"):
+        xs, ys = [t.to(device) for t in tensors()], [t.to(device) for t in tensors(seed=10)]
+        before = [x._version for x in xs]
+        op(xs, ys)
+        got.append([x._version - b for x, b in zip(xs, before)])
+    assert got[1] == got[0]
+
+
+def test_optimizer_step_on_a_saved_parameter_raises_as_cpu():
+    # The parameter is saved for the backward, then the foreach step
+    # rewrites it: CPU refuses the backward; a silent wrong gradient is not
+    # an option.
+    errors = []
+    for device in ("cpu", "tpu"):
+        w = torch.nn.Parameter(torch.randn(4, device=device))
+        w.grad = torch.ones(4, device=device)
+        loss = (w * w).sum()
+        torch.optim.SGD([w], lr=0.1, foreach=True).step()
+        with pytest.raises(RuntimeError, match="modified by an inplace operation") as e:
+            loss.backward()
+        errors.append(type(e.value))
+    assert errors[0] is errors[1]

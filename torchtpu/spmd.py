@@ -96,25 +96,65 @@ def init_device_mesh(mesh_shape, mesh_dim_names=None, devices=None):
 
 # ---- annotations ---------------------------------------------------------------
 
-def _key(t):
-    return (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), t.stride())
-
-
 class _Entry:
-    __slots__ = ("ref", "mesh", "placements", "version", "pieces")
+    """How one tensor (a geometry in a storage) is split over a mesh, and
+    its pieces on the mesh's devices as of `version`."""
+    __slots__ = ("storage", "geometry", "whole", "mesh", "placements", "version", "pieces")
 
-    def __init__(self, t, mesh, placements):
-        self.ref, self.mesh, self.placements = weakref.ref(t), mesh, placements
+    def __init__(self, t, mesh, placements, table):
+        s = t.untyped_storage()
+        ptr = s.data_ptr()
+        # The entry lives as long as the storage (not the Python tensor:
+        # AOTAutograd hands a graph other tensor objects viewing it, as a
+        # parameter saved for the backward).
+        self.storage = weakref.ref(s, lambda _ref: _forget(table, ptr))
+        self.geometry = _geometry(t)
+        # Its tensor is its whole storage, contiguous: its pieces are copies
+        # of the storage, which any other view of it can index.
+        self.whole = (t.is_contiguous() and t.storage_offset() == 0
+                      and t.numel() * t.element_size() == s.nbytes())
+        self.mesh, self.placements = mesh, placements
         self.version, self.pieces = None, None
+        entries = table.setdefault(ptr, [])
+        entries[:] = [e for e in entries if e.geometry != self.geometry and e.storage() is not None]
+        entries.append(self)
 
 
-# (storage address, offset, shape, strides) -> _Entry. Keyed by the storage
-# rather than the Python object: AOTAutograd hands a graph aliases of the
-# tensors the user annotated (a parameter saved for the backward).
+def _geometry(t):
+    return tuple(t.shape), t.stride(), t.storage_offset()
+
+
+def _forget(table, ptr):
+    entries = table.get(ptr)
+    if entries is not None:
+        entries[:] = [e for e in entries if e.storage() is not None]
+        if not entries:
+            table.pop(ptr, None)
+
+
+# storage address -> [_Entry]: the annotations users make, and the results
+# of partitioned graphs (replicated: their copies on the other devices,
+# reused when a later graph reads them, as a backward its saved values).
 _annotations = {}
-# The same for results of partitioned graphs: their replicas on the other
-# devices, reused when a later graph reads them replicated.
 _results = {}
+
+
+def _find(table, t):
+    """(entry for t's exact geometry, or a replicated whole-storage entry
+    t is a view of, or None; whether t is that entry's tensor)."""
+    s = t.untyped_storage()
+    entries = table.get(s.data_ptr())
+    if not entries:
+        return None, False
+    geometry, view = _geometry(t), None
+    for e in entries:
+        if e.storage() is not s:
+            continue
+        if e.geometry == geometry:
+            return e, True
+        if view is None and e.whole and all(isinstance(p, Replicate) for p in e.placements):
+            view = e
+    return view, False
 
 
 def _placements(mesh, placements, t):
@@ -162,30 +202,19 @@ def mark_sharding(tensor, mesh, placements):
     if not isinstance(mesh, DeviceMesh):
         raise TypeError("torchtpu.spmd.mark_sharding: mesh must be a torchtpu.spmd.DeviceMesh")
     placements = _placements(mesh, placements, tensor)
-    _annotations[_key(tensor)] = _Entry(tensor, mesh, placements)
+    _Entry(tensor, mesh, placements, _annotations)
     return tensor
 
 
 def clear_sharding(tensor):
-    _annotations.pop(_key(tensor), None)
+    entries = _annotations.get(tensor.untyped_storage().data_ptr(), [])
+    entries[:] = [e for e in entries if e.geometry != _geometry(tensor)]
 
 
 def sharding_of(tensor):
     """(mesh, placements) of an annotated tensor, else None."""
-    e = _lookup(_annotations, tensor)
-    return None if e is None else (e.mesh, e.placements)
-
-
-def _lookup(table, t):
-    k = _key(t)
-    e = table.get(k)
-    if e is None:
-        return None
-    owner = e.ref()
-    if owner is None or _key(owner) != k:
-        del table[k]  # its tensor died (the address may be reused)
-        return None
-    return e
+    e, exact = _find(_annotations, tensor)
+    return (e.mesh, e.placements) if exact else None
 
 
 def distribute_module(module, mesh, plan=None):
@@ -252,13 +281,21 @@ def _pieces(t, mesh, placements):
 
 
 def _shards(t, mesh, placements):
-    """The pieces of an input, kept with its annotation until it is written."""
+    """The pieces of an input, kept with its annotation (or, for a result of
+    a partitioned graph, its replicas) until it is written."""
+    replicated = all(isinstance(p, Replicate) for p in placements)
     for table in (_annotations, _results):
-        e = _lookup(table, t)
-        if e is not None and e.mesh == mesh and e.placements == placements:
-            if e.pieces is None or e.version != t._version:
-                e.pieces, e.version = _pieces(t, mesh, placements), t._version
+        e, exact = _find(table, t)
+        if e is None or e.mesh != mesh or (exact and e.placements != placements) or (
+                not exact and not replicated):
+            continue
+        if e.pieces is None or e.version != t._version:
+            owner = t.as_strided(*e.geometry)
+            e.pieces, e.version = _pieces(owner, mesh, e.placements), t._version
+        if exact:
             return e.pieces
+        # a view of a replicated tensor: the same view of each replica
+        return [p.as_strided(t.shape, t.stride(), t.storage_offset()) for p in e.pieces]
     return _pieces(t, mesh, placements)
 
 
@@ -268,16 +305,16 @@ def _input_shardings(tensors):
         return None
     mesh, found = None, []
     for t in tensors:
-        e = _lookup(_annotations, t)
+        e, exact = _find(_annotations, t)
         if e is not None:
             if mesh is not None and e.mesh != mesh:
                 raise ValueError(f"torchtpu.spmd: a graph's inputs are annotated on two "
                                  f"meshes: {mesh} and {e.mesh}")
             mesh = e.mesh
-        found.append(e)
+        found.append(e.placements if exact else None)
     if mesh is None:
         return None
-    return mesh, [None if e is None else e.placements for e in found]
+    return mesh, found
 
 
 _programs = {}
@@ -305,11 +342,8 @@ def _run(text, specs, out_specs, tensors, mesh, placements):
         if r.device.index != home:
             r = r.to(f"tpu:{home}")
         else:
-            e = _Entry(r, mesh, replicated)
+            e = _Entry(r, mesh, replicated, _results)
             e.version, e.pieces = r._version, [outs[d][k].view(shape) for d in
                                                range(len(mesh.devices))]
-            key_r = _key(r)
-            _results[key_r] = e
-            weakref.finalize(r, _results.pop, key_r, None)
         results.append(r)
     return results
