@@ -13,6 +13,10 @@
      (torch.tpu.comm, TORCHTPU_NUM_DEVICES=2): the collective compiled into
      one XLA program over both devices, no host staging; beside tpudist's
      times from part 2 (medians of separate runs, so only sizes are paired).
+  4. The bench-sized TinyGPT training step (torch.compile, global batch 16)
+     over 4 local devices in ONE process with torchtpu.spmd (data parallel,
+     tensor parallel, 2 x 2), beside tpu:0 alone and beside 4 tpudist
+     processes under DDP (a quarter of the batch each).
 
 The script launches its own worlds as torchrun would (RANK, WORLD_SIZE,
 LOCAL_RANK, MASTER_ADDR/PORT; one process per device, each running this file
@@ -150,6 +154,61 @@ def local_worker(cfg_json, out_path):
         json.dump({"devices": n, "allreduce": out}, f)
 
 
+GPT = dict(dim=256, heads=4, layers=2, max_len=128)  # the bench-sized TinyGPT
+GPT_BATCH, GPT_SEQ = 16, 128                          # global batch
+
+
+def spmd_worker(cfg_json, out_path):
+    """One process, 4 local devices: TinyGPT steps under torch.compile on
+    tpu:0 alone, data parallel, tensor parallel and 2x2 (torchtpu.spmd)."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "examples"))
+    import torch
+
+    import torchtpu  # noqa: F401
+    from spmd_tiny_gpt import train
+    cfg = json.loads(cfg_json)
+    out = {}
+    for name, mesh in (("one device", None), ("data parallel 4", (4,)),
+                       ("tensor parallel 4", (1, 4)), ("2 x 2", (2, 2))):
+        losses, per_step, _ = train(cfg["steps"], mesh, batch_size=GPT_BATCH, seq_len=GPT_SEQ,
+                                    model_kwargs=GPT, lr=0.01, timed=True)
+        out[name] = {"s_per_step": per_step, "last_loss": losses[-1]}
+    with open(out_path, "w") as f:
+        json.dump(out, f)
+
+
+def _gpt_ddp(torch, dist, cfg):
+    """TinyGPT under DDP over tpudist, each rank a quarter of the batch."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "examples"))
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from tiny_gpt import TinyGPT, batches, make_corpus
+    data, vocab = make_corpus()
+    torch.manual_seed(0)
+    world, rank = dist.get_world_size(), dist.get_rank()
+    model = DDP(TinyGPT(len(vocab), **GPT).to("tpu"))
+    run = torch.compile(model, backend="tpu")
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, foreach=True)
+    stream = batches(data, GPT_BATCH, GPT_SEQ, 0)
+    steps = [next(stream) for _ in range(cfg["steps"])]
+    per = GPT_BATCH // world
+    xs = [(x[rank * per:(rank + 1) * per].to("tpu"), y[rank * per:(rank + 1) * per].to("tpu"))
+          for x, y in steps]
+    times = []
+    for i, (x, y) in enumerate(xs):
+        torch.tpu.synchronize()
+        dist.barrier()
+        t0 = time.perf_counter()
+        loss = run(x, y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        torch.tpu.synchronize()
+        if i >= 2:
+            times.append(time.perf_counter() - t0)
+    return {"s_per_step": statistics.mean(times), "last_loss": float(loss)}
+
+
 def worker(cfg_json, out_path):
     import torch
     import torch.distributed as dist
@@ -164,6 +223,8 @@ def worker(cfg_json, out_path):
         res["ddp"] = _ddp(torch, dist, gloo, cfg["ddp"])
     if cfg.get("allreduce"):
         res["allreduce"] = _allreduce(torch, dist, gloo, cfg["allreduce"])
+    if cfg.get("gpt"):
+        res["gpt"] = _gpt_ddp(torch, dist, cfg["gpt"])
     dist.barrier(group=gloo)
     if dist.get_rank() == 0:
         with open(out_path + ".tmp", "w") as f:
@@ -230,7 +291,10 @@ def main():
     ap.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     ap.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)
     ap.add_argument("--local-worker", nargs=2, help=argparse.SUPPRESS)
+    ap.add_argument("--spmd-worker", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.spmd_worker:
+        return spmd_worker(*args.spmd_worker)
     if args.worker:
         return worker(*args.worker)
     if args.local_worker:
@@ -266,6 +330,13 @@ def main():
                        env=dict(os.environ, TORCHTPU_NUM_DEVICES="2"), check=True, timeout=600)
         with open(local_out) as f:
             local = json.load(f)
+        gpt_cfg = {"steps": 6 if args.quick else 12}
+        w4 = launch(4, {"gpt": gpt_cfg}, tmp, timeout=1200)
+        spmd_out = os.path.join(tmp, "spmd.json")
+        subprocess.run([sys.executable, HERE, "--spmd-worker", json.dumps(gpt_cfg), spmd_out],
+                       env=dict(os.environ, TORCHTPU_NUM_DEVICES="4"), check=True, timeout=1200)
+        with open(spmd_out) as f:
+            spmd = json.load(f)
     wall = time.perf_counter() - t_start
 
     # --- DDP weak scaling
@@ -335,6 +406,20 @@ def main():
                                           "local_busbw_gbps": bl, "tpudist_us": tt * 1e6,
                                           "tpudist_over_local": tt / tl, "local_s": row["local"]})
         print(f"{_size(nb):>8}{tl * 1e6:>11,.0f}{bl:>12.3f}{tt * 1e6:>13,.0f}{tt / tl:>8.2f}")
+
+    # --- TinyGPT over 4 local devices: one process (SPMD) vs 4 (tpudist DDP)
+    print()
+    print(f"TinyGPT {GPT} , global batch {GPT_BATCH} x {GPT_SEQ} tokens, SGD, "
+          f"torch.compile(backend='tpu'); {gpt_cfg['steps'] - 2} steps after 2 warm-up; "
+          "mean step time")
+    print(f"{'contender':<46}{'ms/step':>9}{'tokens/s':>10}{'vs tpudist':>12}")
+    ddp_s = w4["gpt"]["s_per_step"]
+    rows = [(f"one process, {k} (torchtpu.spmd)" if k != "one device" else
+             "one process, tpu:0 alone", v["s_per_step"]) for k, v in spmd.items()]
+    rows.append(("4 processes, DDP over tpudist", ddp_s))
+    report["gpt"] = {"spmd": spmd, "tpudist_ddp": w4["gpt"]}
+    for label, t in rows:
+        print(f"{label:<46}{t * 1e3:>9.1f}{GPT_BATCH * GPT_SEQ / t:>10,.0f}{ddp_s / t:>12.2f}")
     print(f"(wall time {wall:.0f} s, including process start-up)")
     report["wall_s"] = wall
     if args.json:
