@@ -43,6 +43,10 @@ def train(steps, mesh_shape=None, batch_size=8, seq_len=32, model_kwargs=None, s
     from torchtpu import spmd
     from torchtpu.spmd import Replicate, Shard
 
+    # Each configuration compiles afresh: a graph compiled for unannotated
+    # inputs is partitioned for one device (it saves activations), and
+    # Dynamo's guards do not see annotations.
+    torch._dynamo.reset()
     data, vocab = make_corpus()
     torch.manual_seed(seed)
     model = TinyGPT(len(vocab), **(model_kwargs or {})).to("tpu")

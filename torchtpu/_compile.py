@@ -1367,6 +1367,34 @@ def _has_symbols_dynamo(gm):
     return False
 
 
+def _partition_for_spmd(joint, joint_inputs, *, num_fwd_outputs, **kwargs):
+    """AOTAutograd's partition of a graph whose inputs carry shardings
+    (torchtpu.spmd): the forward saves only its inputs and the backward
+    recomputes the forward's intermediates from them. A partitioned graph's
+    results are gathered whole (replicated), so saving activations would
+    all-gather every one of them and leave the backward to run replicated on
+    every device; recomputed, the backward stays split like the forward
+    (data parallel: batch-split, then one all-reduce of the gradients).
+    Graphs that draw random numbers, mutate, or have symbolic sizes keep the
+    default partition (a recompute would redraw, rewrite, or need sizes)."""
+    from torch._functorch import partitioners as P
+    nodes = list(joint.graph.nodes)
+    plain = all(
+        n.op in ("placeholder", "output", "get_attr") or (
+            n.op == "call_function" and (
+                n.target is operator.getitem or (
+                    isinstance(n.target, torch._ops.OpOverload)
+                    and not n.target._schema.is_mutable
+                    and torch.Tag.nondeterministic_seeded not in n.target.tags)))
+        for n in nodes)
+    symbolic = any(P.is_sym_node(n) for n in nodes)
+    if not plain or symbolic:
+        return P.default_partition(joint, joint_inputs, num_fwd_outputs=num_fwd_outputs, **kwargs)
+    _bump("spmd_recompute_partitions")
+    primals = [n for n in nodes if P._is_primal(n)]
+    return P._extract_fwd_bwd_modules(joint, primals, [], num_fwd_outputs=num_fwd_outputs)
+
+
 def _aot_compile(gm, example_inputs):
     """AOTAutograd with torchtpu's graph compilers (forward, backward,
     inference), persisted in AOTAutograd's cache (torchtpu._precompile)."""
@@ -1374,15 +1402,19 @@ def _aot_compile(gm, example_inputs):
 
     from . import _precompile
     forward = _precompile.output_code(_compile_forward)
+    partition = {}
+    if _spmd._input_shardings([t for t in example_inputs if isinstance(t, torch.Tensor)
+                               and t.device.type == "tpu"]) is not None:
+        partition = {"partition_fn": _partition_for_spmd}
     backend = aot_autograd(fw_compiler=forward, bw_compiler=_precompile.output_code(_compile_graph),
-                           inference_compiler=forward,
+                           inference_compiler=forward, **partition,
                            decompositions=_decompositions(),
                            # Inference graphs (an optimizer step) keep their
                            # input mutations as copy_ nodes: written straight
                            # into the inputs' storages, no epilogue copies.
                            keep_inference_input_mutations=True)
     try:
-        with _precompile.persistence():
+        with _precompile.persistence("spmd" if partition else ""):
             return backend(gm, example_inputs)
     except _CpuHasNoKernel:
         return gm  # eagerly: the op raises CPU's NotImplementedError

@@ -194,7 +194,7 @@ def output_code(compiler):
 
 
 @contextlib.contextmanager
-def persistence():
+def persistence(variant=""):
     """Around AOTAutograd's call for a tpu graph: its cache in the bundled
     form (the OutputCode pickled in the entry, as no FX graph cache holds
     ours), the backward compiled with the forward so the entry holds both,
@@ -203,7 +203,10 @@ def persistence():
     torchtpu build or settings are never looked up."""
     from torch._functorch import config as functorch_config
     tag = torch.compiler.config.cache_key_tag
-    ours = "torchtpu:" + hashlib.sha256(repr(stamp()).encode()).hexdigest()[:16]
+    # `variant` names a compile choice the graph and its inputs' guards do
+    # not show (the spmd partition): part of the key, so an entry made
+    # without it is never handed to a compile that wants it.
+    ours = "torchtpu:" + hashlib.sha256(repr((stamp(), variant)).encode()).hexdigest()[:16]
     with functorch_config.patch(bundled_autograd_cache=True,
                                 force_non_lazy_backward_lowering=True), \
             torch.compiler.config.patch(cache_key_tag=f"{tag}|{ours}" if tag else ours):
