@@ -435,6 +435,17 @@ def _parallel_checks(c):
 
     yield "init_default_backend", init
 
+    def torch_mesh_first():
+        # torch's own init_device_mesh as the first call after the group
+        # (TorchTitan's order): it set_device(LOCAL_RANK)s a runtime not yet
+        # started, an index a process that sees one device does not have.
+        from torch.distributed.device_mesh import init_device_mesh
+        mesh = init_device_mesh("tpu", (W,))
+        assert mesh.size() == W and mesh.get_local_rank() == rank
+        assert torch.tpu.current_device() == 0
+
+    yield "torch_device_mesh_first", torch_mesh_first
+
     def train_shard(model, opt, batches):
         """SGD on this rank's 4 rows of each batch."""
         for x, y in batches:
@@ -623,7 +634,8 @@ def test_collective(world, name, tmp_path_factory):
 
 
 @pytest.mark.parametrize("world", [2, 4])
-@pytest.mark.parametrize("name", ["init_default_backend", "ddp_equals_single_process",
+@pytest.mark.parametrize("name", ["init_default_backend", "torch_device_mesh_first",
+                                  "ddp_equals_single_process",
                                   "fsdp2_equals_unsharded", "dtensor_matmul_redistribute",
                                   "pipeline_stages", "topology_mesh"])
 def test_parallel(world, name, tmp_path_factory):

@@ -17,6 +17,12 @@ def _create_backend(store, rank, size, timeout):
     """c10d's creator: a Gloo backend on the same (prefixed) store, wrapped
     so tpu tensors are staged through host memory."""
     host = dist.ProcessGroupGloo(dist.PrefixStore("tpudist/", store), rank, size, timeout)
+    # The device runtime starts with the group (on this process's device,
+    # LOCAL_RANK's): torch's init_device_mesh("tpu", ...) otherwise calls
+    # set_device(LOCAL_RANK) on a runtime not yet started, an index that
+    # need not exist when each process sees its own device.
+    from .. import tpu
+    tpu._lazy_init()
     return _C._tpudist_backend(host, rank, size)
 
 
