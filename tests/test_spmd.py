@@ -11,6 +11,17 @@ from conftest import run_python
 
 FOUR = {"TORCHTPU_NUM_DEVICES": "4"}
 
+# err(f): None, or "ExceptionType: message" of what f() raised (prepended
+# to the scripts that check error cases).
+ERR = '''
+def err(f):
+    try:
+        f()
+    except Exception as e:
+        return type(e).__name__ + ": " + str(e)
+    return None
+'''
+
 # Runs in a fresh 4-device process; prints one JSON line of failures.
 VALUES = r'''
 import json, torch, torchtpu
@@ -113,12 +124,6 @@ v0 = w._version
 comm.all_reduce([w, torch.ones(3, device="tpu:1")])
 out["version"] = w._version > v0
 # Errors, with the exception types torch.cuda.nccl's checks use.
-def err(f):
-    try:
-        f()
-    except Exception as e:
-        return type(e).__name__ + ": " + str(e)
-    return None
 t0, t1 = torch.ones(4, device="tpu:0"), torch.ones(4, device="tpu:1")
 out["same_device"] = err(lambda: comm.all_reduce([t0, torch.ones(4, device="tpu:0")]))
 out["cpu"] = err(lambda: comm.all_reduce([t0, torch.ones(4)]))
@@ -134,7 +139,7 @@ print(json.dumps(out))
 
 
 def test_local_collectives_keep_view_semantics_and_raise_clearly():
-    r = run_python(SEMANTICS, FOUR, timeout=600)
+    r = run_python(ERR + SEMANTICS, FOUR, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     out = json.loads(r.stdout.strip().splitlines()[-1])
     want = [[float(4 * row + c) * (10 if c == 1 else 1) for c in range(4)] for row in range(3)]
@@ -240,12 +245,6 @@ from torchtpu.spmd import Shard, Replicate
 from torch.distributed.tensor import Partial
 out = {}
 m = torchtpu.metrics.metrics
-def err(f):
-    try:
-        f()
-    except Exception as e:
-        return type(e).__name__ + ": " + str(e)
-    return None
 # tpu:i -> tpu:j copies go device to device: whole tensors, views, another
 # dtype, into a view; equal to the CPU's copies.
 x = torch.arange(24.0).reshape(4, 6)
@@ -293,7 +292,7 @@ print(json.dumps(out))
 
 
 def test_spmd_api_copies_and_errors():
-    r = run_python(API, FOUR, timeout=600)
+    r = run_python(ERR + API, FOUR, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert out["no_host"] == {"bytes_to_host": 0, "bytes_to_device": 0}

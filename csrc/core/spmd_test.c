@@ -14,22 +14,11 @@
 #include "metrics.h"
 #include "program.h"
 #include "runtime.h"
+#include "runtime_testing.h"
 #include "storage.h"
 #include "testing.h"
 
-static bool start(void) {
-  if (tpu_runtime_is_initialized()) return true;
-  setenv("TORCHTPU_NUM_DEVICES", "4", 1);
-  unsetenv("TORCHTPU_VISIBLE_DEVICES");
-  unsetenv("LOCAL_RANK");
-  tpu_status_t s = tpu_runtime_init(NULL);
-  if (s) {
-    fprintf(stderr, "cannot start the runtime: %s\n", tpu_status_message(s));
-    tpu_status_free(s);
-    return false;
-  }
-  return tpu_runtime_device_count() == 4;
-}
+static bool start(void) { return tpu_testing_start_devices(4); }
 
 /* column sums of x [8,4] @ w [4,2]: rows of x split over 4 partitions. */
 static const char kColumnSums[] =
