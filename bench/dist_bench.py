@@ -16,7 +16,8 @@
   4. The bench-sized TinyGPT training step (torch.compile, global batch 16)
      over 4 local devices in ONE process with torchtpu.spmd (data parallel,
      tensor parallel, 2 x 2), beside tpu:0 alone and beside 4 tpudist
-     processes under DDP (a quarter of the batch each).
+     processes: under DDP (a quarter of the batch each) and split by
+     DTensor's tensor parallelism (examples/tiny_gpt_tp.py).
 
 The script launches its own worlds as torchrun would (RANK, WORLD_SIZE,
 LOCAL_RANK, MASTER_ADDR/PORT; one process per device, each running this file
@@ -177,23 +178,35 @@ def spmd_worker(cfg_json, out_path):
         json.dump(out, f)
 
 
-def _gpt_ddp(torch, dist, cfg):
-    """TinyGPT under DDP over tpudist, each rank a quarter of the batch."""
+def _gpt_step_times(torch, dist, cfg, tensor_parallel):
+    """TinyGPT over tpudist: under DDP, each rank a quarter of the batch, or
+    split by DTensor's tensor parallelism (examples/tiny_gpt_tp.py), every
+    rank the whole batch."""
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "examples"))
+    from torch.distributed.device_mesh import init_device_mesh
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     from tiny_gpt import TinyGPT, batches, make_corpus
+    from tiny_gpt_tp import tensor_parallel as split
     data, vocab = make_corpus()
+    torch._dynamo.reset()
     torch.manual_seed(0)
     world, rank = dist.get_world_size(), dist.get_rank()
-    model = DDP(TinyGPT(len(vocab), **GPT).to("tpu"))
+    model = TinyGPT(len(vocab), **GPT).to("tpu")
+    if tensor_parallel:
+        model = split(model, init_device_mesh("tpu", (world,)))
+    else:
+        model = DDP(model)
     run = torch.compile(model, backend="tpu")
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, foreach=True)
+    # (foreach=False for DTensor: it refuses lists mixing split and plain
+    # parameters)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9,
+                          foreach=not tensor_parallel)
     stream = batches(data, GPT_BATCH, GPT_SEQ, 0)
     steps = [next(stream) for _ in range(cfg["steps"])]
-    per = GPT_BATCH // world
-    xs = [(x[rank * per:(rank + 1) * per].to("tpu"), y[rank * per:(rank + 1) * per].to("tpu"))
-          for x, y in steps]
+    per = GPT_BATCH if tensor_parallel else GPT_BATCH // world
+    first = 0 if tensor_parallel else rank * per
+    xs = [(x[first:first + per].to("tpu"), y[first:first + per].to("tpu")) for x, y in steps]
     times = []
     for i, (x, y) in enumerate(xs):
         torch.tpu.synchronize()
@@ -224,7 +237,8 @@ def worker(cfg_json, out_path):
     if cfg.get("allreduce"):
         res["allreduce"] = _allreduce(torch, dist, gloo, cfg["allreduce"])
     if cfg.get("gpt"):
-        res["gpt"] = _gpt_ddp(torch, dist, cfg["gpt"])
+        res["gpt"] = _gpt_step_times(torch, dist, cfg["gpt"], tensor_parallel=False)
+        res["gpt_tp"] = _gpt_step_times(torch, dist, cfg["gpt"], tensor_parallel=True)
     dist.barrier(group=gloo)
     if dist.get_rank() == 0:
         with open(out_path + ".tmp", "w") as f:
@@ -412,14 +426,15 @@ def main():
     print(f"TinyGPT {GPT} , global batch {GPT_BATCH} x {GPT_SEQ} tokens, SGD, "
           f"torch.compile(backend='tpu'); {gpt_cfg['steps'] - 2} steps after 2 warm-up; "
           "mean step time")
-    print(f"{'contender':<46}{'ms/step':>9}{'tokens/s':>10}{'vs tpudist':>12}")
+    print(f"{'contender':<50}{'ms/step':>9}{'tokens/s':>10}{'vs DDP':>8}")
     ddp_s = w4["gpt"]["s_per_step"]
     rows = [(f"one process, {k} (torchtpu.spmd)" if k != "one device" else
              "one process, tpu:0 alone", v["s_per_step"]) for k, v in spmd.items()]
     rows.append(("4 processes, DDP over tpudist", ddp_s))
-    report["gpt"] = {"spmd": spmd, "tpudist_ddp": w4["gpt"]}
+    rows.append(("4 processes, DTensor tensor parallel (tpudist)", w4["gpt_tp"]["s_per_step"]))
+    report["gpt"] = {"spmd": spmd, "tpudist_ddp": w4["gpt"], "tpudist_tp": w4["gpt_tp"]}
     for label, t in rows:
-        print(f"{label:<46}{t * 1e3:>9.1f}{GPT_BATCH * GPT_SEQ / t:>10,.0f}{ddp_s / t:>12.2f}")
+        print(f"{label:<50}{t * 1e3:>9.1f}{GPT_BATCH * GPT_SEQ / t:>10,.0f}{ddp_s / t:>8.2f}")
     print(f"(wall time {wall:.0f} s, including process start-up)")
     report["wall_s"] = wall
     if args.json:

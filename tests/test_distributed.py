@@ -488,6 +488,40 @@ def _parallel_checks(c):
 
     yield "fsdp2_equals_unsharded", fsdp2
 
+    def tensor_parallel():
+        # TinyGPT with DTensor's Megatron split over the world, compiled:
+        # the losses of a single-device run (each rank computes it too).
+        sys.path.insert(0, os.path.join(ROOT, "examples"))
+        from torch.distributed.device_mesh import init_device_mesh
+
+        from tiny_gpt import TinyGPT, batches, make_corpus
+        from tiny_gpt_tp import tensor_parallel as split
+        data, vocab = make_corpus()
+
+        def train(tp):
+            torch.manual_seed(0)
+            torch._dynamo.reset()
+            model = TinyGPT(len(vocab), dim=64, heads=4, layers=2, max_len=64).to(dev)
+            if tp:
+                split(model, init_device_mesh("tpu", (W,)))
+            opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, foreach=False)
+            run = torch.compile(model, backend="tpu")
+            stream = batches(data, 4, 16, 0)
+            losses = []
+            for _ in range(4):
+                x, y = next(stream)
+                loss = run(x.to(dev), y.to(dev))
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+                losses.append(loss.detach())
+            return torch.stack(losses).cpu()
+
+        ref, got = train(False), train(True)
+        torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-6)
+
+    yield "tensor_parallel_tiny_gpt", tensor_parallel
+
     def dtensor():
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.tensor import Replicate, Shard, distribute_tensor
@@ -636,7 +670,8 @@ def test_collective(world, name, tmp_path_factory):
 @pytest.mark.parametrize("world", [2, 4])
 @pytest.mark.parametrize("name", ["init_default_backend", "torch_device_mesh_first",
                                   "ddp_equals_single_process",
-                                  "fsdp2_equals_unsharded", "dtensor_matmul_redistribute",
+                                  "fsdp2_equals_unsharded", "tensor_parallel_tiny_gpt",
+                                  "dtensor_matmul_redistribute",
                                   "pipeline_stages", "topology_mesh"])
 def test_parallel(world, name, tmp_path_factory):
     _check(_world(world, "parallel", tmp_path_factory), name)
