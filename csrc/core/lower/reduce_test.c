@@ -2,9 +2,11 @@
  * computed here. */
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "../testing.h"
+#include "../hlo/builder.h"
 #include "emit.h"
 #include "lower_testing.h"
 
@@ -108,6 +110,82 @@ static void test_nansum_prod_mean(void) {
   ok = iv[0] == 6 && iv[1] == -120;
   free(r[0]);
   CHECK(ok);
+}
+
+/* Rows long enough for the two-stage max/min (emit.c: [.., n/8, 8]
+ * lanes): every row's exact extreme, a NaN anywhere in a row (either
+ * stage) giving NaN, infinities, and a row of 8 (one stage) alike. */
+static void test_row_extremes_in_two_stages(void) {
+  const int64_t lengths[3] = {8, 32, 40};
+  for (int li = 0; li < 3; li++) {
+    enum { ROWS = 4 };
+    int64_t n = lengths[li], d[2] = {ROWS, n}, dim = 1;
+    float* x = malloc(sizeof(float) * ROWS * (size_t)n);
+    for (int64_t i = 0; i < ROWS * n; i++) x[i] = (float)((i * 7919) % 97) - 48.5f;
+    x[0 * n + n - 1] = 1000.0f;             /* row 0: max in the last lane */
+    x[1 * n + 3] = NAN;                     /* row 1: NaN in the first group */
+    x[2 * n + n / 2] = -INFINITY;           /* row 2: -inf, max ordinary */
+    x[3 * n + (n > 8 ? 9 : 1)] = INFINITY;  /* row 3: +inf in the second group */
+    for (int is_max = 0; is_max < 2; is_max++) {
+      tpu_lower_arg_t args[3] = {tpu_test_tensor_arg(TPU_DTYPE_FLOAT32, 2, d), ints_arg(1, &dim),
+                                 bool_arg(false)};
+      const void* data[1] = {x};
+      int64_t rows = ROWS;
+      tpu_hlo_type_t out = tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 1, &rows);
+      void* r[1];
+      CHECK_OK(tpu_test_run_op(is_max ? "aten::amax" : "aten::amin", args, 3, NULL, data, &out,
+                               1, r));
+      const float* v = r[0];
+      for (int row = 0; row < ROWS; row++) {
+        float want = is_max ? -INFINITY : INFINITY;
+        bool nan = false;
+        for (int64_t c = 0; c < n; c++) {
+          float e = x[row * n + c];
+          nan |= isnan(e);
+          want = is_max ? fmaxf(want, e) : fminf(want, e);
+        }
+        bool ok = nan ? isnan(v[row]) : v[row] == want;
+        if (!ok) fprintf(stderr, "n %lld %s row %d: %g, want %g\n", (long long)n,
+                         is_max ? "amax" : "amin", row, v[row], nan ? NAN : want);
+        CHECK(ok);
+      }
+      free(r[0]);
+    }
+    free(x);
+  }
+}
+
+static int occurrences(const char* text, const char* needle) {
+  int n = 0;
+  for (const char* p = strstr(text, needle); p; p = strstr(p + 1, needle)) n++;
+  return n;
+}
+
+/* The form: a float max over a row of 32 is two reduces over [4, 4, 8]
+ * with the NaN select between them; a sum (not exact when regrouped) and
+ * a row of 8 stay one reduce. */
+static void test_row_max_is_emitted_in_two_stages(void) {
+  int64_t d32[2] = {4, 32}, d8[2] = {4, 8}, dim = 1;
+  const struct { const int64_t* dims; const char* op; int reduces; } cases[3] = {
+      {d32, "stablehlo.maximum", 2}, {d32, "stablehlo.add", 1}, {d8, "stablehlo.maximum", 1}};
+  for (int i = 0; i < 3; i++) {
+    tpu_hlo_builder_t* b = NULL;
+    CHECK_OK(tpu_hlo_builder_create(&b));
+    tpu_hlo_value_t x = tpu_hlo_arg(b, tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 2, cases[i].dims), NULL);
+    tpu_hlo_value_t r = tpu_emit_reduce(b, x, tpu_emit_const(b, TPU_DTYPE_FLOAT32, 0), &dim, 1,
+                                        cases[i].op);
+    tpu_hlo_return(b, &r, 1);
+    char* text = NULL;
+    size_t len = 0;
+    CHECK_OK(tpu_hlo_builder_finish(b, &text, &len));
+    CHECK_EQ(occurrences(text, "\"stablehlo.reduce\""), cases[i].reduces);
+    if (cases[i].reduces == 2) {
+      CHECK_STR_CONTAINS(text, "(tensor<4x32xf32>) -> tensor<4x4x8xf32>");
+      CHECK_STR_CONTAINS(text, "\"stablehlo.select\"");
+    }
+    free(text);
+    tpu_hlo_builder_destroy(b);
+  }
 }
 
 static void test_amax_amin_propagate_nan(void) {
@@ -486,7 +564,7 @@ static void test_trace(void) {
 
 TPU_TEST_MAIN(TPU_TEST(test_trace), TPU_TEST(test_dtype_in_dim_slot_reduces_everything), TPU_TEST(test_cummax_cummin_ties_and_nan), TPU_TEST(test_logcumsumexp_count_nonzero_aminmax), TPU_TEST(test_sum_dims_keepdim_negative), TPU_TEST(test_sum_promotes_ints_and_bools),
               TPU_TEST(test_bf16_sum_and_mean_accumulate_in_f32), TPU_TEST(test_nansum_prod_mean),
-              TPU_TEST(test_amax_amin_propagate_nan), TPU_TEST(test_max_dim_first_index_and_nan),
+              TPU_TEST(test_amax_amin_propagate_nan), TPU_TEST(test_row_extremes_in_two_stages), TPU_TEST(test_row_max_is_emitted_in_two_stages), TPU_TEST(test_max_dim_first_index_and_nan),
               TPU_TEST(test_argmax_argmin), TPU_TEST(test_histc_of_bool_declines), TPU_TEST(test_var_std_correction),
               TPU_TEST(test_logsumexp),
               TPU_TEST(test_cumsum_cumprod_any_dim), TPU_TEST(test_all_any),
