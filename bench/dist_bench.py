@@ -43,6 +43,7 @@ import tempfile
 import time
 
 HERE = os.path.abspath(__file__)
+EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(HERE)), "examples")  # tiny_gpt
 MLP_DIMS = (512, 1024, 1024, 512)
 BATCH = 64
 KIB, MIB = 1024, 1024 * 1024
@@ -162,7 +163,7 @@ GPT_BATCH, GPT_SEQ = 16, 128                          # global batch
 def spmd_worker(cfg_json, out_path):
     """One process, 4 local devices: TinyGPT steps under torch.compile on
     tpu:0 alone, data parallel, tensor parallel and 2x2 (torchtpu.spmd)."""
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "examples"))
+    sys.path.insert(0, EXAMPLES)
     import torch
 
     import torchtpu  # noqa: F401
@@ -182,7 +183,7 @@ def _gpt_step_times(torch, dist, cfg, tensor_parallel):
     """TinyGPT over tpudist: under DDP, each rank a quarter of the batch, or
     split by DTensor's tensor parallelism (examples/tiny_gpt_tp.py), every
     rank the whole batch."""
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "examples"))
+    sys.path.insert(0, EXAMPLES)
     from torch.distributed.device_mesh import init_device_mesh
     from torch.nn.parallel import DistributedDataParallel as DDP
 
