@@ -199,7 +199,11 @@ def mem_get_info(device=None):
 
 
 def empty_cache():
-    """Nothing to release: storages free their device buffers when they die."""
+    """Returns freed device memory to the system. Storages free their device
+    buffers when they die; on the CPU plugin, whose device memory is the
+    process's heap, freed buffers stay in the heap for the next ones
+    (TORCHTPU_HOST_HEAP) until this gives their pages back."""
+    _C._empty_cache()
 
 
 # --- random number generation ------------------------------------------

@@ -43,6 +43,14 @@ static const tpu_env_var_t kEnvVars[] = {
      "1: in debug mode, also run every op on the CPU and raise at the first "
      "whose result differs beyond tolerance (op, shapes, dtypes, errors).",
      "experimental"},
+    {"TORCHTPU_HOST_HEAP", "1",
+     "CPU plugin only (its device memory is host memory): 1 keeps freed "
+     "buffers in the process's malloc heap for the next ones (no mmap'ed "
+     "chunks, no trimming, 64 MiB top pad; csrc/core/hostheap.h), instead "
+     "of glibc's default of unmapping them and page-faulting the next; "
+     "torch.tpu.empty_cache() returns free memory to the OS. 0 leaves malloc "
+     "alone, as does any GLIBC_TUNABLES glibc.malloc.* or MALLOC_*_ setting.",
+     "experimental"},
     {"TORCHTPU_LOG", "",
      "Comma-separated logs to stderr. 'recompiles': each eager op compiled "
      "again with the part of its key that changed (shape, dtype, strides, "
@@ -120,6 +128,20 @@ static const tpu_env_var_t kEnvVars[] = {
     {"TF_CPP_MIN_LOG_LEVEL", "",
      "XLA's log level; set to 1 at start-up unless already set (hides XLA's "
      "INFO lines).",
+     "external"},
+    {"GLIBC_TUNABLES", "",
+     "glibc's: naming any glibc.malloc.* tunable keeps TORCHTPU_HOST_HEAP "
+     "from changing malloc's policy (yours stands).",
+     "external"},
+    {"MALLOC_TOP_PAD_", "", "glibc's; when set, TORCHTPU_HOST_HEAP leaves malloc alone.",
+     "external"},
+    {"MALLOC_MMAP_MAX_", "", "glibc's; when set, TORCHTPU_HOST_HEAP leaves malloc alone.",
+     "external"},
+    {"MALLOC_MMAP_THRESHOLD_", "",
+     "glibc's; when set, TORCHTPU_HOST_HEAP leaves malloc alone.", "external"},
+    {"MALLOC_TRIM_THRESHOLD_", "",
+     "glibc's; when set, TORCHTPU_HOST_HEAP leaves malloc alone.", "external"},
+    {"MALLOC_ARENA_MAX", "", "glibc's; when set, TORCHTPU_HOST_HEAP leaves malloc alone.",
      "external"},
     {"XDG_CACHE_HOME", "",
      "Where TORCHTPU_CACHE_DIR defaults to ($XDG_CACHE_HOME/torchtpu).",

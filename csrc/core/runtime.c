@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "env.h"
+#include "hostheap.h"
 #include "memory.h"
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -225,6 +226,8 @@ tpu_status_t tpu_runtime_init(const char* fallback_plugin_path) {
     tpu_plugin_release(plugin);
     goto done;
   }
+  /* The CPU plugin's device memory is this process's heap. */
+  if (strcmp(tpu_client_platform_name(client), "cpu") == 0) tpu_hostheap_configure();
   g_default_device =
       visible_count > 0 ? 0 : local_rank_device(tpu_client_device_count(client));
   g_plugin = plugin;

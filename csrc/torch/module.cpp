@@ -21,6 +21,7 @@ extern "C" {
 #include "core/diskcache.h"
 #include "core/eager.h"
 #include "core/env.h"
+#include "core/hostheap.h"
 #include "core/lower/lowering.h"
 #include "core/memory.h"
 #include "core/launcher.h"
@@ -206,6 +207,10 @@ PYBIND11_MODULE(_C, m) {
   m.def("_devices_info", &devices_info);
   m.def("_probe_plugin", &probe_plugin);
   m.def("_memory_stats", &memory_stats);
+  // The host heap keeps freed buffers (hostheap.h): empty_cache gives the
+  // free pages back.
+  m.def("_empty_cache", []() { tpu_hostheap_release(); });
+  m.def("_host_heap_configured", []() { return tpu_hostheap_configured(); });
   // 0 unset (override only), 1 DEFAULT, 2 HIGH, 3 HIGHEST: tpu_hlo_precision_t.
   m.def("_matmul_precision", []() { return static_cast<int>(torchtpu::matmul_precision()); });
   m.def("_precision_override", []() { return static_cast<int>(torchtpu::precision_override()); });
