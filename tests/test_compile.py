@@ -1226,3 +1226,51 @@ def test_complex_rotary_embedding_compiles_whole_and_matches_cpu():
     torch.testing.assert_close(xt.grad.cpu(), xr.grad, rtol=1e-5, atol=1e-5)
     assert delta(before, "compile_graphs_eager") == 0
     assert graphs_built(before) >= 1
+
+
+_W10 = torch.rand(10, generator=torch.Generator().manual_seed(3))
+_TARGETS = torch.tensor([1, 0, 4, 3, 2, 9])
+_BACKWARD_CASES = {  # name: (fn, inputs); the backward ops kept whole (_KEEP_WHOLE)
+    "softmax": (lambda x: torch.softmax(x * 2, -1), [(6, 10)]),
+    "log_softmax_dim0": (lambda x: torch.log_softmax(x, 0), [(6, 10)]),
+    "layer_norm": (lambda x, w, b: F.layer_norm(x, (10,), w, b), [(6, 10), (10,), (10,)]),
+    "layer_norm_no_affine": (lambda x: F.layer_norm(x, (10,)), [(6, 10)]),
+    "group_norm": (lambda x, w, b: F.group_norm(x, 2, w, b), [(3, 4, 5), (4,), (4,)]),
+    "gelu": (lambda x: F.gelu(x), [(6, 10)]),
+    "gelu_tanh": (lambda x: F.gelu(x, approximate="tanh"), [(6, 10)]),
+    "embedding_padding_idx": (lambda w, i: F.embedding(i, w, padding_idx=2),
+                              [(7, 4), torch.tensor([[0, 2, 3], [2, 6, 0]])]),
+    "embedding_grad_by_freq": (lambda w, i: F.embedding(i, w, scale_grad_by_freq=True),
+                               [(7, 4), torch.tensor([[0, 2, 3], [0, 6, 0]])]),
+    "nll_ignore_index": (lambda x, t: F.nll_loss(torch.log_softmax(x, -1), t, ignore_index=4),
+                         [(6, 10), _TARGETS]),
+    "nll_weight_sum": (lambda x, t: F.nll_loss(torch.log_softmax(x, -1), t,
+                                               weight=_W10.to(x.device), reduction="sum"),
+                       [(6, 10), _TARGETS]),
+    "nll_none": (lambda x, t: F.nll_loss(x, t, reduction="none"), [(6, 10), _TARGETS]),
+    "cross_entropy_smoothing": (lambda x, t: F.cross_entropy(x, t, label_smoothing=0.1),
+                                [(6, 10), _TARGETS]),
+    "cross_entropy_2d": (lambda x, t: F.cross_entropy(x, t),
+                         [(2, 5, 3, 4), torch.tensor([[[0, 1, 4, 2]] * 3, [[3, 3, 1, 0]] * 3])]),
+    "dropout_p0": (lambda x: F.dropout(x, 0.0, training=True), [(6, 10)]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_BACKWARD_CASES))
+def test_backward_ops_kept_whole_match_cpu(case):
+    """Training's backward ops compiled whole (our lowerings, not the
+    decompositions): values and every gradient as CPU's."""
+    fn, specs = _BACKWARD_CASES[case]
+    g = torch.Generator().manual_seed(0)
+    base = [torch.randn(s, generator=g) if isinstance(s, tuple) else s for s in specs]
+    cpu = [a.clone().requires_grad_(a.is_floating_point()) for a in base]
+    dev = [a.to("tpu").requires_grad_(a.is_floating_point()) for a in base]
+    torch._dynamo.reset()
+    out_cpu, out_dev = fn(*cpu), torch.compile(fn, backend="tpu", fullgraph=True)(*dev)
+    grad = torch.randn(out_cpu.shape, generator=g)
+    out_cpu.backward(grad)
+    out_dev.backward(grad.to("tpu"))
+    torch.testing.assert_close(out_dev.cpu(), out_cpu.detach(), atol=1e-5, rtol=1e-4)
+    for a, b in zip(cpu, dev):
+        if a.is_floating_point():
+            torch.testing.assert_close(b.grad.cpu(), a.grad, atol=1e-5, rtol=1e-4)

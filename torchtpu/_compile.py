@@ -1233,9 +1233,19 @@ _DECOMPS = None
 # target check (_check_targets), which the decomposed gather cannot make,
 # and the fills and linspace for their value's (_check_literal_scalars:
 # decomposed, the value is a folded constant).
+# The backward ops of training's normalisations, activations and losses
+# stay whole for speed: their lowerings (the ones eager runs, checked
+# against CPU by the OpInfo sweep) reduce in f32 in the forms XLA:CPU runs
+# best (csrc/core/lower/nn.c), where the decompositions' reductions and
+# broadcasts came out 245 StableHLO ops longer and ~3 ms slower per
+# bench-sized TinyGPT step (73 vs 76 ms, bench/train_bench.py's model).
 _KEEP_WHOLE = ("frac", "heaviside", "logaddexp", "logaddexp2", "trace", "mv", "dot", "vdot",
                "nll_loss_forward", "nll_loss2d_forward", "masked_fill", "fill", "index_fill",
-               "linspace", "lerp", "addcdiv")
+               "linspace", "lerp", "addcdiv",
+               "_softmax_backward_data", "_log_softmax_backward_data",
+               "native_layer_norm_backward", "native_group_norm_backward", "gelu_backward",
+               "native_dropout_backward", "embedding_dense_backward", "nll_loss_backward",
+               "nll_loss2d_backward")
 
 
 def _decompositions():
