@@ -28,9 +28,11 @@ bool tpu_hostheap_configure(void) {
    * size is within the pad of its predecessor's room, which this rules out,
    * and growth comes in steps that need no further system call soon.
    * Untouched pad pages cost no memory. */
-  g_configured = mallopt(M_MMAP_MAX, 0) == 1 &&
-                 mallopt(M_TRIM_THRESHOLD, 1 << 30) == 1 &&
-                 mallopt(M_TOP_PAD, 64 << 20) == 1;
+  /* All three are tried (no short cut): a policy applied only in part is
+   * still reported as not applied. */
+  int applied = (mallopt(M_MMAP_MAX, 0) == 1) + (mallopt(M_TRIM_THRESHOLD, 1 << 30) == 1) +
+                (mallopt(M_TOP_PAD, 64 << 20) == 1);
+  g_configured = applied == 3;
   return g_configured;
 }
 

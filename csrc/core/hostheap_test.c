@@ -1,6 +1,7 @@
 /* The host heap policy: once configured, a large buffer freed and allocated
  * again reuses the pages (no page faults per round); release hands free
- * pages back; an opted-out process is left alone. */
+ * pages back. (Opting out is process-wide: tests/test_memory.py checks it
+ * in a process of its own.) */
 #include "hostheap.h"
 
 #include <stdint.h>
