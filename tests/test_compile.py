@@ -762,7 +762,7 @@ def test_compiled_integer_division_by_zero_raises_as_cpu(case):
         f(a, b)
     cf = torch.compile(f, backend="tpu")
     with pytest.raises(RuntimeError, match="ZeroDivisionError"):
-        cf(a.to("tpu"), b.to("tpu"))
+        cf(a.to("tpu"), b.to("tpu")).cpu()  # (raised at the next host read)
     # nonzero divisors: CPU's values, no error; float division is not checked
     nz = torch.tensor([2, -4, -3])
     if case not in ("literal", "scalar_mod"):
@@ -788,7 +788,7 @@ def test_compiled_wrapped_divisors_and_negative_powers_raise_as_cpu(case):
     with pytest.raises(RuntimeError, match=msg):
         f(a)
     with pytest.raises(RuntimeError, match=msg):
-        torch.compile(f, backend="tpu")(a.to("tpu"))
+        torch.compile(f, backend="tpu")(a.to("tpu")).cpu()  # (at the next host read)
     g = lambda a: (a // 257, a // torch.tensor([3, 1, 2], device=a.device), a.long() ** 2)  # noqa: E731
     for x, y in zip(torch.compile(g, backend="tpu")(a.to("tpu")), g(a)):
         assert torch.equal(x.cpu(), y)
@@ -811,7 +811,7 @@ def test_compiled_nll_loss_target_out_of_bounds_raises(case):
         want = f(x, t)
     except IndexError:
         with pytest.raises(IndexError):
-            cf(x.to("tpu"), t.to("tpu"))
+            cf(x.to("tpu"), t.to("tpu")).cpu()  # (raised at the next host read)
         return
     torch.testing.assert_close(cf(x.to("tpu"), t.to("tpu")).cpu(), want)
 
@@ -1274,3 +1274,115 @@ def test_backward_ops_kept_whole_match_cpu(case):
     for a, b in zip(cpu, dev):
         if a.is_floating_point():
             torch.testing.assert_close(b.grad.cpu(), a.grad, atol=1e-5, rtol=1e-4)
+
+
+# --- compiled graphs joining one run (TORCHTPU_GRAPH_FUSION) -----------------
+
+def _tiny_step_losses(device, steps=3, fused=True):
+    """Losses and final weights of a compiled TinyGPT training step (forward,
+    backward and AdamW step each a compiled graph), or of CPU eager."""
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
+    from tiny_gpt import TinyGPT
+    torch.manual_seed(0)
+    model = TinyGPT(16, dim=32, heads=2, layers=1, max_len=16).to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2, foreach=True,
+                            capturable=device == "tpu")
+    run, step = model, opt.step
+    if device == "tpu":
+        run, step = torch.compile(model, backend="tpu"), torch.compile(opt.step, backend="tpu")
+    g = torch.Generator().manual_seed(1)
+    losses, flushes = [], []
+    was = torchtpu._C._set_graph_fusion(fused)
+    try:
+        for _ in range(steps):
+            x = torch.randint(0, 16, (4, 16), generator=g).to(device)
+            y = torch.randint(0, 16, (4, 16), generator=g).to(device)
+            before = counters()
+            loss = run(x, y)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            step()
+            losses.append(loss.item())
+            flushes.append(delta(before, "defer_flushes"))
+    finally:
+        torchtpu._C._set_graph_fusion(was)
+    return losses, [p.detach().cpu() for p in model.parameters()], flushes
+
+
+def test_compiled_training_step_runs_as_one_program_with_cpu_values():
+    """The step's forward, backward and optimizer graphs join one run,
+    flushed once, at loss.item(); losses and weights equal CPU eager's and
+    the unfused graphs'."""
+    want_losses, want_params, _ = _tiny_step_losses("cpu")
+    for fused in (True, False):
+        losses, params, flushes = _tiny_step_losses("tpu", fused=fused)
+        torch.testing.assert_close(torch.tensor(losses), torch.tensor(want_losses),
+                                   rtol=1e-4, atol=1e-5)
+        for p, q in zip(params, want_params):
+            torch.testing.assert_close(p, q, rtol=1e-3, atol=1e-4)
+        # after the first step (compiles; graph breaks settle), one flush a step
+        assert flushes[1:] == ([1] * 2 if fused else [0] * 2), (fused, flushes)
+
+
+def test_graph_fusion_keeps_eager_order_around_pending_graphs():
+    """Eager ops between graphs of one run (strict: they run at once) see and
+    leave the values program order gives: a write to a graph's input, a
+    read and a write of a pending graph's output, CPU's values throughout."""
+    f = torch.compile(lambda a, b: a * b + 1, backend="tpu")
+    g = torch.compile(lambda a, b: (a - b).sum(0), backend="tpu")
+
+    def program(x, y, f, g):
+        a = f(x, y)
+        x.add_(1)            # overwrites an input of the pending graph
+        s = a.sum()          # reads its pending output
+        a.mul_(2)            # writes it
+        return g(a, x), s, a
+
+    x, y = torch.randn(5, 3), torch.randn(5, 3)
+    want = program(x.clone(), y, lambda a, b: a * b + 1, lambda a, b: (a - b).sum(0))
+    for mode in ("strict", "defer_and_fuse"):
+        with torchtpu.eager_mode(mode):
+            got = program(x.to("tpu"), y.to("tpu"), f, g)
+            for u, v in zip(got, want):
+                torch.testing.assert_close(u.cpu(), v)
+
+
+def test_graph_called_again_starts_the_next_run():
+    """A loop of graph calls with no host read holds one call at a time (a
+    graph the run already holds flushes it) rather than fusing every call."""
+    f = torch.compile(lambda a: torch.tanh(a) * 1.5 + 0.1, backend="tpu")
+    x = torch.randn(8, 8)
+    y = x.to("tpu")
+    f(y).cpu()  # compiled
+    pending = []
+    for _ in range(5):
+        y = f(y)
+        pending.append(torchtpu.modes.pending_ops())
+        x = torch.tanh(x) * 1.5 + 0.1
+    assert pending == [1] * 5
+    torch.testing.assert_close(y.cpu(), x)
+
+
+@pytest.mark.parametrize("mode", ["strict", "debug"])
+def test_compiled_index_check_of_a_fused_graph_raises_at_the_next_read(mode):
+    """A graph that joins a run reads its checks before the next host read,
+    like eager's index checks (and CUDA's device asserts): CPU's IndexError
+    at that read; Debug mode runs the graph at once and raises at the call."""
+    emb = torch.randn(6, 4)
+    f = lambda w, i: F.embedding(i, w) * 2  # noqa: E731
+    cf = torch.compile(f, backend="tpu")
+    good, bad = torch.tensor([0, 5, 2]), torch.tensor([0, 6, 2])
+    with pytest.raises(IndexError):
+        f(emb, bad)
+    w = emb.to("tpu")
+    with torchtpu.eager_mode(mode):
+        torch.testing.assert_close(cf(w, good.to("tpu")).cpu(), f(emb, good))
+        if mode == "debug":
+            with pytest.raises(IndexError):
+                cf(w, bad.to("tpu"))
+        else:
+            out = cf(w, bad.to("tpu"))  # no error yet: the run is pending
+            with pytest.raises(IndexError):
+                out.cpu()
+        # the next call is clean
+        torch.testing.assert_close(cf(w, good.to("tpu")).cpu(), f(emb, good))

@@ -845,6 +845,9 @@ def _eager_values(nodes):
     return eager
 
 
+_CHECK_KINDS = {RuntimeError: 0, IndexError: 1, ValueError: 2}  # _C._push_graph_check's kinds
+
+
 def _runner(compiled, *, inputs, out_slots, out_writes, out_cpu=(), out_aliases=None,
             out_views=None, checks=(), literal_errors=(), out_same=None, out_consts=None):
     consts = [t for kind, t in inputs if kind == "const"]
@@ -863,9 +866,15 @@ def _runner(compiled, *, inputs, out_slots, out_writes, out_cpu=(), out_aliases=
             raise RuntimeError(literal_errors[0])
         tensors = [args[i].to("tpu") if up else args[i] for i, up in arg_pos]
         tensors.extend(consts)
+        deferred = bool(checks) and compiled.deferring(tensors)
         results = compiled.run(tensors, writes)
         for slot, exc, msg in checks:
-            if results[slot].item():
+            if deferred:
+                # The graph joined a run (TORCHTPU_GRAPH_FUSION): its flags
+                # are read before the next host read, as eager's index
+                # checks are, so a step's graphs still fuse into one program.
+                _C._push_graph_check(results[slot], _CHECK_KINDS.get(exc, 0), msg)
+            elif results[slot].item():
                 # (the program has run: inputs it writes are written)
                 raise exc(msg)
         for k, w in mutated:
@@ -1100,6 +1109,13 @@ class _MaybePartitioned:
     def __init__(self, compiled, input_specs, out_specs, with_rng, out_inputs):
         self.compiled, self.input_specs, self.out_specs = compiled, input_specs, out_specs
         self.with_rng, self.out_inputs = with_rng, out_inputs
+
+    def deferring(self, tensors):
+        """Whether run(tensors) joins the device's deferred run."""
+        if not self.with_rng and _spmd._input_shardings(tensors) is not None:
+            return False  # partitioned: runs now
+        c = self.compiled
+        return (c.current() if isinstance(c, _PerPrecision) else c).deferring()
 
     def run(self, tensors, writes):
         found = _spmd._input_shardings(tensors)

@@ -718,9 +718,13 @@ tpu_status_t tpu_defer_record(int device, const tpu_defer_op_t* op,
       goto fail;
     }
   }
+  /* A compiled graph the run already holds: the loop's next step starts. */
+  if (op->whole_graph)
+    for (int i = 0; i < tr->num_ops && !status; i++)
+      if (tr->ops[i].op == op) status = flush_locked(tr, TPU_DEFER_LOOP);
   /* An operand whose run value has another type (a storage read through a
    * view of another dtype): run what is pending first, then read it afresh. */
-  for (int p = 0; p < op->num_params; p++) {
+  for (int p = 0; p < op->num_params && !status; p++) {
     tpu_storage_t* s = params[p].storage;
     int v = s ? tpu_storage_defer_value(s) : -1;
     if (v >= 0 && !tpu_hlo_type_equal(&tr->values[v].type, &op->params[p])) {

@@ -22,7 +22,8 @@
  *            or torch.tpu.synchronize;
  *   BARRIER  when an op that cannot be deferred (CPU fallback, data-dependent
  *            shape) touches a storage in the run;
- *   LOOP     when the run ends with the same ops twice in a row (repeat.h);
+ *   LOOP     when the run ends with the same ops twice in a row (repeat.h),
+ *            or when a compiled graph the run already holds comes again;
  *   CAP      at TORCHTPU_DEFER_MAX_OPS recorded ops.
  * Each flush counts metrics defer_flushes and defer_flush::<reason>.
  *
@@ -55,6 +56,12 @@ typedef struct tpu_defer_op_s {
   const tpu_hlo_type_t* params;
   int num_results;
   const tpu_hlo_type_t* results;
+  /* A whole compiled graph (graph.h), not one ATen op: recording it into
+   * a run that already holds it flushes the run first. A graph called
+   * again is the next step of a loop; without this, a loop of graph calls
+   * with no host read would fuse one graph per call into a growing
+   * program until TORCHTPU_DEFER_MAX_OPS. */
+  bool whole_graph;
 } tpu_defer_op_t;
 
 /* One parameter: a storage's contents (as the parameter's type: flat

@@ -39,6 +39,14 @@ static const tpu_env_var_t kEnvVars[] = {
      "defer_and_fuse: a run that ends with the same stretch of at least this "
      "many ops twice in a row is flushed there (a loop boundary).",
      "experimental"},
+    {"TORCHTPU_GRAPH_FUSION", "1",
+     "1: torch.compile graphs called one after another (a training step's "
+     "forward, backward and optimizer step) join the device's run and "
+     "execute as one fused program when a result is read (item, cpu, an "
+     "eager op on it, synchronize), in Strict as in defer_and_fuse mode; a "
+     "graph called again starts the next run. Debug mode and 0: each graph "
+     "executes when called.",
+     "experimental"},
     {"TORCHTPU_DEBUG_SHADOW", "0",
      "1: in debug mode, also run every op on the CPU and raise at the first "
      "whose result differs beyond tolerance (op, shapes, dtypes, errors).",

@@ -1,9 +1,11 @@
 #include "graph.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "hash.h"
 #include "rng.h"
 #include "runtime.h"
 #include "hlo/builder.h"
@@ -415,4 +417,110 @@ tpu_status_t tpu_graph_shard_text(const char* text, size_t len, const tpu_hlo_ty
   *out_text = s;
   *out_len = len;
   return NULL;
+}
+
+/* ---- compiled graphs in deferred runs ------------------------------------- */
+
+typedef struct graph_op_s {
+  tpu_defer_op_t op;
+  uint64_t hash;
+  struct graph_op_s* next;
+} graph_op_t;
+
+#define GRAPH_OP_BUCKETS 256
+static pthread_mutex_t g_graph_ops_lock = PTHREAD_MUTEX_INITIALIZER;
+static graph_op_t* g_graph_ops[GRAPH_OP_BUCKETS];
+
+static tpu_hlo_type_t flat_type(const tpu_hlo_type_t* t) {
+  int64_t n = tpu_hlo_type_numel(t);
+  return tpu_hlo_type_make(t->dtype, 1, &n);
+}
+
+/* A new op for this graph (NULL when out of memory). */
+static graph_op_t* graph_op_new(const char* text, size_t len, uint64_t hash,
+                                const tpu_hlo_type_t* input_types, int num_inputs,
+                                const tpu_hlo_type_t* output_types, int num_outputs,
+                                bool with_rng) {
+  int np = num_inputs + (with_rng ? 1 : 0), nr = num_outputs + (with_rng ? 1 : 0);
+  graph_op_t* g = calloc(1, sizeof *g);
+  char* copy = malloc(len + 1);
+  tpu_hlo_type_t* params = calloc((size_t)np + 1, sizeof *params);
+  tpu_hlo_type_t* results = calloc((size_t)nr + 1, sizeof *results);
+  if (!g || !copy || !params || !results) {
+    free(g);
+    free(copy);
+    free(params);
+    free(results);
+    return NULL;
+  }
+  memcpy(copy, text, len);
+  copy[len] = '\0';
+  int64_t two = 2;
+  tpu_hlo_type_t state = tpu_hlo_type_make(TPU_DTYPE_INT64, 1, &two);
+  for (int i = 0; i < num_inputs; i++) params[i] = flat_type(&input_types[i]);
+  for (int i = 0; i < num_outputs; i++) results[i] = flat_type(&output_types[i]);
+  if (with_rng) {
+    params[num_inputs] = state;
+    results[num_outputs] = state;
+  }
+  g->op = (tpu_defer_op_t){.name = "a compiled graph", .text = copy, .len = len,
+                           .num_params = np, .params = params, .num_results = nr,
+                           .results = results, .whole_graph = true};
+  g->hash = hash;
+  return g;
+}
+
+tpu_status_t tpu_graph_defer_op(const char* text, size_t len, const tpu_hlo_type_t* input_types,
+                                int num_inputs, const tpu_hlo_type_t* output_types,
+                                int num_outputs, bool with_rng, const tpu_defer_op_t** out_op) {
+  *out_op = NULL;
+  /* Kernels' functions follow @main: such a graph runs on its own. */
+  const char* first = strstr(text, "func.func");
+  if (!first || strstr(first + 1, "func.func")) return NULL;
+  uint64_t h = tpu_hash_bytes(text, len);
+  pthread_mutex_lock(&g_graph_ops_lock);
+  graph_op_t** bucket = &g_graph_ops[h % GRAPH_OP_BUCKETS];
+  graph_op_t* g = *bucket;
+  while (g && !(g->hash == h && g->op.len == len && memcmp(g->op.text, text, len) == 0))
+    g = g->next;
+  if (!g) {
+    g = graph_op_new(text, len, h, input_types, num_inputs, output_types, num_outputs, with_rng);
+    if (g) {
+      g->next = *bucket;
+      *bucket = g;
+    }
+  }
+  pthread_mutex_unlock(&g_graph_ops_lock);
+  if (!g) return oom();
+  *out_op = &g->op;
+  return NULL;
+}
+
+tpu_status_t tpu_graph_record(const tpu_defer_op_t* op, int device, tpu_storage_t* const* inputs,
+                              int num_inputs, bool with_rng, tpu_storage_t* const* outputs,
+                              int num_outputs) {
+  int np = num_inputs + (with_rng ? 1 : 0), nr = num_outputs + (with_rng ? 1 : 0);
+  if (op->num_params != np || op->num_results != nr)
+    return tpu_status_make(TPU_STATUS_INVALID_ARGUMENT,
+                           "the compiled graph takes %d and returns %d values, the call has %d "
+                           "and %d",
+                           op->num_params, op->num_results, np, nr);
+  tpu_defer_operand_t* params = calloc((size_t)np + 1, sizeof *params);
+  tpu_storage_t** results = calloc((size_t)nr + 1, sizeof *results);
+  tpu_status_t s = NULL;
+  if (!params || !results) s = oom();
+  tpu_storage_t* rng = NULL;
+  if (!s && with_rng) s = tpu_rng_storage(device, &rng);
+  if (!s) {
+    for (int i = 0; i < num_inputs; i++) params[i] = (tpu_defer_operand_t){.storage = inputs[i]};
+    for (int i = 0; i < num_outputs; i++) results[i] = outputs[i];
+    if (rng) {
+      params[num_inputs] = (tpu_defer_operand_t){.storage = rng};
+      results[num_outputs] = rng;
+    }
+    s = tpu_defer_record(device, op, params, results);
+  }
+  free(params);
+  free(results);
+  return s;
 }

@@ -26,6 +26,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "defer.h"
 #include "kernel.h"
 #include "lower/lowering.h"
 #include "program.h"
@@ -113,6 +114,29 @@ tpu_status_t tpu_graph_shard_text(const char* text, size_t len, const tpu_hlo_ty
 tpu_status_t tpu_graph_run(tpu_program_t* program, int device, tpu_storage_t* const* inputs,
                            const tpu_hlo_type_t* input_types, int num_inputs, bool with_rng,
                            tpu_storage_t* const* outputs, int num_outputs);
+
+/* A compiled graph as an op of a device's deferred run (defer.h), so that
+ * graphs called one after another (a training step's forward, backward and
+ * optimizer step) run as ONE fused program at the next host read, as a
+ * DeferAndFuse run of eager ops does: XLA then fuses across them and never
+ * materialises what only the next graph reads. `text` is the graph's
+ * module, the types its logical inputs and outputs (the op's parameters
+ * and results are their flat forms, then the generator state with
+ * with_rng). *out_op is NULL (and the status OK) for a graph that cannot
+ * join a run: one that calls custom kernels, whose functions two graphs
+ * would define twice in one module. Ops are interned by text and live as
+ * long as the process: a run's fused programs are keyed by op identity,
+ * so an op is never freed and its address never reused for another graph. */
+tpu_status_t tpu_graph_defer_op(const char* text, size_t len, const tpu_hlo_type_t* input_types,
+                                int num_inputs, const tpu_hlo_type_t* output_types,
+                                int num_outputs, bool with_rng, const tpu_defer_op_t** out_op);
+
+/* Records a run of `op` (from tpu_graph_defer_op) in `device`'s run, with
+ * tpu_graph_run's inputs and outputs: the outputs' storages hold the
+ * results once the run is flushed (any access to them flushes it). */
+tpu_status_t tpu_graph_record(const tpu_defer_op_t* op, int device, tpu_storage_t* const* inputs,
+                              int num_inputs, bool with_rng, tpu_storage_t* const* outputs,
+                              int num_outputs);
 
 #ifdef __cplusplus
 }

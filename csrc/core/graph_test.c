@@ -1,11 +1,14 @@
 #include "graph.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "pjrt/pjrt.h"
 #include "program.h"
+#include "metrics.h"
 #include "runtime.h"
+#include "storage.h"
 #include "testing.h"
 
 static tpu_graph_arg_t tensor(int value) {
@@ -191,5 +194,99 @@ static void test_errors_name_the_op(void) {
   tpu_graph_destroy(g);
 }
 
+/* A one-node graph over flat f32[4] values: x + y * alpha. */
+static char* add_graph(double alpha, size_t* len) {
+  int64_t d4[1] = {4};
+  tpu_hlo_type_t in[2] = {tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 1, d4),
+                          tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 1, d4)};
+  tpu_graph_t* g = NULL;
+  char* text = NULL;
+  int sum;
+  tpu_graph_arg_t args[3] = {tensor(0), tensor(1), scalar_f(alpha)};
+  if (tpu_graph_create(in, 2, false, &g) ||
+      tpu_graph_add_node(g, "aten::add.Tensor", args, 3, NULL, 0, &in[0], 1, &sum) ||
+      tpu_graph_finish(g, &sum, 1, &text, len))
+    text = NULL;
+  tpu_graph_destroy(g);
+  return text;
+}
+
+static tpu_storage_t* f32x4(const float* v) {
+  tpu_storage_t* s = NULL;
+  int64_t n = 4;
+  if (tpu_storage_create(0, 4 * sizeof(float), &s)) return NULL;
+  if (v && tpu_storage_write_host(s, v, TPU_DTYPE_FLOAT32, &n, 1, NULL)) return NULL;
+  return s;
+}
+
+/* Graphs called one after another join one deferred run: one program at
+ * the read, values as run one by one; a graph the run already holds starts
+ * the next run; ops are interned by text; kernel-calling text stays out. */
+static void test_graphs_join_one_run(void) {
+  CHECK_OK(tpu_runtime_init(NULL));
+  size_t len1 = 0, len2 = 0;
+  char* t1 = add_graph(2.0, &len1);
+  char* t2 = add_graph(-1.0, &len2);
+  CHECK(t1 && t2);
+  int64_t d4[1] = {4};
+  tpu_hlo_type_t types[2] = {tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 1, d4),
+                             tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 1, d4)};
+  const tpu_defer_op_t *op1 = NULL, *op2 = NULL, *again = NULL;
+  CHECK_OK(tpu_graph_defer_op(t1, len1, types, 2, types, 1, false, &op1));
+  CHECK_OK(tpu_graph_defer_op(t2, len2, types, 2, types, 1, false, &op2));
+  CHECK_OK(tpu_graph_defer_op(t1, len1, types, 2, types, 1, false, &again));
+  CHECK(op1 && op2 && op1 != op2 && again == op1 && op1->whole_graph);
+  CHECK(op1->params[0].rank == 1 && op1->params[0].dims[0] == 4 && op1->num_results == 1);
+
+  float xv[4] = {1, 2, 3, 4}, yv[4] = {10, 20, 30, 40};
+  tpu_storage_t *x = f32x4(xv), *y = f32x4(yv), *a = f32x4(NULL), *b = f32x4(NULL);
+  CHECK(x && y && a && b);
+  int64_t execs = tpu_metrics_get("executions");
+  tpu_storage_t* in1[2] = {x, y};
+  CHECK_OK(tpu_graph_record(op1, 0, in1, 2, false, &a, 1)); /* a = x + 2y */
+  tpu_storage_t* in2[2] = {a, x};
+  CHECK_OK(tpu_graph_record(op2, 0, in2, 2, false, &b, 1)); /* b = a - x */
+  CHECK_EQ(tpu_defer_pending_ops(0), 2);
+  CHECK_EQ(tpu_metrics_get("executions"), execs);
+  float got[4];
+  CHECK_OK(tpu_storage_read_bytes(b, got, sizeof got)); /* flushes both */
+  CHECK_EQ(tpu_defer_pending_ops(0), 0);
+  CHECK_EQ(tpu_metrics_get("executions"), execs + 1);
+  for (int i = 0; i < 4; i++) CHECK_EQ(got[i], 2 * yv[i]);
+
+  /* op1 twice: the second call flushes the first run before joining. */
+  int64_t loops = tpu_metrics_get("defer_flush::loop");
+  CHECK_OK(tpu_graph_record(op1, 0, in1, 2, false, &a, 1));
+  CHECK_OK(tpu_graph_record(op2, 0, in2, 2, false, &b, 1));
+  tpu_storage_t* in3[2] = {b, b};
+  CHECK_OK(tpu_graph_record(op1, 0, in3, 2, false, &a, 1)); /* a = 3b */
+  CHECK_EQ(tpu_defer_pending_ops(0), 1);
+  CHECK_EQ(tpu_metrics_get("defer_flush::loop"), loops + 1);
+  CHECK_OK(tpu_storage_read_bytes(a, got, sizeof got));
+  for (int i = 0; i < 4; i++) CHECK_EQ(got[i], 3 * 2 * yv[i]);
+
+  /* A call with another number of values is refused, naming the counts. */
+  tpu_status_t bad = tpu_graph_record(op1, 0, in1, 1, false, &a, 1);
+  CHECK(bad && tpu_status_code(bad) == TPU_STATUS_INVALID_ARGUMENT);
+  tpu_status_free(bad);
+
+  /* Text with functions besides @main (a kernel's) runs on its own. */
+  size_t n = len1 + 64;
+  char* two = malloc(n);
+  CHECK(two);
+  int wrote = snprintf(two, n, "%.*s func.func private @k() {}", (int)len1, t1);
+  const tpu_defer_op_t* none = op1;
+  CHECK_OK(tpu_graph_defer_op(two, (size_t)wrote, types, 2, types, 1, false, &none));
+  CHECK(none == NULL);
+  free(two);
+  free(t1);
+  free(t2);
+  tpu_storage_release(x);
+  tpu_storage_release(y);
+  tpu_storage_release(a);
+  tpu_storage_release(b);
+}
+
 TPU_TEST_MAIN(TPU_TEST(test_chain_of_nodes_is_one_program), TPU_TEST(test_tensor_list_argument),
-              TPU_TEST(test_rng_state_is_threaded), TPU_TEST(test_errors_name_the_op))
+              TPU_TEST(test_rng_state_is_threaded), TPU_TEST(test_errors_name_the_op),
+              TPU_TEST(test_graphs_join_one_run))

@@ -95,6 +95,10 @@ void resize_storage_bytes(const c10::Storage& storage, size_t nbytes);
 // op; it is read here, before a host read, so the error surfaces at the
 // next sync in strict and defer_and_fuse; debug raises at the op).
 void check_pending_index_errors();
+// Queues a compiled graph's check flag (0-d bool on the device), read with
+// the pending index checks: a true flag raises `message` as RuntimeError
+// (kind 0), IndexError (1) or ValueError (2).
+void push_graph_check(const at::Tensor& bad, int kind, const std::string& message);
 // What every synchronize entry point of a stream, an event or
 // torch.accelerator does (guard.cpp; torch.tpu.synchronize the same, with
 // its own error wording): tpu_device_synchronize (flushes the deferred

@@ -1790,7 +1790,53 @@ bool try_run_on_device(const c10::OperatorHandle& op, torch::jit::Stack* stack) 
   return true;
 }
 
+// A compiled graph's checks (torchtpu/_compile.py: an index out of range,
+// an integer divisor of 0, ...) when the graph joined a deferred run: its
+// 0-d bool flags are read before the next host read, as eager's are, so
+// the run is not flushed at every call. Process-wide, not per thread: a
+// backward graph runs on autograd's thread, its results are read on the
+// caller's.
+struct PendingGraphCheck {
+  at::Tensor bad;
+  int kind;  // 0 RuntimeError, 1 IndexError, 2 ValueError
+  std::string message;
+};
+static std::mutex g_graph_checks_lock;
+static std::vector<PendingGraphCheck> g_graph_checks;
+
+static void check_pending_graph_errors() {
+  std::vector<PendingGraphCheck> pending;
+  {
+    std::lock_guard<std::mutex> lock(g_graph_checks_lock);
+    pending.swap(g_graph_checks);  // taken first: reading a flag is a host read
+  }
+  if (pending.empty()) return;
+  if (pending.size() > 1) {
+    std::vector<at::Tensor> flags;
+    for (const PendingGraphCheck& c : pending) flags.push_back(c.bad.reshape({1}));
+    if (!at::cat(flags).any().item<bool>()) return;
+  }
+  for (const PendingGraphCheck& c : pending) {
+    if (!c.bad.item<bool>()) continue;
+    TORCH_CHECK_INDEX(c.kind != 1, c.message);
+    TORCH_CHECK_VALUE(c.kind != 2, c.message);
+    TORCH_CHECK(false, c.message);
+  }
+}
+
+void push_graph_check(const at::Tensor& bad, int kind, const std::string& message) {
+  size_t n;
+  {
+    std::lock_guard<std::mutex> lock(g_graph_checks_lock);
+    g_graph_checks.push_back({bad, kind, message});
+    n = g_graph_checks.size();
+  }
+  // Nothing reads results for a long time: check now rather than grow.
+  if (n > 64) check_pending_graph_errors();
+}
+
 void check_pending_index_errors() {
+  check_pending_graph_errors();
   check_pending_target_errors();
   if (t_pending_index_checks.empty()) return;
   // Taken first: reading a flag is itself a host read.

@@ -7,6 +7,7 @@
 #include <torch/csrc/jit/python/pybind_utils.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -15,6 +16,7 @@
 #include "common.h"
 
 extern "C" {
+#include "core/env.h"
 #include "core/graph.h"
 #include "core/kernel.h"
 #include "core/metrics.h"
@@ -205,6 +207,42 @@ class Graph {
   tpu_graph_t* g_ = nullptr;
 };
 
+// Whether compiled graphs join the device's deferred run (core/graph.h's
+// tpu_graph_defer_op) outside Debug mode: TORCHTPU_GRAPH_FUSION, changed by
+// _C._set_graph_fusion (tests, benchmarks). -1: not read yet.
+std::atomic<int> g_graph_fusion{-1};
+
+bool graph_fusion() {
+  int v = g_graph_fusion.load(std::memory_order_relaxed);
+  if (v < 0) {
+    v = tpu_env_get_int("TORCHTPU_GRAPH_FUSION", 1) != 0;
+    g_graph_fusion.store(v, std::memory_order_relaxed);
+  }
+  return v != 0;
+}
+
+// The calling thread's eager mode set to `mode` (nullptr: unchanged) for a
+// scope, the previous override restored after.
+class ThreadEagerMode {
+ public:
+  explicit ThreadEagerMode(const char* mode) : active_(mode != nullptr) {
+    if (!active_) return;
+    previous_ = thread_eager_mode_override();
+    set_eager_mode(mode, /*this_thread_only=*/true);
+  }
+  ~ThreadEagerMode() {
+    if (!active_) return;
+    if (previous_.empty()) clear_thread_eager_mode();
+    else set_eager_mode(previous_, /*this_thread_only=*/true);
+  }
+  ThreadEagerMode(const ThreadEagerMode&) = delete;
+  ThreadEagerMode& operator=(const ThreadEagerMode&) = delete;
+
+ private:
+  bool active_;
+  std::string previous_;
+};
+
 // A compiled graph: its program (re-fetched from the program cache if that
 // was cleared), its input/output types and whether it threads the RNG.
 class Compiled {
@@ -245,6 +283,7 @@ class Compiled {
     if (!writes.empty() && writes.size() != outputs_.size())
       throw py::value_error("torchtpu: compiled graph: one write target per output");
     int device = -1;
+    const bool defer = deferring();
     std::vector<at::Tensor> keep;  // the tensors whose storages are read
     keep.reserve(args.size());
     std::vector<bool> whole(args.size());
@@ -269,7 +308,14 @@ class Compiled {
       // its storage is first copied into one (an eager op).
       whole[i] = t.is_contiguous() && t.storage_offset() == 0 &&
                  t.storage().nbytes() == static_cast<size_t>(t.numel()) * t.itemsize();
-      keep.push_back(whole[i] ? t : t.clone(at::MemoryFormat::Contiguous));
+      if (whole[i]) {
+        keep.push_back(t);
+      } else {
+        // When the graph joins the run, so does the copy: a strict copy of
+        // a storage the run reads would flush the run here.
+        ThreadEagerMode scoped(defer ? "defer_and_fuse" : nullptr);
+        keep.push_back(t.clone(at::MemoryFormat::Contiguous));
+      }
       in[i] = storage_of(keep.back().storage());
     }
     if (device < 0) device = current_device();
@@ -289,14 +335,33 @@ class Compiled {
       out.push_back(storage_of(results.back().storage()));
     }
     tpu_program_t* p = program();
+    const tpu_defer_op_t* op = defer ? defer_op() : nullptr;
     tpu_status_t s;
     {
       py::gil_scoped_release release;
-      s = tpu_graph_run(p, device, in.data(), inputs_.data(), static_cast<int>(in.size()), with_rng_,
-                        out.data(), static_cast<int>(out.size()));
+      if (op)  // joins the run; the program above stays for one-graph runs
+        s = tpu_graph_record(op, device, in.data(), static_cast<int>(in.size()), with_rng_,
+                             out.data(), static_cast<int>(out.size()));
+      else
+        s = tpu_graph_run(p, device, in.data(), inputs_.data(), static_cast<int>(in.size()),
+                          with_rng_, out.data(), static_cast<int>(out.size()));
     }
     if (s) throw_status(s, "running a compiled graph");
     return results;
+  }
+
+  bool deferring() { return eager_mode() != EagerMode::kDebug && graph_fusion() && defer_op(); }
+
+  // The graph as an op of a deferred run; nullptr when it cannot be one.
+  const tpu_defer_op_t* defer_op() {
+    if (!defer_checked_) {
+      tpu_status_t s = tpu_graph_defer_op(text_.data(), text_.size(), inputs_.data(),
+                                          static_cast<int>(inputs_.size()), outputs_.data(),
+                                          static_cast<int>(outputs_.size()), with_rng_, &defer_op_);
+      if (s) throw_status(s, "running a compiled graph");
+      defer_checked_ = true;
+    }
+    return defer_op_;
   }
 
   const std::string& text() const { return text_; }
@@ -307,6 +372,8 @@ class Compiled {
   bool with_rng_;
   tpu_program_t* program_ = nullptr;
   unsigned generation_ = 0;
+  const tpu_defer_op_t* defer_op_ = nullptr;
+  bool defer_checked_ = false;
 };
 
 // A graph partitioned by XLA over local devices (core/spmd.h): run with
@@ -420,6 +487,9 @@ void init_graph_bindings(py::module& m) {
       .def(py::init<std::string, const py::list&, const py::list&, bool>(), py::arg("text"),
            py::arg("inputs"), py::arg("outputs"), py::arg("with_rng"))
       .def("run", &Compiled::run)
+      // Whether a run() now joins the device's deferred run (its checks are
+      // then read before the next host read, not at once).
+      .def("deferring", &Compiled::deferring)
       .def_property_readonly("text", [](const Compiled& c) { return py::bytes(c.text()); });
   // index.Tensor's CPU result strides for (meta) self and indices: the
   // eager rule (dispatch.cpp), for the compile layout pass. None: the
@@ -462,6 +532,14 @@ void init_graph_bindings(py::module& m) {
       return py::str(e.what());
     }
     return py::none();
+  });
+  m.def("_push_graph_check", [](const at::Tensor& bad, int kind, const std::string& message) {
+    push_graph_check(bad, kind, message);
+  });
+  m.def("_set_graph_fusion", [](bool on) {
+    bool was = graph_fusion();
+    g_graph_fusion.store(on ? 1 : 0, std::memory_order_relaxed);
+    return was;
   });
   m.def("_graph_op_supported", [](const std::string& op) { return tpu_graph_op_supported(op.c_str()); });
   m.def("_graph_op_needs_rng", [](const std::string& op) { return tpu_graph_op_needs_rng(op.c_str()); });
