@@ -564,7 +564,10 @@ static tpu_status_t flush_locked(trace_t* tr, tpu_defer_reason_t reason) {
     status = tpu_status_oom(NULL);
     goto done;
   }
-  tpu_runtime_set_op_label("a defer_and_fuse run");
+  /* A lone compiled graph keeps its own name in traces and errors. */
+  const char* label = tr->num_ops == 1 && tr->ops[0].op->whole_graph ? tr->ops[0].op->name
+                                                                     : "a defer_and_fuse run";
+  tpu_runtime_set_op_label(label);
   /* A flush for a host read or a fallback op waits for the run (the host
    * waits for it next anyway), so a failure is known here and recovered
    * from; loop and cap flushes keep the host running ahead. */
@@ -584,7 +587,7 @@ static tpu_status_t flush_locked(trace_t* tr, tpu_defer_reason_t reason) {
     goto done;
   }
   TPU_METRICS_BUMP("defer_programs", 1);
-  for (int i = 0; i < nres; i++) tpu_buffer_set_producer(results[i], "a defer_and_fuse run");
+  for (int i = 0; i < nres; i++) tpu_buffer_set_producer(results[i], label);
   for (int i = 0; i < num_kept && !status; i++) {
     tpu_storage_set_defer_value(kept_storage[i], -1);
     status = tpu_storage_set_buffer(kept_storage[i], results[f->result_of[i]]);

@@ -463,7 +463,7 @@ static graph_op_t* graph_op_new(const char* text, size_t len, uint64_t hash,
     params[num_inputs] = state;
     results[num_outputs] = state;
   }
-  g->op = (tpu_defer_op_t){.name = "a compiled graph", .text = copy, .len = len,
+  g->op = (tpu_defer_op_t){.name = "a compiled graph or kernel", .text = copy, .len = len,
                            .num_params = np, .params = params, .num_results = nr,
                            .results = results, .whole_graph = true};
   g->hash = hash;
