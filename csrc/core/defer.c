@@ -80,6 +80,7 @@ enum { kRepeatAnywhereAfter = 256 };
 
 static trace_t g_traces[TPU_MAX_DEVICES];
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+enum { kMaxGraphs = 16 }; /* compiled graphs in one run */
 static _Atomic int g_max_ops = 0;
 static _Atomic int g_min_repeat = 0;
 static _Thread_local tpu_defer_reason_t t_reason = TPU_DEFER_SYNC;
@@ -721,10 +722,18 @@ tpu_status_t tpu_defer_record(int device, const tpu_defer_op_t* op,
       goto fail;
     }
   }
-  /* A compiled graph the run already holds: the loop's next step starts. */
-  if (op->whole_graph)
-    for (int i = 0; i < tr->num_ops && !status; i++)
+  /* A compiled graph the run already holds: the loop's next step starts.
+   * And at most kMaxGraphs graphs a run: graphs are whole programs, and a
+   * loop over many distinct ones (shapes, graph breaks) with no host read
+   * would otherwise compile ever larger fused programs. */
+  if (op->whole_graph) {
+    int graphs = 0;
+    for (int i = 0; i < tr->num_ops && !status; i++) {
       if (tr->ops[i].op == op) status = flush_locked(tr, TPU_DEFER_LOOP);
+      else if (tr->ops[i].op->whole_graph && ++graphs == kMaxGraphs)
+        status = flush_locked(tr, TPU_DEFER_CAP);
+    }
+  }
   /* An operand whose run value has another type (a storage read through a
    * view of another dtype): run what is pending first, then read it afresh. */
   for (int p = 0; p < op->num_params && !status; p++) {

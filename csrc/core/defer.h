@@ -24,7 +24,7 @@
  *            shape) touches a storage in the run;
  *   LOOP     when the run ends with the same ops twice in a row (repeat.h),
  *            or when a compiled graph the run already holds comes again;
- *   CAP      at TORCHTPU_DEFER_MAX_OPS recorded ops.
+ *   CAP      at TORCHTPU_DEFER_MAX_OPS recorded ops, or 16 compiled graphs.
  * Each flush counts metrics defer_flushes and defer_flush::<reason>.
  *
  * Errors: an op that does not compile fails the flush, which names that op

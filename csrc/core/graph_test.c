@@ -265,6 +265,22 @@ static void test_graphs_join_one_run(void) {
   CHECK_OK(tpu_storage_read_bytes(a, got, sizeof got));
   for (int i = 0; i < 4; i++) CHECK_EQ(got[i], 3 * 2 * yv[i]);
 
+  /* At most 16 graphs a run: the 17th distinct one starts the next. */
+  int64_t caps = tpu_metrics_get("defer_flush::cap");
+  for (int k = 0; k < 17; k++) {
+    size_t n = 0;
+    char* t = add_graph(100.0 + k, &n);
+    const tpu_defer_op_t* op = NULL;
+    CHECK(t);
+    CHECK_OK(tpu_graph_defer_op(t, n, types, 2, types, 1, false, &op));
+    free(t);
+    CHECK_OK(tpu_graph_record(op, 0, in1, 2, false, &a, 1));
+  }
+  CHECK_EQ(tpu_defer_pending_ops(0), 1);
+  CHECK_EQ(tpu_metrics_get("defer_flush::cap"), caps + 1);
+  CHECK_OK(tpu_storage_read_bytes(a, got, sizeof got)); /* the last: x + 116 y */
+  for (int i = 0; i < 4; i++) CHECK_EQ(got[i], xv[i] + 116 * yv[i]);
+
   /* A call with another number of values is refused, naming the counts. */
   tpu_status_t bad = tpu_graph_record(op1, 0, in1, 1, false, &a, 1);
   CHECK(bad && tpu_status_code(bad) == TPU_STATUS_INVALID_ARGUMENT);
