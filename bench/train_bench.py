@@ -55,6 +55,9 @@ CONTENDERS = {  # name: (device, eager mode, torch.compile backend)
     "tpu_defer_and_fuse": ("tpu", "defer_and_fuse", None),
     "tpu_compile": ("tpu", "strict", "tpu"),
     "tpu_precompile": ("tpu", "strict", "precompile"),  # --first-step only
+    # torch.compile with each graph executed when called (TORCHTPU_GRAPH_FUSION=0),
+    # beside tpu_compile's one fused program per step; only with --only
+    "tpu_compile_unfused": ("tpu", "strict", "tpu"),
     "cpu_eager": ("cpu", None, None),
     "cpu_inductor": ("cpu", None, "inductor"),
 }
@@ -111,6 +114,7 @@ class Trainer:
         if self.mode:  # process-wide: autograd's backward thread follows it
             import torchtpu
             torchtpu.set_eager_mode(self.mode)
+            torchtpu._C._set_graph_fusion(self.name != "tpu_compile_unfused")
         t0 = time.perf_counter()
         for _ in range(n):
             self.step()
@@ -329,7 +333,8 @@ def main():
     from tiny_gpt import make_corpus
 
     data, vocab = make_corpus()
-    names = args.only.split(",") if args.only else list(CONTENDERS)
+    names = args.only.split(",") if args.only else [
+        n for n in CONTENDERS if n not in ("tpu_precompile", "tpu_compile_unfused")]
     print(f"torchtpu {torchtpu.__version__}, torch {torch.__version__}, "
           f"{torch.get_num_threads()} CPU threads; TinyGPT dim {DIM}, {HEADS} heads, "
           f"{LAYERS} layers, batch {BATCH} x seq {SEQ}, AdamW; {args.rounds} rounds x "
