@@ -85,8 +85,9 @@ test-debug: install
 
 # The same in defer_and_fuse (ops recorded and flushed as fused programs).
 # Run once (strict), to keep CI inside its time: test_compile.py,
-# test_precompile.py and test_dynamic_buckets.py (compiled graphs do not go
-# through the eager modes), test_device.py (device
+# test_precompile.py and test_dynamic_buckets.py (compiled graphs join the
+# device's run alike in strict and defer_and_fuse; test_compile.py runs the
+# eager ops between graphs in both modes itself), test_device.py (device
 # selection in subprocesses), test_precision.py (it picks each mode itself),
 # and test_distributed.py's worlds of 4 and its
 # torchrun examples (the backend stages tensors the same way in every mode).

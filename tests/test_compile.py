@@ -1315,7 +1315,14 @@ def test_compiled_training_step_runs_as_one_program_with_cpu_values():
     the unfused graphs'."""
     want_losses, want_params, _ = _tiny_step_losses("cpu")
     for fused in (True, False):
-        losses, params, flushes = _tiny_step_losses("tpu", fused=fused)
+        # strict for the whole process: autograd's thread runs the backward
+        # (the suite may run in another mode)
+        was = torchtpu.get_eager_mode()
+        torchtpu.set_eager_mode("strict")
+        try:
+            losses, params, flushes = _tiny_step_losses("tpu", fused=fused)
+        finally:
+            torchtpu.set_eager_mode(was)
         torch.testing.assert_close(torch.tensor(losses), torch.tensor(want_losses),
                                    rtol=1e-4, atol=1e-5)
         for p, q in zip(params, want_params):
