@@ -46,6 +46,34 @@ def test_softmax_bf16_to_float():
 
 
 @pytest.mark.parametrize("dtype", FLOATS)
+def test_safe_softmax_masked_rows_as_cpu(dtype):
+    """_safe_softmax (SDPA's softmax): rows of -inf only give zeros, a
+    partly masked row softmax over the rest, a NaN row NaN; gradients and
+    dtype= as on CPU; one device op (PyTorch's composite is softmax, eq, all
+    and where), and whole in a compiled graph."""
+    x = make((3, 4, 6), dtype)
+    x[0, 1] = float("-inf")
+    x[1, 2, :4] = float("-inf")
+    x[2, 3, 1] = float("nan")
+    safe = torch.ops.aten._safe_softmax
+    check(lambda t: safe(t, -1), x, grad=True, dtype=dtype)
+    check(lambda t: safe(t, 1), x, grad=True, dtype=dtype)
+    check(lambda t: safe(t, -1, torch.float64), x, dtype=torch.float64)
+    xt = x.to("tpu")
+    before = torchtpu.metrics.metrics().get("device_ops", 0)
+    y = safe(xt, -1)
+    assert torchtpu.metrics.metrics().get("device_ops", 0) - before == 1
+    cf = torch.compile(lambda t: safe(t * 2, -1), backend="tpu")
+    assert_close(cf(xt).cpu(), safe(x.to(y.dtype) * 2, -1), dtype=dtype)
+    # attention with a boolean mask that masks a whole query row
+    q = make((2, 2, 8, 4), dtype, seed=3)
+    m = torch.ones(8, 8, dtype=torch.bool).tril()
+    m[3] = False
+    check(lambda a: F.scaled_dot_product_attention(a, a, a, attn_mask=m.to(a.device)), q,
+          grad=True, dtype=dtype)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
 @pytest.mark.parametrize("affine", [False, True])
 def test_layer_norm(dtype, affine):
     x = make((3, 4, 6), dtype)

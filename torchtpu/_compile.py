@@ -1256,6 +1256,7 @@ _DECOMPS = None
 # broadcasts came out 245 StableHLO ops longer and ~3 ms slower per
 # bench-sized TinyGPT step (73 vs 76 ms, bench/train_bench.py's model).
 _KEEP_WHOLE = ("frac", "heaviside", "logaddexp", "logaddexp2", "trace", "mv", "dot", "vdot",
+               "_safe_softmax",
                "nll_loss_forward", "nll_loss2d_forward", "masked_fill", "fill", "index_fill",
                "linspace", "lerp", "addcdiv",
                "_softmax_backward_data", "_log_softmax_backward_data",

@@ -89,6 +89,29 @@ static tpu_status_t lower_softmax(tpu_lower_ctx_t* ctx) {
   return NULL;
 }
 
+/* _safe_softmax(self, dim, dtype): softmax, except that a row with every
+ * element -inf (a fully masked attention row) is zeros, not NaN. PyTorch's
+ * composite tests the input (eq -inf, all over the row, where); the row's
+ * max is -inf exactly then, so the test is on the max XLA computes anyway:
+ * one op and no extra pass over the scores. Computed in the output dtype's
+ * accumulation type (dtype= converts first, as softmax does). */
+static tpu_status_t lower_safe_softmax(tpu_lower_ctx_t* ctx) {
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  if (!floating_out(ctx)) return tpu_lower_decline(ctx, "non-floating softmax");
+  tpu_dtype_t acc = acc_dtype(tpu_lower_output_type(ctx, 0).dtype);
+  tpu_hlo_value_t x = at_least_1d(b, tpu_emit_convert(b, tpu_lower_tensor(ctx, 0), acc));
+  tpu_hlo_type_t xt = type_of(b, x);
+  int64_t d = wrap_dim(int_arg(ctx, 1, -1), tpu_lower_arg(ctx, 0)->type.rank);
+  tpu_hlo_value_t m = reduce_with(b, x, &d, 1, "stablehlo.maximum", -INFINITY);
+  tpu_hlo_value_t masked = tpu_emit_compare(b, "EQ", m, tpu_emit_splat(b, m, -INFINITY));
+  tpu_hlo_value_t shifted = tpu_emit_sub(b, x, expand_back(b, m, &xt, &d, 1));
+  tpu_hlo_value_t e = tpu_emit_unary(b, "stablehlo.exponential", shifted);
+  tpu_hlo_value_t r = tpu_emit_div(b, e, expand_back(b, sum_dims(b, e, &d, 1), &xt, &d, 1));
+  tpu_hlo_value_t all_masked = expand_back(b, masked, &xt, &d, 1);
+  set_out(ctx, 0, tpu_emit_select(b, all_masked, tpu_emit_splat(b, r, 0), r));
+  return NULL;
+}
+
 /* _softmax_backward_data(grad, output, dim, input_dtype):
  * y * (g - sum(g * y)); log form (data word): g - exp(y) * sum(g). */
 static tpu_status_t lower_softmax_bwd(tpu_lower_ctx_t* ctx) {
@@ -573,6 +596,7 @@ static tpu_status_t lower_glu_bwd(tpu_lower_ctx_t* ctx) {
 const tpu_lowering_t tpu_lowerings_nn[] = {
     {"_softmax", lower_softmax, 0, false},
     {"_log_softmax", lower_softmax, 0, true},
+    {"_safe_softmax", lower_safe_softmax, 0, false},
     {"_softmax_backward_data", lower_softmax_bwd, 0, false},
     {"_log_softmax_backward_data", lower_softmax_bwd, 0, true},
     {"native_layer_norm", lower_layer_norm, 0},

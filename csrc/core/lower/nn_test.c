@@ -61,6 +61,32 @@ static void test_softmax_and_log_softmax(void) {
   free(r[0]);
 }
 
+/* _safe_softmax: a row of -inf only is zeros (PyTorch's NaN-free masked
+ * attention), a partly masked row is softmax over what is left, a NaN row
+ * stays NaN. Rows along dim 1 of [3, 4]. */
+static void test_safe_softmax_zeroes_fully_masked_rows(void) {
+  int64_t d[2] = {3, 4};
+  float x[12];
+  fill(x, 12, 3);
+  for (int j = 0; j < 4; j++) x[4 + j] = -INFINITY; /* row 1: all masked */
+  x[8] = -INFINITY;                                 /* row 2: one masked */
+  x[1] = NAN;                                       /* row 0: a NaN */
+  tpu_lower_arg_t args[3] = {f32(2, d), int_arg(1), {.kind = TPU_ARG_NONE}};
+  const void* data[1] = {x};
+  tpu_hlo_type_t out = tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 2, d);
+  void* r[1];
+  CHECK_OK(tpu_test_run_op("aten::_safe_softmax", args, 3, NULL, data, &out, 1, r));
+  const float* y = r[0];
+  for (int j = 0; j < 4; j++) CHECK(isnan(y[j]));
+  for (int j = 0; j < 4; j++) CHECK_EQ(y[4 + j], 0.0f);
+  double m = -INFINITY, s = 0;
+  for (int j = 1; j < 4; j++) m = fmax(m, x[8 + j]);
+  for (int j = 1; j < 4; j++) s += exp(x[8 + j] - m);
+  CHECK_EQ(y[8], 0.0f);
+  for (int j = 1; j < 4; j++) CHECK(fabs(y[8 + j] - exp(x[8 + j] - m) / s) < 1e-6);
+  free(r[0]);
+}
+
 /* half_to_float: a bfloat16 input gives a float32 result. */
 static void test_softmax_half_to_float(void) {
   int64_t d[1] = {4};
@@ -556,7 +582,8 @@ static void test_glu_and_upsample_nearest(void) {
   free(res[0]);
 }
 
-TPU_TEST_MAIN(TPU_TEST(test_softmax_and_log_softmax), TPU_TEST(test_softmax_half_to_float),
+TPU_TEST_MAIN(TPU_TEST(test_softmax_and_log_softmax), TPU_TEST(test_safe_softmax_zeroes_fully_masked_rows),
+              TPU_TEST(test_softmax_half_to_float),
               TPU_TEST(test_layer_norm_forward_backward), TPU_TEST(test_group_norm),
               TPU_TEST(test_batch_norm_functional_training), TPU_TEST(test_batch_norm_backward),
               TPU_TEST(test_embedding_dense_backward), TPU_TEST(test_native_dropout),
