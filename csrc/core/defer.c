@@ -80,7 +80,6 @@ enum { kRepeatAnywhereAfter = 256 };
 
 static trace_t g_traces[TPU_MAX_DEVICES];
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
-enum { kMaxGraphs = 16 }; /* compiled graphs in one run */
 static _Atomic int g_max_ops = 0;
 static _Atomic int g_min_repeat = 0;
 static _Thread_local tpu_defer_reason_t t_reason = TPU_DEFER_SYNC;
@@ -565,9 +564,8 @@ static tpu_status_t flush_locked(trace_t* tr, tpu_defer_reason_t reason) {
     status = tpu_status_oom(NULL);
     goto done;
   }
-  /* A lone compiled graph keeps its own name in traces and errors. */
-  const char* label = tr->num_ops == 1 && tr->ops[0].op->whole_graph ? tr->ops[0].op->name
-                                                                     : "a defer_and_fuse run";
+  const char* label = tr->num_ops == 1 && tr->ops[0].op->whole_graph  /* a lone graph: its name */
+                          ? tr->ops[0].op->name : "a defer_and_fuse run";
   tpu_runtime_set_op_label(label);
   /* A flush for a host read or a fallback op waits for the run (the host
    * waits for it next anyway), so a failure is known here and recovered
@@ -722,18 +720,11 @@ tpu_status_t tpu_defer_record(int device, const tpu_defer_op_t* op,
       goto fail;
     }
   }
-  /* A compiled graph the run already holds: the loop's next step starts.
-   * And at most kMaxGraphs graphs a run: graphs are whole programs, and a
-   * loop over many distinct ones (shapes, graph breaks) with no host read
-   * would otherwise compile ever larger fused programs. */
-  if (op->whole_graph) {
-    int graphs = 0;
-    for (int i = 0; i < tr->num_ops && !status; i++) {
-      if (tr->ops[i].op == op) status = flush_locked(tr, TPU_DEFER_LOOP);
-      else if (tr->ops[i].op->whole_graph && ++graphs == kMaxGraphs)
-        status = flush_locked(tr, TPU_DEFER_CAP);
-    }
-  }
+  /* A graph the run holds is a loop's next step; <= TPU_DEFER_MAX_GRAPHS a run. */
+  for (int i = 0, graphs = 0; op->whole_graph && i < tr->num_ops && !status; i++)
+    if (tr->ops[i].op == op) status = flush_locked(tr, TPU_DEFER_LOOP);
+    else if (tr->ops[i].op->whole_graph && ++graphs == TPU_DEFER_MAX_GRAPHS)
+      status = flush_locked(tr, TPU_DEFER_CAP);
   /* An operand whose run value has another type (a storage read through a
    * view of another dtype): run what is pending first, then read it afresh. */
   for (int p = 0; p < op->num_params && !status; p++) {

@@ -24,7 +24,10 @@
  *            shape) touches a storage in the run;
  *   LOOP     when the run ends with the same ops twice in a row (repeat.h),
  *            or when a compiled graph the run already holds comes again;
- *   CAP      at TORCHTPU_DEFER_MAX_OPS recorded ops, or 16 compiled graphs.
+ *   CAP      at TORCHTPU_DEFER_MAX_OPS recorded ops, or before a compiled
+ *            graph beyond TPU_DEFER_MAX_GRAPHS (graphs are whole programs: a
+ *            loop over many distinct ones, shapes or graph breaks, with no
+ *            host read would compile ever larger fused programs).
  * Each flush counts metrics defer_flushes and defer_flush::<reason>.
  *
  * Errors: an op that does not compile fails the flush, which names that op
@@ -71,6 +74,8 @@ typedef struct tpu_defer_operand_s {
   tpu_buffer_t* buffer; /* when storage is NULL: borrowed unless owned */
   bool owned;           /* the run takes the buffer and destroys it */
 } tpu_defer_operand_t;
+
+enum { TPU_DEFER_MAX_GRAPHS = 16 }; /* compiled graphs in one run */
 
 typedef enum {
   TPU_DEFER_SYNC = 0,
