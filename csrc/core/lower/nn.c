@@ -70,6 +70,22 @@ static tpu_hlo_value_t at_least_1d(tpu_hlo_builder_t* b, tpu_hlo_value_t v) {
   return tpu_emit_reshape(b, v, &one, 1);
 }
 
+/* The stable softmax's parts along dim d of x: the max m (reduced shape),
+ * x - m and exp(x - m), and their sum s expanded back to x's shape. */
+typedef struct {
+  tpu_hlo_value_t m, shifted, e, s;
+} softmax_parts_t;
+
+static softmax_parts_t softmax_parts(tpu_hlo_builder_t* b, tpu_hlo_value_t x, int64_t d) {
+  tpu_hlo_type_t xt = type_of(b, x);
+  softmax_parts_t p;
+  p.m = reduce_with(b, x, &d, 1, "stablehlo.maximum", -INFINITY);
+  p.shifted = tpu_emit_sub(b, x, expand_back(b, p.m, &xt, &d, 1));
+  p.e = tpu_emit_unary(b, "stablehlo.exponential", p.shifted);
+  p.s = expand_back(b, sum_dims(b, p.e, &d, 1), &xt, &d, 1);
+  return p;
+}
+
 /* _softmax / _log_softmax(self, dim, half_to_float), the data word telling
  * log: stable form exp(x - max) / sum, in float32 for halves. */
 static tpu_status_t lower_softmax(tpu_lower_ctx_t* ctx) {
@@ -77,14 +93,10 @@ static tpu_status_t lower_softmax(tpu_lower_ctx_t* ctx) {
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
   if (!floating_out(ctx)) return tpu_lower_decline(ctx, "non-floating softmax");
   tpu_hlo_value_t x = at_least_1d(b, acc_tensor(ctx, 0));
-  tpu_hlo_type_t xt = type_of(b, x);
   int64_t d = wrap_dim(int_arg(ctx, 1, -1), tpu_lower_arg(ctx, 0)->type.rank);
-  tpu_hlo_value_t m = reduce_with(b, x, &d, 1, "stablehlo.maximum", -INFINITY);
-  tpu_hlo_value_t shifted = tpu_emit_sub(b, x, expand_back(b, m, &xt, &d, 1));
-  tpu_hlo_value_t e = tpu_emit_unary(b, "stablehlo.exponential", shifted);
-  tpu_hlo_value_t s = expand_back(b, sum_dims(b, e, &d, 1), &xt, &d, 1);
-  tpu_hlo_value_t r = log ? tpu_emit_sub(b, shifted, tpu_emit_unary(b, "stablehlo.log", s))
-                          : tpu_emit_div(b, e, s);
+  softmax_parts_t p = softmax_parts(b, x, d);
+  tpu_hlo_value_t r = log ? tpu_emit_sub(b, p.shifted, tpu_emit_unary(b, "stablehlo.log", p.s))
+                          : tpu_emit_div(b, p.e, p.s);
   set_out(ctx, 0, r);
   return NULL;
 }
@@ -102,11 +114,9 @@ static tpu_status_t lower_safe_softmax(tpu_lower_ctx_t* ctx) {
   tpu_hlo_value_t x = at_least_1d(b, tpu_emit_convert(b, tpu_lower_tensor(ctx, 0), acc));
   tpu_hlo_type_t xt = type_of(b, x);
   int64_t d = wrap_dim(int_arg(ctx, 1, -1), tpu_lower_arg(ctx, 0)->type.rank);
-  tpu_hlo_value_t m = reduce_with(b, x, &d, 1, "stablehlo.maximum", -INFINITY);
-  tpu_hlo_value_t masked = tpu_emit_compare(b, "EQ", m, tpu_emit_splat(b, m, -INFINITY));
-  tpu_hlo_value_t shifted = tpu_emit_sub(b, x, expand_back(b, m, &xt, &d, 1));
-  tpu_hlo_value_t e = tpu_emit_unary(b, "stablehlo.exponential", shifted);
-  tpu_hlo_value_t r = tpu_emit_div(b, e, expand_back(b, sum_dims(b, e, &d, 1), &xt, &d, 1));
+  softmax_parts_t p = softmax_parts(b, x, d);
+  tpu_hlo_value_t masked = tpu_emit_compare(b, "EQ", p.m, tpu_emit_splat(b, p.m, -INFINITY));
+  tpu_hlo_value_t r = tpu_emit_div(b, p.e, p.s);
   tpu_hlo_value_t all_masked = expand_back(b, masked, &xt, &d, 1);
   set_out(ctx, 0, tpu_emit_select(b, all_masked, tpu_emit_splat(b, r, 0), r));
   return NULL;
