@@ -1,4 +1,5 @@
 #include "defer.h"
+#include "defer_internal.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -9,7 +10,6 @@
 
 #include "env.h"
 #include "hash.h"
-#include "hlo/strbuf.h"
 #include "memory.h"
 #include "metrics.h"
 #include "program.h"
@@ -17,30 +17,7 @@
 #include "runtime.h"
 #include "trace.h"
 
-/* ---- the run ------------------------------------------------------------- */
-
-typedef struct {
-  tpu_hlo_type_t type;
-  int op;    /* producing op, or -1 for an input */
-  int index; /* result index of that op, or input index */
-} value_t;
-
-/* A program argument: a storage's contents (borrowed; the storage's member
- * entry keeps it alive) or a run-time value (owned when `owned`). */
-typedef struct {
-  tpu_buffer_t* buffer;
-  bool owned;
-} input_t;
-
-typedef struct {
-  const tpu_defer_op_t* op;
-  int first_param; /* into params */
-} op_rec_t;
-
-typedef struct {
-  tpu_storage_t* storage; /* retained by the run */
-  bool written;
-} member_t;
+/* ---- the run (types in defer_internal.h) ---------------------------------- */
 
 #define GROW(arr, n, cap)                                                \
   ((n) < (cap) ? true                                                    \
@@ -56,21 +33,6 @@ static bool grow_array(void** arr, int* cap, size_t elem, int need) {
   return true;
 }
 
-typedef struct {
-  pthread_mutex_t lock;
-  int device;
-  value_t* values;
-  int num_values, cap_values;
-  input_t* inputs;
-  int num_inputs, cap_inputs;
-  op_rec_t* ops;
-  int num_ops, cap_ops;
-  int* params;
-  int num_params, cap_params;
-  member_t* members;
-  int num_members, cap_members;
-  tpu_repeat_t* repeat;
-} trace_t;
 
 /* Loop cuts (repeat.h): a run shorter than this is cut only when it is
  * entirely two copies of one stretch, so a model's repeated layers do not
@@ -186,107 +148,6 @@ void tpu_defer_cache_clear(void) {
   pthread_mutex_unlock(&g_fused_lock);
 }
 
-/* The op's @main as a private function named @f<index>. */
-static void append_function(tpu_strbuf_t* sb, const tpu_defer_op_t* op, int index) {
-  static const char kMain[] = "func.func public @main";
-  const char* start = strstr(op->text, kMain);
-  const char* end = op->text + op->len;
-  /* Drop the module's closing brace: the text ends "  }\n}\n". */
-  while (end > op->text && (end[-1] == '\n' || end[-1] == ' ')) end--;
-  if (end > op->text && end[-1] == '}') end--;
-  if (!start || start >= end) return; /* not ours: the compile will say */
-  tpu_strbuf_appendf(sb, "  func.func private @f%d", index);
-  start += sizeof kMain - 1;
-  tpu_strbuf_append_n(sb, start, (size_t)(end - start));
-  tpu_strbuf_append(sb, "\n");
-}
-
-static void append_value(tpu_strbuf_t* sb, const trace_t* tr, int v) {
-  const value_t* val = &tr->values[v];
-  if (val->op < 0) {
-    tpu_strbuf_appendf(sb, "%%arg%d", val->index);
-    return;
-  }
-  const op_rec_t* o = &tr->ops[val->op];
-  if (o->op->num_results == 1) tpu_strbuf_appendf(sb, "%%c%d", val->op);
-  else tpu_strbuf_appendf(sb, "%%c%d#%d", val->op, val->index);
-}
-
-/* "%a, %b" for values vs[0..n) of the run, or (as_types) their types. */
-static void append_values(tpu_strbuf_t* sb, const trace_t* tr, const int* vs, int n,
-                          bool as_types) {
-  for (int i = 0; i < n; i++) {
-    if (i) tpu_strbuf_append(sb, ", ");
-    if (as_types) tpu_hlo_type_append(sb, &tr->values[vs[i]].type);
-    else append_value(sb, tr, vs[i]);
-  }
-}
-
-static void append_types(tpu_strbuf_t* sb, const tpu_hlo_type_t* types, int n) {
-  for (int i = 0; i < n; i++) {
-    if (i) tpu_strbuf_append(sb, ", ");
-    tpu_hlo_type_append(sb, &types[i]);
-  }
-}
-
-/* The fused module: each distinct op once as a function, @main calls them
- * in recorded order and returns the kept values. */
-static char* fused_text(const trace_t* tr, const int* kept, int num_kept, size_t* out_len) {
-  tpu_strbuf_t sb = {0};
-  const tpu_defer_op_t** distinct = calloc((size_t)tr->num_ops, sizeof *distinct);
-  int* fn = calloc((size_t)tr->num_ops, sizeof *fn);
-  if (!distinct || !fn) {
-    free(distinct);
-    free(fn);
-    return NULL;
-  }
-  int nd = 0;
-  tpu_strbuf_append(&sb, "module @torchtpu_fused {\n");
-  for (int i = 0; i < tr->num_ops; i++) {
-    int j = 0;
-    while (j < nd && distinct[j] != tr->ops[i].op) j++;
-    if (j == nd) {
-      distinct[nd++] = tr->ops[i].op;
-      append_function(&sb, tr->ops[i].op, j);
-    }
-    fn[i] = j;
-  }
-  tpu_strbuf_append(&sb, "  func.func public @main(");
-  for (int i = 0; i < tr->num_values; i++) {
-    if (tr->values[i].op >= 0) continue;
-    if (tr->values[i].index) tpu_strbuf_append(&sb, ", ");
-    tpu_strbuf_appendf(&sb, "%%arg%d: ", tr->values[i].index);
-    tpu_hlo_type_append(&sb, &tr->values[i].type);
-  }
-  tpu_strbuf_append(&sb, ") -> (");
-  append_values(&sb, tr, kept, num_kept, true);
-  tpu_strbuf_append(&sb, ") {\n");
-  for (int i = 0; i < tr->num_ops; i++) {
-    const op_rec_t* o = &tr->ops[i];
-    const tpu_defer_op_t* op = o->op;
-    tpu_strbuf_append(&sb, "    ");
-    if (op->num_results == 1) tpu_strbuf_appendf(&sb, "%%c%d = ", i);
-    else if (op->num_results > 1) tpu_strbuf_appendf(&sb, "%%c%d:%d = ", i, op->num_results);
-    tpu_strbuf_append(&sb, "\"func.call\"(");
-    append_values(&sb, tr, &tr->params[o->first_param], op->num_params, false);
-    tpu_strbuf_appendf(&sb, ") {callee = @f%d} : (", fn[i]);
-    append_types(&sb, op->params, op->num_params);
-    tpu_strbuf_append(&sb, ") -> (");
-    append_types(&sb, op->results, op->num_results);
-    tpu_strbuf_append(&sb, ")\n");
-  }
-  tpu_strbuf_append(&sb, "    \"func.return\"(");
-  append_values(&sb, tr, kept, num_kept, false);
-  tpu_strbuf_append(&sb, ") : (");
-  append_values(&sb, tr, kept, num_kept, true);
-  tpu_strbuf_append(&sb, ") -> ()\n  }\n}\n");
-  free(distinct);
-  free(fn);
-  char* text = tpu_strbuf_take(&sb, out_len);
-  tpu_strbuf_free(&sb);
-  return text;
-}
-
 /* A fused program that does not compile: find the op that does not, so the
  * error names it (each op's module is compiled alone, the cache keeps the
  * ones that work). */
@@ -364,7 +225,7 @@ static tpu_status_t fused_get(const trace_t* tr, const int* kept, int num_kept, 
     for (int i = 0; i < num_kept; i++) f->result_of[i] = tr->values[kept[i]].index;
   } else {
     size_t len = 0;
-    char* text = fused_text(tr, kept, num_kept, &len);
+    char* text = tpu_defer_fused_text(tr, kept, num_kept, &len);
     const char* label = tpu_runtime_op_label();
     tpu_runtime_set_op_label("a defer_and_fuse run"); /* names the compile in a trace */
     if (!text) status = tpu_status_oom(NULL);
@@ -725,12 +586,14 @@ tpu_status_t tpu_defer_record(int device, const tpu_defer_op_t* op,
     if (tr->ops[i].op == op) status = flush_locked(tr, TPU_DEFER_LOOP);
     else if (tr->ops[i].op->whole_graph && ++graphs == TPU_DEFER_MAX_GRAPHS)
       status = flush_locked(tr, TPU_DEFER_CAP);
-  /* An operand whose run value has another type (a storage read through a
-   * view of another dtype): run what is pending first, then read it afresh. */
+  /* An operand whose run value has another dtype or size (a storage read
+   * through a view of another dtype): run what is pending first, then read
+   * it afresh. Another shape of the same elements is reshaped in the fused
+   * module (defer_text.c). */
   for (int p = 0; p < op->num_params && !status; p++) {
     tpu_storage_t* s = params[p].storage;
     int v = s ? tpu_storage_defer_value(s) : -1;
-    if (v >= 0 && !tpu_hlo_type_equal(&tr->values[v].type, &op->params[p])) {
+    if (v >= 0 && !tpu_hlo_type_same_elements(&tr->values[v].type, &op->params[p])) {
       status = flush_locked(tr, TPU_DEFER_BARRIER);
       break;
     }
@@ -738,7 +601,7 @@ tpu_status_t tpu_defer_record(int device, const tpu_defer_op_t* op,
   for (int r = 0; r < op->num_results && !status; r++) {
     /* Results written into a storage the run holds with another type. */
     int v = tpu_storage_defer_value(results[r]);
-    if (v >= 0 && !tpu_hlo_type_equal(&tr->values[v].type, &op->results[r]))
+    if (v >= 0 && !tpu_hlo_type_same_elements(&tr->values[v].type, &op->results[r]))
       status = flush_locked(tr, TPU_DEFER_BARRIER);
   }
   int first_param = tr->num_params;

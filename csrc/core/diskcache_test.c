@@ -61,8 +61,8 @@ static void program_text(int k, char* out, size_t capacity) {
 }
 
 static void key_of(const char* text, tpu_diskcache_key_t* out_key) {
-  uint8_t options[64];
-  tpu_compile_options_t compile = tpu_program_compile_options(tpu_runtime_client());
+  uint8_t options[256];
+  tpu_compile_options_t compile = tpu_program_compile_options(tpu_runtime_client(), text, strlen(text));
   size_t options_len = tpu_compile_options_encode(&compile, options, sizeof options);
   char identity[2048];
   tpu_diskcache_identity(tpu_runtime_client(), identity, sizeof identity);

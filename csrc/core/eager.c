@@ -377,14 +377,21 @@ static tpu_status_t compile_lower_row(compile_t* c, const tpu_lowering_t* row) {
   return status;
 }
 
-/* A fresh output's whole (new) storage as a flat array: the value itself
- * when its view covers the storage exactly, else written into zeros. */
+/* A fresh output's whole (new) storage: the value itself when its view
+ * covers the storage exactly, else written into zeros of the flat storage.
+ * The value keeps its own shape where buffers are free to (CPU plugin, see
+ * tpu_storage_set_shapes_free), else it is flattened: XLA fuses that
+ * reshape into the kernel writing the result, which then walks it as one
+ * flat loop, and a flat loop over a broadcast (x * w, a norm's affine)
+ * computes every element's index apart: scalar code, 2x slower than the
+ * same kernel over [rows, cols]. */
 static tpu_hlo_value_t fresh_result(tpu_hlo_builder_t* b, const tpu_eager_output_t* out,
                                     tpu_hlo_value_t value) {
   int64_t n = out->storage_numel;
   if (tpu_view_is_contiguous(&out->view) && out->view.offset == 0 &&
       tpu_view_numel(&out->view) == n)
-    return tpu_emit_reshape(b, value, &n, 1);
+    return out->view.rank > 1 && tpu_storage_shapes_free() ? value
+                                                            : tpu_emit_reshape(b, value, &n, 1);
   tpu_hlo_type_t flat_type = tpu_hlo_type_make(out->view.dtype, 1, &n);
   return tpu_view_emit_write(b, tpu_emit_const_like(b, &flat_type, 0), &out->view, value);
 }

@@ -11,6 +11,7 @@
 #include "diskcache.h"
 #include "env.h"
 #include "hash.h"
+#include "hlo/signature.h"
 #include "metrics.h"
 #include "runtime.h"
 #include "trace.h"
@@ -172,13 +173,24 @@ static void rotate(void) {
   TPU_METRICS_BUMP("program_cache_evictions", (int64_t)dropped);
 }
 
-tpu_compile_options_t tpu_program_compile_options(const tpu_client_t* client) {
+/* XLA:CPU splits a kernel touching >= ~512 KiB into tasks for its thread
+ * pool. For a program whose every array is this small, the hand-offs cost
+ * more than the split saves (softmax of 128x512 f32, one op: 135 us split,
+ * 80 us not; 4 MiB arrays gain from the split), so such programs compile
+ * with every kernel on one thread (compile_options.h serial_kernels). */
+enum { kSerialKernelBytes = 256 << 10 };
+tpu_compile_options_t tpu_program_compile_options(const tpu_client_t* client, const char* mlir,
+                                                  size_t mlir_len) {
   /* With a single device, programs are bound to it: the plugin's execute
    * for portable programs copies the compile options and builds a device
    * assignment on every call. Otherwise one portable program serves every
    * device. */
-  return (tpu_compile_options_t){.portable = !tpu_client_is_single_device(client)};
+  return (tpu_compile_options_t){
+      .portable = !tpu_client_is_single_device(client),
+      .serial_kernels = strcmp(tpu_client_platform_name(client), "cpu") == 0 &&
+                        tpu_hlo_largest_tensor_bytes(mlir, mlir_len) <= kSerialKernelBytes};
 }
+
 
 tpu_status_t tpu_program_get(const char* mlir, size_t mlir_len,
                              tpu_program_t** out_program) {
@@ -201,7 +213,7 @@ tpu_status_t tpu_program_get(const char* mlir, size_t mlir_len,
   if (tpu_env_log_enabled("programs"))
     fprintf(stderr, "torchtpu: program %016llx:\n%.*s\n", (unsigned long long)hash, (int)mlir_len,
             mlir);
-  tpu_compile_options_t options = tpu_program_compile_options(client);
+  tpu_compile_options_t options = tpu_program_compile_options(client, mlir, mlir_len);
   tpu_executable_t* executable = NULL;
   tpu_trace_span_t span;
   const char* label = tpu_runtime_op_label();

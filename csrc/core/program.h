@@ -27,9 +27,11 @@ typedef struct tpu_program_s tpu_program_t;
  * counts "compiles", "compile_ns" and the disk tiers' metrics); a hit counts
  * "program_cache_hits". A program that does not compile returns the
  * compiler's message and is not cached. */
-/* The options every program compiles with on this client (part of each
- * disk cache key): bound to the device when there is only one. */
-tpu_compile_options_t tpu_program_compile_options(const tpu_client_t* client);
+/* The options the program `mlir` compiles with on this client (part of its
+ * disk cache key): bound to the device when there is only one; on the CPU
+ * plugin, small programs' kernels on one thread (serial_kernels). */
+tpu_compile_options_t tpu_program_compile_options(const tpu_client_t* client, const char* mlir,
+                                                  size_t mlir_len);
 
 tpu_status_t tpu_program_get(const char* mlir, size_t mlir_len,
                              tpu_program_t** out_program);

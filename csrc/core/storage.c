@@ -316,6 +316,17 @@ tpu_status_t tpu_storage_copy_to_device(tpu_storage_t* dst, tpu_storage_t* src) 
   return tpu_storage_set_buffer(dst, copy);
 }
 
+bool tpu_storage_shapes_free(void) {
+  tpu_client_t* client = tpu_runtime_client();
+  return client && strcmp(tpu_client_platform_name(client), "cpu") == 0;
+}
+
+static int64_t count(const int64_t* dims, int rank) {
+  int64_t n = 1;
+  for (int d = 0; d < rank; d++) n *= dims[d];
+  return n;
+}
+
 tpu_status_t tpu_storage_buffer_as(tpu_storage_t* storage, tpu_dtype_t dtype,
                                    const int64_t* dims, int rank,
                                    tpu_buffer_t** out_buffer) {
@@ -326,6 +337,11 @@ tpu_status_t tpu_storage_buffer_as(tpu_storage_t* storage, tpu_dtype_t dtype,
       tpu_buffer_rank(current) == rank &&
       (rank == 0 ||
        memcmp(tpu_buffer_dims(current), dims, sizeof(int64_t) * (size_t)rank) == 0)) {
+    *out_buffer = current;
+    return NULL;
+  }
+  if (current && tpu_buffer_dtype(current) == dtype && tpu_storage_shapes_free() &&
+      count(dims, rank) == count(tpu_buffer_dims(current), tpu_buffer_rank(current))) {
     *out_buffer = current;
     return NULL;
   }

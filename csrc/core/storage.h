@@ -68,7 +68,9 @@ tpu_status_t tpu_storage_read_range(tpu_storage_t* storage, size_t offset,
 /* The current buffer, typed as `dtype` with `dims` (their bytes must equal
  * the storage's). When the buffer was written with another shape or type
  * (or never), its bytes are restaged through the host into one that has
- * them; counted as "restages". Borrowed result. */
+ * them; counted as "restages". Where shapes are free (see
+ * tpu_storage_set_shapes_free) a buffer of the same dtype and element
+ * count is returned as it is. Borrowed result. */
 tpu_status_t tpu_storage_buffer_as(tpu_storage_t* storage, tpu_dtype_t dtype,
                                    const int64_t* dims, int rank,
                                    tpu_buffer_t** out_buffer);
@@ -82,6 +84,14 @@ tpu_status_t tpu_storage_copy_prefix(tpu_storage_t* dst, tpu_storage_t* src);
  * "bytes_device_to_device"), nothing passes through host memory. A src
  * never written gives zeros. */
 tpu_status_t tpu_storage_copy_to_device(tpu_storage_t* dst, tpu_storage_t* src);
+
+/* Whether a dense buffer can be passed where a program declares another
+ * shape with the same dtype and element count: on the CPU plugin, whose
+ * buffers are plain row-major bytes and whose execute checks arguments by
+ * byte size only. Not on plugins with tiled layouts (TPU), where the same
+ * elements in another shape are other bytes. Lets programs return results
+ * in their own shape (eager.c fresh_result). */
+bool tpu_storage_shapes_free(void);
 
 /* ---- deferred values (DeferAndFuse, see defer.h) ---------------------------
  * A storage read or written by a deferred run carries that run's value id

@@ -96,3 +96,27 @@ tpu_status_t tpu_hlo_parse_main_params(const char* text, size_t len,
   *out_num_params = count;
   return NULL;
 }
+
+int64_t tpu_hlo_largest_tensor_bytes(const char* text, size_t len) {
+  const char* end = text + len;
+  int64_t largest = 0;
+  for (const char* p = find(text, end, "tensor<"); p; p = find(p + 7, end, "tensor<")) {
+    const char* q = p + 7;
+    int depth = 1;
+    while (q < end && depth > 0) {
+      if (*q == '<') depth++;
+      if (*q == '>') depth--;
+      q++;
+    }
+    tpu_hlo_type_t type;
+    tpu_status_t s = tpu_hlo_parse_type(p, (size_t)(q - p), &type);
+    if (s) {
+      tpu_status_free(s);
+      continue;
+    }
+    int64_t bytes = (int64_t)tpu_dtype_size(type.dtype);
+    for (int d = 0; d < type.rank; d++) bytes *= type.dims[d];
+    if (bytes > largest) largest = bytes;
+  }
+  return largest;
+}

@@ -6,6 +6,7 @@
 #define TORCHTPU_CORE_HLO_SIGNATURE_H_
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "../status.h"
 #include "builder.h"
@@ -25,6 +26,11 @@ tpu_status_t tpu_hlo_parse_main_params(const char* text, size_t len,
 /* Parses one type such as "tensor<2x3xf32>" or "tensor<complex<f32>>". */
 tpu_status_t tpu_hlo_parse_type(const char* text, size_t len,
                                 tpu_hlo_type_t* out_type);
+
+/* Bytes of the largest ranked tensor type written anywhere in the module
+ * (arguments, results, intermediates); types it cannot read (dynamic
+ * dims, tokens) count as 0. */
+int64_t tpu_hlo_largest_tensor_bytes(const char* text, size_t len);
 
 #ifdef __cplusplus
 }

@@ -33,6 +33,10 @@ int64_t tpu_hlo_type_numel(const tpu_hlo_type_t* type) {
   return n;
 }
 
+bool tpu_hlo_type_same_elements(const tpu_hlo_type_t* a, const tpu_hlo_type_t* b) {
+  return a->dtype == b->dtype && tpu_hlo_type_numel(a) == tpu_hlo_type_numel(b);
+}
+
 tpu_hlo_type_t tpu_hlo_type_flat(const tpu_hlo_type_t* type) {
   int64_t n = tpu_hlo_type_numel(type);
   return tpu_hlo_type_make(type->dtype, 1, &n);

@@ -30,6 +30,8 @@ tpu_hlo_type_t tpu_hlo_type_make(tpu_dtype_t dtype, int rank,
 tpu_hlo_type_t tpu_hlo_type_scalar(tpu_dtype_t dtype);
 bool tpu_hlo_type_equal(const tpu_hlo_type_t* a, const tpu_hlo_type_t* b);
 int64_t tpu_hlo_type_numel(const tpu_hlo_type_t* type);
+/* Same dtype and element count: one is a reshape of the other. */
+bool tpu_hlo_type_same_elements(const tpu_hlo_type_t* a, const tpu_hlo_type_t* b);
 /* The same elements as one dimension (how storages and flat programs hold
  * them). */
 tpu_hlo_type_t tpu_hlo_type_flat(const tpu_hlo_type_t* type);

@@ -1,5 +1,7 @@
 #include "compile_options.h"
 
+#include <string.h>
+
 /* ---- xla.CompileOptionsProto, hand-encoded ------------------------------------
  * We link no protobuf library for one small message:
  *   CompileOptionsProto
@@ -11,6 +13,9 @@
  *             3 repeated ComputationDevice { 1 repeated int64
  *               replica_device_ids (packed) }, one per partition
  *     4 compile_portable_executable (bool, only when set)
+ *     7 env_option_overrides: map<string, OptionOverrideProto>, one entry
+ *         { 1 key "xla_disable_hlo_passes", 2 value { 1 string_field
+ *           "cpu-parallel-task-assigner" } } (only with serial_kernels)
  * Fields are written in this order, so single-device options give the
  * bytes they always gave: 1a 04 20 01 28 01 [20 01]. */
 
@@ -84,12 +89,27 @@ static void build_options(writer_t* w, const tpu_compile_options_t* o, int unuse
     put_message(w, 9, device_assignment, o, 0);
 }
 
+static void put_string_field(writer_t* w, int field, const char* str) {
+  size_t n = strlen(str);
+  put_tag(w, field, WIRE_LEN);
+  put_varint(w, n);
+  for (size_t i = 0; i < n; i++) put_byte(w, (uint8_t)str[i]);
+}
+static void pass_name(writer_t* w, const tpu_compile_options_t* o, int unused) {
+  put_string_field(w, 1, "cpu-parallel-task-assigner");
+}
+static void serial_override(writer_t* w, const tpu_compile_options_t* o, int unused) {
+  put_string_field(w, 1, "xla_disable_hlo_passes");
+  put_message(w, 2, pass_name, o, 0);
+}
+
 size_t tpu_compile_options_encode(const tpu_compile_options_t* options,
                                   uint8_t* out_bytes, size_t capacity) {
   writer_t w = {.out = out_bytes, .cap = out_bytes ? capacity : 0};
   put_message(&w, 3, build_options, options, 0);
   bool portable = options ? options->portable : true;
   if (portable) put_uint_field(&w, 4, 1);
+  if (options && options->serial_kernels) put_message(&w, 7, serial_override, options, 0);
   return w.len;
 }
 

@@ -30,6 +30,10 @@ typedef struct tpu_compile_options_s {
    * Borrowed for the call. NULL / 0: XLA's default assignment. */
   const int* device_ids;
   int num_device_ids;
+  /* XLA:CPU only: no parallel task assignment (every kernel runs on one
+   * thread), sent as env_option_overrides xla_disable_hlo_passes =
+   * cpu-parallel-task-assigner. Other plugins have no such pass. */
+  bool serial_kernels;
 } tpu_compile_options_t;
 
 /* Devices a program compiled with `options` runs on at once (replicas
