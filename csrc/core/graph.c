@@ -253,7 +253,8 @@ tpu_status_t tpu_graph_finish(tpu_graph_t* g, const int* outputs, int num_output
     }
     tpu_hlo_type_t t = tpu_hlo_value_type(g->b, v);
     int64_t n = tpu_hlo_type_numel(&t);
-    results[i] = tpu_emit_reshape(g->b, v, &n, 1);
+    /* In its own shape where buffers may be (eager.c fresh_result: why) */
+    results[i] = tpu_storage_shapes_free() ? v : tpu_emit_reshape(g->b, v, &n, 1);
   }
   if (g->with_rng) results[num_outputs] = g->rng_state;
   tpu_hlo_return(g->b, results, n);
@@ -458,7 +459,8 @@ static graph_op_t* graph_op_new(const char* text, size_t len, uint64_t hash,
   int64_t two = 2;
   tpu_hlo_type_t state = tpu_hlo_type_make(TPU_DTYPE_INT64, 1, &two);
   for (int i = 0; i < num_inputs; i++) params[i] = flat_type(&input_types[i]);
-  for (int i = 0; i < num_outputs; i++) results[i] = flat_type(&output_types[i]);
+  for (int i = 0; i < num_outputs; i++) /* as tpu_graph_finish returns them */
+    results[i] = tpu_storage_shapes_free() ? output_types[i] : flat_type(&output_types[i]);
   if (with_rng) {
     params[num_inputs] = state;
     results[num_outputs] = state;

@@ -1,5 +1,6 @@
 /* Reduce family: each lowering run on the XLA CPU plugin against values
  * computed here. */
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -155,32 +156,84 @@ static void test_row_extremes_in_two_stages(void) {
   }
 }
 
+/* Row sums split into lanes (emit.c): rows of 32, 512 and 1000 (8, 16, 8
+ * lanes) against a double-precision sum, within f32's bound for a
+ * two-level tree of <= 32 terms each; a NaN or +inf anywhere in a row
+ * reaches its sum, +inf and -inf together give NaN. */
+static void test_row_sums_in_two_stages(void) {
+  const int64_t lengths[3] = {32, 512, 1000};
+  for (int li = 0; li < 3; li++) {
+    enum { ROWS = 4 };
+    int64_t n = lengths[li], d[2] = {ROWS, n}, dim = 1;
+    float* x = malloc(sizeof(float) * ROWS * (size_t)n);
+    for (int64_t i = 0; i < ROWS * n; i++) x[i] = (float)((i * 7919) % 1013) / 7.0f + 100.0f;
+    x[1 * n + 5] = NAN;
+    x[2 * n + n - 1] = INFINITY;
+    x[3 * n + 1] = INFINITY;
+    x[3 * n + n / 2] = -INFINITY;
+    tpu_lower_arg_t args[4] = {tpu_test_tensor_arg(TPU_DTYPE_FLOAT32, 2, d), ints_arg(1, &dim),
+                               bool_arg(false), kNone};
+    const void* data[1] = {x};
+    int64_t rows = ROWS;
+    tpu_hlo_type_t out = tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 1, &rows);
+    void* r[1];
+    CHECK_OK(tpu_test_run_op("aten::sum.dim_IntList", args, 4, NULL, data, &out, 1, r));
+    const float* v = r[0];
+    double want = 0, mag = 0;
+    for (int64_t c = 0; c < n; c++) {
+      want += x[c];
+      mag += fabs(x[c]);
+    }
+    bool ok = fabs(v[0] - want) <= 64 * FLT_EPSILON * mag && isnan(v[1]) &&
+              v[2] == INFINITY && isnan(v[3]);
+    if (!ok) fprintf(stderr, "n %lld: %.9g want %.9g | %g %g %g\n", (long long)n, v[0], want, v[1],
+                     v[2], v[3]);
+    free(r[0]);
+    free(x);
+    CHECK(ok);
+  }
+}
+
 static int occurrences(const char* text, const char* needle) {
   int n = 0;
   for (const char* p = strstr(text, needle); p; p = strstr(p + 1, needle)) n++;
   return n;
 }
 
-/* The form: a float max over a row of 32 is two reduces over [4, 4, 8]
- * with the NaN select between them; a sum (not exact when regrouped) and
- * a row of 8 stay one reduce. */
+/* The form: a float max or sum over a row of 32 is two reduces over
+ * [4, 4, 8] with the NaN select between them; a row of 512 takes 16 lanes
+ * ([4, 32, 16]: at most 32 rows per lane, XLA splits no further); an
+ * integer sum (exact, nothing to gain), a float sum of a row longer than
+ * 1024 (left to XLA's tree) and a row of 8 stay one reduce. */
 static void test_row_max_is_emitted_in_two_stages(void) {
-  int64_t d32[2] = {4, 32}, d8[2] = {4, 8}, dim = 1;
-  const struct { const int64_t* dims; const char* op; int reduces; } cases[3] = {
-      {d32, "stablehlo.maximum", 2}, {d32, "stablehlo.add", 1}, {d8, "stablehlo.maximum", 1}};
-  for (int i = 0; i < 3; i++) {
+  int64_t d32[2] = {4, 32}, d512[2] = {4, 512}, d2048[2] = {4, 2048}, d8[2] = {4, 8}, dim = 1;
+  const struct {
+    const int64_t* dims;
+    const char* op;
+    tpu_dtype_t dtype;
+    int reduces;
+    const char* split;
+  } cases[6] = {
+      {d32, "stablehlo.maximum", TPU_DTYPE_FLOAT32, 2, "(tensor<4x32xf32>) -> tensor<4x4x8xf32>"},
+      {d32, "stablehlo.add", TPU_DTYPE_FLOAT32, 2, "(tensor<4x32xf32>) -> tensor<4x4x8xf32>"},
+      {d512, "stablehlo.add", TPU_DTYPE_FLOAT32, 2,
+       "(tensor<4x512xf32>) -> tensor<4x32x16xf32>"},
+      {d32, "stablehlo.add", TPU_DTYPE_INT32, 1, NULL},
+      {d2048, "stablehlo.add", TPU_DTYPE_FLOAT32, 1, NULL},
+      {d8, "stablehlo.maximum", TPU_DTYPE_FLOAT32, 1, NULL}};
+  for (int i = 0; i < 6; i++) {
     tpu_hlo_builder_t* b = NULL;
     CHECK_OK(tpu_hlo_builder_create(&b));
-    tpu_hlo_value_t x = tpu_hlo_arg(b, tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 2, cases[i].dims), NULL);
-    tpu_hlo_value_t r = tpu_emit_reduce(b, x, tpu_emit_const(b, TPU_DTYPE_FLOAT32, 0), &dim, 1,
+    tpu_hlo_value_t x = tpu_hlo_arg(b, tpu_hlo_type_make(cases[i].dtype, 2, cases[i].dims), NULL);
+    tpu_hlo_value_t r = tpu_emit_reduce(b, x, tpu_emit_const(b, cases[i].dtype, 0), &dim, 1,
                                         cases[i].op);
     tpu_hlo_return(b, &r, 1);
     char* text = NULL;
     size_t len = 0;
     CHECK_OK(tpu_hlo_builder_finish(b, &text, &len));
     CHECK_EQ(occurrences(text, "\"stablehlo.reduce\""), cases[i].reduces);
-    if (cases[i].reduces == 2) {
-      CHECK_STR_CONTAINS(text, "(tensor<4x32xf32>) -> tensor<4x4x8xf32>");
+    if (cases[i].split) {
+      CHECK_STR_CONTAINS(text, cases[i].split);
       CHECK_STR_CONTAINS(text, "\"stablehlo.select\"");
     }
     free(text);
@@ -564,7 +617,7 @@ static void test_trace(void) {
 
 TPU_TEST_MAIN(TPU_TEST(test_trace), TPU_TEST(test_dtype_in_dim_slot_reduces_everything), TPU_TEST(test_cummax_cummin_ties_and_nan), TPU_TEST(test_logcumsumexp_count_nonzero_aminmax), TPU_TEST(test_sum_dims_keepdim_negative), TPU_TEST(test_sum_promotes_ints_and_bools),
               TPU_TEST(test_bf16_sum_and_mean_accumulate_in_f32), TPU_TEST(test_nansum_prod_mean),
-              TPU_TEST(test_amax_amin_propagate_nan), TPU_TEST(test_row_extremes_in_two_stages), TPU_TEST(test_row_max_is_emitted_in_two_stages), TPU_TEST(test_max_dim_first_index_and_nan),
+              TPU_TEST(test_amax_amin_propagate_nan), TPU_TEST(test_row_extremes_in_two_stages), TPU_TEST(test_row_max_is_emitted_in_two_stages), TPU_TEST(test_row_sums_in_two_stages), TPU_TEST(test_max_dim_first_index_and_nan),
               TPU_TEST(test_argmax_argmin), TPU_TEST(test_histc_of_bool_declines), TPU_TEST(test_var_std_correction),
               TPU_TEST(test_logsumexp),
               TPU_TEST(test_cumsum_cumprod_any_dim), TPU_TEST(test_all_any),
