@@ -156,8 +156,8 @@ static void test_row_extremes_in_two_stages(void) {
   }
 }
 
-/* Row sums split into lanes (emit.c): rows of 32, 512 and 1000 (8, 16, 8
- * lanes) against a double-precision sum, within f32's bound for a
+/* Row sums split into lanes (emit.c): rows of 32 and 512 (8 and 32 lanes)
+ * and of 1000 (left to XLA) against a double-precision sum, within f32's bound for a
  * two-level tree of <= 32 terms each; a NaN or +inf anywhere in a row
  * reaches its sum, +inf and -inf together give NaN. */
 static void test_row_sums_in_two_stages(void) {
@@ -201,8 +201,8 @@ static int occurrences(const char* text, const char* needle) {
 }
 
 /* The form: a float max or sum over a row of 32 is two reduces over
- * [4, 4, 8] with the NaN select between them; a row of 512 takes 16 lanes
- * ([4, 32, 16]: at most 32 rows per lane, XLA splits no further); an
+ * [4, 4, 8] with the NaN select between them; a row of 512 takes 32 lanes
+ * ([4, 16, 32]); an
  * integer sum (exact, nothing to gain), a float sum of a row longer than
  * 1024 (left to XLA's tree) and a row of 8 stay one reduce. */
 static void test_row_max_is_emitted_in_two_stages(void) {
@@ -217,7 +217,7 @@ static void test_row_max_is_emitted_in_two_stages(void) {
       {d32, "stablehlo.maximum", TPU_DTYPE_FLOAT32, 2, "(tensor<4x32xf32>) -> tensor<4x4x8xf32>"},
       {d32, "stablehlo.add", TPU_DTYPE_FLOAT32, 2, "(tensor<4x32xf32>) -> tensor<4x4x8xf32>"},
       {d512, "stablehlo.add", TPU_DTYPE_FLOAT32, 2,
-       "(tensor<4x512xf32>) -> tensor<4x32x16xf32>"},
+       "(tensor<4x512xf32>) -> tensor<4x16x32xf32>"},
       {d32, "stablehlo.add", TPU_DTYPE_INT32, 1, NULL},
       {d2048, "stablehlo.add", TPU_DTYPE_FLOAT32, 1, NULL},
       {d8, "stablehlo.maximum", TPU_DTYPE_FLOAT32, 1, NULL}};
