@@ -209,8 +209,10 @@ def test_tiny_gpt_trains_partitioned_over_local_devices(tmp_path):
         run = out[name]
         got = run["losses"]
         # The same global computation: only the order of floating-point
-        # sums differs (all-reduces), which training amplifies slowly.
-        assert got[0] == ref[0], name
+        # sums differs (all-reduces; a partitioned row sums its lanes in
+        # pieces), so the first loss is within a few float32 ulps and
+        # training amplifies the difference slowly.
+        assert abs(got[0] - ref[0]) <= 1e-6 * abs(ref[0]), (name, got[0], ref[0])
         rel = [abs(a - b) / abs(a) for a, b in zip(ref, got)]
         assert max(rel[:10]) < 1e-5 and max(rel) < 1e-3, (name, rel)
         assert got[-1] < got[0] - 0.05, (name, got)  # it learns

@@ -377,14 +377,10 @@ static tpu_status_t compile_lower_row(compile_t* c, const tpu_lowering_t* row) {
   return status;
 }
 
-/* A fresh output's whole (new) storage: the value itself when its view
- * covers the storage exactly, else written into zeros of the flat storage.
- * The value keeps its own shape where buffers are free to (CPU plugin, see
- * tpu_storage_set_shapes_free), else it is flattened: XLA fuses that
- * reshape into the kernel writing the result, which then walks it as one
- * flat loop, and a flat loop over a broadcast (x * w, a norm's affine)
- * computes every element's index apart: scalar code, 2x slower than the
- * same kernel over [rows, cols]. */
+/* A fresh output's whole storage: the value when its view covers it (in
+ * its own shape where tpu_storage_shapes_free: a flattened result makes
+ * XLA write it in one flat loop, scalar code over a broadcast such as
+ * x * w, 2x slower), else written into zeros of the flat storage. */
 static tpu_hlo_value_t fresh_result(tpu_hlo_builder_t* b, const tpu_eager_output_t* out,
                                     tpu_hlo_value_t value) {
   int64_t n = out->storage_numel;
