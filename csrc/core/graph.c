@@ -432,11 +432,6 @@ typedef struct graph_op_s {
 static pthread_mutex_t g_graph_ops_lock = PTHREAD_MUTEX_INITIALIZER;
 static graph_op_t* g_graph_ops[GRAPH_OP_BUCKETS];
 
-static tpu_hlo_type_t flat_type(const tpu_hlo_type_t* t) {
-  int64_t n = tpu_hlo_type_numel(t);
-  return tpu_hlo_type_make(t->dtype, 1, &n);
-}
-
 /* A new op for this graph (NULL when out of memory). */
 static graph_op_t* graph_op_new(const char* text, size_t len, uint64_t hash,
                                 const tpu_hlo_type_t* input_types, int num_inputs,
@@ -458,9 +453,9 @@ static graph_op_t* graph_op_new(const char* text, size_t len, uint64_t hash,
   copy[len] = '\0';
   int64_t two = 2;
   tpu_hlo_type_t state = tpu_hlo_type_make(TPU_DTYPE_INT64, 1, &two);
-  for (int i = 0; i < num_inputs; i++) params[i] = flat_type(&input_types[i]);
+  for (int i = 0; i < num_inputs; i++) params[i] = tpu_hlo_type_flat(&input_types[i]);
   for (int i = 0; i < num_outputs; i++) /* as tpu_graph_finish returns them */
-    results[i] = tpu_storage_shapes_free() ? output_types[i] : flat_type(&output_types[i]);
+    results[i] = tpu_storage_shapes_free() ? output_types[i] : tpu_hlo_type_flat(&output_types[i]);
   if (with_rng) {
     params[num_inputs] = state;
     results[num_outputs] = state;
