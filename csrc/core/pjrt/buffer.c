@@ -519,36 +519,6 @@ static tpu_status_t start_to_host(tpu_buffer_t* buffer, void* dst,
   return NULL;
 }
 
-tpu_status_t tpu_buffer_to_host(tpu_buffer_t* buffer, void* dst,
-                                size_t dst_bytes) {
-  PJRT_Event* event;
-  /* The span covers the copy, not the wait for a queued execution to
-   * fill the buffer (that wait shows as the execution itself). */
-  if (buffer) TPU_RETURN_IF_ERROR(tpu_buffer_wait_filled(buffer));
-  tpu_trace_span_t span;
-  tpu_trace_begin_sized(&span, TPU_TRACE_TO_HOST, buffer ? tpu_dtype_name(buffer->dtype) : "",
-                        (int64_t)dst_bytes);
-  tpu_status_t status = start_to_host(buffer, dst, dst_bytes, &event);
-  if (!status)
-    status = tpu_pjrt_event_await_destroy(buffer->client->api, event, "device-to-host transfer");
-  tpu_trace_end(&span);
-  TPU_RETURN_IF_ERROR(status);
-  tpu_buffer_set_known_ready(buffer); /* the copy read computed contents */
-  return NULL;
-}
-
-tpu_status_t tpu_buffer_to_host_async(tpu_buffer_t* buffer, void* dst,
-                                      size_t dst_bytes,
-                                      tpu_event_t** out_event) {
-  if (!out_event) {
-    return tpu_status_make(TPU_STATUS_INVALID_ARGUMENT, "out_event is NULL");
-  }
-  *out_event = NULL;
-  PJRT_Event* event;
-  TPU_RETURN_IF_ERROR(start_to_host(buffer, dst, dst_bytes, &event));
-  return tpu_event_wrap(buffer->client->api, event, out_event);
-}
-
 /* Whether the device image of `buffer` is its elements in row-major order
  * with no tiling, so that byte k of the raw image is byte k of the dense
  * host copy. TPUs tile even 1-D arrays (and pack bf16 pairs); the CPU and
@@ -570,6 +540,72 @@ static bool raw_image_is_dense(tpu_buffer_t* buffer) {
     if (tiled->minor_to_major[i] != (int64_t)(rank - 1 - i)) return false;
   }
   return true;
+}
+
+/* The CPU plugin's device memory is ours, dense and row-major: a read is a
+ * memcpy from the buffer's address. PJRT's copy hands it to a pool thread
+ * and wakes the caller after: 50-130 us for a loss.item(), ~2 us here. */
+static bool host_addressable(tpu_buffer_t* buffer, const void* dst, size_t dst_bytes) {
+  const PJRT_Api* api = buffer->client->api;
+  return strcmp(buffer->client->platform_name, "cpu") == 0 && dst && dst_bytes &&
+         dst_bytes == tpu_buffer_nbytes(buffer) && !tpu_buffer_is_deleted(buffer) &&
+         TPU_PJRT_HAS_SLOT(api, PJRT_Buffer_UnsafePointer) &&
+         TPU_PJRT_HAS_SLOT(api, PJRT_Buffer_DecreaseExternalReferenceCount) &&
+         raw_image_is_dense(buffer);
+}
+
+/* The external reference keeps the buffer from being donated meanwhile;
+ * a failed execution's error surfaces here, not as garbage bytes. */
+static tpu_status_t read_in_place(tpu_buffer_t* buffer, void* dst, size_t dst_bytes) {
+  const PJRT_Api* api = buffer->client->api;
+  if (!tpu_buffer_known_ready(buffer)) TPU_RETURN_IF_ERROR(tpu_buffer_await_ready(buffer));
+  TPU_PJRT_ARGS(PJRT_Buffer_IncreaseExternalReferenceCount_Args, hold);
+  hold.buffer = buffer->buffer;
+  TPU_RETURN_IF_ERROR(TPU_PJRT_CALL(api, PJRT_Buffer_IncreaseExternalReferenceCount, &hold));
+  TPU_PJRT_ARGS(PJRT_Buffer_UnsafePointer_Args, at);
+  at.buffer = buffer->buffer;
+  tpu_status_t status = TPU_PJRT_CALL(api, PJRT_Buffer_UnsafePointer, &at);
+  if (!status) memcpy(dst, (const void*)at.buffer_pointer, dst_bytes);
+  TPU_PJRT_ARGS(PJRT_Buffer_DecreaseExternalReferenceCount_Args, drop);
+  drop.buffer = buffer->buffer;
+  tpu_status_t released = TPU_PJRT_CALL(api, PJRT_Buffer_DecreaseExternalReferenceCount, &drop);
+  if (status) tpu_status_free(released);
+  return status ? status : released;
+}
+
+tpu_status_t tpu_buffer_to_host(tpu_buffer_t* buffer, void* dst,
+                                size_t dst_bytes) {
+  /* The span covers the copy, not the wait for a queued execution to
+   * fill the buffer (that wait shows as the execution itself). */
+  if (buffer) TPU_RETURN_IF_ERROR(tpu_buffer_wait_filled(buffer));
+  tpu_trace_span_t span;
+  tpu_trace_begin_sized(&span, TPU_TRACE_TO_HOST, buffer ? tpu_dtype_name(buffer->dtype) : "",
+                        (int64_t)dst_bytes);
+  tpu_status_t status;
+  if (buffer && host_addressable(buffer, dst, dst_bytes)) {
+    status = read_in_place(buffer, dst, dst_bytes);
+  } else {
+    PJRT_Event* event;
+    status = start_to_host(buffer, dst, dst_bytes, &event);
+    if (!status)
+      status = tpu_pjrt_event_await_destroy(buffer->client->api, event, "device-to-host transfer");
+  }
+  tpu_trace_end(&span);
+  TPU_RETURN_IF_ERROR(status);
+  tpu_buffer_set_known_ready(buffer); /* the copy read computed contents */
+  return NULL;
+}
+
+tpu_status_t tpu_buffer_to_host_async(tpu_buffer_t* buffer, void* dst,
+                                      size_t dst_bytes,
+                                      tpu_event_t** out_event) {
+  if (!out_event) {
+    return tpu_status_make(TPU_STATUS_INVALID_ARGUMENT, "out_event is NULL");
+  }
+  *out_event = NULL;
+  PJRT_Event* event;
+  TPU_RETURN_IF_ERROR(start_to_host(buffer, dst, dst_bytes, &event));
+  return tpu_event_wrap(buffer->client->api, event, out_event);
 }
 
 tpu_status_t tpu_buffer_copy_to_device(tpu_buffer_t* buffer, int device_index,
