@@ -187,7 +187,7 @@ tpu_compile_options_t tpu_program_compile_options(const tpu_client_t* client, co
    * device. */
   return (tpu_compile_options_t){
       .portable = !tpu_client_is_single_device(client),
-      .serial_kernels = strcmp(tpu_client_platform_name(client), "cpu") == 0 &&
+      .serial_kernels = tpu_client_is_cpu(client) &&
                         tpu_hlo_largest_tensor_bytes(mlir, mlir_len) <= kSerialKernelBytes};
 }
 

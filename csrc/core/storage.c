@@ -318,7 +318,7 @@ tpu_status_t tpu_storage_copy_to_device(tpu_storage_t* dst, tpu_storage_t* src) 
 
 bool tpu_storage_shapes_free(void) {
   tpu_client_t* client = tpu_runtime_client();
-  return client && strcmp(tpu_client_platform_name(client), "cpu") == 0;
+  return client && tpu_client_is_cpu(client);
 }
 
 static int64_t count(const int64_t* dims, int rank) {

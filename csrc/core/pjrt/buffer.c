@@ -547,7 +547,7 @@ static bool raw_image_is_dense(tpu_buffer_t* buffer) {
  * and wakes the caller after: 50-130 us for a loss.item(), ~2 us here. */
 static bool host_addressable(tpu_buffer_t* buffer, const void* dst, size_t dst_bytes) {
   const PJRT_Api* api = buffer->client->api;
-  return strcmp(buffer->client->platform_name, "cpu") == 0 && dst && dst_bytes &&
+  return tpu_client_is_cpu(buffer->client) && dst && dst_bytes &&
          dst_bytes == tpu_buffer_nbytes(buffer) && !tpu_buffer_is_deleted(buffer) &&
          TPU_PJRT_HAS_SLOT(api, PJRT_Buffer_UnsafePointer) &&
          TPU_PJRT_HAS_SLOT(api, PJRT_Buffer_DecreaseExternalReferenceCount) &&

@@ -258,6 +258,10 @@ tpu_plugin_t* tpu_client_plugin(const tpu_client_t* client) {
 const char* tpu_client_platform_name(const tpu_client_t* client) {
   return client->platform_name;
 }
+
+bool tpu_client_is_cpu(const tpu_client_t* client) {
+  return client->platform_name && strcmp(client->platform_name, "cpu") == 0;
+}
 const char* tpu_client_platform_version(const tpu_client_t* client) {
   return client->platform_version;
 }

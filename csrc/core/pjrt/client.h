@@ -37,6 +37,10 @@ void tpu_client_destroy(tpu_client_t* client);
 
 tpu_plugin_t* tpu_client_plugin(const tpu_client_t* client);
 const char* tpu_client_platform_name(const tpu_client_t* client); /* "cpu" */
+/* Whether the devices are this host's CPU (XLA:CPU): device memory is this
+ * process's memory, dense and row-major, and its executions check
+ * arguments by byte size. */
+bool tpu_client_is_cpu(const tpu_client_t* client);
 const char* tpu_client_platform_version(const tpu_client_t* client);
 int tpu_client_process_index(const tpu_client_t* client);
 

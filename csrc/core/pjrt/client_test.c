@@ -49,6 +49,7 @@ static void test_one_device(void) {
   CHECK(client != NULL);
   CHECK(tpu_client_plugin(client) == plugin);
   CHECK(strcmp(tpu_client_platform_name(client), "cpu") == 0);
+  CHECK(tpu_client_is_cpu(client));
   CHECK(tpu_client_platform_version(client) != NULL);
   CHECK_EQ(tpu_client_process_index(client), 0);
   check_cpu_devices(client, 1);
