@@ -280,18 +280,22 @@ int tpu_program_num_outputs(const tpu_program_t* program) {
  * programs to completion inside Execute when their inputs are ready. So a
  * program whose executions were all seen finished on return (its event
  * ready, INLINE_TRUST times running) skips the event when every input is
- * known ready, and marks its outputs known ready; nothing is left in
- * flight for synchronize to wait for. Every RECHECK-th run asks for the
- * event again, and a program once seen still running with ready inputs
- * always asks. Plugins that execute asynchronously (GPU, TPU) never
+ * presumed ready, and marks its outputs presumed ready; nothing is left in
+ * flight for synchronize to wait for. Presumed, not known: the plugin runs
+ * a program XLA does not estimate cheap on its pool, and a small one often
+ * finishes before Execute returns, yet not under load. So reads still wait
+ * for PJRT's event (buffer.c). Every RECHECK-th run asks for the event
+ * again, and a program once seen still running with ready inputs always
+ * asks. Plugins that execute asynchronously (GPU, TPU) never
  * return a ready event, so their programs never skip; nor do synchronous
  * (Debug) executions, whose event carries the op's error. */
 #define INLINE_TRUST 8
 #define RECHECK 64
 
-static bool inputs_known_ready(tpu_buffer_t* const* args, int nargs, bool poll) {
+static bool inputs_presumed_ready(tpu_buffer_t* const* args, int nargs, bool poll) {
   for (int i = 0; i < nargs; i++)
-    if (!(poll ? tpu_buffer_poll_ready(args[i]) : tpu_buffer_known_ready(args[i]))) return false;
+    if (!tpu_buffer_presumed_ready(args[i]) && !(poll && tpu_buffer_poll_ready(args[i])))
+      return false;
   return true;
 }
 
@@ -320,14 +324,14 @@ static tpu_status_t execute_untraced(tpu_program_t* program, int device_index,
   /* Polling asks the plugin about inputs not yet known: only for
    * programs that would use the answer. */
   if (!wait && trusted && run % RECHECK != 0 &&
-      inputs_known_ready(args, nargs, /*poll=*/true)) {
+      inputs_presumed_ready(args, nargs, /*poll=*/true)) {
     TPU_RETURN_IF_ERROR(run_program(program, device_index, args, nargs, out_results, NULL, into));
     TPU_METRICS_BUMP("executions", 1);
     TPU_METRICS_BUMP("executions_without_event", 1);
-    for (int i = 0; i < nout; i++) tpu_buffer_set_known_ready(out_results[i]);
+    for (int i = 0; i < nout; i++) tpu_buffer_set_presumed_ready(out_results[i]);
     return NULL;
   }
-  bool ready_inputs = inputs_known_ready(args, nargs, /*poll=*/false);
+  bool ready_inputs = inputs_presumed_ready(args, nargs, /*poll=*/false);
   tpu_event_t* done = NULL;
   TPU_RETURN_IF_ERROR(run_program(program, device_index, args, nargs, out_results, &done, into));
   TPU_METRICS_BUMP("executions", 1);

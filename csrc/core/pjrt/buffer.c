@@ -9,61 +9,6 @@
 #include "internal.h"
 #include "../trace.h"
 
-/* ---- dtype mapping ------------------------------------------------------------ */
-
-static const PJRT_Buffer_Type kBufferTypes[TPU_DTYPE_COUNT] = {
-    [TPU_DTYPE_BOOL] = PJRT_Buffer_Type_PRED,
-    [TPU_DTYPE_UINT8] = PJRT_Buffer_Type_U8,
-    [TPU_DTYPE_INT8] = PJRT_Buffer_Type_S8,
-    [TPU_DTYPE_INT16] = PJRT_Buffer_Type_S16,
-    [TPU_DTYPE_INT32] = PJRT_Buffer_Type_S32,
-    [TPU_DTYPE_INT64] = PJRT_Buffer_Type_S64,
-    [TPU_DTYPE_FLOAT16] = PJRT_Buffer_Type_F16,
-    [TPU_DTYPE_BFLOAT16] = PJRT_Buffer_Type_BF16,
-    [TPU_DTYPE_FLOAT32] = PJRT_Buffer_Type_F32,
-    [TPU_DTYPE_FLOAT64] = PJRT_Buffer_Type_F64,
-    [TPU_DTYPE_COMPLEX64] = PJRT_Buffer_Type_C64,
-    [TPU_DTYPE_UINT16] = PJRT_Buffer_Type_U16,
-    [TPU_DTYPE_UINT32] = PJRT_Buffer_Type_U32,
-    [TPU_DTYPE_UINT64] = PJRT_Buffer_Type_U64,
-    [TPU_DTYPE_COMPLEX128] = PJRT_Buffer_Type_C128,
-};
-
-PJRT_Buffer_Type tpu_pjrt_buffer_type(tpu_dtype_t dtype) {
-  return tpu_dtype_is_valid(dtype) ? kBufferTypes[dtype]
-                                   : PJRT_Buffer_Type_INVALID;
-}
-
-tpu_dtype_t tpu_pjrt_dtype(PJRT_Buffer_Type type) {
-  if (type == PJRT_Buffer_Type_INVALID) return TPU_DTYPE_INVALID;
-  for (int d = 0; d < TPU_DTYPE_COUNT; d++)
-    if (kBufferTypes[d] == type) return (tpu_dtype_t)d;
-  return TPU_DTYPE_INVALID;
-}
-
-const char* tpu_pjrt_buffer_type_name(PJRT_Buffer_Type type) {
-  switch (type) {
-    case PJRT_Buffer_Type_INVALID: return "invalid";
-    case PJRT_Buffer_Type_PRED: return "pred";
-    case PJRT_Buffer_Type_S8: return "s8";
-    case PJRT_Buffer_Type_S16: return "s16";
-    case PJRT_Buffer_Type_S32: return "s32";
-    case PJRT_Buffer_Type_S64: return "s64";
-    case PJRT_Buffer_Type_U8: return "u8";
-    case PJRT_Buffer_Type_U16: return "u16";
-    case PJRT_Buffer_Type_U32: return "u32";
-    case PJRT_Buffer_Type_U64: return "u64";
-    case PJRT_Buffer_Type_F16: return "f16";
-    case PJRT_Buffer_Type_F32: return "f32";
-    case PJRT_Buffer_Type_F64: return "f64";
-    case PJRT_Buffer_Type_BF16: return "bf16";
-    case PJRT_Buffer_Type_C64: return "c64";
-    case PJRT_Buffer_Type_C128: return "c128";
-    case PJRT_Buffer_Type_TOKEN: return "token";
-    default: return "an 8/4/2-bit type";
-  }
-}
-
 /* ---- helpers ------------------------------------------------------------------ */
 
 static atomic_bool g_force_host_pack;
@@ -555,7 +500,9 @@ static bool host_addressable(tpu_buffer_t* buffer, const void* dst, size_t dst_b
 }
 
 /* The external reference keeps the buffer from being donated meanwhile;
- * a failed execution's error surfaces here, not as garbage bytes. */
+ * a failed execution's error surfaces here, not as garbage bytes. Only a
+ * known-ready buffer skips the wait: a presumed one may still be computed
+ * on the plugin's pool (PJRT's own copy would have waited for it). */
 static tpu_status_t read_in_place(tpu_buffer_t* buffer, void* dst, size_t dst_bytes) {
   const PJRT_Api* api = buffer->client->api;
   if (!tpu_buffer_known_ready(buffer)) TPU_RETURN_IF_ERROR(tpu_buffer_await_ready(buffer));
@@ -701,12 +648,24 @@ tpu_status_t tpu_buffer_await_ready(tpu_buffer_t* buffer) {
   return NULL;
 }
 
+enum { TPU_READY_UNKNOWN, TPU_READY_PRESUMED, TPU_READY_KNOWN };
+
 bool tpu_buffer_known_ready(const tpu_buffer_t* buffer) {
-  return atomic_load_explicit(&buffer->known_ready, memory_order_relaxed);
+  return atomic_load_explicit(&buffer->readiness, memory_order_relaxed) == TPU_READY_KNOWN;
 }
 
 void tpu_buffer_set_known_ready(tpu_buffer_t* buffer) {
-  atomic_store_explicit(&buffer->known_ready, true, memory_order_relaxed);
+  atomic_store_explicit(&buffer->readiness, TPU_READY_KNOWN, memory_order_relaxed);
+}
+
+bool tpu_buffer_presumed_ready(const tpu_buffer_t* buffer) {
+  return atomic_load_explicit(&buffer->readiness, memory_order_relaxed) != TPU_READY_UNKNOWN;
+}
+
+void tpu_buffer_set_presumed_ready(tpu_buffer_t* buffer) {
+  int unknown = TPU_READY_UNKNOWN;
+  atomic_compare_exchange_strong_explicit(&buffer->readiness, &unknown, TPU_READY_PRESUMED,
+                                          memory_order_relaxed, memory_order_relaxed);
 }
 
 bool tpu_buffer_poll_ready(tpu_buffer_t* buffer) {

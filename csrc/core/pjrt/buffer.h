@@ -69,6 +69,12 @@ tpu_status_t tpu_buffer_await_ready(tpu_buffer_t* buffer);
  * unless already known; it never waits. */
 bool tpu_buffer_known_ready(const tpu_buffer_t* buffer);
 bool tpu_buffer_poll_ready(tpu_buffer_t* buffer);
+/* Known, or presumed: computed by an execution that has always finished
+ * inside Execute (program.c). A presumption may be wrong (the plugin can
+ * run the same program on its pool under load): it lets executions skip
+ * their completion events, while reads and error polls still ask PJRT. */
+bool tpu_buffer_presumed_ready(const tpu_buffer_t* buffer);
+void tpu_buffer_set_presumed_ready(tpu_buffer_t* buffer);
 /* Whether the buffer is known to hold a failure: its queued launch failed,
  * or the execution computing it finished with an error. Never waits (a
  * buffer still being computed is not known failed). */

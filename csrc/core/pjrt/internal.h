@@ -1,6 +1,6 @@
 /* Private to the PJRT layer (its .c files and tests): the object
- * layouts, PJRT_Error -> tpu_status_t conversion, dtype mapping and the
- * function-slot check. Nothing outside csrc/core/pjrt/ may include this,
+ * layouts, PJRT_Error -> tpu_status_t conversion and the function-slot
+ * check (dtype mapping: buffer_type.h). Nothing outside csrc/core/pjrt/ may include this,
  * because it includes pjrt_c_api.h. */
 #ifndef TORCHTPU_CORE_PJRT_INTERNAL_H_
 #define TORCHTPU_CORE_PJRT_INTERNAL_H_
@@ -13,6 +13,7 @@
 #include "../dtype.h"
 #include "../status.h"
 #include "buffer.h"
+#include "buffer_type.h"
 #include "client.h"
 #include "device.h"
 #include "event.h"
@@ -71,10 +72,12 @@ struct tpu_buffer_s {
   /* TPU_BUFFER_READY, or PENDING until a queued launch fills `buffer`, or
    * FAILED with `error` (set before the state is published). */
   _Atomic int state;
-  /* Its contents are known to be computed (an await, a poll, or an
-   * execution that finished inside Execute): executions reading it may
-   * skip their completion event (see program.c). Only ever set. */
-  _Atomic bool known_ready;
+  /* TPU_READY_KNOWN: its contents are computed (an await, a poll, a read,
+   * an execution seen finished). TPU_READY_PRESUMED: an execution that
+   * usually runs inside Execute computes it (program.c skips asking);
+   * enough to skip completion events, never enough to read its memory.
+   * Only ever raised. */
+  _Atomic int readiness;
   /* It was passed to an execution as donatable: only then can PJRT have
    * deleted it, so only then is asking worth a call (see is_deleted). */
   _Atomic bool offered;
@@ -134,12 +137,6 @@ void tpu_pjrt_event_destroy(const PJRT_Api* api, PJRT_Event* event);
  * is destroyed. */
 tpu_status_t tpu_event_wrap(const PJRT_Api* api, PJRT_Event* event,
                             tpu_event_t** out_event);
-
-/* ---- dtypes --------------------------------------------------------------- */
-
-PJRT_Buffer_Type tpu_pjrt_buffer_type(tpu_dtype_t dtype);
-tpu_dtype_t tpu_pjrt_dtype(PJRT_Buffer_Type type); /* INVALID if unmapped */
-const char* tpu_pjrt_buffer_type_name(PJRT_Buffer_Type type);
 
 /* ---- devices -------------------------------------------------------------- */
 
