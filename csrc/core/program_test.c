@@ -134,6 +134,17 @@ static void test_read_of_presumed_output_waits_for_it(void) {
     for (int64_t i = 0; i < n; i++) wrong += host[i] != (float)(i % 1000) * (float)(i % 1000);
     CHECK_EQ(wrong, 0);
     tpu_buffer_destroy(out);
+    /* An element read (x[i].item()) of a presumed output waits alike. */
+    tpu_buffer_t* in2[2] = {a, a};
+    CHECK_OK(tpu_program_execute(p, 0, in2, 2, &out));
+    tpu_buffer_set_presumed_ready(out);
+    float tail[4] = {-1, -1, -1, -1};
+    CHECK_OK(tpu_buffer_to_host_range(out, (size_t)(n - 4) * sizeof(float), tail, sizeof tail));
+    for (int i = 0; i < 4; i++) {
+      float v = (float)((n - 4 + i) % 1000);
+      CHECK(tail[i] == v * v);
+    }
+    tpu_buffer_destroy(out);
     for (int64_t i = 0; i < n; i++) host[i] = (float)(i % 1000);
   }
   tpu_buffer_destroy(a);
