@@ -280,8 +280,8 @@ int tpu_program_num_outputs(const tpu_program_t* program) {
  * programs to completion inside Execute when their inputs are ready. So a
  * program whose executions were all seen finished on return (its event
  * ready, INLINE_TRUST times running) skips the event when every input is
- * presumed ready, and marks its outputs presumed ready; nothing is left in
- * flight for synchronize to wait for. Presumed, not known: the plugin runs
+ * presumed ready, and marks its outputs presumed ready; synchronize has
+ * no event of it to wait for. Presumed, not known: the plugin runs
  * a program XLA does not estimate cheap on its pool, and a small one often
  * finishes before Execute returns, yet not under load. So reads still wait
  * for PJRT's event (buffer.c). Every RECHECK-th run asks for the event

@@ -588,6 +588,20 @@ tpu_status_t tpu_buffer_copy_to_device(tpu_buffer_t* buffer, int device_index,
                      buffer->rank, out_buffer);
 }
 
+/* PJRT's raw copy of bytes [offset, offset + size). It does not wait for
+ * the contents to be computed: a failed execution's error must surface
+ * here, not as garbage bytes. */
+static tpu_status_t read_raw(tpu_buffer_t* buffer, size_t offset, void* dst, size_t size) {
+  TPU_RETURN_IF_ERROR(tpu_buffer_await_ready(buffer));
+  TPU_PJRT_ARGS(PJRT_Buffer_CopyRawToHost_Args, args);
+  args.buffer = buffer->buffer;
+  args.dst = dst;
+  args.offset = (int64_t)offset;
+  args.transfer_size = (int64_t)size;
+  TPU_RETURN_IF_ERROR(TPU_PJRT_CALL(buffer->client->api, PJRT_Buffer_CopyRawToHost, &args));
+  return tpu_pjrt_event_await_destroy(buffer->client->api, args.event, "device-to-host transfer");
+}
+
 tpu_status_t tpu_buffer_to_host_range(tpu_buffer_t* buffer, size_t offset,
                                       void* dst, size_t size) {
   if (!buffer || (!dst && size)) {
@@ -605,31 +619,16 @@ tpu_status_t tpu_buffer_to_host_range(tpu_buffer_t* buffer, size_t offset,
                            "buffer was deleted or donated to an execution");
   }
   if (size == 0) return NULL;
-  tpu_trace_span_t span;
-  if (host_addressable(buffer)) { /* x[5].item(): a memcpy, as whole reads */
-    tpu_trace_begin_sized(&span, TPU_TRACE_TO_HOST, tpu_dtype_name(buffer->dtype), (int64_t)size);
-    tpu_status_t status = read_in_place(buffer, offset, dst, size);
-    tpu_trace_end(&span);
-    return status;
-  }
-  if (!TPU_PJRT_HAS_SLOT(buffer->client->api, PJRT_Buffer_CopyRawToHost) ||
-      !raw_image_is_dense(buffer)) {
+  bool in_place = host_addressable(buffer); /* x[5].item(): a memcpy, as whole reads */
+  if (!in_place && (!TPU_PJRT_HAS_SLOT(buffer->client->api, PJRT_Buffer_CopyRawToHost) ||
+                    !raw_image_is_dense(buffer))) {
     return tpu_status_make(TPU_STATUS_UNIMPLEMENTED,
                            "the plugin cannot read a byte range of this buffer");
   }
-  /* The raw copy does not wait for the contents to be computed: a failed
-   * execution's error must surface here, not as garbage bytes. */
-  TPU_RETURN_IF_ERROR(tpu_buffer_await_ready(buffer));
-  TPU_PJRT_ARGS(PJRT_Buffer_CopyRawToHost_Args, args);
-  args.buffer = buffer->buffer;
-  args.dst = dst;
-  args.offset = (int64_t)offset;
-  args.transfer_size = (int64_t)size;
+  tpu_trace_span_t span;
   tpu_trace_begin_sized(&span, TPU_TRACE_TO_HOST, tpu_dtype_name(buffer->dtype), (int64_t)size);
-  tpu_status_t status = TPU_PJRT_CALL(buffer->client->api, PJRT_Buffer_CopyRawToHost, &args);
-  if (!status)
-    status = tpu_pjrt_event_await_destroy(buffer->client->api, args.event,
-                                          "device-to-host transfer");
+  tpu_status_t status = in_place ? read_in_place(buffer, offset, dst, size)
+                                 : read_raw(buffer, offset, dst, size);
   tpu_trace_end(&span);
   return status;
 }
