@@ -13,6 +13,9 @@ BUILD := build
 PJRT_PKG_DIR = $(shell $(PY) -c 'import os, xla_plugins.xla_cpu_pjrt as m; print(os.path.dirname(m.__file__))')
 PJRT_INCLUDE_DIR ?= $(PJRT_PKG_DIR)/include
 PJRT_DEFAULT_PLUGIN ?= $(PJRT_PKG_DIR)/xla_cpu_pjrt.so
+# XLA's FFI C API (xla/ffi/api/c_api.h, for csrc/core/hostgemm.c's custom
+# call handlers) from the installed jaxlib wheel.
+FFI_INCLUDE_DIR ?= $(shell $(PY) -c 'import os, jaxlib; print(os.path.join(os.path.dirname(jaxlib.__file__), "include"))')
 
 CC ?= gcc
 CFLAGS_COMMON := -std=c17 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers -fPIC -Icsrc
@@ -39,7 +42,7 @@ $(DEPS_STAMP): requirements.txt
 define core_rules
 $(BUILD)/$(1)/obj/%.o: csrc/%.c $(wildcard csrc/core/*.h csrc/core/*/*.h) | $(DEPS_STAMP)
 	@mkdir -p $$(dir $$@)
-	$(CC) $(CFLAGS_COMMON) $(2) -I$$(PJRT_INCLUDE_DIR) \
+	$(CC) $(CFLAGS_COMMON) $(2) -I$$(PJRT_INCLUDE_DIR) -I$$(FFI_INCLUDE_DIR) \
 	  -DTPU_DEFAULT_PLUGIN_PATH='"$$(PJRT_DEFAULT_PLUGIN)"' -c $$< -o $$@
 $(BUILD)/$(1)/libtorchtpu_core.a: $(patsubst csrc/%.c,$(BUILD)/$(1)/obj/%.o,$(CORE_SRCS))
 	ar rcs $$@ $$^

@@ -12,6 +12,7 @@
 #include "env.h"
 #include "hash.h"
 #include "hlo/signature.h"
+#include "hostgemm.h"
 #include "metrics.h"
 #include "runtime.h"
 #include "trace.h"
@@ -218,8 +219,18 @@ tpu_status_t tpu_program_get(const char* mlir, size_t mlir_len,
   tpu_trace_span_t span;
   const char* label = tpu_runtime_op_label();
   tpu_trace_begin(&span, TPU_TRACE_COMPILE, label ? label : "a program");
-  tpu_status_t compiled =
-      tpu_diskcache_load_or_compile(client, mlir, mlir_len, &options, &executable);
+  /* The cache keys on the text compiled, so rewritten programs never meet
+   * a process that compiles dots with XLA (TORCHTPU_HOST_GEMM=0). */
+  char* gemm_text = NULL;
+  size_t gemm_len = 0;
+  tpu_status_t compiled = tpu_hostgemm_active()
+                              ? tpu_hostgemm_rewrite(mlir, mlir_len, &gemm_text, &gemm_len)
+                              : NULL;
+  if (!compiled)
+    compiled = tpu_diskcache_load_or_compile(client, gemm_text ? gemm_text : mlir,
+                                             gemm_text ? gemm_len : mlir_len, &options,
+                                             &executable);
+  free(gemm_text);
   tpu_trace_end(&span);
   TPU_RETURN_IF_ERROR(compiled);
   tpu_program_t* program = calloc(1, sizeof *program);

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "env.h"
+#include "hostgemm.h"
 #include "hostheap.h"
 #include "memory.h"
 
@@ -228,6 +229,7 @@ tpu_status_t tpu_runtime_init(const char* fallback_plugin_path) {
   }
   /* The CPU plugin's device memory is this process's heap. */
   if (strcmp(tpu_client_platform_name(client), "cpu") == 0) tpu_hostheap_configure();
+  tpu_hostgemm_register(client);
   g_default_device =
       visible_count > 0 ? 0 : local_rank_device(tpu_client_device_count(client));
   g_plugin = plugin;

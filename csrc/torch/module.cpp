@@ -38,6 +38,7 @@ void ensure_runtime();
 void check_pending_index_errors();  // dispatch.cpp
 void set_fallback_quiet(bool quiet);
 int register_lowered_ops();
+void install_host_gemm();  // host_gemm.cpp
 // Eager modes (debug.cpp); names rather than the enum keep this file free
 // of c10 headers.
 std::string get_eager_mode_name();
@@ -187,6 +188,8 @@ py::list env_vars() {
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "torchtpu runtime bindings";
+  // Before the runtime starts: it registers the CPU plugin's custom calls.
+  torchtpu::install_host_gemm();
   torchtpu::init_graph_bindings(m);
   torchtpu::init_comm_bindings(m);
   torchtpu::init_tpudist_bindings(m);

@@ -366,6 +366,45 @@ void tpu_plugin_release(tpu_plugin_t* plugin) {
 /* ---- accessors ---------------------------------------------------------------- */
 
 const char* tpu_plugin_path(const tpu_plugin_t* plugin) { return plugin->path; }
+
+/* The PJRT FFI extension as plugins since late 2025 lay it out (the pip
+ * wheel ships only pjrt_c_api.h): the base, then type-id registration,
+ * user data, and handler registration, which older plugins lack (their
+ * struct ends before it). */
+typedef struct ffi_register_args_s {
+  size_t struct_size;
+  const char* target_name;
+  size_t target_name_size;
+  void* handler;
+  const char* platform_name;
+  size_t platform_name_size;
+  unsigned traits;
+} ffi_register_args_t;
+
+typedef struct ffi_extension_s {
+  PJRT_Extension_Base base;
+  void* type_id_register;
+  void* user_data_add;
+  PJRT_Error* (*register_handler)(ffi_register_args_t* args);
+} ffi_extension_t;
+
+tpu_status_t tpu_plugin_register_ffi_handler(tpu_plugin_t* plugin, const char* target,
+                                             const char* platform, void* handler) {
+  const ffi_extension_t* ffi = NULL;
+  for (const PJRT_Extension_Base* e = plugin->api->extension_start; e; e = e->next)
+    if (e->type == PJRT_Extension_Type_FFI) ffi = (const ffi_extension_t*)e;
+  if (!ffi || ffi->base.struct_size < sizeof(ffi_extension_t) || !ffi->register_handler)
+    return tpu_status_make(TPU_STATUS_UNIMPLEMENTED,
+                           "the PJRT plugin %s cannot register FFI handlers", plugin->path);
+  ffi_register_args_t args = {.struct_size = sizeof args,
+                              .target_name = target,
+                              .target_name_size = strlen(target),
+                              .handler = handler,
+                              .platform_name = platform,
+                              .platform_name_size = strlen(platform)};
+  return tpu_pjrt_status(plugin->api, ffi->register_handler(&args),
+                         "PJRT_FFI_Register_Handler");
+}
 int tpu_plugin_api_major(const tpu_plugin_t* plugin) { return plugin->api_major; }
 int tpu_plugin_api_minor(const tpu_plugin_t* plugin) { return plugin->api_minor; }
 int tpu_plugin_header_api_major(void) { return PJRT_API_MAJOR; }

@@ -44,6 +44,13 @@ size_t tpu_plugin_attribute_count(const tpu_plugin_t* plugin);
 void tpu_plugin_attribute_at(const tpu_plugin_t* plugin, size_t i,
                              const char** out_name, const char** out_value);
 
+/* Registers `handler` (an XLA_FFI_Handler*, see xla/ffi/api/c_api.h) as
+ * the typed-FFI custom call `target` on `platform` ("Host" for XLA:CPU)
+ * through the plugin's FFI extension. UNIMPLEMENTED when the plugin has no
+ * extension or no register slot (older plugins, other platforms). */
+tpu_status_t tpu_plugin_register_ffi_handler(tpu_plugin_t* plugin, const char* target,
+                                             const char* platform, void* handler);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,293 @@
+#include "hostgemm.h"
+
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "env.h"
+#include "hlo/signature.h"
+#include "hlo/strbuf.h"
+#include "hlo/type.h"
+#include "xla/ffi/api/c_api.h"
+
+static _Atomic(tpu_hostgemm_fn_t) g_fn;
+static atomic_bool g_registered;
+
+void tpu_hostgemm_install(tpu_hostgemm_fn_t fn) { atomic_store(&g_fn, fn); }
+
+bool tpu_hostgemm_active(void) {
+  return atomic_load(&g_registered) && atomic_load(&g_fn) != NULL;
+}
+
+/* ---- the FFI handlers ------------------------------------------------------ */
+
+static XLA_FFI_Error* ffi_error(const XLA_FFI_CallFrame* frame, const char* message) {
+  XLA_FFI_Error_Create_Args args = {.struct_size = XLA_FFI_Error_Create_Args_STRUCT_SIZE,
+                                    .message = message,
+                                    .errc = XLA_FFI_Error_Code_INTERNAL};
+  return frame->api->XLA_FFI_Error_Create(&args);
+}
+
+/* XLA asks a handler which FFI version it was built against (a call frame
+ * carrying the metadata extension) when it is registered, and drops the
+ * registration, silently, when that is newer than its own: the handlers
+ * use nothing past version 0.1, so they claim the older of the header's
+ * and the plugin's. */
+static bool answer_metadata(XLA_FFI_CallFrame* frame) {
+  XLA_FFI_Extension_Base* e = frame->extension_start;
+  if (!e || e->type != XLA_FFI_Extension_Metadata) return false;
+  int minor = XLA_FFI_API_MINOR;
+  if (frame->api && frame->api->api_version.major_version == XLA_FFI_API_MAJOR &&
+      frame->api->api_version.minor_version < minor)
+    minor = frame->api->api_version.minor_version;
+  XLA_FFI_Metadata* md = ((XLA_FFI_Metadata_Extension*)e)->metadata;
+  md->api_version = (XLA_FFI_Api_Version){.struct_size = XLA_FFI_Api_Version_STRUCT_SIZE,
+                                          .major_version = XLA_FFI_API_MAJOR,
+                                          .minor_version = minor};
+  md->traits = 0;
+  return true;
+}
+
+static XLA_FFI_Error* run_gemm(XLA_FFI_CallFrame* frame, bool trans_a, bool trans_b) {
+  if (answer_metadata(frame)) return NULL;
+  if (frame->stage != XLA_FFI_ExecutionStage_EXECUTE) return NULL;
+  tpu_hostgemm_fn_t fn = atomic_load(&g_fn);
+  if (!fn) return ffi_error(frame, "torchtpu host gemm: no gemm is installed");
+  if (frame->args.size != 2 || frame->rets.size != 1 ||
+      frame->args.types[0] != XLA_FFI_ArgType_BUFFER ||
+      frame->args.types[1] != XLA_FFI_ArgType_BUFFER ||
+      frame->rets.types[0] != XLA_FFI_RetType_BUFFER)
+    return ffi_error(frame, "torchtpu host gemm: expected two buffers in, one out");
+  const XLA_FFI_Buffer* a = frame->args.args[0];
+  const XLA_FFI_Buffer* b = frame->args.args[1];
+  const XLA_FFI_Buffer* c = frame->rets.rets[0];
+  int64_t r = c->rank;
+  if (r < 2 || a->rank != r || b->rank != r || a->dtype != c->dtype || b->dtype != c->dtype ||
+      (c->dtype != XLA_FFI_DataType_F32 && c->dtype != XLA_FFI_DataType_F64))
+    return ffi_error(frame, "torchtpu host gemm: operands do not match the product");
+  int64_t batch = 1;
+  for (int64_t d = 0; d < r - 2; d++) batch *= c->dims[d];
+  int64_t m = c->dims[r - 2], n = c->dims[r - 1];
+  int64_t k = trans_a ? a->dims[r - 2] : a->dims[r - 1];
+  size_t elem = c->dtype == XLA_FFI_DataType_F32 ? 4 : 8;
+  if (batch == 0 || m == 0 || n == 0) return NULL;
+  if (k == 0) { /* an empty sum */
+    memset(c->data, 0, (size_t)(batch * m * n) * elem);
+    return NULL;
+  }
+  tpu_hostgemm_t g = {.dtype = elem == 4 ? TPU_DTYPE_FLOAT32 : TPU_DTYPE_FLOAT64,
+                      .trans_a = trans_a,
+                      .trans_b = trans_b,
+                      .m = m,
+                      .n = n,
+                      .k = k,
+                      .lda = trans_a ? m : k,
+                      .ldb = trans_b ? k : n,
+                      .ldc = n};
+  for (int64_t i = 0; i < batch; i++) {
+    g.a = (const char*)a->data + (size_t)(i * m * k) * elem;
+    g.b = (const char*)b->data + (size_t)(i * k * n) * elem;
+    g.c = (char*)c->data + (size_t)(i * m * n) * elem;
+    fn(&g);
+  }
+  return NULL;
+}
+
+static XLA_FFI_Error* gemm_nn(XLA_FFI_CallFrame* f) { return run_gemm(f, false, false); }
+static XLA_FFI_Error* gemm_nt(XLA_FFI_CallFrame* f) { return run_gemm(f, false, true); }
+static XLA_FFI_Error* gemm_tn(XLA_FFI_CallFrame* f) { return run_gemm(f, true, false); }
+static XLA_FFI_Error* gemm_tt(XLA_FFI_CallFrame* f) { return run_gemm(f, true, true); }
+
+/* Indexed by trans_a * 2 + trans_b. */
+static const char* const kTargets[4] = {"torchtpu_gemm_nn", "torchtpu_gemm_nt",
+                                        "torchtpu_gemm_tn", "torchtpu_gemm_tt"};
+static XLA_FFI_Handler* const kHandlers[4] = {gemm_nn, gemm_nt, gemm_tn, gemm_tt};
+
+/* A failed registration is not always reported (XLA drops a handler whose
+ * metadata it rejects), and then every program with the custom call would
+ * fail to compile: so one is compiled before the rewrite is turned on. */
+static bool probe(tpu_client_t* client) {
+  static const char kProbe[] =
+      "module @torchtpu_gemm_probe {\n"
+      "  func.func public @main(%arg0: tensor<2x2xf32>, %arg1: tensor<2x2xf32>) -> "
+      "(tensor<2x2xf32>) {\n"
+      "    %0 = \"stablehlo.custom_call\"(%arg0, %arg1) {api_version = 4 : i32, "
+      "call_target_name = \"torchtpu_gemm_nn\"} : (tensor<2x2xf32>, tensor<2x2xf32>) -> "
+      "tensor<2x2xf32>\n"
+      "    \"func.return\"(%0) : (tensor<2x2xf32>) -> ()\n"
+      "  }\n"
+      "}\n";
+  tpu_compile_options_t options = {.portable = true};
+  tpu_executable_t* executable = NULL;
+  tpu_status_t s = tpu_executable_compile(client, kProbe, sizeof kProbe - 1, &options, &executable);
+  tpu_executable_destroy(executable);
+  if (!s) return true;
+  if (tpu_env_log_enabled("programs"))
+    fprintf(stderr, "torchtpu: host gemm off, its probe failed: %s\n", tpu_status_message(s));
+  tpu_status_free(s);
+  return false;
+}
+
+void tpu_hostgemm_register(tpu_client_t* client) {
+  if (!client || !tpu_client_is_cpu(client) || !atomic_load(&g_fn) ||
+      tpu_env_get_int("TORCHTPU_HOST_GEMM", 1) == 0)
+    return;
+  for (int i = 0; i < 4; i++) {
+    tpu_status_t s = tpu_plugin_register_ffi_handler(tpu_client_plugin(client), kTargets[i],
+                                                     "Host", (void*)kHandlers[i]);
+    if (s) { /* XLA's dots then: slower, never wrong */
+      tpu_status_free(s);
+      return;
+    }
+  }
+  atomic_store(&g_registered, probe(client));
+}
+
+/* ---- the text rewrite ------------------------------------------------------- */
+
+/* Parses "[0, 1]" (or "[]") at p into dims; the count, or -1. */
+static int parse_dim_list(const char* p, const char* end, int64_t* dims, int cap) {
+  if (p >= end || *p != '[') return -1;
+  int n = 0;
+  p++;
+  while (p < end && *p != ']') {
+    if (*p == ' ' || *p == ',') {
+      p++;
+      continue;
+    }
+    char* next;
+    long long v = strtoll(p, &next, 10);
+    if (next == p || n == cap) return -1;
+    dims[n++] = v;
+    p = next;
+  }
+  return p < end ? n : -1;
+}
+
+/* The list after `key = ` inside the dot attribute [start, end); absent: 0. */
+static int dim_list(const char* start, const char* end, const char* key, int64_t* dims) {
+  size_t kl = strlen(key);
+  for (const char* p = start; p + kl + 3 < end; p++)
+    if (memcmp(p, key, kl) == 0 && memcmp(p + kl, " = ", 3) == 0)
+      return parse_dim_list(p + kl + 3, end, dims, TPU_HLO_MAX_RANK);
+  return 0;
+}
+
+/* The types of "(T, T) -> T" at p (end of line at end). */
+static bool parse_signature(const char* p, const char* end, tpu_hlo_type_t types[3]) {
+  static const char* const kSeps[3] = {"(", ", ", ") -> "};
+  for (int i = 0; i < 3; i++) {
+    size_t sl = strlen(kSeps[i]);
+    if ((size_t)(end - p) < sl || memcmp(p, kSeps[i], sl) != 0) return false;
+    p += sl;
+    /* A ranked float tensor type has no nested '<' or ','. */
+    const char* close = memchr(p, '>', (size_t)(end - p));
+    if (!close || tpu_hlo_parse_type(p, (size_t)(close + 1 - p), &types[i])) return false;
+    p = close + 1;
+  }
+  return true;
+}
+
+/* Whether the dot at [attr_start, attr_end) with these types is a (batched)
+ * gemm the handlers compute; sets the transposes. */
+static bool gemm_form(const char* as, const char* ae, const tpu_hlo_type_t t[3], bool* trans_a,
+                      bool* trans_b) {
+  int64_t lb[TPU_HLO_MAX_RANK], rb[TPU_HLO_MAX_RANK], lc[TPU_HLO_MAX_RANK], rc[TPU_HLO_MAX_RANK];
+  int nlb = dim_list(as, ae, "lhs_batching_dimensions", lb);
+  int nrb = dim_list(as, ae, "rhs_batching_dimensions", rb);
+  int nlc = dim_list(as, ae, "lhs_contracting_dimensions", lc);
+  int nrc = dim_list(as, ae, "rhs_contracting_dimensions", rc);
+  int r = t[2].rank;
+  if (nlb < 0 || nlb != nrb || nlc != 1 || nrc != 1 || r != nlb + 2 || t[0].rank != r ||
+      t[1].rank != r)
+    return false;
+  if (t[2].dtype != TPU_DTYPE_FLOAT32 && t[2].dtype != TPU_DTYPE_FLOAT64) return false;
+  if (t[0].dtype != t[2].dtype || t[1].dtype != t[2].dtype) return false;
+  for (int i = 0; i < nlb; i++)
+    if (lb[i] != i || rb[i] != i) return false;
+  if ((lc[0] != r - 2 && lc[0] != r - 1) || (rc[0] != r - 2 && rc[0] != r - 1)) return false;
+  for (int i = 0; i < 3; i++) /* the BLAS takes 32-bit sizes */
+    for (int d = 0; d < r; d++)
+      if (t[i].dims[d] < 0 || t[i].dims[d] > INT32_MAX) return false;
+  *trans_a = lc[0] == r - 2;
+  *trans_b = rc[0] == r - 1;
+  int64_t k = t[0].dims[lc[0]];
+  /* Tiny products stay XLA's (it fuses them with their neighbours), and so
+   * do sums of one product: XLA turns them into multiplies whose -0.0 the
+   * lowering relies on (linalg.c set_product). */
+  return k >= 2 && t[2].dims[r - 2] * t[2].dims[r - 1] * k >= 4096;
+}
+
+static void append_layout(tpu_strbuf_t* sb, int rank) {
+  tpu_strbuf_append(sb, "dense<[");
+  for (int d = rank - 1; d >= 0; d--) tpu_strbuf_appendf(sb, "%d%s", d, d ? ", " : "");
+  tpu_strbuf_appendf(sb, "]> : tensor<%dxindex>", rank);
+}
+
+static const char kDot[] = "\"stablehlo.dot_general\"(";
+
+/* Appends the custom call replacing the dot line [line, eol), or returns
+ * false when the line is not an eligible dot. */
+static bool rewrite_line(tpu_strbuf_t* sb, const char* line, const char* eol) {
+  const char* op = memmem(line, (size_t)(eol - line), kDot, sizeof kDot - 1);
+  const char* operands = op + sizeof kDot - 1;
+  const char* close = memchr(operands, ')', (size_t)(eol - operands));
+  if (!close || (size_t)(eol - close) < 3 || memcmp(close, ") {", 3) != 0) return false;
+  const char* attrs = close + 3;
+  const char* sig = memmem(attrs, (size_t)(eol - attrs), "} : (", 5);
+  if (!sig) return false;
+  tpu_hlo_type_t t[3];
+  bool ta, tb;
+  if (!parse_signature(sig + 4, eol, t) || !gemm_form(attrs, sig, t, &ta, &tb)) return false;
+  tpu_strbuf_append_n(sb, line, (size_t)(op - line));
+  tpu_strbuf_append(sb, "\"stablehlo.custom_call\"(");
+  tpu_strbuf_append_n(sb, operands, (size_t)(close - operands));
+  tpu_strbuf_appendf(sb, ") {api_version = 4 : i32, call_target_name = \"%s\", operand_layouts = [",
+                     kTargets[ta * 2 + tb]);
+  append_layout(sb, t[0].rank);
+  tpu_strbuf_append(sb, ", ");
+  append_layout(sb, t[1].rank);
+  tpu_strbuf_append(sb, "], result_layouts = [");
+  append_layout(sb, t[2].rank);
+  tpu_strbuf_append(sb, "]");
+  tpu_strbuf_append_n(sb, sig, (size_t)(eol - sig));
+  return true;
+}
+
+tpu_status_t tpu_hostgemm_rewrite(const char* text, size_t len, char** out_text,
+                                  size_t* out_len) {
+  *out_text = NULL;
+  *out_len = 0;
+  const char* end = text + len;
+  const char* hit = memmem(text, len, kDot, sizeof kDot - 1);
+  if (!hit) return NULL;
+  tpu_strbuf_t sb = {0};
+  const char* copied = text; /* text before this is in sb */
+  bool changed = false;
+  while (hit) {
+    const char* line = hit;
+    while (line > text && line[-1] != '\n') line--;
+    const char* eol = memchr(hit, '\n', (size_t)(end - hit));
+    if (!eol) eol = end;
+    size_t mark = sb.len;
+    tpu_strbuf_append_n(&sb, copied, (size_t)(line - copied));
+    if (rewrite_line(&sb, line, eol)) {
+      changed = true;
+      copied = eol;
+    } else { /* keep the line as it is */
+      sb.len = mark;
+      if (sb.data) sb.data[mark] = '\0';
+    }
+    hit = memmem(eol, (size_t)(end - eol), kDot, sizeof kDot - 1);
+  }
+  if (!changed) {
+    tpu_strbuf_free(&sb);
+    return NULL;
+  }
+  tpu_strbuf_append_n(&sb, copied, (size_t)(end - copied));
+  char* out = tpu_strbuf_take(&sb, out_len);
+  if (!out) return tpu_status_oom("rewriting a program's dots");
+  *out_text = out;
+  return NULL;
+}

@@ -1,0 +1,206 @@
+/* Dots through the host gemm: the text rewrite (which dots, which
+ * transposes, what stays XLA's) and the custom calls run by the CPU plugin
+ * against products computed here, in every transpose form, batched, in
+ * float32 and float64, with an empty contraction. */
+#include "hostgemm.h"
+
+#include <math.h>
+#include <stdatomic.h>
+
+#include "metrics.h"
+#include "pjrt/pjrt.h"
+#include "program.h"
+#include "runtime.h"
+#include "testing.h"
+
+static atomic_int g_calls;
+
+/* The installed gemm: a plain triple loop, counting calls. */
+static void naive_gemm(const tpu_hostgemm_t* g) {
+  atomic_fetch_add(&g_calls, 1);
+  for (int64_t i = 0; i < g->m; i++)
+    for (int64_t j = 0; j < g->n; j++) {
+      double acc = 0;
+      for (int64_t p = 0; p < g->k; p++) {
+        int64_t ai = g->trans_a ? p * g->lda + i : i * g->lda + p;
+        int64_t bi = g->trans_b ? j * g->ldb + p : p * g->ldb + j;
+        if (g->dtype == TPU_DTYPE_FLOAT32)
+          acc += (double)((const float*)g->a)[ai] * ((const float*)g->b)[bi];
+        else
+          acc += ((const double*)g->a)[ai] * ((const double*)g->b)[bi];
+      }
+      if (g->dtype == TPU_DTYPE_FLOAT32) ((float*)g->c)[i * g->ldc + j] = (float)acc;
+      else ((double*)g->c)[i * g->ldc + j] = acc;
+    }
+}
+
+static const char* dot_line(char* buf, size_t cap, const char* dims, const char* types) {
+  snprintf(buf, cap,
+           "    %%2 = \"stablehlo.dot_general\"(%%0, %%1) {dot_dimension_numbers = "
+           "#stablehlo.dot<%s>, precision_config = [#stablehlo<precision HIGHEST>, "
+           "#stablehlo<precision HIGHEST>]} : %s\n",
+           dims, types);
+  return buf;
+}
+
+static bool rewrites_to(const char* dims, const char* types, const char* target) {
+  char line[512];
+  dot_line(line, sizeof line, dims, types);
+  char* out = NULL;
+  size_t len = 0;
+  tpu_status_t s = tpu_hostgemm_rewrite(line, strlen(line), &out, &len);
+  if (s) {
+    tpu_status_free(s);
+    return false;
+  }
+  bool ok = target ? out && strstr(out, target) && !strstr(out, "dot_general") &&
+                         strlen(out) == len && out[len - 1] == '\n'
+                   : out == NULL;
+  free(out);
+  return ok;
+}
+
+static void test_rewrite_picks_plain_float_dots(void) {
+  const char* f32 = "(tensor<64x32xf32>, tensor<32x48xf32>) -> tensor<64x48xf32>";
+  CHECK(rewrites_to("lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [0]", f32,
+                    "\"torchtpu_gemm_nn\""));
+  CHECK(rewrites_to("lhs_batching_dimensions = [], rhs_batching_dimensions = [], "
+                    "lhs_contracting_dimensions = [0], rhs_contracting_dimensions = [1]",
+                    "(tensor<32x64xf32>, tensor<48x32xf32>) -> tensor<64x48xf32>",
+                    "\"torchtpu_gemm_tt\""));
+  CHECK(rewrites_to("lhs_batching_dimensions = [0], rhs_batching_dimensions = [0], "
+                    "lhs_contracting_dimensions = [2], rhs_contracting_dimensions = [2]",
+                    "(tensor<4x64x32xf64>, tensor<4x48x32xf64>) -> tensor<4x64x48xf64>",
+                    "\"torchtpu_gemm_nt\""));
+  /* Layouts are pinned row-major for the handler. */
+  CHECK(rewrites_to("lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [0]", f32,
+                    "result_layouts = [dense<[1, 0]> : tensor<2xindex>]"));
+  /* What stays XLA's: other dtypes, two contracting dims, batch dims not
+   * leading, a sum of one product, tiny products, dynamic sizes. */
+  CHECK(rewrites_to("lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [0]",
+                    "(tensor<64x32xbf16>, tensor<32x48xbf16>) -> tensor<64x48xbf16>", NULL));
+  CHECK(rewrites_to("lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [0]",
+                    "(tensor<64x32xcomplex<f32>>, tensor<32x48xcomplex<f32>>) -> "
+                    "tensor<64x48xcomplex<f32>>",
+                    NULL));
+  CHECK(rewrites_to("lhs_contracting_dimensions = [0, 1], rhs_contracting_dimensions = [0, 1]",
+                    "(tensor<64x32xf32>, tensor<64x32xf32>) -> tensor<f32>", NULL));
+  CHECK(rewrites_to("lhs_batching_dimensions = [1], rhs_batching_dimensions = [0], "
+                    "lhs_contracting_dimensions = [2], rhs_contracting_dimensions = [1]",
+                    "(tensor<64x4x32xf32>, tensor<4x32x48xf32>) -> tensor<4x64x48xf32>", NULL));
+  CHECK(rewrites_to("lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [0]",
+                    "(tensor<4096x1xf32>, tensor<1x48xf32>) -> tensor<4096x48xf32>", NULL));
+  CHECK(rewrites_to("lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [0]",
+                    "(tensor<8x8xf32>, tensor<8x8xf32>) -> tensor<8x8xf32>", NULL));
+  CHECK(rewrites_to("lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [0]",
+                    "(tensor<?x32xf32>, tensor<32x48xf32>) -> tensor<?x48xf32>", NULL));
+}
+
+/* A module computing dot(x, y) with these dimension numbers. */
+static tpu_status_t run_dot(const char* dims, tpu_dtype_t dtype, const int64_t* xd,
+                            const int64_t* yd, const int64_t* od, int rank, const void* x,
+                            const void* y, void* out, size_t out_bytes) {
+  const char* t = dtype == TPU_DTYPE_FLOAT32 ? "f32" : "f64";
+  char ts[3][64];
+  const int64_t* all[3] = {xd, yd, od};
+  for (int i = 0; i < 3; i++) {
+    int n = snprintf(ts[i], sizeof ts[i], "tensor<");
+    for (int d = 0; d < rank; d++) n += snprintf(ts[i] + n, sizeof ts[i] - n, "%lldx", (long long)all[i][d]);
+    snprintf(ts[i] + n, sizeof ts[i] - n, "%s>", t);
+  }
+  char types[256], line[512], text[1024];
+  snprintf(types, sizeof types, "(%s, %s) -> %s", ts[0], ts[1], ts[2]);
+  dot_line(line, sizeof line, dims, types);
+  snprintf(text, sizeof text,
+           "module @m {\n  func.func public @main(%%0: %s, %%1: %s) -> (%s) {\n%s"
+           "    \"func.return\"(%%2) : (%s) -> ()\n  }\n}\n",
+           ts[0], ts[1], ts[2], line, ts[2]);
+  tpu_program_t* p = NULL;
+  TPU_RETURN_IF_ERROR(tpu_program_get(text, strlen(text), &p));
+  tpu_buffer_t *in[2] = {0}, *res[1] = {0};
+  tpu_status_t s = tpu_buffer_from_host(tpu_runtime_client(), 0, x, dtype, xd, rank, NULL, &in[0]);
+  if (!s) s = tpu_buffer_from_host(tpu_runtime_client(), 0, y, dtype, yd, rank, NULL, &in[1]);
+  if (!s) s = tpu_program_execute(p, 0, in, 2, res);
+  if (!s) s = tpu_buffer_to_host(res[0], out, out_bytes);
+  for (int i = 0; i < 2; i++) tpu_buffer_destroy(in[i]);
+  tpu_buffer_destroy(res[0]);
+  return s;
+}
+
+/* Every transpose form, batched, against a product computed here. */
+static void check_form(bool ta, bool tb, tpu_dtype_t dtype) {
+  enum { B = 3, M = 17, K = 33, N = 29 };
+  int64_t xd[3] = {B, ta ? K : M, ta ? M : K}, yd[3] = {B, tb ? N : K, tb ? K : N};
+  int64_t od[3] = {B, M, N};
+  static double x[B * M * K], y[B * K * N], want[B * M * N], got[B * M * N];
+  static float xf[B * M * K], yf[B * K * N], gotf[B * M * N];
+  for (int i = 0; i < B * M * K; i++) x[i] = xf[i] = (float)((i * 7 % 23) - 11) / 8;
+  for (int i = 0; i < B * K * N; i++) y[i] = yf[i] = (float)((i * 5 % 19) - 9) / 4;
+  for (int b = 0; b < B; b++)
+    for (int i = 0; i < M; i++)
+      for (int j = 0; j < N; j++) {
+        double acc = 0;
+        for (int p = 0; p < K; p++)
+          acc += x[b * M * K + (ta ? p * M + i : i * K + p)] *
+                 y[b * K * N + (tb ? j * K + p : p * N + j)];
+        want[(b * M + i) * N + j] = acc;
+      }
+  char dims[256];
+  snprintf(dims, sizeof dims,
+           "lhs_batching_dimensions = [0], rhs_batching_dimensions = [0], "
+           "lhs_contracting_dimensions = [%d], rhs_contracting_dimensions = [%d]",
+           ta ? 1 : 2, tb ? 2 : 1);
+  int calls = atomic_load(&g_calls);
+  bool f32 = dtype == TPU_DTYPE_FLOAT32;
+  CHECK_OK(run_dot(dims, dtype, xd, yd, od, 3, f32 ? (void*)xf : (void*)x,
+                   f32 ? (void*)yf : (void*)y, f32 ? (void*)gotf : (void*)got,
+                   (size_t)(B * M * N) * (f32 ? 4 : 8)));
+  CHECK_EQ(atomic_load(&g_calls), calls + B); /* it ran the host gemm, per batch */
+  for (int i = 0; i < B * M * N; i++) /* exact: small integers over powers of two */
+    CHECK((f32 ? gotf[i] : got[i]) == want[i]);
+}
+
+static void test_custom_calls_compute_every_form(void) {
+  CHECK(tpu_hostgemm_active());
+  for (int f = 0; f < 4; f++) check_form(f & 2, f & 1, TPU_DTYPE_FLOAT32);
+  check_form(true, false, TPU_DTYPE_FLOAT64);
+}
+
+static void test_empty_contraction_is_zero(void) {
+  /* [64,0] x [0,80] is left XLA's by the k >= 2 rule; a rewritten dot
+   * never sees k == 0 from our lowering, but the handler zero-fills. The
+   * rule is what keeps XLA's result here: zeros. */
+  int64_t xd[2] = {64, 0}, yd[2] = {0, 80}, od[2] = {64, 80};
+  static float out[64 * 80];
+  for (int i = 0; i < 64 * 80; i++) out[i] = NAN;
+  float dummy = 0;
+  CHECK_OK(run_dot("lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [0]",
+                   TPU_DTYPE_FLOAT32, xd, yd, od, 2, &dummy, &dummy, out, sizeof out));
+  for (int i = 0; i < 64 * 80; i++) CHECK(out[i] == 0.0f);
+}
+
+static void test_off_without_a_gemm(void) {
+  /* Removing the gemm turns the rewrite off for programs compiled later. */
+  tpu_hostgemm_install(NULL);
+  CHECK(!tpu_hostgemm_active());
+  tpu_hostgemm_install(naive_gemm);
+  CHECK(tpu_hostgemm_active());
+}
+
+static void setup(void) {
+  tpu_hostgemm_install(naive_gemm);
+  tpu_status_t s = tpu_runtime_init(NULL);
+  if (s) {
+    fprintf(stderr, "runtime init failed: %s\n", tpu_status_message(s));
+    tpu_status_free(s);
+  }
+}
+
+static void test_setup(void) {
+  setup();
+  CHECK(tpu_runtime_is_initialized());
+}
+
+TPU_TEST_MAIN(TPU_TEST(test_rewrite_picks_plain_float_dots), TPU_TEST(test_setup),
+              TPU_TEST(test_custom_calls_compute_every_form),
+              TPU_TEST(test_empty_contraction_is_zero), TPU_TEST(test_off_without_a_gemm))
