@@ -408,3 +408,76 @@ def test_silent_out_resizes_like_cpu():
                 exact=False, warns=True)
     same_as_cpu(lambda d: torch.bernoulli(torch.ones(3, 4, device=d), out=torch.full((20,), 7.0, device=d)),
                 warns=True)
+
+
+# --- products through the host gemm (CPU plugin: csrc/core/hostgemm.h) ------
+# Shapes above its size threshold, so these run as the custom call; the
+# small cases above stay XLA's dots.
+
+def _host_gemm_programs():
+    import torchtpu
+    return torchtpu.metrics.metrics().get("host_gemm_programs", 0)
+
+
+@pytest.mark.parametrize("ta", [False, True])
+@pytest.mark.parametrize("tb", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_host_gemm_every_transpose_form(ta, tb, dtype):
+    a = make((40, 33), dtype) if not ta else make((33, 40), dtype).t()
+    b = make((33, 50), dtype, seed=1) if not tb else make((50, 33), dtype, seed=1).t()
+    before = _host_gemm_programs()
+    check(torch.mm, a, b, grad=True)
+    check(lambda s, p, q: torch.addmm(s, p, q, beta=0.5, alpha=2.0), make((50,), dtype, seed=2),
+          a, b, grad=True)
+    import torchtpu
+    if torchtpu.get_eager_mode() != "defer_and_fuse":  # deferred: one fused program
+        assert _host_gemm_programs() > before
+
+
+@pytest.mark.parametrize("nc", LAYOUTS)
+def test_host_gemm_batched_and_broadcast(nc):
+    a = make((6, 40, 30), noncontiguous=nc)
+    b = make((6, 30, 50), seed=1, noncontiguous=nc)
+    check(torch.bmm, a, b, grad=True)
+    check(torch.matmul, a, make((30, 50), seed=2), grad=True)
+    check(lambda x, y: torch.baddbmm(make((6, 40, 50), seed=3).to(x.device), x, y, beta=0.25),
+          a, b, grad=True)
+    check(torch.matmul, make((2, 3, 40, 30), seed=4), make((3, 30, 50), seed=5), grad=True)
+
+
+def test_host_gemm_linear_and_attention_shapes():
+    check(F.linear, make((8, 33, 70)), make((90, 70), seed=1), make((90,), seed=2), grad=True)
+    q, k, v = (make((2, 4, 64, 16), seed=s) for s in range(3))
+    check(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True), q, k, v,
+          grad=True)
+
+
+def test_host_gemm_non_finite_and_empty():
+    a = make((40, 33))
+    a[3, 4], a[5, 6] = float("nan"), float("inf")
+    b = make((33, 50), seed=1)
+    b[7, 1] = float("-inf")
+    check(torch.mm, a, b)
+    check(torch.mm, make((64, 0)), make((0, 80), seed=1))
+    check(torch.mm, make((0, 64)), make((64, 80), seed=1))
+
+
+def test_host_gemm_off_computes_the_same():
+    """TORCHTPU_HOST_GEMM=0 leaves dots to XLA: no custom call, and the same
+    products (to rounding) as with it."""
+    import os
+    import subprocess
+    import sys
+    code = ("import torch, torchtpu\n"
+            "g = torch.Generator().manual_seed(0)\n"
+            "a = torch.randn(64, 48, generator=g); b = torch.randn(48, 80, generator=g)\n"
+            "r = (a.to('tpu') @ b.to('tpu')).cpu()\n"
+            "torch.testing.assert_close(r, a @ b, rtol=1e-5, atol=1e-5)\n"
+            "print(torchtpu.metrics.metrics().get('host_gemm_programs', 0))\n")
+    for flag, used in (("0", False), ("1", True)):
+        env = dict(os.environ, TORCHTPU_HOST_GEMM=flag, TORCHTPU_EAGER_MODE="strict")
+        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                           text=True, timeout=300)
+        assert r.returncode == 0, r.stderr[-3000:]
+        assert (int(r.stdout.split()[-1]) > 0) == used, (flag, r.stdout)
+

@@ -1,5 +1,7 @@
 #include "hostgemm.h"
 
+#include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +20,133 @@ void tpu_hostgemm_install(tpu_hostgemm_fn_t fn) { atomic_store(&g_fn, fn); }
 
 bool tpu_hostgemm_active(void) {
   return atomic_load(&g_registered) && atomic_load(&g_fn) != NULL;
+}
+
+/* ---- big products on every core ------------------------------------------------ */
+
+/* The installed gemm runs on one thread (PyTorch's BLAS threads would
+ * oversubscribe XLA's pool and spin against it): that is fastest for a
+ * training step's many mid-sized products, which XLA runs side by side,
+ * but a big one alone would use one core of many (a 2048^2 product at 176
+ * GFLOP/s against XLA's 322 on two cores). So a product of at least
+ * kSplitMacs multiply-adds is cut into one block of rows (or columns) of
+ * the result per CPU, which this pool's threads and the calling thread
+ * share out. The blocks depend on the shape and the CPU count alone, so
+ * results never depend on whether the pool was free: a product that finds
+ * it busy (another XLA thread's) computes the same blocks on its own. */
+enum { kSplitMacs = 1 << 21, kMaxParts = 8 };
+
+typedef struct pool_s {
+  pthread_mutex_t user;  /* held by the product using the pool */
+  pthread_mutex_t post;  /* guards generation and the job's setup */
+  pthread_cond_t posted;
+  int parts;             /* CPUs, capped: threads = parts - 1 */
+  uint64_t generation;
+  tpu_hostgemm_t job[kMaxParts];
+  int njob;
+  atomic_int next, done, active;
+} pool_t;
+
+static pool_t g_pool = {.user = PTHREAD_MUTEX_INITIALIZER,
+                        .post = PTHREAD_MUTEX_INITIALIZER,
+                        .posted = PTHREAD_COND_INITIALIZER};
+static pthread_once_t g_pool_once = PTHREAD_ONCE_INIT;
+
+static void work(pool_t* p, tpu_hostgemm_fn_t fn) {
+  for (int i; (i = atomic_fetch_add(&p->next, 1)) < p->njob;) {
+    fn(&p->job[i]);
+    atomic_fetch_add(&p->done, 1);
+  }
+}
+
+static void* pool_main(void* arg) {
+  pool_t* p = arg;
+  uint64_t seen = 0;
+  for (;;) {
+    pthread_mutex_lock(&p->post);
+    while (p->generation == seen) pthread_cond_wait(&p->posted, &p->post);
+    seen = p->generation;
+    atomic_fetch_add(&p->active, 1);
+    pthread_mutex_unlock(&p->post);
+    work(p, atomic_load(&g_fn));
+    atomic_fetch_sub(&p->active, 1);
+  }
+  return NULL;
+}
+
+static void start_pool(void) {
+  cpu_set_t set;
+  int cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+  g_pool.parts = cpus < 1 ? 1 : cpus > kMaxParts ? kMaxParts : cpus;
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  for (int i = 1; i < g_pool.parts; i++) {
+    pthread_t t;
+    if (pthread_create(&t, &attr, pool_main, &g_pool) != 0) {
+      g_pool.parts = i; /* fewer threads: still deterministic per process */
+      break;
+    }
+  }
+  pthread_attr_destroy(&attr);
+}
+
+/* Block `i` of `parts` of g along its longer side of the result. */
+static tpu_hostgemm_t block(const tpu_hostgemm_t* g, int i, int parts) {
+  size_t elem = g->dtype == TPU_DTYPE_FLOAT32 ? 4 : 8;
+  tpu_hostgemm_t b = *g;
+  bool rows = g->m >= g->n;
+  int64_t len = rows ? g->m : g->n, lo = len * i / parts, hi = len * (i + 1) / parts;
+  if (rows) { /* rows of c: rows (or, transposed, columns) of a */
+    b.m = hi - lo;
+    b.a = (const char*)g->a + (size_t)(g->trans_a ? lo : lo * g->lda) * elem;
+    b.c = (char*)g->c + (size_t)(lo * g->ldc) * elem;
+  } else { /* columns of c: columns (or, transposed, rows) of b */
+    b.n = hi - lo;
+    b.b = (const char*)g->b + (size_t)(g->trans_b ? lo * g->ldb : lo) * elem;
+    b.c = (char*)g->c + (size_t)lo * elem;
+  }
+  return b;
+}
+
+static void run_product(tpu_hostgemm_fn_t fn, const tpu_hostgemm_t* g) {
+  if (g->m * g->n * g->k < kSplitMacs) {
+    fn(g);
+    return;
+  }
+  pthread_once(&g_pool_once, start_pool);
+  pool_t* p = &g_pool;
+  int64_t len = g->m >= g->n ? g->m : g->n;
+  int parts = len / 16 < p->parts ? (int)(len / 16) : p->parts; /* blocks of >= 16 */
+  if (parts < 2) {
+    fn(g);
+    return;
+  }
+  if (pthread_mutex_trylock(&p->user) != 0) {
+    for (int i = 0; i < parts; i++) {
+      tpu_hostgemm_t b = block(g, i, parts);
+      fn(&b);
+    }
+    return;
+  }
+  /* A thread that woke late for the previous product may still be in
+   * work(): the job is rewritten only once none is. */
+  pthread_mutex_lock(&p->post);
+  while (atomic_load(&p->active)) {
+    pthread_mutex_unlock(&p->post);
+    sched_yield();
+    pthread_mutex_lock(&p->post);
+  }
+  for (int i = 0; i < parts; i++) p->job[i] = block(g, i, parts);
+  p->njob = parts;
+  atomic_store(&p->next, 0);
+  atomic_store(&p->done, 0);
+  p->generation++;
+  pthread_cond_broadcast(&p->posted);
+  pthread_mutex_unlock(&p->post);
+  work(p, fn);
+  while (atomic_load(&p->done) < parts) sched_yield();
+  pthread_mutex_unlock(&p->user);
 }
 
 /* ---- the FFI handlers ------------------------------------------------------ */
@@ -89,7 +218,7 @@ static XLA_FFI_Error* run_gemm(XLA_FFI_CallFrame* frame, bool trans_a, bool tran
     g.a = (const char*)a->data + (size_t)(i * m * k) * elem;
     g.b = (const char*)b->data + (size_t)(i * k * n) * elem;
     g.c = (char*)c->data + (size_t)(i * m * n) * elem;
-    fn(&g);
+    run_product(fn, &g);
   }
   return NULL;
 }

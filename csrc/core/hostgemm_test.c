@@ -128,12 +128,16 @@ static tpu_status_t run_dot(const char* dims, tpu_dtype_t dtype, const int64_t* 
 }
 
 /* Every transpose form, batched, against a product computed here. */
-static void check_form(bool ta, bool tb, tpu_dtype_t dtype) {
-  enum { B = 3, M = 17, K = 33, N = 29 };
+static void check_form(bool ta, bool tb, tpu_dtype_t dtype, int B, int M, int K, int N) {
   int64_t xd[3] = {B, ta ? K : M, ta ? M : K}, yd[3] = {B, tb ? N : K, tb ? K : N};
   int64_t od[3] = {B, M, N};
-  static double x[B * M * K], y[B * K * N], want[B * M * N], got[B * M * N];
-  static float xf[B * M * K], yf[B * K * N], gotf[B * M * N];
+  double* x = malloc(sizeof(double) * B * M * K);
+  double* y = malloc(sizeof(double) * B * K * N);
+  double* want = malloc(sizeof(double) * B * M * N);
+  double* got = malloc(sizeof(double) * B * M * N);
+  float* xf = malloc(sizeof(float) * B * M * K);
+  float* yf = malloc(sizeof(float) * B * K * N);
+  float* gotf = malloc(sizeof(float) * B * M * N);
   for (int i = 0; i < B * M * K; i++) x[i] = xf[i] = (float)((i * 7 % 23) - 11) / 8;
   for (int i = 0; i < B * K * N; i++) y[i] = yf[i] = (float)((i * 5 % 19) - 9) / 4;
   for (int b = 0; b < B; b++)
@@ -152,18 +156,32 @@ static void check_form(bool ta, bool tb, tpu_dtype_t dtype) {
            ta ? 1 : 2, tb ? 2 : 1);
   int calls = atomic_load(&g_calls);
   bool f32 = dtype == TPU_DTYPE_FLOAT32;
-  CHECK_OK(run_dot(dims, dtype, xd, yd, od, 3, f32 ? (void*)xf : (void*)x,
-                   f32 ? (void*)yf : (void*)y, f32 ? (void*)gotf : (void*)got,
-                   (size_t)(B * M * N) * (f32 ? 4 : 8)));
-  CHECK_EQ(atomic_load(&g_calls), calls + B); /* it ran the host gemm, per batch */
-  for (int i = 0; i < B * M * N; i++) /* exact: small integers over powers of two */
-    CHECK((f32 ? gotf[i] : got[i]) == want[i]);
+  tpu_status_t s = run_dot(dims, dtype, xd, yd, od, 3, f32 ? (void*)xf : (void*)x,
+                           f32 ? (void*)yf : (void*)y, f32 ? (void*)gotf : (void*)got,
+                           (size_t)(B * M * N) * (f32 ? 4 : 8));
+  int ran = atomic_load(&g_calls) - calls;
+  int wrong = 0;
+  for (int i = 0; !s && i < B * M * N; i++) /* exact: small integers over powers of two */
+    wrong += (f32 ? gotf[i] : got[i]) != want[i];
+  free(x), free(y), free(want), free(got), free(xf), free(yf), free(gotf);
+  CHECK_OK(s);
+  /* It ran the host gemm: once per batch, or per block of a big product. */
+  CHECK((int64_t)M * N * K < (1 << 21) ? ran == B : ran > B);
+  CHECK_EQ(wrong, 0);
 }
 
 static void test_custom_calls_compute_every_form(void) {
   CHECK(tpu_hostgemm_active());
-  for (int f = 0; f < 4; f++) check_form(f & 2, f & 1, TPU_DTYPE_FLOAT32);
-  check_form(true, false, TPU_DTYPE_FLOAT64);
+  for (int f = 0; f < 4; f++) check_form(f & 2, f & 1, TPU_DTYPE_FLOAT32, 3, 17, 33, 29);
+  check_form(true, false, TPU_DTYPE_FLOAT64, 3, 17, 33, 29);
+}
+
+/* Products big enough to be cut into blocks shared by the pool's threads,
+ * split along rows (m >= n) and along columns. */
+static void test_big_products_in_blocks(void) {
+  for (int f = 0; f < 4; f++) check_form(f & 2, f & 1, TPU_DTYPE_FLOAT32, 2, 301, 97, 83);
+  for (int f = 0; f < 4; f++) check_form(f & 2, f & 1, TPU_DTYPE_FLOAT32, 1, 70, 129, 257);
+  check_form(false, true, TPU_DTYPE_FLOAT64, 1, 255, 130, 90);
 }
 
 static void test_empty_contraction_is_zero(void) {
@@ -202,5 +220,5 @@ static void test_setup(void) {
 }
 
 TPU_TEST_MAIN(TPU_TEST(test_rewrite_picks_plain_float_dots), TPU_TEST(test_setup),
-              TPU_TEST(test_custom_calls_compute_every_form),
+              TPU_TEST(test_custom_calls_compute_every_form), TPU_TEST(test_big_products_in_blocks),
               TPU_TEST(test_empty_contraction_is_zero), TPU_TEST(test_off_without_a_gemm))

@@ -226,6 +226,7 @@ tpu_status_t tpu_program_get(const char* mlir, size_t mlir_len,
   tpu_status_t compiled = tpu_hostgemm_active()
                               ? tpu_hostgemm_rewrite(mlir, mlir_len, &gemm_text, &gemm_len)
                               : NULL;
+  if (gemm_text) TPU_METRICS_BUMP("host_gemm_programs", 1);
   if (!compiled)
     compiled = tpu_diskcache_load_or_compile(client, gemm_text ? gemm_text : mlir,
                                              gemm_text ? gemm_len : mlir_len, &options,
