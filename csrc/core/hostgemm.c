@@ -312,7 +312,12 @@ static bool parse_signature(const char* p, const char* end, tpu_hlo_type_t types
     p += sl;
     /* A ranked float tensor type has no nested '<' or ','. */
     const char* close = memchr(p, '>', (size_t)(end - p));
-    if (!close || tpu_hlo_parse_type(p, (size_t)(close + 1 - p), &types[i])) return false;
+    if (!close) return false;
+    tpu_status_t s = tpu_hlo_parse_type(p, (size_t)(close + 1 - p), &types[i]);
+    if (s) { /* not one of ours (complex, dynamic): the dot stays XLA's */
+      tpu_status_free(s);
+      return false;
+    }
     p = close + 1;
   }
   return true;
