@@ -1,8 +1,8 @@
 #include "hostgemm.h"
 
-#include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,73 +22,43 @@ bool tpu_hostgemm_active(void) {
   return atomic_load(&g_registered) && atomic_load(&g_fn) != NULL;
 }
 
-/* ---- big products on every core ------------------------------------------------ */
+/* ---- big products on XLA's threads ------------------------------------------- */
 
-/* The installed gemm runs on one thread (PyTorch's BLAS threads would
- * oversubscribe XLA's pool and spin against it): that is fastest for a
- * training step's many mid-sized products, which XLA runs side by side,
- * but a big one alone would use one core of many (a 2048^2 product at 176
- * GFLOP/s against XLA's 322 on two cores). So a product of at least
- * kSplitMacs multiply-adds is cut into one block of rows (or columns) of
- * the result per CPU, which this pool's threads and the calling thread
- * share out. The blocks depend on the shape and the CPU count alone, so
- * results never depend on whether the pool was free: a product that finds
- * it busy (another XLA thread's) computes the same blocks on its own. */
-enum { kSplitMacs = 1 << 21, kMaxParts = 8 };
+/* The installed gemm runs on one thread (BLAS threads of its own would
+ * oversubscribe XLA's pool and spin against it): fastest for a training
+ * step's many mid-sized products, which XLA runs side by side, but a big
+ * product alone would use one core of many (2048^2: 176 GFLOP/s against
+ * XLA's 322 on two cores). So a product of at least kSplitMacs
+ * multiply-adds is cut into one block of rows (or columns) of the result
+ * per thread of XLA's pool; blocks are offered to the pool, and the calling
+ * thread takes whichever no pool thread has started (all of them when the
+ * pool is busy with the program's other work: no thread is ever added).
+ * The blocks depend on the shape and the pool's size alone, so results
+ * never depend on who computed them. */
+enum { kSplitMacs = 1 << 21, kMaxParts = 16 };
 
-typedef struct pool_s {
-  pthread_mutex_t user;  /* held by the product using the pool */
-  pthread_mutex_t post;  /* guards generation and the job's setup */
-  pthread_cond_t posted;
-  int parts;             /* CPUs, capped: threads = parts - 1 */
-  uint64_t generation;
-  tpu_hostgemm_t job[kMaxParts];
-  int njob;
-  atomic_int next, done, active;
-} pool_t;
+typedef struct job_s {
+  tpu_hostgemm_fn_t fn;
+  tpu_hostgemm_t block[kMaxParts];
+  int n;
+  atomic_int next, done, refs;
+} job_t;
 
-static pool_t g_pool = {.user = PTHREAD_MUTEX_INITIALIZER,
-                        .post = PTHREAD_MUTEX_INITIALIZER,
-                        .posted = PTHREAD_COND_INITIALIZER};
-static pthread_once_t g_pool_once = PTHREAD_ONCE_INIT;
+static void job_release(job_t* j) {
+  if (atomic_fetch_sub(&j->refs, 1) == 1) free(j);
+}
 
-static void work(pool_t* p, tpu_hostgemm_fn_t fn) {
-  for (int i; (i = atomic_fetch_add(&p->next, 1)) < p->njob;) {
-    fn(&p->job[i]);
-    atomic_fetch_add(&p->done, 1);
+static void job_work(job_t* j) {
+  for (int i; (i = atomic_fetch_add(&j->next, 1)) < j->n;) {
+    j->fn(&j->block[i]);
+    atomic_fetch_add(&j->done, 1);
   }
 }
 
-static void* pool_main(void* arg) {
-  pool_t* p = arg;
-  uint64_t seen = 0;
-  for (;;) {
-    pthread_mutex_lock(&p->post);
-    while (p->generation == seen) pthread_cond_wait(&p->posted, &p->post);
-    seen = p->generation;
-    atomic_fetch_add(&p->active, 1);
-    pthread_mutex_unlock(&p->post);
-    work(p, atomic_load(&g_fn));
-    atomic_fetch_sub(&p->active, 1);
-  }
-  return NULL;
-}
-
-static void start_pool(void) {
-  cpu_set_t set;
-  int cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
-  g_pool.parts = cpus < 1 ? 1 : cpus > kMaxParts ? kMaxParts : cpus;
-  pthread_attr_t attr;
-  pthread_attr_init(&attr);
-  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-  for (int i = 1; i < g_pool.parts; i++) {
-    pthread_t t;
-    if (pthread_create(&t, &attr, pool_main, &g_pool) != 0) {
-      g_pool.parts = i; /* fewer threads: still deterministic per process */
-      break;
-    }
-  }
-  pthread_attr_destroy(&attr);
+/* A pool task: blocks nobody has started yet, if any are left. */
+static void job_task(void* data) {
+  job_work(data);
+  job_release(data);
 }
 
 /* Block `i` of `parts` of g along its longer side of the result. */
@@ -109,44 +79,64 @@ static tpu_hostgemm_t block(const tpu_hostgemm_t* g, int i, int parts) {
   return b;
 }
 
-static void run_product(tpu_hostgemm_fn_t fn, const tpu_hostgemm_t* g) {
-  if (g->m * g->n * g->k < kSplitMacs) {
-    fn(g);
-    return;
+#define HAS_FFI_SLOT(api, slot) \
+  ((api)->struct_size >= offsetof(XLA_FFI_Api, slot) + sizeof((api)->slot) && (api)->slot)
+
+/* Threads of the pool XLA runs this program's work on; 1 when unknown. */
+static int pool_threads(const XLA_FFI_CallFrame* frame) {
+  const XLA_FFI_Api* api = frame->api;
+  if (!HAS_FFI_SLOT(api, XLA_FFI_ThreadPool_NumThreads) ||
+      !HAS_FFI_SLOT(api, XLA_FFI_ThreadPool_Schedule))
+    return 1;
+  int64_t n = 1;
+  XLA_FFI_ThreadPool_NumThreads_Args args = {
+      .struct_size = XLA_FFI_ThreadPool_NumThreads_Args_STRUCT_SIZE,
+      .ctx = frame->ctx,
+      .num_threads = &n};
+  XLA_FFI_Error* e = api->XLA_FFI_ThreadPool_NumThreads(&args);
+  if (e) {
+    XLA_FFI_Error_Destroy_Args d = {.struct_size = XLA_FFI_Error_Destroy_Args_STRUCT_SIZE,
+                                    .error = e};
+    api->XLA_FFI_Error_Destroy(&d);
+    return 1;
   }
-  pthread_once(&g_pool_once, start_pool);
-  pool_t* p = &g_pool;
+  return n < 1 ? 1 : n > kMaxParts ? kMaxParts : (int)n;
+}
+
+static void run_product(const XLA_FFI_CallFrame* frame, tpu_hostgemm_fn_t fn,
+                        const tpu_hostgemm_t* g, int threads) {
   int64_t len = g->m >= g->n ? g->m : g->n;
-  int parts = len / 16 < p->parts ? (int)(len / 16) : p->parts; /* blocks of >= 16 */
-  if (parts < 2) {
+  int parts = len / 16 < threads ? (int)(len / 16) : threads; /* blocks of >= 16 */
+  job_t* j = parts >= 2 && g->m * g->n * g->k >= kSplitMacs ? malloc(sizeof *j) : NULL;
+  if (!j) {
     fn(g);
     return;
   }
-  if (pthread_mutex_trylock(&p->user) != 0) {
-    for (int i = 0; i < parts; i++) {
-      tpu_hostgemm_t b = block(g, i, parts);
-      fn(&b);
+  j->fn = fn;
+  j->n = parts;
+  for (int i = 0; i < parts; i++) j->block[i] = block(g, i, parts);
+  atomic_init(&j->next, 0);
+  atomic_init(&j->done, 0);
+  atomic_init(&j->refs, parts); /* ours, and one per task offered */
+  for (int i = 1; i < parts; i++) {
+    XLA_FFI_ThreadPool_Schedule_Args args = {
+        .struct_size = XLA_FFI_ThreadPool_Schedule_Args_STRUCT_SIZE,
+        .ctx = frame->ctx,
+        .task = job_task,
+        .data = j};
+    XLA_FFI_Error* e = frame->api->XLA_FFI_ThreadPool_Schedule(&args);
+    if (e) { /* not offered: we compute its block */
+      XLA_FFI_Error_Destroy_Args d = {.struct_size = XLA_FFI_Error_Destroy_Args_STRUCT_SIZE,
+                                      .error = e};
+      frame->api->XLA_FFI_Error_Destroy(&d);
+      job_release(j);
     }
-    return;
   }
-  /* A thread that woke late for the previous product may still be in
-   * work(): the job is rewritten only once none is. */
-  pthread_mutex_lock(&p->post);
-  while (atomic_load(&p->active)) {
-    pthread_mutex_unlock(&p->post);
-    sched_yield();
-    pthread_mutex_lock(&p->post);
-  }
-  for (int i = 0; i < parts; i++) p->job[i] = block(g, i, parts);
-  p->njob = parts;
-  atomic_store(&p->next, 0);
-  atomic_store(&p->done, 0);
-  p->generation++;
-  pthread_cond_broadcast(&p->posted);
-  pthread_mutex_unlock(&p->post);
-  work(p, fn);
-  while (atomic_load(&p->done) < parts) sched_yield();
-  pthread_mutex_unlock(&p->user);
+  job_work(j);
+  /* Blocks a pool thread started are being finished: the result is whole
+   * once every block is done; a task that runs later finds none left. */
+  while (atomic_load(&j->done) < parts) sched_yield();
+  job_release(j);
 }
 
 /* ---- the FFI handlers ------------------------------------------------------ */
@@ -214,11 +204,12 @@ static XLA_FFI_Error* run_gemm(XLA_FFI_CallFrame* frame, bool trans_a, bool tran
                       .lda = trans_a ? m : k,
                       .ldb = trans_b ? k : n,
                       .ldc = n};
+  int threads = pool_threads(frame);
   for (int64_t i = 0; i < batch; i++) {
     g.a = (const char*)a->data + (size_t)(i * m * k) * elem;
     g.b = (const char*)b->data + (size_t)(i * k * n) * elem;
     g.c = (char*)c->data + (size_t)(i * m * n) * elem;
-    run_product(fn, &g);
+    run_product(frame, fn, &g, threads);
   }
   return NULL;
 }
@@ -361,31 +352,166 @@ static void append_layout(tpu_strbuf_t* sb, int rank) {
 
 static const char kDot[] = "\"stablehlo.dot_general\"(";
 
+/* Where each SSA value %N of the module is defined: its op's text (after
+ * "%N = ") up to the end of its line. */
+typedef struct defs_s {
+  const char** op;  /* [id]: the op's text, or NULL */
+  const char** eol; /* [id]: the end of its line */
+  int64_t count;
+} defs_t;
+
+static bool index_defs(const char* text, size_t len, defs_t* d) {
+  const char* end = text + len;
+  int64_t cap = 0;
+  for (const char* line = text; line < end;) {
+    const char* eol = memchr(line, '\n', (size_t)(end - line));
+    if (!eol) eol = end;
+    const char* p = line;
+    while (p < eol && *p == ' ') p++;
+    if (p + 1 < eol && *p == '%' && p[1] >= '0' && p[1] <= '9') {
+      char* after;
+      long long id = strtoll(p + 1, &after, 10);
+      if (after + 3 <= eol && memcmp(after, " = ", 3) == 0) {
+        if (id >= cap) {
+          int64_t grown = (id + 1) * 2;
+          const char** op = realloc(d->op, (size_t)grown * sizeof *op);
+          if (op) d->op = op;
+          const char** ends = realloc(d->eol, (size_t)grown * sizeof *ends);
+          if (ends) d->eol = ends;
+          if (!op || !ends) return false;
+          memset(op + cap, 0, (size_t)(grown - cap) * sizeof *op);
+          cap = grown;
+        }
+        d->op[id] = after + 3;
+        d->eol[id] = eol;
+        if (id + 1 > d->count) d->count = id + 1;
+      }
+    }
+    line = eol + 1;
+  }
+  return true;
+}
+
+/* The single operand and the "(T) -> T" signature of the op at `op`, when
+ * it is named `name`; its attributes (if any) in [*attrs, *attrs_end). */
+static bool unary(const char* op, const char* eol, const char* name, const char** operand,
+                  size_t* operand_len, tpu_hlo_type_t types[2], const char** attrs,
+                  const char** attrs_end) {
+  size_t nl = strlen(name);
+  if ((size_t)(eol - op) < nl + 3 || op[0] != '"' || memcmp(op + 1, name, nl) != 0 ||
+      op[nl + 1] != '"' || op[nl + 2] != '(')
+    return false;
+  *operand = op + nl + 3;
+  const char* close = memchr(*operand, ')', (size_t)(eol - *operand));
+  if (!close || memchr(*operand, ',', (size_t)(close - *operand))) return false;
+  *operand_len = (size_t)(close - *operand);
+  const char* sig = memmem(close, (size_t)(eol - close), " : (", 4);
+  if (!sig) return false;
+  *attrs = close + 1;
+  *attrs_end = sig;
+  const char* arrow = memmem(sig, (size_t)(eol - sig), ") -> ", 5);
+  if (!arrow) return false;
+  tpu_status_t s = tpu_hlo_parse_type(sig + 4, (size_t)(arrow - sig - 4), &types[0]);
+  if (!s) s = tpu_hlo_parse_type(arrow + 5, (size_t)(eol - arrow - 5), &types[1]);
+  if (s) {
+    tpu_status_free(s);
+    return false;
+  }
+  return true;
+}
+
+/* Whether the list after `key = array<i64: ` in [a, e) is 0, 1, ..., r-1
+ * with the last two swapped (swap) or not. */
+static bool is_permutation(const char* a, const char* e, const char* key, int r, bool swap) {
+  const char* p = memmem(a, (size_t)(e - a), key, strlen(key));
+  if (!p) return false;
+  p += strlen(key);
+  for (int i = 0; i < r; i++) {
+    char* next;
+    long long v = strtoll(p, &next, 10);
+    if (next == p) return false;
+    long long want = swap && i >= r - 2 ? (i == r - 2 ? r - 1 : r - 2) : i;
+    if (v != want) return false;
+    p = next;
+    while (*p == ',' || *p == ' ') p++;
+  }
+  return *p == '>';
+}
+
+/* Follows operand %name back through ops that do not move elements
+ * (same-type reshape, identity broadcast_in_dim) and swaps of its last two
+ * dims (stablehlo.transpose, leading dims kept): the gemm reads the swapped
+ * operand's source in place with its transpose flag flipped, where XLA
+ * would otherwise write the transpose out for the custom call (XLA folds
+ * it into its own dots). Updates *name, *len, *type and *trans. */
+static void see_through(const defs_t* d, const char** name, size_t* len, tpu_hlo_type_t* type,
+                        bool* trans) {
+  for (int hops = 0; hops < 8; hops++) {
+    if (*len < 2 || (*name)[0] != '%' || (*name)[1] < '0' || (*name)[1] > '9') return;
+    char* after;
+    long long id = strtoll(*name + 1, &after, 10);
+    if (after != *name + *len || id >= d->count || !d->op[id]) return;
+    const char *operand, *attrs, *attrs_end;
+    size_t operand_len;
+    tpu_hlo_type_t t[2];
+    int r = type->rank;
+    bool swap = false;
+    if (unary(d->op[id], d->eol[id], "stablehlo.transpose", &operand, &operand_len, t, &attrs, &attrs_end) &&
+        is_permutation(attrs, attrs_end, "permutation = array<i64: ", r, true))
+      swap = true;
+    else if (unary(d->op[id], d->eol[id], "stablehlo.broadcast_in_dim", &operand, &operand_len, t, &attrs,
+                   &attrs_end) &&
+             tpu_hlo_type_equal(&t[0], &t[1]) &&
+             is_permutation(attrs, attrs_end, "broadcast_dimensions = array<i64: ", r, false))
+      swap = false;
+    else if (!(unary(d->op[id], d->eol[id], "stablehlo.reshape", &operand, &operand_len, t, &attrs,
+                     &attrs_end) &&
+               tpu_hlo_type_equal(&t[0], &t[1])))
+      return;
+    if (t[0].rank != r) return;
+    *name = operand;
+    *len = operand_len;
+    *type = t[0];
+    *trans ^= swap;
+  }
+}
+
 /* Appends the custom call replacing the dot line [line, eol), or returns
  * false when the line is not an eligible dot. */
-static bool rewrite_line(tpu_strbuf_t* sb, const char* line, const char* eol) {
+static bool rewrite_line(tpu_strbuf_t* sb, const defs_t* d, const char* line, const char* eol) {
   const char* op = memmem(line, (size_t)(eol - line), kDot, sizeof kDot - 1);
   const char* operands = op + sizeof kDot - 1;
   const char* close = memchr(operands, ')', (size_t)(eol - operands));
   if (!close || (size_t)(eol - close) < 3 || memcmp(close, ") {", 3) != 0) return false;
+  const char* comma = memmem(operands, (size_t)(close - operands), ", ", 2);
   const char* attrs = close + 3;
   const char* sig = memmem(attrs, (size_t)(eol - attrs), "} : (", 5);
-  if (!sig) return false;
+  if (!sig || !comma) return false;
   tpu_hlo_type_t t[3];
-  bool ta, tb;
-  if (!parse_signature(sig + 4, eol, t) || !gemm_form(attrs, sig, t, &ta, &tb)) return false;
+  bool trans[2];
+  if (!parse_signature(sig + 4, eol, t) || !gemm_form(attrs, sig, t, &trans[0], &trans[1]))
+    return false;
+  const char* name[2] = {operands, comma + 2};
+  size_t len[2] = {(size_t)(comma - operands), (size_t)(close - comma - 2)};
+  for (int i = 0; i < 2; i++) see_through(d, &name[i], &len[i], &t[i], &trans[i]);
   tpu_strbuf_append_n(sb, line, (size_t)(op - line));
   tpu_strbuf_append(sb, "\"stablehlo.custom_call\"(");
-  tpu_strbuf_append_n(sb, operands, (size_t)(close - operands));
+  tpu_strbuf_append_n(sb, name[0], len[0]);
+  tpu_strbuf_append(sb, ", ");
+  tpu_strbuf_append_n(sb, name[1], len[1]);
   tpu_strbuf_appendf(sb, ") {api_version = 4 : i32, call_target_name = \"%s\", operand_layouts = [",
-                     kTargets[ta * 2 + tb]);
+                     kTargets[trans[0] * 2 + trans[1]]);
   append_layout(sb, t[0].rank);
   tpu_strbuf_append(sb, ", ");
   append_layout(sb, t[1].rank);
   tpu_strbuf_append(sb, "], result_layouts = [");
   append_layout(sb, t[2].rank);
-  tpu_strbuf_append(sb, "]");
-  tpu_strbuf_append_n(sb, sig, (size_t)(eol - sig));
+  tpu_strbuf_append(sb, "]} : (");
+  tpu_hlo_type_append(sb, &t[0]);
+  tpu_strbuf_append(sb, ", ");
+  tpu_hlo_type_append(sb, &t[1]);
+  tpu_strbuf_append(sb, ") -> ");
+  tpu_hlo_type_append(sb, &t[2]);
   return true;
 }
 
@@ -396,6 +522,12 @@ tpu_status_t tpu_hostgemm_rewrite(const char* text, size_t len, char** out_text,
   const char* end = text + len;
   const char* hit = memmem(text, len, kDot, sizeof kDot - 1);
   if (!hit) return NULL;
+  defs_t defs = {0};
+  if (!index_defs(text, len, &defs)) {
+    free(defs.op);
+    free(defs.eol);
+    return tpu_status_oom("rewriting a program's dots");
+  }
   tpu_strbuf_t sb = {0};
   const char* copied = text; /* text before this is in sb */
   bool changed = false;
@@ -406,7 +538,7 @@ tpu_status_t tpu_hostgemm_rewrite(const char* text, size_t len, char** out_text,
     if (!eol) eol = end;
     size_t mark = sb.len;
     tpu_strbuf_append_n(&sb, copied, (size_t)(line - copied));
-    if (rewrite_line(&sb, line, eol)) {
+    if (rewrite_line(&sb, &defs, line, eol)) {
       changed = true;
       copied = eol;
     } else { /* keep the line as it is */
@@ -415,6 +547,8 @@ tpu_status_t tpu_hostgemm_rewrite(const char* text, size_t len, char** out_text,
     }
     hit = memmem(eol, (size_t)(end - eol), kDot, sizeof kDot - 1);
   }
+  free(defs.op);
+  free(defs.eol);
   if (!changed) {
     tpu_strbuf_free(&sb);
     return NULL;

@@ -184,6 +184,79 @@ static void test_big_products_in_blocks(void) {
   check_form(false, true, TPU_DTYPE_FLOAT64, 1, 255, 130, 90);
 }
 
+/* Runs a module of two f32 inputs and one output. */
+static tpu_status_t run_text(const char* text, const int64_t* xd, const int64_t* yd, int rank,
+                             const float* x, const float* y, float* out, size_t out_bytes) {
+  tpu_program_t* p = NULL;
+  TPU_RETURN_IF_ERROR(tpu_program_get(text, strlen(text), &p));
+  tpu_buffer_t *in[2] = {0}, *res[1] = {0};
+  tpu_status_t s =
+      tpu_buffer_from_host(tpu_runtime_client(), 0, x, TPU_DTYPE_FLOAT32, xd, rank, NULL, &in[0]);
+  if (!s)
+    s = tpu_buffer_from_host(tpu_runtime_client(), 0, y, TPU_DTYPE_FLOAT32, yd, rank, NULL, &in[1]);
+  if (!s) s = tpu_program_execute(p, 0, in, 2, res);
+  if (!s) s = tpu_buffer_to_host(res[0], out, out_bytes);
+  for (int i = 0; i < 2; i++) tpu_buffer_destroy(in[i]);
+  tpu_buffer_destroy(res[0]);
+  return s;
+}
+
+/* Transposes (of the last two dims) feeding a dot are read in place with
+ * the transpose flag flipped, through identity broadcasts; a transpose of
+ * other dims is left for XLA to write out. */
+static void test_transposed_operands_read_in_place(void) {
+  enum { B = 2, K = 20, M = 30, N = 40 };
+  static const char kText[] =
+      "module @m {\n"
+      "  func.func public @main(%arg0: tensor<2x20x30xf32>, %arg1: tensor<2x40x20xf32>) -> "
+      "(tensor<2x30x40xf32>) {\n"
+      "    %0 = \"stablehlo.transpose\"(%arg0) {permutation = array<i64: 0, 2, 1>} : "
+      "(tensor<2x20x30xf32>) -> tensor<2x30x20xf32>\n"
+      "    %1 = \"stablehlo.transpose\"(%arg1) {permutation = array<i64: 0, 2, 1>} : "
+      "(tensor<2x40x20xf32>) -> tensor<2x20x40xf32>\n"
+      "    %2 = \"stablehlo.broadcast_in_dim\"(%1) {broadcast_dimensions = array<i64: 0, 1, 2>} : "
+      "(tensor<2x20x40xf32>) -> tensor<2x20x40xf32>\n"
+      "    %3 = \"stablehlo.dot_general\"(%0, %2) {dot_dimension_numbers = "
+      "#stablehlo.dot<lhs_batching_dimensions = [0], rhs_batching_dimensions = [0], "
+      "lhs_contracting_dimensions = [2], rhs_contracting_dimensions = [1]>} : "
+      "(tensor<2x30x20xf32>, tensor<2x20x40xf32>) -> tensor<2x30x40xf32>\n"
+      "    \"func.return\"(%3) : (tensor<2x30x40xf32>) -> ()\n"
+      "  }\n"
+      "}\n";
+  char* out = NULL;
+  size_t len = 0;
+  CHECK_OK(tpu_hostgemm_rewrite(kText, strlen(kText), &out, &len));
+  CHECK(out != NULL);
+  CHECK_STR_CONTAINS(out, "\"stablehlo.custom_call\"(%arg0, %arg1) {api_version = 4 : i32, "
+                          "call_target_name = \"torchtpu_gemm_tt\"");
+  CHECK_STR_CONTAINS(out, ": (tensor<2x20x30xf32>, tensor<2x40x20xf32>) -> tensor<2x30x40xf32>");
+  free(out);
+  static float x[B * K * M], y[B * N * K], got[B * M * N];
+  for (int i = 0; i < B * K * M; i++) x[i] = (float)((i * 7 % 23) - 11) / 8;
+  for (int i = 0; i < B * N * K; i++) y[i] = (float)((i * 5 % 19) - 9) / 4;
+  int64_t xd[3] = {B, K, M}, yd[3] = {B, N, K};
+  CHECK_OK(run_text(kText, xd, yd, 3, x, y, got, sizeof got));
+  for (int b = 0; b < B; b++)
+    for (int i = 0; i < M; i++)
+      for (int j = 0; j < N; j++) {
+        double want = 0;
+        for (int p = 0; p < K; p++) want += (double)x[(b * K + p) * M + i] * y[(b * N + j) * K + p];
+        CHECK(got[(b * M + i) * N + j] == (float)want);
+      }
+  /* Swapping batch and row dims is not a gemm's transpose: it stays. */
+  static const char kOther[] =
+      "    %0 = \"stablehlo.transpose\"(%arg0) {permutation = array<i64: 1, 0, 2>} : "
+      "(tensor<30x2x20xf32>) -> tensor<2x30x20xf32>\n"
+      "    %3 = \"stablehlo.dot_general\"(%0, %arg1) {dot_dimension_numbers = "
+      "#stablehlo.dot<lhs_batching_dimensions = [0], rhs_batching_dimensions = [0], "
+      "lhs_contracting_dimensions = [2], rhs_contracting_dimensions = [1]>} : "
+      "(tensor<2x30x20xf32>, tensor<2x20x40xf32>) -> tensor<2x30x40xf32>\n";
+  CHECK_OK(tpu_hostgemm_rewrite(kOther, strlen(kOther), &out, &len));
+  CHECK_STR_CONTAINS(out, "\"stablehlo.custom_call\"(%0, %arg1) {api_version = 4 : i32, "
+                          "call_target_name = \"torchtpu_gemm_nn\"");
+  free(out);
+}
+
 static void test_empty_contraction_is_zero(void) {
   /* [64,0] x [0,80] is left XLA's by the k >= 2 rule; a rewritten dot
    * never sees k == 0 from our lowering, but the handler zero-fills. The
@@ -221,4 +294,5 @@ static void test_setup(void) {
 
 TPU_TEST_MAIN(TPU_TEST(test_rewrite_picks_plain_float_dots), TPU_TEST(test_setup),
               TPU_TEST(test_custom_calls_compute_every_form), TPU_TEST(test_big_products_in_blocks),
+              TPU_TEST(test_transposed_operands_read_in_place),
               TPU_TEST(test_empty_contraction_is_zero), TPU_TEST(test_off_without_a_gemm))
