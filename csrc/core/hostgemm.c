@@ -352,43 +352,43 @@ static void append_layout(tpu_strbuf_t* sb, int rank) {
 
 static const char kDot[] = "\"stablehlo.dot_general\"(";
 
-/* Where each SSA value %N of the module is defined: its op's text (after
- * "%N = ") up to the end of its line. */
+/* Where each SSA value %N of the function being read is defined: its
+ * op's text (after "%N = ") and the end of its line. Values are numbered
+ * per function (a fused program has one function per op), so the table
+ * restarts at each func.func and a dot only sees the values before it. */
 typedef struct defs_s {
-  const char** op;  /* [id]: the op's text, or NULL */
-  const char** eol; /* [id]: the end of its line */
-  int64_t count;
+  const char** op; /* [id]: the op's text, or NULL */
+  const char** eol;
+  int64_t count, cap;
 } defs_t;
 
-static bool index_defs(const char* text, size_t len, defs_t* d) {
-  const char* end = text + len;
-  int64_t cap = 0;
-  for (const char* line = text; line < end;) {
-    const char* eol = memchr(line, '\n', (size_t)(end - line));
-    if (!eol) eol = end;
-    const char* p = line;
-    while (p < eol && *p == ' ') p++;
-    if (p + 1 < eol && *p == '%' && p[1] >= '0' && p[1] <= '9') {
-      char* after;
-      long long id = strtoll(p + 1, &after, 10);
-      if (after + 3 <= eol && memcmp(after, " = ", 3) == 0) {
-        if (id >= cap) {
-          int64_t grown = (id + 1) * 2;
-          const char** op = realloc(d->op, (size_t)grown * sizeof *op);
-          if (op) d->op = op;
-          const char** ends = realloc(d->eol, (size_t)grown * sizeof *ends);
-          if (ends) d->eol = ends;
-          if (!op || !ends) return false;
-          memset(op + cap, 0, (size_t)(grown - cap) * sizeof *op);
-          cap = grown;
-        }
-        d->op[id] = after + 3;
-        d->eol[id] = eol;
-        if (id + 1 > d->count) d->count = id + 1;
-      }
-    }
-    line = eol + 1;
+/* Records line [line, eol) if it starts a function or defines a value;
+ * false when out of memory. */
+static bool note_line(defs_t* d, const char* line, const char* eol) {
+  const char* p = line;
+  while (p < eol && *p == ' ') p++;
+  if ((size_t)(eol - p) > 9 && memcmp(p, "func.func", 9) == 0) {
+    if (d->count) memset(d->op, 0, (size_t)d->count * sizeof *d->op);
+    d->count = 0;
+    return true;
   }
+  if (p + 1 >= eol || *p != '%' || p[1] < '0' || p[1] > '9') return true;
+  int64_t id = 0;
+  for (p++; p < eol && *p >= '0' && *p <= '9' && id < (1 << 24); p++) id = id * 10 + (*p - '0');
+  if ((size_t)(eol - p) < 3 || memcmp(p, " = ", 3) != 0) return true;
+  if (id >= d->cap) {
+    int64_t grown = (id + 1) * 2;
+    const char** op = realloc(d->op, (size_t)grown * sizeof *op);
+    if (op) d->op = op;
+    const char** ends = realloc(d->eol, (size_t)grown * sizeof *ends);
+    if (ends) d->eol = ends;
+    if (!op || !ends) return false;
+    memset(op + d->cap, 0, (size_t)(grown - d->cap) * sizeof *op);
+    d->cap = grown;
+  }
+  d->op[id] = p + 3;
+  d->eol[id] = eol;
+  if (id + 1 > d->count) d->count = id + 1;
   return true;
 }
 
@@ -520,38 +520,33 @@ tpu_status_t tpu_hostgemm_rewrite(const char* text, size_t len, char** out_text,
   *out_text = NULL;
   *out_len = 0;
   const char* end = text + len;
-  const char* hit = memmem(text, len, kDot, sizeof kDot - 1);
-  if (!hit) return NULL;
+  if (!memmem(text, len, kDot, sizeof kDot - 1)) return NULL;
   defs_t defs = {0};
-  if (!index_defs(text, len, &defs)) {
-    free(defs.op);
-    free(defs.eol);
-    return tpu_status_oom("rewriting a program's dots");
-  }
   tpu_strbuf_t sb = {0};
   const char* copied = text; /* text before this is in sb */
-  bool changed = false;
-  while (hit) {
-    const char* line = hit;
-    while (line > text && line[-1] != '\n') line--;
-    const char* eol = memchr(hit, '\n', (size_t)(end - hit));
+  bool changed = false, oom = false;
+  for (const char* line = text; line < end && !oom;) {
+    const char* eol = memchr(line, '\n', (size_t)(end - line));
     if (!eol) eol = end;
-    size_t mark = sb.len;
-    tpu_strbuf_append_n(&sb, copied, (size_t)(line - copied));
-    if (rewrite_line(&sb, &defs, line, eol)) {
-      changed = true;
-      copied = eol;
-    } else { /* keep the line as it is */
-      sb.len = mark;
-      if (sb.data) sb.data[mark] = '\0';
+    oom = !note_line(&defs, line, eol);
+    if (!oom && memmem(line, (size_t)(eol - line), kDot, sizeof kDot - 1)) {
+      size_t mark = sb.len;
+      tpu_strbuf_append_n(&sb, copied, (size_t)(line - copied));
+      if (rewrite_line(&sb, &defs, line, eol)) {
+        changed = true;
+        copied = eol;
+      } else { /* keep the line as it is */
+        sb.len = mark;
+        if (sb.data) sb.data[mark] = '\0';
+      }
     }
-    hit = memmem(eol, (size_t)(end - eol), kDot, sizeof kDot - 1);
+    line = eol + 1;
   }
   free(defs.op);
   free(defs.eol);
-  if (!changed) {
+  if (oom || !changed) {
     tpu_strbuf_free(&sb);
-    return NULL;
+    return oom ? tpu_status_oom("rewriting a program's dots") : NULL;
   }
   tpu_strbuf_append_n(&sb, copied, (size_t)(end - copied));
   char* out = tpu_strbuf_take(&sb, out_len);

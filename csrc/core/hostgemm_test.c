@@ -255,6 +255,22 @@ static void test_transposed_operands_read_in_place(void) {
   CHECK_STR_CONTAINS(out, "\"stablehlo.custom_call\"(%0, %arg1) {api_version = 4 : i32, "
                           "call_target_name = \"torchtpu_gemm_nn\"");
   free(out);
+  /* Values are numbered per function: an earlier function's %0 (a
+   * transpose) says nothing about this one's %0. */
+  static const char kScopes[] =
+      "  func.func private @f0(%arg0: tensor<20x30xf32>) -> (tensor<30x20xf32>) {\n"
+      "    %0 = \"stablehlo.transpose\"(%arg0) {permutation = array<i64: 1, 0>} : "
+      "(tensor<20x30xf32>) -> tensor<30x20xf32>\n"
+      "  }\n"
+      "  func.func public @main(%arg0: tensor<600xf32>, %arg1: tensor<20x40xf32>) {\n"
+      "    %0 = \"stablehlo.reshape\"(%arg0) : (tensor<600xf32>) -> tensor<30x20xf32>\n"
+      "    %1 = \"stablehlo.dot_general\"(%0, %arg1) {dot_dimension_numbers = "
+      "#stablehlo.dot<lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [0]>} : "
+      "(tensor<30x20xf32>, tensor<20x40xf32>) -> tensor<30x40xf32>\n";
+  CHECK_OK(tpu_hostgemm_rewrite(kScopes, strlen(kScopes), &out, &len));
+  CHECK_STR_CONTAINS(out, "\"stablehlo.custom_call\"(%0, %arg1) {api_version = 4 : i32, "
+                          "call_target_name = \"torchtpu_gemm_nn\"");
+  free(out);
 }
 
 static void test_empty_contraction_is_zero(void) {
