@@ -489,6 +489,8 @@ static bool rewrite_line(tpu_strbuf_t* sb, const defs_t* d, const char* line, co
   if (!sig || !comma) return false;
   tpu_hlo_type_t t[3];
   bool trans[2];
+  /* A dot that names its algorithm (e.g. bf16 passes) keeps XLA's. */
+  if (memmem(attrs, (size_t)(sig - attrs), "algorithm", 9)) return false;
   if (!parse_signature(sig + 4, eol, t) || !gemm_form(attrs, sig, t, &trans[0], &trans[1]))
     return false;
   const char* name[2] = {operands, comma + 2};

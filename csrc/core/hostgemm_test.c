@@ -94,6 +94,12 @@ static void test_rewrite_picks_plain_float_dots(void) {
                     "(tensor<8x8xf32>, tensor<8x8xf32>) -> tensor<8x8xf32>", NULL));
   CHECK(rewrites_to("lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [0]",
                     "(tensor<?x32xf32>, tensor<32x48xf32>) -> tensor<?x48xf32>", NULL));
+  CHECK(rewrites_to("lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [0]>, "
+                    "algorithm = #stablehlo.dot_algorithm<lhs_precision_type = bf16, "
+                    "rhs_precision_type = bf16, accumulation_type = f32, "
+                    "lhs_component_count = 1, rhs_component_count = 1, "
+                    "num_primary_terms = 1, allow_imprecise_accumulation = false",
+                    f32, NULL));
 }
 
 /* A module computing dot(x, y) with these dimension numbers. */
