@@ -11,10 +11,14 @@
 
 /* ---- helpers ------------------------------------------------------------------ */
 
-static atomic_bool g_force_host_pack;
+static atomic_bool g_force_host_pack, g_force_pjrt_reads;
 
 void tpu_buffer_set_force_host_pack(bool force) {
   atomic_store(&g_force_host_pack, force);
+}
+
+void tpu_buffer_set_force_pjrt_reads(bool force) {
+  atomic_store(&g_force_pjrt_reads, force);
 }
 
 static void destroy_pjrt_buffer(const PJRT_Api* api, PJRT_Buffer* buffer) {
@@ -492,8 +496,8 @@ static bool raw_image_is_dense(tpu_buffer_t* buffer) {
  * and wakes the caller after: 50-130 us for a loss.item(), ~2 us here. */
 static bool host_addressable(tpu_buffer_t* buffer) {
   const PJRT_Api* api = buffer->client->api;
-  return tpu_client_is_cpu(buffer->client) && !tpu_buffer_is_deleted(buffer) &&
-         TPU_PJRT_HAS_SLOT(api, PJRT_Buffer_UnsafePointer) &&
+  return tpu_client_is_cpu(buffer->client) && !atomic_load(&g_force_pjrt_reads) &&
+         !tpu_buffer_is_deleted(buffer) && TPU_PJRT_HAS_SLOT(api, PJRT_Buffer_UnsafePointer) &&
          TPU_PJRT_HAS_SLOT(api, PJRT_Buffer_DecreaseExternalReferenceCount) &&
          raw_image_is_dense(buffer);
 }

@@ -809,7 +809,55 @@ static tpu_status_t spmd_body(fixture_t* f) {
 }
 static void test_execute_multi_spmd_partitions(void) { RUN_WITH_FIXTURE(2, spmd_body); }
 
+/* Whole and range reads of an output still being computed (presumed
+ * ready, as program.c marks a trusted execution's), through PJRT's copies
+ * (other plugins' path) and through memcpy (the CPU plugin's): both wait
+ * for the contents. */
+static tpu_status_t presumed_reads_body(fixture_t* f) {
+  enum { N = 8 << 20 }; /* ~10 ms of multiplies: still running on return */
+  char text[1024];
+  snprintf(text, sizeof text,
+           "module @mul {\n  func.func public @main(%%arg0: tensor<%dxf32>) -> tensor<%dxf32> {\n"
+           "    %%0 = \"stablehlo.multiply\"(%%arg0, %%arg0) : (tensor<%dxf32>, tensor<%dxf32>)"
+           " -> tensor<%dxf32>\n    \"func.return\"(%%0) : (tensor<%dxf32>) -> ()\n  }\n}\n",
+           N, N, N, N, N, N);
+  TPU_RETURN_IF_ERROR(compile(f->client, text, true, &f->exe[0]));
+  float* host = malloc((size_t)N * sizeof *host);
+  EXPECT(host != NULL, "out of memory");
+  for (int64_t i = 0; i < N; i++) host[i] = (float)(i % 1000);
+  tpu_status_t s = upload(f->client, 0, host, TPU_DTYPE_FLOAT32, N, 0, 1, &f->buf[0]);
+  int64_t wrong = 0;
+  for (int round = 0; round < 4 && !s; round++) {
+    tpu_buffer_set_force_pjrt_reads(round < 2);
+    s = tpu_executable_execute(f->exe[0], 0, f->buf, 1, NULL, &f->buf[1], NULL);
+    if (s) break;
+    tpu_buffer_set_presumed_ready(f->buf[1]);
+    if (round % 2 == 0) {
+      memset(host, 0xff, (size_t)N * sizeof *host);
+      s = tpu_buffer_to_host(f->buf[1], host, (size_t)N * sizeof *host);
+      for (int64_t i = 0; !s && i < N; i++)
+        wrong += host[i] != (float)(i % 1000) * (float)(i % 1000);
+    } else {
+      float tail[4] = {-1, -1, -1, -1};
+      s = tpu_buffer_to_host_range(f->buf[1], (size_t)(N - 4) * sizeof(float), tail, sizeof tail);
+      for (int i = 0; !s && i < 4; i++) {
+        float v = (float)((N - 4 + i) % 1000);
+        wrong += tail[i] != v * v;
+      }
+    }
+    tpu_buffer_destroy(f->buf[1]);
+    f->buf[1] = NULL;
+  }
+  tpu_buffer_set_force_pjrt_reads(false);
+  free(host);
+  TPU_RETURN_IF_ERROR(s);
+  EXPECT(wrong == 0, "%lld values read before they were computed", (long long)wrong);
+  return NULL;
+}
+static void test_presumed_output_reads_wait(void) { RUN_WITH_FIXTURE(1, presumed_reads_body); }
+
 TPU_TEST_MAIN(TPU_TEST(test_compile_options_encoding), TPU_TEST(test_add),
+              TPU_TEST(test_presumed_output_reads_wait),
               TPU_TEST(test_dot_general), TPU_TEST(test_reduce),
               TPU_TEST(test_compare_select), TPU_TEST(test_malformed_program),
               TPU_TEST(test_serialize_roundtrip), TPU_TEST(test_donation),

@@ -167,6 +167,10 @@ tpu_status_t tpu_buffer_wrap_typed(tpu_client_t* client, int device_index,
 /* Testing hook: when true, tpu_buffer_from_host never passes byte strides to
  * the plugin and packs non-dense host layouts itself. */
 void tpu_buffer_set_force_host_pack(bool force);
+/* Testing hook: when true, host reads on the CPU plugin go through PJRT's
+ * copies (ToHostBuffer, CopyRawToHost) as on other plugins, not memcpy
+ * from the buffer's memory, so local tests cover those paths too. */
+void tpu_buffer_set_force_pjrt_reads(bool force);
 
 /* ---- bookkeeping ------------------------------------------------------------
  * Live PJRT handles we own (clients, buffers, loaded executables, events).
