@@ -88,7 +88,7 @@ static inline tpu_lower_arg_t none_arg(void) { return (tpu_lower_arg_t){.kind = 
 static const tpu_lower_arg_t kNone = {.kind = TPU_ARG_NONE};
 static inline tpu_lower_arg_t ints_arg(int n, const int64_t* v) {
   tpu_lower_arg_t a = {.kind = TPU_ARG_INTS, .num_ints = n};
-  memcpy(a.ints, v, sizeof(int64_t) * (size_t)n);
+  if (n > 0) memcpy(a.ints, v, sizeof(int64_t) * (size_t)n); /* v may be NULL for [] */
   return a;
 }
 
