@@ -13,6 +13,7 @@
 #include "env.h"
 #include "hostgemm.h"
 #include "hostheap.h"
+#include "lower/emit.h"
 #include "memory.h"
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -228,7 +229,10 @@ tpu_status_t tpu_runtime_init(const char* fallback_plugin_path) {
     goto done;
   }
   /* The CPU plugin's device memory is this process's heap. */
-  if (strcmp(tpu_client_platform_name(client), "cpu") == 0) tpu_hostheap_configure();
+  if (strcmp(tpu_client_platform_name(client), "cpu") == 0) {
+    tpu_hostheap_configure();
+    tpu_emit_set_merge_reduced_dims(true);
+  }
   tpu_hostgemm_register(client);
   g_default_device =
       visible_count > 0 ? 0 : local_rank_device(tpu_client_device_count(client));

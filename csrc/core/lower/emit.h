@@ -52,6 +52,11 @@ tpu_hlo_value_t tpu_emit_positive_zeros(tpu_hlo_builder_t* b, tpu_hlo_value_t va
 tpu_hlo_value_t tpu_emit_reduce(tpu_hlo_builder_t* b, tpu_hlo_value_t value,
                                 tpu_hlo_value_t init, const int64_t* dims, int num_dims,
                                 const char* op);
+/* For XLA:CPU (the runtime turns it on with the CPU plugin, before any
+ * lowering): tpu_emit_reduce merges adjacent reduced dims into one behind
+ * an optimization barrier (emit.c says why). Off: XLA's own form, which
+ * other backends fuse with the reduce's producers. */
+void tpu_emit_set_merge_reduced_dims(bool on);
 /* Reshape / transpose with explicit targets. */
 tpu_hlo_value_t tpu_emit_reshape(tpu_hlo_builder_t* b, tpu_hlo_value_t value,
                                  const int64_t* dims, int rank);

@@ -241,6 +241,69 @@ static void test_row_max_is_emitted_in_two_stages(void) {
   }
 }
 
+/* Adjacent reduced dims on XLA:CPU (emit.c merge_reduced_dims): [0, 1] of
+ * [16, 64, 8] is one reduce of [1024, 8] behind an optimization barrier,
+ * back to [8]; [1, 2] of [4, 8, 16] one of [4, 128] back to [4];
+ * non-adjacent [0, 2] and the switch off keep XLA's form. Column sums
+ * over [0, 1] checked against double sums, a NaN and an inf reaching
+ * theirs. */
+static void test_adjacent_reduced_dims_merge_behind_a_barrier(void) {
+  int64_t d3[3] = {16, 64, 8}, r4[3] = {4, 8, 16};
+  const struct {
+    const int64_t* dims;
+    int64_t rdims[2];
+    bool on;
+    const char* merged;
+  } cases[4] = {{d3, {0, 1}, true, "(tensor<16x64x8xf32>) -> tensor<1024x8xf32>"},
+                {r4, {1, 2}, true, "(tensor<4x8x16xf32>) -> tensor<4x128xf32>"},
+                {r4, {0, 2}, true, NULL},
+                {d3, {0, 1}, false, NULL}};
+  for (int i = 0; i < 4; i++) {
+    tpu_emit_set_merge_reduced_dims(cases[i].on);
+    tpu_hlo_builder_t* b = NULL;
+    CHECK_OK(tpu_hlo_builder_create(&b));
+    tpu_hlo_value_t x =
+        tpu_hlo_arg(b, tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 3, cases[i].dims), NULL);
+    tpu_hlo_value_t r = tpu_emit_reduce(b, x, tpu_emit_const(b, TPU_DTYPE_FLOAT32, 0),
+                                        cases[i].rdims, 2, "stablehlo.add");
+    tpu_hlo_return(b, &r, 1);
+    char* text = NULL;
+    size_t len = 0;
+    CHECK_OK(tpu_hlo_builder_finish(b, &text, &len));
+    CHECK_EQ(occurrences(text, "stablehlo.optimization_barrier"), cases[i].merged ? 1 : 0);
+    if (cases[i].merged) CHECK_STR_CONTAINS(text, cases[i].merged);
+    free(text);
+    tpu_hlo_builder_destroy(b);
+  }
+  tpu_emit_set_merge_reduced_dims(true);
+  enum { B = 16, T = 64, N = 8 };
+  int64_t d[3] = {B, T, N}, dims[2] = {0, 1}, od[1] = {N};
+  float* x = malloc(sizeof(float) * B * T * N);
+  for (int64_t i = 0; i < B * T * N; i++) x[i] = (float)((i * 7919) % 1013) / 7.0f - 60.0f;
+  x[5 * T * N + 3 * N + 2] = NAN;
+  x[9 * T * N + 7 * N + 6] = INFINITY;
+  tpu_lower_arg_t args[4] = {tpu_test_tensor_arg(TPU_DTYPE_FLOAT32, 3, d), ints_arg(2, dims),
+                             bool_arg(false), kNone};
+  const void* data[1] = {x};
+  tpu_hlo_type_t out = tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 1, od);
+  void* r[1];
+  CHECK_OK(tpu_test_run_op("aten::sum.dim_IntList", args, 4, NULL, data, &out, 1, r));
+  const float* v = r[0];
+  for (int c = 0; c < N; c++) {
+    double want = 0, mag = 0;
+    for (int64_t row = 0; row < B * T; row++) {
+      want += x[row * N + c];
+      mag += fabs(x[row * N + c]);
+    }
+    bool ok = c == 2 ? isnan(v[c]) : c == 6 ? v[c] == INFINITY
+                                            : fabs(v[c] - want) <= 64 * FLT_EPSILON * mag;
+    if (!ok) fprintf(stderr, "column %d: %.9g want %.9g\n", c, v[c], want);
+    CHECK(ok);
+  }
+  free(r[0]);
+  free(x); /* left on: what the runtime sets on the CPU plugin */
+}
+
 static void test_amax_amin_propagate_nan(void) {
   int64_t d[2] = {2, 3}, od[1] = {2}, one = 1;
   tpu_lower_arg_t args[3] = {tpu_test_tensor_arg(TPU_DTYPE_FLOAT32, 2, d), ints_arg(1, &one),
@@ -617,7 +680,7 @@ static void test_trace(void) {
 
 TPU_TEST_MAIN(TPU_TEST(test_trace), TPU_TEST(test_dtype_in_dim_slot_reduces_everything), TPU_TEST(test_cummax_cummin_ties_and_nan), TPU_TEST(test_logcumsumexp_count_nonzero_aminmax), TPU_TEST(test_sum_dims_keepdim_negative), TPU_TEST(test_sum_promotes_ints_and_bools),
               TPU_TEST(test_bf16_sum_and_mean_accumulate_in_f32), TPU_TEST(test_nansum_prod_mean),
-              TPU_TEST(test_amax_amin_propagate_nan), TPU_TEST(test_row_extremes_in_two_stages), TPU_TEST(test_row_max_is_emitted_in_two_stages), TPU_TEST(test_row_sums_in_two_stages), TPU_TEST(test_max_dim_first_index_and_nan),
+              TPU_TEST(test_amax_amin_propagate_nan), TPU_TEST(test_row_extremes_in_two_stages), TPU_TEST(test_row_max_is_emitted_in_two_stages), TPU_TEST(test_row_sums_in_two_stages), TPU_TEST(test_adjacent_reduced_dims_merge_behind_a_barrier), TPU_TEST(test_max_dim_first_index_and_nan),
               TPU_TEST(test_argmax_argmin), TPU_TEST(test_histc_of_bool_declines), TPU_TEST(test_var_std_correction),
               TPU_TEST(test_logsumexp),
               TPU_TEST(test_cumsum_cumprod_any_dim), TPU_TEST(test_all_any),
