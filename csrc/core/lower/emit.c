@@ -180,6 +180,9 @@ static bool merge_reduced_dims(tpu_hlo_builder_t* b, tpu_hlo_value_t value, cons
   for (int d = 0; d < in.rank; d++) {
     if (in.dims[d] < 0) return false; /* not a static shape */
     adjacent |= d > 0 && reduced[d] && reduced[d - 1];
+    /* A long column: XLA may fold the reshape that made it out of several
+     * dims (another op's view) back in the same way. */
+    adjacent |= reduced[d] && d < in.rank - 1 && in.dims[d] > 32;
   }
   if (!adjacent) return false;
   int64_t shape[TPU_HLO_MAX_RANK];
@@ -199,6 +202,10 @@ static bool merge_reduced_dims(tpu_hlo_builder_t* b, tpu_hlo_value_t value, cons
   return true;
 }
 
+static tpu_hlo_value_t reduce_in_lanes(tpu_hlo_builder_t* b, tpu_hlo_value_t value,
+                                       tpu_hlo_value_t init, const int64_t* dims, int num_dims,
+                                       const char* op);
+
 tpu_hlo_value_t tpu_emit_reduce(tpu_hlo_builder_t* b, tpu_hlo_value_t value,
                                 tpu_hlo_value_t init, const int64_t* dims, int num_dims,
                                 const char* op) {
@@ -207,7 +214,7 @@ tpu_hlo_value_t tpu_emit_reduce(tpu_hlo_builder_t* b, tpu_hlo_value_t value,
   int64_t rdims[TPU_HLO_MAX_RANK];
   int num_rdims = 0;
   if (merge_reduced_dims(b, value, dims, num_dims, &merged, rdims, &num_rdims)) {
-    tpu_hlo_value_t r = tpu_emit_reduce(b, merged, init, rdims, num_rdims, op);
+    tpu_hlo_value_t r = reduce_in_lanes(b, merged, init, rdims, num_rdims, op);
     /* Back to the kept dims one by one. */
     int64_t kept[TPU_HLO_MAX_RANK];
     int nk = 0;
@@ -218,6 +225,13 @@ tpu_hlo_value_t tpu_emit_reduce(tpu_hlo_builder_t* b, tpu_hlo_value_t value,
     }
     return tpu_emit_reshape(b, r, kept, nk);
   }
+  return reduce_in_lanes(b, value, init, dims, num_dims, op);
+}
+
+static tpu_hlo_value_t reduce_in_lanes(tpu_hlo_builder_t* b, tpu_hlo_value_t value,
+                                       tpu_hlo_value_t init, const int64_t* dims, int num_dims,
+                                       const char* op) {
+  tpu_hlo_type_t in = tpu_hlo_value_type(b, value);
   int last = in.rank - 1;
   bool minor = false;
   for (int k = 0; k < num_dims; k++) minor |= dims[k] == last;
