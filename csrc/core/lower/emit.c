@@ -165,26 +165,33 @@ void tpu_emit_set_merge_reduced_dims(bool on) { atomic_store(&g_merge_reduced_di
  * sums of a layer_norm backward, [16,64,64] -> [64]: 88 us against 17;
  * a linear's bias gradient [16,64,256] -> [256]: 245 against 99). The
  * barrier keeps an elementwise producer out of the reduce's kernel: its
- * result is written once, which those figures include. Returns false
- * (nothing emitted) when no two reduced dims are adjacent; else *merged
- * is the value to reduce over rdims. */
+ * result is written once, which those figures include. The same for one
+ * reduced dim longer than 32 that is not the minor one: XLA folds in the
+ * reshape that made it out of several (another op's view, a fused run)
+ * alike. Returns false (nothing emitted) when neither applies; else
+ * *merged is the value to reduce over rdims. */
 static bool merge_reduced_dims(tpu_hlo_builder_t* b, tpu_hlo_value_t value, const int64_t* dims,
                                int num_dims, tpu_hlo_value_t* merged, int64_t* rdims,
                                int* num_rdims) {
   tpu_hlo_type_t in = tpu_hlo_value_type(b, value);
   if (!atomic_load(&g_merge_reduced_dims) || in.rank < 2 || in.rank > TPU_HLO_MAX_RANK)
     return false;
-  bool reduced[TPU_HLO_MAX_RANK] = {false}, adjacent = false;
+  bool reduced[TPU_HLO_MAX_RANK] = {false}, merge = false;
   for (int k = 0; k < num_dims; k++)
     if (dims[k] >= 0 && dims[k] < in.rank) reduced[dims[k]] = true;
   for (int d = 0; d < in.rank; d++) {
     if (in.dims[d] < 0) return false; /* not a static shape */
-    adjacent |= d > 0 && reduced[d] && reduced[d - 1];
+    merge |= d > 0 && reduced[d] && reduced[d - 1];
     /* A long column: XLA may fold the reshape that made it out of several
      * dims (another op's view) back in the same way. */
-    adjacent |= reduced[d] && d < in.rank - 1 && in.dims[d] > 32;
+    merge |= reduced[d] && d < in.rank - 1 && in.dims[d] > 32;
   }
-  if (!adjacent) return false;
+  /* The barrier writes the operand out: not for a huge one (a broadcast
+   * XLA would have folded into the reduce, say). */
+  const int64_t kMaxNumel = (int64_t)1 << 26;
+  int64_t numel = 1;
+  for (int d = 0; d < in.rank && numel <= kMaxNumel; d++) numel *= in.dims[d];
+  if (!merge || numel > kMaxNumel) return false;
   int64_t shape[TPU_HLO_MAX_RANK];
   int rank = 0, nr = 0;
   for (int d = 0; d < in.rank; d++) {

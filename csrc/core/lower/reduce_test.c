@@ -243,29 +243,39 @@ static void test_row_max_is_emitted_in_two_stages(void) {
 
 /* Adjacent reduced dims on XLA:CPU (emit.c merge_reduced_dims): [0, 1] of
  * [16, 64, 8] is one reduce of [1024, 8] behind an optimization barrier,
- * back to [8]; [1, 2] of [4, 8, 16] one of [4, 128] back to [4];
- * non-adjacent [0, 2] and the switch off keep XLA's form. Column sums
+ * back to [8]; [1, 2] of [4, 8, 16] one of [4, 128] back to [4]; a single
+ * column longer than 32 goes behind the barrier as it is; non-adjacent
+ * [0, 2], a column of 16, an operand of 2^27 elements and the switch off
+ * keep XLA's form. Column sums
  * over [0, 1] checked against double sums, a NaN and an inf reaching
  * theirs. */
 static void test_adjacent_reduced_dims_merge_behind_a_barrier(void) {
-  int64_t d3[3] = {16, 64, 8}, r4[3] = {4, 8, 16};
+  int64_t d3[3] = {16, 64, 8}, r4[3] = {4, 8, 16}, col[3] = {1, 64, 8}, shortcol[3] = {1, 16, 8},
+          huge[3] = {1 << 14, 1 << 13, 2};
   const struct {
     const int64_t* dims;
     int64_t rdims[2];
+    int num_rdims;
     bool on;
     const char* merged;
-  } cases[4] = {{d3, {0, 1}, true, "(tensor<16x64x8xf32>) -> tensor<1024x8xf32>"},
-                {r4, {1, 2}, true, "(tensor<4x8x16xf32>) -> tensor<4x128xf32>"},
-                {r4, {0, 2}, true, NULL},
-                {d3, {0, 1}, false, NULL}};
-  for (int i = 0; i < 4; i++) {
+  } cases[8] = {{d3, {0, 1}, 2, true, "(tensor<16x64x8xf32>) -> tensor<1024x8xf32>"},
+                {r4, {1, 2}, 2, true, "(tensor<4x8x16xf32>) -> tensor<4x128xf32>"},
+                {r4, {0, 2}, 2, true, NULL},
+                {d3, {0, 1}, 2, false, NULL},
+                /* one long column (> 32) behind the barrier; a short one not */
+                {col, {1}, 1, true, "(tensor<1x64x8xf32>) -> tensor<1x64x8xf32>"},
+                {shortcol, {1}, 1, true, NULL},
+                /* too big to write out (2^27 elements) */
+                {huge, {0, 1}, 2, true, NULL},
+                {col, {1}, 1, false, NULL}};
+  for (int i = 0; i < 8; i++) {
     tpu_emit_set_merge_reduced_dims(cases[i].on);
     tpu_hlo_builder_t* b = NULL;
     CHECK_OK(tpu_hlo_builder_create(&b));
     tpu_hlo_value_t x =
         tpu_hlo_arg(b, tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 3, cases[i].dims), NULL);
     tpu_hlo_value_t r = tpu_emit_reduce(b, x, tpu_emit_const(b, TPU_DTYPE_FLOAT32, 0),
-                                        cases[i].rdims, 2, "stablehlo.add");
+                                        cases[i].rdims, cases[i].num_rdims, "stablehlo.add");
     tpu_hlo_return(b, &r, 1);
     char* text = NULL;
     size_t len = 0;
