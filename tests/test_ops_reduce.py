@@ -531,3 +531,47 @@ def test_histc_bins_in_the_input_dtype(dtype):
             x = (torch.randn(200, generator=g) * 5).to(dtype)
             for lo, hi, bins in ((-10, 10, 100), (0, 0, 7), (-1.5, 2.25, 9)):
                 assert torch.equal(torch.histc(x.to("tpu"), bins, lo, hi).cpu(), torch.histc(x, bins, lo, hi))
+
+
+# On the CPU plugin a reduce over adjacent dims, or over one long column,
+# is emitted as one reduce of the merged dims behind an optimization
+# barrier (csrc/core/lower/emit.c): the shapes of a training step's bias
+# and norm-weight gradients, with NaN and inf, every dtype family, keepdim,
+# and the gradient through it.
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64, torch.int32,
+                                   torch.bool])
+@pytest.mark.parametrize("shape,dim", [((16, 64, 24), (0, 1)), ((8, 128, 40), (0, 1)),
+                                       ((4, 40, 36), (1, 2)), ((2, 3, 40, 5), (1, 2)),
+                                       ((1024, 24), 0), ((3, 70, 9), 1)])
+def test_sum_over_merged_dims(dtype, shape, dim):
+    x = make(shape, dtype)
+    if dtype.is_floating_point:
+        x[0, 1] = float("nan")
+        x.view(-1)[-3] = float("inf")
+    check(lambda t: t.sum(dim), x, grad=dtype.is_floating_point and dtype != torch.bfloat16)
+    check(lambda t: t.sum(dim, keepdim=True), x)
+    if dtype.is_floating_point:
+        check(lambda t: t.amax(dim), x)
+
+
+def test_layer_norm_and_linear_gradients_over_merged_dims():
+    # The sums a layer_norm's and a linear's weight and bias gradients take
+    # over [batch, tokens] (1024 rows): against float64 on the CPU, within
+    # a bound for float32 sums of 1024 terms; CPU float32 meets it too.
+    x = make((16, 64, 32), torch.float64)
+    w, b = make((32,), torch.float64, seed=1), make((32,), torch.float64, seed=2)
+    lw, lb = make((48, 32), torch.float64, seed=3), make((48,), torch.float64, seed=4)
+    g = make((16, 64, 48), torch.float64, seed=5)
+
+    def grads(device, dtype):
+        ts = [t.detach().to(device, dtype).clone().requires_grad_() for t in (x, w, b, lw, lb)]
+        y = torch.nn.functional.linear(torch.nn.functional.layer_norm(ts[0], (32,), ts[1], ts[2]),
+                                       ts[3], ts[4])
+        y.backward(g.to(device, dtype))
+        return [t.grad.cpu().double() for t in ts]
+
+    want = grads("cpu", torch.float64)
+    for device in ("cpu", "tpu"):
+        for got, ref in zip(grads(device, torch.float32), want):
+            bound = 1024 * 2 ** -24 * (ref.abs().max().item() + 1) * 8
+            assert (got - ref).abs().max().item() <= bound, (device, (got - ref).abs().max())
