@@ -452,6 +452,22 @@ def test_host_gemm_linear_and_attention_shapes():
           grad=True)
 
 
+@pytest.mark.parametrize("nc", LAYOUTS)
+def test_host_gemm_big_batches_in_runs(nc):
+    # Batches big as a whole (>= 2^21 multiply-adds) run as runs of whole
+    # products on XLA's pool: attention's shapes, an odd count, a
+    # broadcast batch, and a NaN reaching only its own product.
+    q, k = make((64, 64, 16), noncontiguous=nc), make((64, 16, 64), seed=1, noncontiguous=nc)
+    check(torch.bmm, q, k, grad=True)
+    a, b = make((37, 40, 31), torch.float64, seed=2), make((37, 31, 52), torch.float64, seed=3)
+    a[20, 3, 4] = float("nan")
+    check(torch.bmm, a, b)
+    check(torch.matmul, make((3, 5, 64, 48), seed=4), make((5, 48, 64), seed=5), grad=True)
+    q, k, v = (make((16, 4, 64, 16), seed=s) for s in range(6, 9))
+    check(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True), q, k, v,
+          grad=True)
+
+
 def test_host_gemm_non_finite_and_empty():
     a = make((40, 33))
     a[3, 4], a[5, 6] = float("nan"), float("inf")
