@@ -58,14 +58,16 @@ static void job_release(job_t* j) {
   if (atomic_fetch_sub(&j->refs, 1) == 1) free(j);
 }
 
+/* g moved on to the next product of r's batch. */
+static void next_product(tpu_hostgemm_t* g, const run_t* r) {
+  g->a = (const char*)g->a + r->stride_a;
+  g->b = (const char*)g->b + r->stride_b;
+  g->c = (char*)g->c + r->stride_c;
+}
+
 static void run_products(tpu_hostgemm_fn_t fn, const run_t* r) {
   tpu_hostgemm_t g = r->g;
-  for (int64_t i = 0; i < r->count; i++) {
-    fn(&g);
-    g.a = (const char*)g.a + r->stride_a;
-    g.b = (const char*)g.b + r->stride_b;
-    g.c = (char*)g.c + r->stride_c;
-  }
+  for (int64_t i = 0; i < r->count; i++, next_product(&g, r)) fn(&g);
 }
 
 static void job_work(job_t* j) {
@@ -192,12 +194,7 @@ static void run_batch(const XLA_FFI_CallFrame* frame, tpu_hostgemm_fn_t fn,
     return;
   }
   tpu_hostgemm_t one = *g;
-  for (int64_t i = 0; i < batch; i++) {
-    run_product(frame, fn, &one, threads);
-    one.a = (const char*)one.a + all.stride_a;
-    one.b = (const char*)one.b + all.stride_b;
-    one.c = (char*)one.c + all.stride_c;
-  }
+  for (int64_t i = 0; i < batch; i++, next_product(&one, &all)) run_product(frame, fn, &one, threads);
 }
 
 /* ---- the FFI handlers ------------------------------------------------------ */

@@ -2,7 +2,6 @@
 
 #include <math.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <stdatomic.h>
 #include <string.h>
 
@@ -157,6 +156,10 @@ static _Atomic bool g_merge_reduced_dims;
 
 void tpu_emit_set_merge_reduced_dims(bool on) { atomic_store(&g_merge_reduced_dims, on); }
 
+static tpu_hlo_value_t reduce_in_lanes(tpu_hlo_builder_t* b, tpu_hlo_value_t value,
+                                       tpu_hlo_value_t init, const int64_t* dims, int num_dims,
+                                       const char* op);
+
 /* A reduce over several adjacent dims, on XLA:CPU (see emit.h): the dims
  * merged into one by a row-major reshape, behind an optimization barrier,
  * since XLA folds reduce(reshape(x)) back into the reduce over x's dims
@@ -168,11 +171,11 @@ void tpu_emit_set_merge_reduced_dims(bool on) { atomic_store(&g_merge_reduced_di
  * result is written once, which those figures include. The same for one
  * reduced dim longer than 32 that is not the minor one: XLA folds in the
  * reshape that made it out of several (another op's view, a fused run)
- * alike. Returns false (nothing emitted) when neither applies; else
- * *merged is the value to reduce over rdims. */
-static bool merge_reduced_dims(tpu_hlo_builder_t* b, tpu_hlo_value_t value, const int64_t* dims,
-                               int num_dims, tpu_hlo_value_t* merged, int64_t* rdims,
-                               int* num_rdims) {
+ * alike. Returns false (nothing emitted) when neither applies; else *out
+ * is the reduce, in the kept dims' shape. */
+static bool reduce_merged(tpu_hlo_builder_t* b, tpu_hlo_value_t value, tpu_hlo_value_t init,
+                          const int64_t* dims, int num_dims, const char* op,
+                          tpu_hlo_value_t* out) {
   tpu_hlo_type_t in = tpu_hlo_value_type(b, value);
   if (!atomic_load(&g_merge_reduced_dims) || in.rank < 2 || in.rank > TPU_HLO_MAX_RANK)
     return false;
@@ -192,9 +195,10 @@ static bool merge_reduced_dims(tpu_hlo_builder_t* b, tpu_hlo_value_t value, cons
   int64_t numel = 1;
   for (int d = 0; d < in.rank && numel <= kMaxNumel; d++) numel *= in.dims[d];
   if (!merge || numel > kMaxNumel) return false;
-  int64_t shape[TPU_HLO_MAX_RANK];
-  int rank = 0, nr = 0;
+  int64_t shape[TPU_HLO_MAX_RANK], rdims[TPU_HLO_MAX_RANK], kept[TPU_HLO_MAX_RANK];
+  int rank = 0, nr = 0, nk = 0;
   for (int d = 0; d < in.rank; d++) {
+    if (!reduced[d]) kept[nk++] = in.dims[d];
     if (d > 0 && reduced[d] == reduced[d - 1]) {
       shape[rank - 1] *= in.dims[d];
       continue;
@@ -203,35 +207,16 @@ static bool merge_reduced_dims(tpu_hlo_builder_t* b, tpu_hlo_value_t value, cons
     shape[rank++] = in.dims[d];
   }
   tpu_hlo_value_t v = tpu_emit_reshape(b, value, shape, rank);
-  *merged = tpu_hlo_op(b, "stablehlo.optimization_barrier", &v, 1, tpu_hlo_value_type(b, v),
-                       NULL);
-  *num_rdims = nr;
+  v = tpu_hlo_op(b, "stablehlo.optimization_barrier", &v, 1, tpu_hlo_value_type(b, v), NULL);
+  *out = tpu_emit_reshape(b, reduce_in_lanes(b, v, init, rdims, nr, op), kept, nk);
   return true;
 }
-
-static tpu_hlo_value_t reduce_in_lanes(tpu_hlo_builder_t* b, tpu_hlo_value_t value,
-                                       tpu_hlo_value_t init, const int64_t* dims, int num_dims,
-                                       const char* op);
 
 tpu_hlo_value_t tpu_emit_reduce(tpu_hlo_builder_t* b, tpu_hlo_value_t value,
                                 tpu_hlo_value_t init, const int64_t* dims, int num_dims,
                                 const char* op) {
-  tpu_hlo_type_t in = tpu_hlo_value_type(b, value);
   tpu_hlo_value_t merged;
-  int64_t rdims[TPU_HLO_MAX_RANK];
-  int num_rdims = 0;
-  if (merge_reduced_dims(b, value, dims, num_dims, &merged, rdims, &num_rdims)) {
-    tpu_hlo_value_t r = reduce_in_lanes(b, merged, init, rdims, num_rdims, op);
-    /* Back to the kept dims one by one. */
-    int64_t kept[TPU_HLO_MAX_RANK];
-    int nk = 0;
-    for (int d = 0; d < in.rank; d++) {
-      bool red = false;
-      for (int k = 0; k < num_dims; k++) red |= dims[k] == d;
-      if (!red) kept[nk++] = in.dims[d];
-    }
-    return tpu_emit_reshape(b, r, kept, nk);
-  }
+  if (reduce_merged(b, value, init, dims, num_dims, op, &merged)) return merged;
   return reduce_in_lanes(b, value, init, dims, num_dims, op);
 }
 

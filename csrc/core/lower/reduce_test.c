@@ -246,9 +246,8 @@ static void test_row_max_is_emitted_in_two_stages(void) {
  * back to [8]; [1, 2] of [4, 8, 16] one of [4, 128] back to [4]; a single
  * column longer than 32 goes behind the barrier as it is; non-adjacent
  * [0, 2], a column of 16, an operand of 2^27 elements and the switch off
- * keep XLA's form. Column sums
- * over [0, 1] checked against double sums, a NaN and an inf reaching
- * theirs. */
+ * keep XLA's form. Column sums over [0, 1] checked against double sums, a
+ * NaN and an inf reaching theirs. */
 static void test_adjacent_reduced_dims_merge_behind_a_barrier(void) {
   int64_t d3[3] = {16, 64, 8}, r4[3] = {4, 8, 16}, col[3] = {1, 64, 8}, shortcol[3] = {1, 16, 8},
           huge[3] = {1 << 14, 1 << 13, 2};
