@@ -45,6 +45,71 @@ def test_softmax_bf16_to_float():
     check(lambda t: F.softmax(t, -1, dtype=torch.float32), x, grad=True)
 
 
+def _host_row_programs():
+    return torchtpu.metrics.metrics().get("host_row_programs", 0)
+
+
+@pytest.mark.parametrize("mode", ["strict", "defer_and_fuse"])
+@pytest.mark.parametrize("shape", [(16, 4, 64, 64), (128, 512), (9, 1000), (64, 67)])
+def test_softmaxes_big_enough_for_the_host_kernel_as_cpu(shape, mode):
+    """On the CPU plugin, float32 softmax, log_softmax and _safe_softmax
+    over the last dim of 4096+ elements run as the host kernel (core/
+    hostrow.h): values and gradients as on CPU, with masked entries, a row
+    of -inf (NaN, or zeros for _safe_softmax), a NaN and an +inf row; rows
+    of every length around the kernel's vector width; and the same in
+    defer_and_fuse (the kernel inside a fused run) and in a compiled graph."""
+    x = make(shape) * 4
+    rows = x.view(-1, shape[-1])
+    rows[0, ::3] = float("-inf")
+    rows[1] = float("-inf")
+    rows[2, 5] = float("nan")
+    rows[3, 7] = float("inf")
+    safe = torch.ops.aten._safe_softmax
+    before = _host_row_programs()
+    with torchtpu.eager_mode(mode):
+        # (the scaling: a fused run not compiled by an earlier case)
+        check(lambda t: F.softmax(t * 1.5, -1), x, grad=True)
+        check(lambda t: F.log_softmax(t * 1.5, -1), x, grad=True)
+        check(lambda t: safe(t * 1.5, -1), x, grad=True)
+        # half precision computes in float32: the kernel's input too
+        check(lambda t: F.softmax(t, -1), x.to(torch.bfloat16), dtype=torch.bfloat16)
+    assert _host_row_programs() > before
+    # (static: each shape its own graph)
+    cf = torch.compile(lambda t: F.log_softmax(t * 2, -1), backend="tpu", dynamic=False)
+    assert_close(cf(x.to("tpu")).cpu(), F.log_softmax(x * 2, -1))
+
+
+def test_softmaxes_the_host_kernel_leaves_to_xla():
+    """Not the last dim, float64, and small tensors stay XLA's: still as on
+    CPU, and no host-kernel program compiled for them."""
+    x = make((64, 128)) * 4
+    before = _host_row_programs()
+    check(lambda t: F.softmax(t, 0), x, grad=True)
+    check(lambda t: F.log_softmax(t, -1), x.double(), grad=True)
+    check(lambda t: F.softmax(t, -1), make((8, 64)), grad=True)
+    assert _host_row_programs() == before
+
+
+def test_host_row_off_computes_the_same():
+    """TORCHTPU_HOST_ROW=0 leaves softmaxes to XLA: no custom call, and the
+    same values (to rounding) as with it."""
+    import os
+    import subprocess
+    import sys
+    code = ("import torch, torchtpu\n"
+            "x = torch.randn(64, 4, 64, generator=torch.Generator().manual_seed(0)) * 5\n"
+            "x[0, 0] = float('-inf')\n"
+            "for f in (torch.softmax, torch.log_softmax):\n"
+            "    torch.testing.assert_close(f(x.to('tpu'), -1).cpu(), f(x, -1), equal_nan=True)\n"
+            "print(torchtpu.metrics.metrics().get('host_row_programs', 0))\n")
+    for flag, used in (("0", False), ("1", True)):
+        env = dict(os.environ, TORCHTPU_HOST_ROW=flag, TORCHTPU_EAGER_MODE="strict")
+        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                           text=True, timeout=300)
+        assert r.returncode == 0, r.stderr[-3000:]
+        assert (int(r.stdout.split()[-1]) > 0) == used, (flag, r.stdout)
+
+
 @pytest.mark.parametrize("dtype", FLOATS)
 def test_safe_softmax_masked_rows_as_cpu(dtype):
     """_safe_softmax (SDPA's softmax): rows of -inf only give zeros, a

@@ -1,6 +1,5 @@
 #include "hostgemm.h"
 
-#include <sched.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -11,7 +10,7 @@
 #include "hlo/signature.h"
 #include "hlo/strbuf.h"
 #include "hlo/type.h"
-#include "xla/ffi/api/c_api.h"
+#include "hostffi.h"
 
 static _Atomic(tpu_hostgemm_fn_t) g_fn;
 static atomic_bool g_registered;
@@ -38,7 +37,7 @@ bool tpu_hostgemm_active(void) {
  * [64, 64, 16] x [64, 16, 64]: 66 us on one thread, PyTorch's 30 on two)
  * is cut the same way into runs of whole products when it has at least as
  * many as the pool has threads. */
-enum { kSplitMacs = 1 << 21, kMaxParts = 16 };
+enum { kSplitMacs = 1 << 21, kMaxParts = TPU_HOSTFFI_MAX_PARTS };
 
 /* `count` products, the first `g`, the next ones `stride_*` bytes on. */
 typedef struct {
@@ -46,17 +45,6 @@ typedef struct {
   int64_t count;
   size_t stride_a, stride_b, stride_c;
 } run_t;
-
-typedef struct job_s {
-  tpu_hostgemm_fn_t fn;
-  run_t block[kMaxParts];
-  int n;
-  atomic_int next, done, refs;
-} job_t;
-
-static void job_release(job_t* j) {
-  if (atomic_fetch_sub(&j->refs, 1) == 1) free(j);
-}
 
 /* g moved on to the next product of r's batch. */
 static void next_product(tpu_hostgemm_t* g, const run_t* r) {
@@ -70,17 +58,15 @@ static void run_products(tpu_hostgemm_fn_t fn, const run_t* r) {
   for (int64_t i = 0; i < r->count; i++, next_product(&g, r)) fn(&g);
 }
 
-static void job_work(job_t* j) {
-  for (int i; (i = atomic_fetch_add(&j->next, 1)) < j->n;) {
-    run_products(j->fn, &j->block[i]);
-    atomic_fetch_add(&j->done, 1);
-  }
-}
+/* The blocks of one call, run by tpu_hostffi_parallel. */
+typedef struct {
+  tpu_hostgemm_fn_t fn;
+  run_t block[kMaxParts];
+} blocks_t;
 
-/* A pool task: blocks nobody has started yet, if any are left. */
-static void job_task(void* data) {
-  job_work(data);
-  job_release(data);
+static void block_work(void* ctx, int i) {
+  const blocks_t* b = ctx;
+  run_products(b->fn, &b->block[i]);
 }
 
 /* Block `i` of `parts` of g along its longer side of the result. */
@@ -101,71 +87,18 @@ static tpu_hostgemm_t block(const tpu_hostgemm_t* g, int i, int parts) {
   return b;
 }
 
-#define HAS_FFI_SLOT(api, slot) \
-  ((api)->struct_size >= offsetof(XLA_FFI_Api, slot) + sizeof((api)->slot) && (api)->slot)
-
-/* Threads of the pool XLA runs this program's work on; 1 when unknown. */
-static int pool_threads(const XLA_FFI_CallFrame* frame) {
-  const XLA_FFI_Api* api = frame->api;
-  if (!HAS_FFI_SLOT(api, XLA_FFI_ThreadPool_NumThreads) ||
-      !HAS_FFI_SLOT(api, XLA_FFI_ThreadPool_Schedule))
-    return 1;
-  int64_t n = 1;
-  XLA_FFI_ThreadPool_NumThreads_Args args = {
-      .struct_size = XLA_FFI_ThreadPool_NumThreads_Args_STRUCT_SIZE,
-      .ctx = frame->ctx,
-      .num_threads = &n};
-  XLA_FFI_Error* e = api->XLA_FFI_ThreadPool_NumThreads(&args);
-  if (e) {
-    XLA_FFI_Error_Destroy_Args d = {.struct_size = XLA_FFI_Error_Destroy_Args_STRUCT_SIZE,
-                                    .error = e};
-    api->XLA_FFI_Error_Destroy(&d);
-    return 1;
-  }
-  return n < 1 ? 1 : n > kMaxParts ? kMaxParts : (int)n;
-}
-
-/* Runs the blocks (parts >= 2) on the pool's threads and this one. */
-static void run_blocks(const XLA_FFI_CallFrame* frame, tpu_hostgemm_fn_t fn, job_t* j,
-                       int parts) {
-  j->fn = fn;
-  j->n = parts;
-  atomic_init(&j->next, 0);
-  atomic_init(&j->done, 0);
-  atomic_init(&j->refs, parts); /* ours, and one per task offered */
-  for (int i = 1; i < parts; i++) {
-    XLA_FFI_ThreadPool_Schedule_Args args = {
-        .struct_size = XLA_FFI_ThreadPool_Schedule_Args_STRUCT_SIZE,
-        .ctx = frame->ctx,
-        .task = job_task,
-        .data = j};
-    XLA_FFI_Error* e = frame->api->XLA_FFI_ThreadPool_Schedule(&args);
-    if (e) { /* not offered: we compute its block */
-      XLA_FFI_Error_Destroy_Args d = {.struct_size = XLA_FFI_Error_Destroy_Args_STRUCT_SIZE,
-                                      .error = e};
-      frame->api->XLA_FFI_Error_Destroy(&d);
-      job_release(j);
-    }
-  }
-  job_work(j);
-  /* Blocks a pool thread started are being finished: the result is whole
-   * once every block is done; a task that runs later finds none left. */
-  while (atomic_load(&j->done) < parts) sched_yield();
-  job_release(j);
-}
-
 /* One product, cut into blocks of rows or columns when big. */
 static void run_product(const XLA_FFI_CallFrame* frame, tpu_hostgemm_fn_t fn,
                         const tpu_hostgemm_t* g, int threads) {
   int64_t len = g->m >= g->n ? g->m : g->n;
   int parts = len / 16 < threads ? (int)(len / 16) : threads; /* blocks of >= 16 */
-  job_t* j = parts >= 2 && g->m * g->n * g->k >= kSplitMacs ? malloc(sizeof *j) : NULL;
-  if (!j) {
+  if (parts < 2 || g->m * g->n * g->k < kSplitMacs) {
     fn(g);
     return;
   }
-  for (int i = 0; i < parts; i++) j->block[i] = (run_t){.g = block(g, i, parts), .count = 1};
-  run_blocks(frame, fn, j, parts);
+  blocks_t j = {.fn = fn};
+  for (int i = 0; i < parts; i++) j.block[i] = (run_t){.g = block(g, i, parts), .count = 1};
+  tpu_hostffi_parallel(frame, parts, block_work, &j);
 }
 
 /* `batch` products of g's shape, one after another in memory: runs of
@@ -179,18 +112,17 @@ static void run_batch(const XLA_FFI_CallFrame* frame, tpu_hostgemm_fn_t fn,
                .stride_a = (size_t)(g->m * g->k) * elem,
                .stride_b = (size_t)(g->k * g->n) * elem,
                .stride_c = (size_t)(g->m * g->n) * elem};
-  job_t* j = threads >= 2 && batch >= threads && batch * g->m * g->n * g->k >= kSplitMacs
-                 ? malloc(sizeof *j) : NULL;
-  if (j) {
+  if (threads >= 2 && batch >= threads && batch * g->m * g->n * g->k >= kSplitMacs) {
+    blocks_t j = {.fn = fn};
     for (int i = 0; i < threads; i++) {
       int64_t lo = batch * i / threads, hi = batch * (i + 1) / threads;
-      j->block[i] = all;
-      j->block[i].count = hi - lo;
-      j->block[i].g.a = (const char*)g->a + (size_t)lo * all.stride_a;
-      j->block[i].g.b = (const char*)g->b + (size_t)lo * all.stride_b;
-      j->block[i].g.c = (char*)g->c + (size_t)lo * all.stride_c;
+      j.block[i] = all;
+      j.block[i].count = hi - lo;
+      j.block[i].g.a = (const char*)g->a + (size_t)lo * all.stride_a;
+      j.block[i].g.b = (const char*)g->b + (size_t)lo * all.stride_b;
+      j.block[i].g.c = (char*)g->c + (size_t)lo * all.stride_c;
     }
-    run_blocks(frame, fn, j, threads);
+    tpu_hostffi_parallel(frame, threads, block_work, &j);
     return;
   }
   tpu_hostgemm_t one = *g;
@@ -199,50 +131,23 @@ static void run_batch(const XLA_FFI_CallFrame* frame, tpu_hostgemm_fn_t fn,
 
 /* ---- the FFI handlers ------------------------------------------------------ */
 
-static XLA_FFI_Error* ffi_error(const XLA_FFI_CallFrame* frame, const char* message) {
-  XLA_FFI_Error_Create_Args args = {.struct_size = XLA_FFI_Error_Create_Args_STRUCT_SIZE,
-                                    .message = message,
-                                    .errc = XLA_FFI_Error_Code_INTERNAL};
-  return frame->api->XLA_FFI_Error_Create(&args);
-}
-
-/* XLA asks a handler which FFI version it was built against (a call frame
- * carrying the metadata extension) when it is registered, and drops the
- * registration, silently, when that is newer than its own: the handlers
- * use nothing past version 0.1, so they claim the older of the header's
- * and the plugin's. */
-static bool answer_metadata(XLA_FFI_CallFrame* frame) {
-  XLA_FFI_Extension_Base* e = frame->extension_start;
-  if (!e || e->type != XLA_FFI_Extension_Metadata) return false;
-  int minor = XLA_FFI_API_MINOR;
-  if (frame->api && frame->api->api_version.major_version == XLA_FFI_API_MAJOR &&
-      frame->api->api_version.minor_version < minor)
-    minor = frame->api->api_version.minor_version;
-  XLA_FFI_Metadata* md = ((XLA_FFI_Metadata_Extension*)e)->metadata;
-  md->api_version = (XLA_FFI_Api_Version){.struct_size = XLA_FFI_Api_Version_STRUCT_SIZE,
-                                          .major_version = XLA_FFI_API_MAJOR,
-                                          .minor_version = minor};
-  md->traits = 0;
-  return true;
-}
-
 static XLA_FFI_Error* run_gemm(XLA_FFI_CallFrame* frame, bool trans_a, bool trans_b) {
-  if (answer_metadata(frame)) return NULL;
+  if (tpu_hostffi_answer_metadata(frame)) return NULL;
   if (frame->stage != XLA_FFI_ExecutionStage_EXECUTE) return NULL;
   tpu_hostgemm_fn_t fn = atomic_load(&g_fn);
-  if (!fn) return ffi_error(frame, "torchtpu host gemm: no gemm is installed");
+  if (!fn) return tpu_hostffi_error(frame, "torchtpu host gemm: no gemm is installed");
   if (frame->args.size != 2 || frame->rets.size != 1 ||
       frame->args.types[0] != XLA_FFI_ArgType_BUFFER ||
       frame->args.types[1] != XLA_FFI_ArgType_BUFFER ||
       frame->rets.types[0] != XLA_FFI_RetType_BUFFER)
-    return ffi_error(frame, "torchtpu host gemm: expected two buffers in, one out");
+    return tpu_hostffi_error(frame, "torchtpu host gemm: expected two buffers in, one out");
   const XLA_FFI_Buffer* a = frame->args.args[0];
   const XLA_FFI_Buffer* b = frame->args.args[1];
   const XLA_FFI_Buffer* c = frame->rets.rets[0];
   int64_t r = c->rank;
   if (r < 2 || a->rank != r || b->rank != r || a->dtype != c->dtype || b->dtype != c->dtype ||
       (c->dtype != XLA_FFI_DataType_F32 && c->dtype != XLA_FFI_DataType_F64))
-    return ffi_error(frame, "torchtpu host gemm: operands do not match the product");
+    return tpu_hostffi_error(frame, "torchtpu host gemm: operands do not match the product");
   int64_t batch = 1;
   for (int64_t d = 0; d < r - 2; d++) batch *= c->dims[d];
   int64_t m = c->dims[r - 2], n = c->dims[r - 1];
@@ -265,7 +170,7 @@ static XLA_FFI_Error* run_gemm(XLA_FFI_CallFrame* frame, bool trans_a, bool tran
   g.a = a->data;
   g.b = b->data;
   g.c = c->data;
-  run_batch(frame, fn, &g, batch, pool_threads(frame));
+  run_batch(frame, fn, &g, batch, tpu_hostffi_threads(frame));
   return NULL;
 }
 
@@ -279,44 +184,24 @@ static const char* const kTargets[4] = {"torchtpu_gemm_nn", "torchtpu_gemm_nt",
                                         "torchtpu_gemm_tn", "torchtpu_gemm_tt"};
 static XLA_FFI_Handler* const kHandlers[4] = {gemm_nn, gemm_nt, gemm_tn, gemm_tt};
 
-/* A failed registration is not always reported (XLA drops a handler whose
- * metadata it rejects), and then every program with the custom call would
- * fail to compile: so one is compiled before the rewrite is turned on. */
-static bool probe(tpu_client_t* client) {
-  static const char kProbe[] =
-      "module @torchtpu_gemm_probe {\n"
-      "  func.func public @main(%arg0: tensor<2x2xf32>, %arg1: tensor<2x2xf32>) -> "
-      "(tensor<2x2xf32>) {\n"
-      "    %0 = \"stablehlo.custom_call\"(%arg0, %arg1) {api_version = 4 : i32, "
-      "call_target_name = \"torchtpu_gemm_nn\"} : (tensor<2x2xf32>, tensor<2x2xf32>) -> "
-      "tensor<2x2xf32>\n"
-      "    \"func.return\"(%0) : (tensor<2x2xf32>) -> ()\n"
-      "  }\n"
-      "}\n";
-  tpu_compile_options_t options = {.portable = true};
-  tpu_executable_t* executable = NULL;
-  tpu_status_t s = tpu_executable_compile(client, kProbe, sizeof kProbe - 1, &options, &executable);
-  tpu_executable_destroy(executable);
-  if (!s) return true;
-  if (tpu_env_log_enabled("programs"))
-    fprintf(stderr, "torchtpu: host gemm off, its probe failed: %s\n", tpu_status_message(s));
-  tpu_status_free(s);
-  return false;
-}
+/* Compiled once before the rewrite is turned on (tpu_hostffi_register). */
+static const char kProbe[] =
+    "module @torchtpu_gemm_probe {\n"
+    "  func.func public @main(%arg0: tensor<2x2xf32>, %arg1: tensor<2x2xf32>) -> "
+    "(tensor<2x2xf32>) {\n"
+    "    %0 = \"stablehlo.custom_call\"(%arg0, %arg1) {api_version = 4 : i32, "
+    "call_target_name = \"torchtpu_gemm_nn\"} : (tensor<2x2xf32>, tensor<2x2xf32>) -> "
+    "tensor<2x2xf32>\n"
+    "    \"func.return\"(%0) : (tensor<2x2xf32>) -> ()\n"
+    "  }\n"
+    "}\n";
 
 void tpu_hostgemm_register(tpu_client_t* client) {
   if (!client || !tpu_client_is_cpu(client) || !atomic_load(&g_fn) ||
       tpu_env_get_int("TORCHTPU_HOST_GEMM", 1) == 0)
     return;
-  for (int i = 0; i < 4; i++) {
-    tpu_status_t s = tpu_plugin_register_ffi_handler(tpu_client_plugin(client), kTargets[i],
-                                                     "Host", (void*)kHandlers[i]);
-    if (s) { /* XLA's dots then: slower, never wrong */
-      tpu_status_free(s);
-      return;
-    }
-  }
-  atomic_store(&g_registered, probe(client));
+  atomic_store(&g_registered,
+               tpu_hostffi_register(client, kTargets, kHandlers, 4, kProbe, "host gemm"));
 }
 
 /* ---- the text rewrite ------------------------------------------------------- */

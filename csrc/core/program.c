@@ -13,6 +13,7 @@
 #include "hash.h"
 #include "hlo/signature.h"
 #include "hostgemm.h"
+#include "hostrow.h"
 #include "metrics.h"
 #include "runtime.h"
 #include "trace.h"
@@ -227,11 +228,19 @@ tpu_status_t tpu_program_get(const char* mlir, size_t mlir_len,
                               ? tpu_hostgemm_rewrite(mlir, mlir_len, &gemm_text, &gemm_len)
                               : NULL;
   if (gemm_text) TPU_METRICS_BUMP("host_gemm_programs", 1);
+  const char* rewritten = gemm_text ? gemm_text : mlir;
+  size_t rewritten_len = gemm_text ? gemm_len : mlir_len;
+  char* row_text = NULL;
+  size_t row_len = 0;
+  if (!compiled && tpu_hostrow_active())
+    compiled = tpu_hostrow_rewrite(rewritten, rewritten_len, &row_text, &row_len);
+  if (row_text) TPU_METRICS_BUMP("host_row_programs", 1);
   if (!compiled)
-    compiled = tpu_diskcache_load_or_compile(client, gemm_text ? gemm_text : mlir,
-                                             gemm_text ? gemm_len : mlir_len, &options,
+    compiled = tpu_diskcache_load_or_compile(client, row_text ? row_text : rewritten,
+                                             row_text ? row_len : rewritten_len, &options,
                                              &executable);
   free(gemm_text);
+  free(row_text);
   tpu_trace_end(&span);
   TPU_RETURN_IF_ERROR(compiled);
   tpu_program_t* program = calloc(1, sizeof *program);

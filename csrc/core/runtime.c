@@ -12,6 +12,7 @@
 
 #include "env.h"
 #include "hostgemm.h"
+#include "hostrow.h"
 #include "hostheap.h"
 #include "lower/emit.h"
 #include "memory.h"
@@ -234,6 +235,7 @@ tpu_status_t tpu_runtime_init(const char* fallback_plugin_path) {
     tpu_emit_set_merge_reduced_dims(true);
   }
   tpu_hostgemm_register(client);
+  tpu_hostrow_register(client);
   g_default_device =
       visible_count > 0 ? 0 : local_rank_device(tpu_client_device_count(client));
   g_plugin = plugin;

@@ -316,6 +316,18 @@ tpu_hlo_type_t tpu_hlo_value_type(const tpu_hlo_builder_t* b,
   return invalid;
 }
 
+void tpu_hlo_value_name(const tpu_hlo_builder_t* b, tpu_hlo_value_t value, char* out,
+                        size_t cap) {
+  if (!cap) return;
+  out[0] = '\0';
+  const value_info_t* v = find_value(b, value);
+  if (!v) return;
+  tpu_strbuf_t sb = {0};
+  append_value_name(&sb, v);
+  if (sb.data) snprintf(out, cap, "%s", sb.data);
+  tpu_strbuf_free(&sb);
+}
+
 /* ---- builder lifetime --------------------------------------------------- */
 
 static void frame_free(frame_t* f) {

@@ -60,6 +60,11 @@ bool tpu_hlo_value_used(const tpu_hlo_builder_t* b, tpu_hlo_value_t value);
 tpu_hlo_type_t tpu_hlo_value_type(const tpu_hlo_builder_t* b,
                                   tpu_hlo_value_t value);
 
+/* The value's SSA name as the module text prints it ("%12", "%arg0"),
+ * truncated to cap bytes with the NUL; "" for a value not of b. */
+void tpu_hlo_value_name(const tpu_hlo_builder_t* b, tpu_hlo_value_t value, char* out,
+                        size_t cap);
+
 /* Emits %r = "<name>"(operands) {attrs} : (operand types) -> result_type.
  * `name` is the full op name ("stablehlo.add"); `attrs` is the attribute-dict
  * body or NULL, e.g. "comparison_direction = #stablehlo<comparison_direction

@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdio.h>
 
+#include "../hostrow.h"
 #include "emit.h"
 #include "lowering.h"
 #include "nn_internal.h"
@@ -86,14 +87,29 @@ static softmax_parts_t softmax_parts(tpu_hlo_builder_t* b, tpu_hlo_value_t x, in
   return p;
 }
 
+/* The attribute marking the op that gives softmax `kind` of x over its
+ * last dim, for the CPU plugin's host kernel (core/hostrow.h); NULL (no
+ * mark) when d is not the last dim. */
+static const char* row_mark(tpu_hlo_builder_t* b, tpu_hlo_value_t x, int64_t d,
+                            tpu_hostrow_kind_t kind, char* buf, size_t cap) {
+  if (d != type_of(b, x).rank - 1) return NULL;
+  char name[32];
+  tpu_hlo_value_name(b, x, name, sizeof name);
+  snprintf(buf, cap, "mhlo.frontend_attributes = {torchtpu_row = \"%s %s\"}",
+           tpu_hostrow_kind_name(kind), name);
+  return buf;
+}
+
 /* exp(x - m) / s as exp(x - m) * (1 / s), as PyTorch's CPU kernel does: one
  * divide a row instead of one an element (a vector divide costs ~10x a
  * multiply; 128x512 strict 81 -> 62 us). log_softmax takes log(s) on the
- * row, not on s broadcast. */
-static tpu_hlo_value_t softmax_of(tpu_hlo_builder_t* b, const softmax_parts_t* p, int64_t d) {
+ * row, not on s broadcast. `mark`: the result's attributes, or NULL. */
+static tpu_hlo_value_t softmax_of(tpu_hlo_builder_t* b, const softmax_parts_t* p, int64_t d,
+                                  const char* mark) {
   tpu_hlo_type_t xt = type_of(b, p->e);
   tpu_hlo_value_t inv = tpu_emit_div(b, tpu_emit_splat(b, p->s, 1.0), p->s);
-  return tpu_emit_mul(b, p->e, expand_back(b, inv, &xt, &d, 1));
+  tpu_hlo_value_t operands[2] = {p->e, expand_back(b, inv, &xt, &d, 1)};
+  return tpu_hlo_op(b, "stablehlo.multiply", operands, 2, xt, mark);
 }
 
 /* _softmax / _log_softmax(self, dim, half_to_float), the data word telling
@@ -106,10 +122,17 @@ static tpu_status_t lower_softmax(tpu_lower_ctx_t* ctx) {
   int64_t d = wrap_dim(int_arg(ctx, 1, -1), tpu_lower_arg(ctx, 0)->type.rank);
   softmax_parts_t p = softmax_parts(b, x, d);
   tpu_hlo_type_t xt = type_of(b, x);
-  tpu_hlo_value_t r =
-      log ? tpu_emit_sub(b, p.shifted,
-                         expand_back(b, tpu_emit_unary(b, "stablehlo.log", p.s), &xt, &d, 1))
-          : softmax_of(b, &p, d);
+  char buf[96];
+  const char* mark =
+      row_mark(b, x, d, log ? TPU_HOSTROW_LOG_SOFTMAX : TPU_HOSTROW_SOFTMAX, buf, sizeof buf);
+  tpu_hlo_value_t r;
+  if (log) {
+    tpu_hlo_value_t operands[2] = {
+        p.shifted, expand_back(b, tpu_emit_unary(b, "stablehlo.log", p.s), &xt, &d, 1)};
+    r = tpu_hlo_op(b, "stablehlo.subtract", operands, 2, xt, mark);
+  } else {
+    r = softmax_of(b, &p, d, mark);
+  }
   set_out(ctx, 0, r);
   return NULL;
 }
@@ -129,9 +152,12 @@ static tpu_status_t lower_safe_softmax(tpu_lower_ctx_t* ctx) {
   int64_t d = wrap_dim(int_arg(ctx, 1, -1), tpu_lower_arg(ctx, 0)->type.rank);
   softmax_parts_t p = softmax_parts(b, x, d);
   tpu_hlo_value_t masked = tpu_emit_compare(b, "EQ", p.m, tpu_emit_splat(b, p.m, -INFINITY));
-  tpu_hlo_value_t r = softmax_of(b, &p, d);
+  tpu_hlo_value_t r = softmax_of(b, &p, d, NULL);
   tpu_hlo_value_t all_masked = expand_back(b, masked, &xt, &d, 1);
-  set_out(ctx, 0, tpu_emit_select(b, all_masked, tpu_emit_splat(b, r, 0), r));
+  char buf[96];
+  tpu_hlo_value_t operands[3] = {all_masked, tpu_emit_splat(b, r, 0), r};
+  set_out(ctx, 0, tpu_hlo_op(b, "stablehlo.select", operands, 3, xt,
+                             row_mark(b, x, d, TPU_HOSTROW_SAFE_SOFTMAX, buf, sizeof buf)));
   return NULL;
 }
 

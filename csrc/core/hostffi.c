@@ -1,0 +1,141 @@
+#include "hostffi.h"
+
+#include <sched.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "env.h"
+
+XLA_FFI_Error* tpu_hostffi_error(const XLA_FFI_CallFrame* frame, const char* message) {
+  XLA_FFI_Error_Create_Args args = {.struct_size = XLA_FFI_Error_Create_Args_STRUCT_SIZE,
+                                    .message = message,
+                                    .errc = XLA_FFI_Error_Code_INTERNAL};
+  return frame->api->XLA_FFI_Error_Create(&args);
+}
+
+/* XLA drops a registration, silently, whose version is newer than its
+ * own: the handlers use nothing past version 0.1, so they claim the older
+ * of the header's and the plugin's. */
+bool tpu_hostffi_answer_metadata(XLA_FFI_CallFrame* frame) {
+  XLA_FFI_Extension_Base* e = frame->extension_start;
+  if (!e || e->type != XLA_FFI_Extension_Metadata) return false;
+  int minor = XLA_FFI_API_MINOR;
+  if (frame->api && frame->api->api_version.major_version == XLA_FFI_API_MAJOR &&
+      frame->api->api_version.minor_version < minor)
+    minor = frame->api->api_version.minor_version;
+  XLA_FFI_Metadata* md = ((XLA_FFI_Metadata_Extension*)e)->metadata;
+  md->api_version = (XLA_FFI_Api_Version){.struct_size = XLA_FFI_Api_Version_STRUCT_SIZE,
+                                          .major_version = XLA_FFI_API_MAJOR,
+                                          .minor_version = minor};
+  md->traits = 0;
+  return true;
+}
+
+#define HAS_FFI_SLOT(api, slot) \
+  ((api)->struct_size >= offsetof(XLA_FFI_Api, slot) + sizeof((api)->slot) && (api)->slot)
+
+static void drop_error(const XLA_FFI_Api* api, XLA_FFI_Error* e) {
+  XLA_FFI_Error_Destroy_Args d = {.struct_size = XLA_FFI_Error_Destroy_Args_STRUCT_SIZE,
+                                  .error = e};
+  api->XLA_FFI_Error_Destroy(&d);
+}
+
+int tpu_hostffi_threads(const XLA_FFI_CallFrame* frame) {
+  const XLA_FFI_Api* api = frame->api;
+  if (!HAS_FFI_SLOT(api, XLA_FFI_ThreadPool_NumThreads) ||
+      !HAS_FFI_SLOT(api, XLA_FFI_ThreadPool_Schedule))
+    return 1;
+  int64_t n = 1;
+  XLA_FFI_ThreadPool_NumThreads_Args args = {
+      .struct_size = XLA_FFI_ThreadPool_NumThreads_Args_STRUCT_SIZE,
+      .ctx = frame->ctx,
+      .num_threads = &n};
+  XLA_FFI_Error* e = api->XLA_FFI_ThreadPool_NumThreads(&args);
+  if (e) {
+    drop_error(api, e);
+    return 1;
+  }
+  return n < 1 ? 1 : n > TPU_HOSTFFI_MAX_PARTS ? TPU_HOSTFFI_MAX_PARTS : (int)n;
+}
+
+/* On the heap and counted: a pool task may start after the call returned
+ * (it then finds no part left and only drops its reference). */
+typedef struct {
+  void (*work)(void* ctx, int part);
+  void* ctx;
+  int parts;
+  atomic_int next, done, refs;
+} job_t;
+
+static void job_release(job_t* j) {
+  if (atomic_fetch_sub(&j->refs, 1) == 1) free(j);
+}
+
+static void job_work(job_t* j) {
+  for (int i; (i = atomic_fetch_add(&j->next, 1)) < j->parts;) {
+    j->work(j->ctx, i);
+    atomic_fetch_add(&j->done, 1);
+  }
+}
+
+static void job_task(void* data) {
+  job_work(data);
+  job_release(data);
+}
+
+void tpu_hostffi_parallel(const XLA_FFI_CallFrame* frame, int parts,
+                          void (*work)(void* ctx, int part), void* ctx) {
+  job_t* j = parts >= 2 ? malloc(sizeof *j) : NULL;
+  if (!j) { /* one part, or no memory for the job: all of it here */
+    for (int i = 0; i < parts; i++) work(ctx, i);
+    return;
+  }
+  j->work = work;
+  j->ctx = ctx;
+  j->parts = parts;
+  atomic_init(&j->next, 0);
+  atomic_init(&j->done, 0);
+  atomic_init(&j->refs, parts); /* ours, and one per task offered */
+  for (int i = 1; i < parts; i++) {
+    XLA_FFI_ThreadPool_Schedule_Args args = {
+        .struct_size = XLA_FFI_ThreadPool_Schedule_Args_STRUCT_SIZE,
+        .ctx = frame->ctx,
+        .task = job_task,
+        .data = j};
+    XLA_FFI_Error* e = frame->api->XLA_FFI_ThreadPool_Schedule(&args);
+    if (e) { /* not offered: this thread computes its part */
+      drop_error(frame->api, e);
+      job_release(j);
+    }
+  }
+  job_work(j);
+  /* Parts a pool thread started are being finished. */
+  while (atomic_load(&j->done) < parts) sched_yield();
+  job_release(j);
+}
+
+bool tpu_hostffi_register(tpu_client_t* client, const char* const* targets,
+                          XLA_FFI_Handler* const* handlers, int n, const char* probe,
+                          const char* what) {
+  for (int i = 0; i < n; i++) {
+    tpu_status_t s = tpu_plugin_register_ffi_handler(tpu_client_plugin(client), targets[i],
+                                                     "Host", (void*)handlers[i]);
+    if (s) { /* XLA's own ops then: slower, never wrong */
+      tpu_status_free(s);
+      return false;
+    }
+  }
+  tpu_compile_options_t options = {.portable = true};
+  tpu_executable_t* executable = NULL;
+  tpu_status_t s = tpu_executable_compile(client, probe, strlen(probe), &options, &executable);
+  tpu_executable_destroy(executable);
+  if (!s) return true;
+  if (tpu_env_log_enabled("programs"))
+    fprintf(stderr, "torchtpu: %s off, its probe failed: %s\n", what, tpu_status_message(s));
+  tpu_status_free(s);
+  return false;
+}

@@ -1,0 +1,43 @@
+/* Plumbing shared by the CPU plugin's host kernels (hostgemm, hostrow):
+ * typed-FFI errors and metadata, and work cut in parts on the thread pool
+ * XLA runs the program on. */
+#ifndef TORCHTPU_CORE_HOSTFFI_H_
+#define TORCHTPU_CORE_HOSTFFI_H_
+
+#include <stdbool.h>
+
+#include "pjrt/pjrt.h"
+#include "xla/ffi/api/c_api.h"
+
+/* Most parts a handler cuts its work into. */
+enum { TPU_HOSTFFI_MAX_PARTS = 16 };
+
+/* An INTERNAL error carrying message (a literal: XLA copies it). */
+XLA_FFI_Error* tpu_hostffi_error(const XLA_FFI_CallFrame* frame, const char* message);
+
+/* XLA asks a handler which FFI version it was built against (a call frame
+ * carrying the metadata extension) when it is registered; true when this
+ * frame was that question, answered. */
+bool tpu_hostffi_answer_metadata(XLA_FFI_CallFrame* frame);
+
+/* Threads of the pool XLA runs this program's work on, in
+ * [1, TPU_HOSTFFI_MAX_PARTS]; 1 when unknown. */
+int tpu_hostffi_threads(const XLA_FFI_CallFrame* frame);
+
+/* Runs work(ctx, i) for every i in [0, parts): parts are offered to the
+ * pool's threads, and this thread takes whichever no pool thread has
+ * started (all of them when the pool is busy: no thread is ever added).
+ * Returns when every part is done. parts <= TPU_HOSTFFI_MAX_PARTS. */
+void tpu_hostffi_parallel(const XLA_FFI_CallFrame* frame, int parts,
+                          void (*work)(void* ctx, int part), void* ctx);
+
+/* Registers handlers[i] as typed-FFI custom call targets[i] with the
+ * client's plugin, then compiles `probe` (a module calling one of them):
+ * XLA drops a handler whose metadata it rejects without a word, and then
+ * every program with the call would fail to compile. true when both
+ * worked; else the calls stay off (`what` names them in the programs log). */
+bool tpu_hostffi_register(tpu_client_t* client, const char* const* targets,
+                          XLA_FFI_Handler* const* handlers, int n, const char* probe,
+                          const char* what);
+
+#endif

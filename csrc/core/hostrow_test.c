@@ -1,0 +1,172 @@
+/* Host softmaxes: the kernel against a double-precision reference (row
+ * lengths around the vector width, -inf, NaN, rows of -inf), the text
+ * rewrite (which marked lines, what stays XLA's), and the custom call run
+ * by the CPU plugin, in parts on its pool. */
+#include "hostrow.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+#include "program.h"
+#include "runtime.h"
+#include "testing.h"
+
+/* softmax / log_softmax of row x[0..n) in double. */
+static void reference(tpu_hostrow_kind_t kind, const float* x, double* y, int64_t n) {
+  double m = -INFINITY;
+  bool nan = false;
+  for (int64_t i = 0; i < n; i++) {
+    nan |= isnan(x[i]);
+    if (x[i] > m) m = x[i];
+  }
+  if (kind == TPU_HOSTROW_SAFE_SOFTMAX && m == -INFINITY && !nan) {
+    for (int64_t i = 0; i < n; i++) y[i] = 0;
+    return;
+  }
+  double s = 0;
+  for (int64_t i = 0; i < n; i++) s += exp((double)x[i] - m);
+  for (int64_t i = 0; i < n; i++) {
+    double v = kind == TPU_HOSTROW_LOG_SOFTMAX ? ((double)x[i] - m) - log(s)
+                                               : exp((double)x[i] - m) / s;
+    y[i] = nan || m == -INFINITY || m == INFINITY ? NAN : v;
+  }
+}
+
+/* Mismatches of kind over `rows` rows of n (relative 2e-6, absolute 1e-7;
+ * NaN where the reference has NaN; infinities and zeros exact). */
+static int mismatches(tpu_hostrow_kind_t kind, const float* x, int64_t rows, int64_t n) {
+  float* got = malloc(sizeof(float) * (size_t)(rows * n));
+  double* want = malloc(sizeof(double) * (size_t)n);
+  tpu_hostrow_compute(kind, x, got, rows, n);
+  int wrong = 0;
+  for (int64_t r = 0; r < rows; r++) {
+    reference(kind, x + r * n, want, n);
+    for (int64_t i = 0; i < n; i++) {
+      double g = got[r * n + i], w = want[i];
+      bool ok = isnan(w) ? isnan(g)
+                : isinf(w) || w == 0 ? g == w
+                : fabs(g - w) <= 2e-6 * fabs(w) + 1e-7;
+      if (!ok && wrong++ < 3)
+        fprintf(stderr, "  %s n=%lld row %lld [%lld]: got %.9g want %.9g\n",
+                tpu_hostrow_kind_name(kind), (long long)n, (long long)r, (long long)i, g, w);
+    }
+  }
+  free(got);
+  free(want);
+  return wrong;
+}
+
+static void test_kernel_matches_reference(void) {
+  static const int64_t kLens[] = {1, 5, 8, 13, 16, 24, 64, 100, 513};
+  for (size_t l = 0; l < sizeof kLens / sizeof kLens[0]; l++) {
+    int64_t n = kLens[l], rows = 6;
+    float* x = malloc(sizeof(float) * (size_t)(rows * n));
+    for (int64_t i = 0; i < rows * n; i++) x[i] = (float)((i * 37 % 101) - 50) / 6.0f;
+    /* row 1: wide range, exps underflowing; row 2: some -inf (masked) */
+    for (int64_t i = 0; i < n; i++) x[n + i] = (float)(i % 2 ? -120.0 + i : 30.0 - i);
+    for (int64_t i = 0; i < n; i += 3) x[2 * n + i] = -INFINITY;
+    if (n > 1) x[2 * n + 1] = 0.5f; /* keep one finite */
+    /* row 3: all -inf; row 4: a NaN; row 5: +inf */
+    for (int64_t i = 0; i < n; i++) x[3 * n + i] = -INFINITY;
+    x[4 * n + n / 2] = NAN;
+    x[5 * n + n - 1] = INFINITY;
+    for (int k = 0; k < TPU_HOSTROW_NUM_KINDS; k++) CHECK_EQ(mismatches(k, x, rows, n), 0);
+    free(x);
+  }
+}
+
+static bool rewrites_to(const char* kind, const char* type, const char* target) {
+  char line[512];
+  snprintf(line, sizeof line,
+           "    %%7 = \"stablehlo.multiply\"(%%5, %%6) {mhlo.frontend_attributes = "
+           "{torchtpu_row = \"%s %%2\"}} : (%s, %s) -> %s\n",
+           kind, type, type, type);
+  char* out = NULL;
+  size_t len = 0;
+  tpu_status_t s = tpu_hostrow_rewrite(line, strlen(line), &out, &len);
+  if (s) {
+    tpu_status_free(s);
+    return false;
+  }
+  bool ok = target ? out && strstr(out, target) && strstr(out, "%7 = \"stablehlo.custom_call\"(%2)") &&
+                         !strstr(out, "multiply") && strlen(out) == len && out[len - 1] == '\n'
+                   : out == NULL;
+  free(out);
+  return ok;
+}
+
+static void test_rewrite_picks_marked_float_rows(void) {
+  CHECK(rewrites_to("softmax", "tensor<16x4x64x64xf32>", "\"torchtpu_row_softmax\""));
+  CHECK(rewrites_to("log_softmax", "tensor<128x512xf32>", "\"torchtpu_row_log_softmax\""));
+  CHECK(rewrites_to("safe_softmax", "tensor<64x64xf32>", "\"torchtpu_row_safe_softmax\""));
+  CHECK(rewrites_to("softmax", "tensor<16x4x64x64xf32>",
+                    "result_layouts = [dense<[3, 2, 1, 0]> : tensor<4xindex>]"));
+  /* What stays XLA's: other dtypes, small tensors, kinds not known. */
+  CHECK(rewrites_to("softmax", "tensor<128x512xf64>", NULL));
+  CHECK(rewrites_to("softmax", "tensor<128x512xbf16>", NULL));
+  CHECK(rewrites_to("softmax", "tensor<8x64xf32>", NULL));
+  CHECK(rewrites_to("sparsemax", "tensor<128x512xf32>", NULL));
+  /* Unmarked text is not copied. */
+  char* out = NULL;
+  size_t len = 0;
+  static const char kPlain[] = "    %1 = \"stablehlo.exponential\"(%0) : (tensor<4096xf32>) -> "
+                               "tensor<4096xf32>\n";
+  CHECK_OK(tpu_hostrow_rewrite(kPlain, sizeof kPlain - 1, &out, &len));
+  CHECK(out == NULL);
+}
+
+/* A program whose marked op is x * x: XLA would square x, the rewrite
+ * makes it kind(x); run on the plugin against the reference. */
+static void check_program(tpu_hostrow_kind_t kind, int64_t rows, int64_t n) {
+  char type[64], text[1024];
+  snprintf(type, sizeof type, "tensor<%lldx%lldxf32>", (long long)rows, (long long)n);
+  snprintf(text, sizeof text,
+           "module @m {\n  func.func public @main(%%arg0: %s) -> (%s) {\n"
+           "    %%0 = \"stablehlo.multiply\"(%%arg0, %%arg0) {mhlo.frontend_attributes = "
+           "{torchtpu_row = \"%s %%arg0\"}} : (%s, %s) -> %s\n"
+           "    \"func.return\"(%%0) : (%s) -> ()\n  }\n}\n",
+           type, type, tpu_hostrow_kind_name(kind), type, type, type, type);
+  float* x = malloc(sizeof(float) * (size_t)(rows * n));
+  float* got = malloc(sizeof(float) * (size_t)(rows * n));
+  float* want = malloc(sizeof(float) * (size_t)(rows * n));
+  for (int64_t i = 0; i < rows * n; i++) x[i] = (float)((i * 13 % 97) - 48) / 5.0f;
+  for (int64_t i = 0; i < n; i++) x[i] = -INFINITY; /* a fully masked row */
+  tpu_hostrow_compute(kind, x, want, rows, n);
+  tpu_program_t* p = NULL;
+  tpu_buffer_t *in = NULL, *res = NULL;
+  int64_t dims[2] = {rows, n};
+  tpu_status_t s = tpu_program_get(text, strlen(text), &p);
+  if (!s) s = tpu_buffer_from_host(tpu_runtime_client(), 0, x, TPU_DTYPE_FLOAT32, dims, 2, NULL, &in);
+  if (!s) s = tpu_program_execute(p, 0, &in, 1, &res);
+  if (!s) s = tpu_buffer_to_host(res, got, sizeof(float) * (size_t)(rows * n));
+  tpu_buffer_destroy(in);
+  tpu_buffer_destroy(res);
+  int wrong = 0;
+  for (int64_t i = 0; !s && i < rows * n; i++)
+    wrong += !(got[i] == want[i] || (isnan(got[i]) && isnan(want[i])));
+  free(x), free(got), free(want);
+  CHECK_OK(s);
+  CHECK_EQ(wrong, 0);
+}
+
+static void test_custom_calls_compute_rows(void) {
+  CHECK(tpu_hostrow_active());
+  for (int k = 0; k < TPU_HOSTROW_NUM_KINDS; k++) {
+    check_program(k, 64, 64);    /* one part */
+    check_program(k, 1024, 64);  /* in parts on the pool */
+    check_program(k, 9, 1000);   /* few long rows */
+  }
+}
+
+static void test_setup(void) {
+  tpu_status_t s = tpu_runtime_init(NULL);
+  if (s) {
+    fprintf(stderr, "runtime init failed: %s\n", tpu_status_message(s));
+    tpu_status_free(s);
+  }
+  CHECK(tpu_runtime_is_initialized());
+}
+
+TPU_TEST_MAIN(TPU_TEST(test_kernel_matches_reference),
+              TPU_TEST(test_rewrite_picks_marked_float_rows), TPU_TEST(test_setup),
+              TPU_TEST(test_custom_calls_compute_rows))
