@@ -150,6 +150,37 @@ def test_layer_norm(dtype, affine):
         check(lambda t: F.layer_norm(t, (6,)), x, grad=True, dtype=dtype)
 
 
+@pytest.mark.parametrize("mode", ["strict", "defer_and_fuse"])
+@pytest.mark.parametrize("shape,k", [((128, 512), 1), ((16, 64, 64), 1), ((16, 64, 64), 2),
+                                     ((700, 13), 1)])
+def test_layer_norm_big_enough_for_the_host_kernel_as_cpu(shape, k, mode):
+    """On the CPU plugin, a float32 layer_norm of 4096+ elements computes
+    its output with the host kernel (core/hostrow.h; mean and rstd stay
+    XLA's): values and gradients as on CPU with weight and bias, weight
+    only, neither; rows far from zero; a bfloat16 input (computed in
+    float32); inside a fused run; in a compiled graph."""
+    ns = shape[-k:]
+    x = make(shape) + 1
+    w, b = make(ns, seed=1), make(ns, seed=2)
+    # weight and bias gradients sum over the rows: XLA's and CPU's float32
+    # sums of 700+ rows differ by more than the tolerance
+    grad = x.numel() // w.numel() <= 256
+    before = _host_row_programs()
+    with torchtpu.eager_mode(mode):
+        # (the scaling: a fused run not compiled by an earlier case)
+        check(lambda t, w, b: F.layer_norm(t * 1.5, ns, w, b), x, w, b, grad=grad)
+        # rows far from zero: float32 moments round (CPU's too) to ~1e-5
+        far = F.layer_norm(*to_tpu([x + 50, ns, w, b])).cpu()
+        torch.testing.assert_close(far, F.layer_norm(x + 50, ns, w, b), atol=5e-5, rtol=1e-5)
+        check(lambda t, w: F.layer_norm(t * 1.5, ns, w, None, 1e-3), x, w, grad=grad)
+        check(lambda t: F.layer_norm(t * 1.5, ns), x, grad=True)
+        check(lambda t: F.layer_norm(t, ns), x.to(torch.bfloat16), dtype=torch.bfloat16)
+    assert _host_row_programs() > before
+    cf = torch.compile(lambda t, w, b: F.layer_norm(t * 2, ns, w, b), backend="tpu",
+                       dynamic=False)
+    assert_close(cf(*to_tpu([x, w, b])).cpu(), F.layer_norm(x * 2, ns, w, b))
+
+
 def test_layer_norm_noncontiguous():
     x = make((5, 8), noncontiguous=True)
     w, b = make((5,), seed=1), make((5,), seed=2)

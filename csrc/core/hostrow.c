@@ -17,8 +17,9 @@ static atomic_bool g_registered;
 
 static const char* const kNames[TPU_HOSTROW_NUM_KINDS] = {"softmax", "log_softmax",
                                                           "safe_softmax"};
-static const char* const kTargets[TPU_HOSTROW_NUM_KINDS] = {
-    "torchtpu_row_softmax", "torchtpu_row_log_softmax", "torchtpu_row_safe_softmax"};
+static const char* const kTargets[TPU_HOSTROW_NUM_KINDS + 1] = {
+    "torchtpu_row_softmax", "torchtpu_row_log_softmax", "torchtpu_row_safe_softmax",
+    "torchtpu_row_layer_norm"};
 
 const char* tpu_hostrow_kind_name(tpu_hostrow_kind_t kind) {
   return kind >= 0 && kind < TPU_HOSTROW_NUM_KINDS ? kNames[kind] : "?";
@@ -145,11 +146,68 @@ __attribute__((target("avx2,fma"))) static void row_avx2(tpu_hostrow_kind_t kind
 
 void tpu_hostrow_compute(tpu_hostrow_kind_t kind, const float* x, float* y, int64_t rows,
                          int64_t n) {
-  static int avx2 = -1;
-  if (avx2 < 0) avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   for (int64_t r = 0; r < rows; r++) {
     if (avx2 && n >= 8) row_avx2(kind, x + r * n, y + r * n, n);
     else row_scalar(kind, x + r * n, y + r * n, n);
+  }
+}
+
+static void norm_scalar(const float* x, const float* w, const float* b, float eps, float* y,
+                        int64_t n) {
+  float s = 0, ss = 0;
+  for (int64_t i = 0; i < n; i++) s += x[i];
+  float mean = s / (float)n;
+  for (int64_t i = 0; i < n; i++) ss += (x[i] - mean) * (x[i] - mean);
+  float rstd = 1.0f / sqrtf(ss / (float)n + eps);
+  for (int64_t i = 0; i < n; i++) {
+    float v = (x[i] - mean) * rstd;
+    if (w) v *= w[i];
+    if (b) v += b[i];
+    y[i] = v;
+  }
+}
+
+/* Two passes for the moments (the mean, then the centered squares), as
+ * lower/nn.c's moments: no cancellation for rows far from zero. */
+__attribute__((target("avx2,fma"))) static void norm_avx2(const float* x, const float* w,
+                                                          const float* b, float eps, float* y,
+                                                          int64_t n) {
+  int64_t nv = n & ~(int64_t)7, i;
+  __m256 s8 = _mm256_setzero_ps();
+  for (i = 0; i < nv; i += 8) s8 = _mm256_add_ps(s8, _mm256_loadu_ps(x + i));
+  float s = hsum8(s8);
+  for (i = nv; i < n; i++) s += x[i];
+  float mean = s / (float)n;
+  __m256 vm = _mm256_set1_ps(mean), q8 = _mm256_setzero_ps();
+  for (i = 0; i < nv; i += 8) {
+    __m256 d = _mm256_sub_ps(_mm256_loadu_ps(x + i), vm);
+    q8 = _mm256_fmadd_ps(d, d, q8);
+  }
+  float ss = hsum8(q8);
+  for (i = nv; i < n; i++) ss += (x[i] - mean) * (x[i] - mean);
+  float rstd = 1.0f / sqrtf(ss / (float)n + eps);
+  __m256 vr = _mm256_set1_ps(rstd);
+  for (i = 0; i < nv; i += 8) {
+    __m256 v = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm), vr);
+    if (w) v = _mm256_mul_ps(v, _mm256_loadu_ps(w + i));
+    if (b) v = _mm256_add_ps(v, _mm256_loadu_ps(b + i));
+    _mm256_storeu_ps(y + i, v);
+  }
+  for (i = nv; i < n; i++) {
+    float v = (x[i] - mean) * rstd;
+    if (w) v *= w[i];
+    if (b) v += b[i];
+    y[i] = v;
+  }
+}
+
+void tpu_hostrow_layer_norm(const float* x, const float* w, const float* b, float eps,
+                            float* y, int64_t rows, int64_t n) {
+  bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  for (int64_t r = 0; r < rows; r++) {
+    if (avx2 && n >= 8) norm_avx2(x + r * n, w, b, eps, y + r * n, n);
+    else norm_scalar(x + r * n, w, b, eps, y + r * n, n);
   }
 }
 
@@ -159,17 +217,33 @@ void tpu_hostrow_compute(tpu_hostrow_kind_t kind, const float* x, float* y, int6
 enum { kPartElems = 16384, kMinElems = 4096 };
 
 typedef struct {
-  tpu_hostrow_kind_t kind;
-  const float* x;
+  int kind; /* a tpu_hostrow_kind_t, or kLayerNorm */
+  const float *x, *w, *b;
+  float eps;
   float* y;
   int64_t rows, n;
   int parts;
 } rows_job_t;
 
+enum { kLayerNorm = TPU_HOSTROW_NUM_KINDS };
+
 static void rows_part(void* ctx, int part) {
   const rows_job_t* j = ctx;
   int64_t lo = j->rows * part / j->parts, hi = j->rows * (part + 1) / j->parts;
-  tpu_hostrow_compute(j->kind, j->x + lo * j->n, j->y + lo * j->n, hi - lo, j->n);
+  if (j->kind == kLayerNorm)
+    tpu_hostrow_layer_norm(j->x + lo * j->n, j->w, j->b, j->eps, j->y + lo * j->n, hi - lo, j->n);
+  else
+    tpu_hostrow_compute(j->kind, j->x + lo * j->n, j->y + lo * j->n, hi - lo, j->n);
+}
+
+/* Cuts the job in parts of at least kPartElems elements, at most one per
+ * pool thread, and runs them. */
+static void run_job(XLA_FFI_CallFrame* frame, rows_job_t* j) {
+  int64_t by_size = j->rows * j->n / kPartElems;
+  int threads = tpu_hostffi_threads(frame);
+  j->parts = by_size < threads ? (int)(by_size < 1 ? 1 : by_size) : threads;
+  if (j->parts > j->rows) j->parts = (int)j->rows;
+  tpu_hostffi_parallel(frame, j->parts, rows_part, j);
 }
 
 static XLA_FFI_Error* run_rows(XLA_FFI_CallFrame* frame, tpu_hostrow_kind_t kind) {
@@ -193,11 +267,66 @@ static XLA_FFI_Error* run_rows(XLA_FFI_CallFrame* frame, tpu_hostrow_kind_t kind
   int64_t n = x->dims[x->rank - 1];
   if (rows == 0 || n == 0) return NULL;
   rows_job_t j = {.kind = kind, .x = x->data, .y = y->data, .rows = rows, .n = n};
-  int64_t by_size = rows * n / kPartElems;
-  int threads = tpu_hostffi_threads(frame);
-  j.parts = by_size < threads ? (int)(by_size < 1 ? 1 : by_size) : threads;
-  if (j.parts > rows) j.parts = (int)rows;
-  tpu_hostffi_parallel(frame, j.parts, rows_part, &j);
+  run_job(frame, &j);
+  return NULL;
+}
+
+/* The float32 scalar or int64 attribute `name`; false when absent. */
+static bool scalar_attr(const XLA_FFI_CallFrame* frame, const char* name, XLA_FFI_DataType dtype,
+                        void* out) {
+  for (int64_t i = 0; i < frame->attrs.size; i++) {
+    const XLA_FFI_ByteSpan* key = frame->attrs.names[i];
+    if (frame->attrs.types[i] != XLA_FFI_AttrType_SCALAR || key->len != strlen(name) ||
+        memcmp(key->ptr, name, key->len) != 0)
+      continue;
+    const XLA_FFI_Scalar* v = frame->attrs.attrs[i];
+    if (v->dtype != dtype) return false;
+    memcpy(out, v->value, dtype == XLA_FFI_DataType_F32 ? 4 : 8);
+    return true;
+  }
+  return false;
+}
+
+/* layer_norm(x[, w[, b]]) {eps: f32, n: i64}: rows of n. */
+static XLA_FFI_Error* layer_norm_handler(XLA_FFI_CallFrame* frame) {
+  if (tpu_hostffi_answer_metadata(frame)) return NULL;
+  if (frame->stage != XLA_FFI_ExecutionStage_EXECUTE) return NULL;
+  float eps;
+  int64_t n;
+  int64_t nargs = frame->args.size;
+  if (nargs < 1 || nargs > 3 || frame->rets.size != 1 ||
+      frame->rets.types[0] != XLA_FFI_RetType_BUFFER ||
+      !scalar_attr(frame, "eps", XLA_FFI_DataType_F32, &eps) ||
+      !scalar_attr(frame, "n", XLA_FFI_DataType_S64, &n) || n < 1)
+    return tpu_hostffi_error(frame, "torchtpu host layer_norm: expected x[, w[, b]], eps, n");
+  const XLA_FFI_Buffer* in[3] = {NULL, NULL, NULL};
+  for (int64_t i = 0; i < nargs; i++) {
+    if (frame->args.types[i] != XLA_FFI_ArgType_BUFFER)
+      return tpu_hostffi_error(frame, "torchtpu host layer_norm: expected buffers");
+    in[i] = frame->args.args[i];
+    if (in[i]->dtype != XLA_FFI_DataType_F32)
+      return tpu_hostffi_error(frame, "torchtpu host layer_norm: expected float32");
+  }
+  const XLA_FFI_Buffer* y = frame->rets.rets[0];
+  int64_t numel = 1;
+  for (int64_t d = 0; d < y->rank; d++) numel *= y->dims[d];
+  for (int i = 1; i < nargs; i++) {
+    int64_t wn = 1;
+    for (int64_t d = 0; d < in[i]->rank; d++) wn *= in[i]->dims[d];
+    if (wn != n) return tpu_hostffi_error(frame, "torchtpu host layer_norm: weight size != n");
+  }
+  if (y->dtype != XLA_FFI_DataType_F32 || numel % n)
+    return tpu_hostffi_error(frame, "torchtpu host layer_norm: result does not match");
+  if (numel == 0) return NULL;
+  rows_job_t j = {.kind = kLayerNorm,
+                  .x = in[0]->data,
+                  .w = in[1] ? in[1]->data : NULL,
+                  .b = in[2] ? in[2]->data : NULL,
+                  .eps = eps,
+                  .y = y->data,
+                  .rows = numel / n,
+                  .n = n};
+  run_job(frame, &j);
   return NULL;
 }
 
@@ -210,8 +339,9 @@ static XLA_FFI_Error* log_softmax_handler(XLA_FFI_CallFrame* f) {
 static XLA_FFI_Error* safe_softmax_handler(XLA_FFI_CallFrame* f) {
   return run_rows(f, TPU_HOSTROW_SAFE_SOFTMAX);
 }
-static XLA_FFI_Handler* const kHandlers[TPU_HOSTROW_NUM_KINDS] = {
-    softmax_handler, log_softmax_handler, safe_softmax_handler};
+/* The softmaxes by kind, then layer_norm. */
+static XLA_FFI_Handler* const kHandlers[kLayerNorm + 1] = {
+    softmax_handler, log_softmax_handler, safe_softmax_handler, layer_norm_handler};
 
 /* Compiled once before the rewrite is turned on (tpu_hostffi_register). */
 static const char kProbe[] =
@@ -228,13 +358,43 @@ void tpu_hostrow_register(tpu_client_t* client) {
       tpu_env_get_int("TORCHTPU_HOST_GEMM", 1) == 0)
     return;
   atomic_store(&g_registered, tpu_hostffi_register(client, kTargets, kHandlers,
-                                                   TPU_HOSTROW_NUM_KINDS, kProbe,
+                                                   kLayerNorm + 1, kProbe,
                                                    "host softmax"));
 }
 
 /* ---- the text rewrite ------------------------------------------------------- */
 
 static const char kMark[] = "torchtpu_row = \"";
+
+/* The marker's words (kind, operands, ...): up to kMaxWords, each
+ * [word[i], word[i] + len[i]); the count, or -1 when it is not one. */
+enum { kMaxWords = 6 };
+static int marker_words(const char* mark, const char* eol, const char** word, size_t* len) {
+  const char* p = mark + sizeof kMark - 1;
+  const char* quote = memchr(p, '"', (size_t)(eol - p));
+  if (!quote) return -1;
+  int n = 0;
+  while (p < quote) {
+    const char* e = memchr(p, ' ', (size_t)(quote - p));
+    if (!e) e = quote;
+    if (e == p || n == kMaxWords) return -1;
+    word[n] = p;
+    len[n++] = (size_t)(e - p);
+    p = e < quote ? e + 1 : e;
+  }
+  return n;
+}
+
+static bool word_is(const char* w, size_t len, const char* s) {
+  return len == strlen(s) && memcmp(w, s, len) == 0;
+}
+
+/* "dense<[r-1, ..., 0]> : tensor<rxindex>": row-major, for the handler. */
+static void append_layout(tpu_strbuf_t* sb, int rank) {
+  tpu_strbuf_append(sb, "dense<[");
+  for (int d = rank - 1; d >= 0; d--) tpu_strbuf_appendf(sb, "%d%s", d, d ? ", " : "");
+  tpu_strbuf_appendf(sb, "]> : tensor<%dxindex>", rank);
+}
 
 /* The custom call for marked line [line, eol), appended to sb; false
  * (nothing appended) when the line is not one to rewrite. */
@@ -244,15 +404,13 @@ static bool rewrite_line(tpu_strbuf_t* sb, const char* line, const char* eol) {
   const char* arrow = NULL;
   for (const char* p = line; (p = memmem(p, (size_t)(eol - p), ") -> ", 5)); p += 5) arrow = p;
   if (!mark || !op || !arrow || op > mark) return false;
-  const char* kind_start = mark + sizeof kMark - 1;
-  const char* space = memchr(kind_start, ' ', (size_t)(eol - kind_start));
-  const char* quote = space ? memchr(space, '"', (size_t)(eol - space)) : NULL;
-  if (!quote || quote - space < 3 || space[1] != '%') return false;
+  const char* word[kMaxWords];
+  size_t len[kMaxWords];
+  int nw = marker_words(mark, eol, word, len);
+  if (nw < 2 || word[1][0] != '%') return false;
   int kind = -1;
-  for (int k = 0; k < TPU_HOSTROW_NUM_KINDS; k++)
-    if ((size_t)(space - kind_start) == strlen(kNames[k]) &&
-        memcmp(kind_start, kNames[k], (size_t)(space - kind_start)) == 0)
-      kind = k;
+  for (int k = 0; k <= kLayerNorm; k++)
+    if (word_is(word[0], len[0], k < kLayerNorm ? kNames[k] : "layer_norm")) kind = k;
   tpu_hlo_type_t t;
   const char* type = arrow + 5;
   tpu_status_t s = tpu_hlo_parse_type(type, (size_t)(eol - type), &t);
@@ -260,20 +418,52 @@ static bool rewrite_line(tpu_strbuf_t* sb, const char* line, const char* eol) {
     tpu_status_free(s);
     return false;
   }
-  if (kind < 0 || t.dtype != TPU_DTYPE_FLOAT32 || t.rank < 1 ||
-      tpu_hlo_type_numel(&t) < kMinElems)
+  if (kind < 0 || nw != (kind == kLayerNorm ? 6 : 2) || t.dtype != TPU_DTYPE_FLOAT32 ||
+      t.rank < 1 || tpu_hlo_type_numel(&t) < kMinElems)
     return false;
+  /* layer_norm: the weight's and bias's names (or -), the normalized dims'
+   * count k, eps; they are float32 over the last k dims. */
+  int nops = 1;
+  tpu_hlo_type_t wt = t;
+  int64_t n = 1;
+  double eps = 0;
+  if (kind == kLayerNorm) {
+    char num[64];
+    if (len[4] >= sizeof num || len[5] >= sizeof num) return false;
+    memcpy(num, word[4], len[4]);
+    num[len[4]] = '\0';
+    int k = atoi(num);
+    memcpy(num, word[5], len[5]);
+    num[len[5]] = '\0';
+    eps = strtod(num, NULL);
+    bool has_w = !word_is(word[2], len[2], "-"), has_b = !word_is(word[3], len[3], "-");
+    if (k < 1 || k > t.rank || (has_b && !has_w)) return false;
+    nops = 1 + has_w + has_b;
+    wt.rank = k;
+    for (int d = 0; d < k; d++) n *= wt.dims[d] = t.dims[t.rank - k + d];
+  }
   tpu_strbuf_append_n(sb, line, (size_t)(op + 3 - line));
   tpu_strbuf_append(sb, "\"stablehlo.custom_call\"(");
-  tpu_strbuf_append_n(sb, space + 1, (size_t)(quote - space - 1));
-  tpu_strbuf_appendf(sb, ") {api_version = 4 : i32, call_target_name = \"%s\", operand_layouts = [",
-                     kTargets[kind]);
-  tpu_strbuf_append(sb, "dense<[");
-  for (int d = t.rank - 1; d >= 0; d--) tpu_strbuf_appendf(sb, "%d%s", d, d ? ", " : "");
-  tpu_strbuf_appendf(sb, "]> : tensor<%dxindex>], result_layouts = [dense<[", t.rank);
-  for (int d = t.rank - 1; d >= 0; d--) tpu_strbuf_appendf(sb, "%d%s", d, d ? ", " : "");
-  tpu_strbuf_appendf(sb, "]> : tensor<%dxindex>]} : (", t.rank);
-  tpu_hlo_type_append(sb, &t);
+  for (int i = 0; i < nops; i++) {
+    if (i) tpu_strbuf_append(sb, ", ");
+    tpu_strbuf_append_n(sb, word[1 + i], len[1 + i]);
+  }
+  tpu_strbuf_append(sb, ") {api_version = 4 : i32, ");
+  if (kind == kLayerNorm)
+    tpu_strbuf_appendf(sb, "backend_config = {eps = %.9e : f32, n = %lld : i64}, ", eps,
+                       (long long)n);
+  tpu_strbuf_appendf(sb, "call_target_name = \"%s\", operand_layouts = [", kTargets[kind]);
+  for (int i = 0; i < nops; i++) {
+    if (i) tpu_strbuf_append(sb, ", ");
+    append_layout(sb, i ? wt.rank : t.rank);
+  }
+  tpu_strbuf_append(sb, "], result_layouts = [");
+  append_layout(sb, t.rank);
+  tpu_strbuf_append(sb, "]} : (");
+  for (int i = 0; i < nops; i++) {
+    if (i) tpu_strbuf_append(sb, ", ");
+    tpu_hlo_type_append(sb, i ? &wt : &t);
+  }
   tpu_strbuf_append(sb, ") -> ");
   tpu_hlo_type_append(sb, &t);
   return true;

@@ -1,4 +1,4 @@
-/* Row softmax and log_softmax on the CPU plugin in host code.
+/* Row softmax, log_softmax and layer_norm on the CPU plugin in host code.
  *
  * XLA:CPU computes a softmax over short rows (attention's [16,4,64,64]) in
  * three passes with exp computed twice and scalar row reductions: 350-460
@@ -7,11 +7,17 @@
  * form everywhere and marks the op giving the result with
  *   mhlo.frontend_attributes = {torchtpu_row = "<kind> <input>"}
  * (kind softmax, log_softmax or safe_softmax; input the SSA name of the
- * float32 operand the softmax is over its last dim of). Just before a
+ * float32 operand the softmax is over its last dim of), or
+ *   torchtpu_row = "layer_norm <input> <weight|-> <bias|-> <k> <eps>"
+ * on native_layer_norm's output (normalized over the last k dims; float32
+ * weight and bias of those dims, or - when absent). Just before a
  * one-device program is compiled on the CPU plugin, tpu_hostrow_rewrite
  * turns each marked line into a typed-FFI custom call whose handler
  * computes the rows in one pass each with AVX2; XLA drops the generic ops
- * it no longer needs. Every other plugin, and XLA's SPMD partitioner,
+ * it no longer needs. A layer_norm's row moments (saved for its backward)
+ * stay XLA's reductions; the kernel recomputes them on its rows, which
+ * are in L1 (a strict 128x512 layer_norm took 2.2-2.6x PyTorch CPU's time
+ * as XLA's). Every other plugin, and XLA's SPMD partitioner,
  * read the marker as an attribute they ignore.
  *
  * TORCHTPU_HOST_ROW=0 (or TORCHTPU_HOST_GEMM=0) leaves them to XLA. */
@@ -43,6 +49,12 @@ const char* tpu_hostrow_kind_name(tpu_hostrow_kind_t kind);
  * not overlap x). The handlers' kernel, exposed for its C test. */
 void tpu_hostrow_compute(tpu_hostrow_kind_t kind, const float* x, float* y, int64_t rows,
                          int64_t n);
+
+/* y = (x - mean) * rstd [* w] [+ b] over each row of n floats (mean and
+ * biased variance of the row, rstd = 1 / sqrt(var + eps)); w and b, of n
+ * floats, may be NULL. The layer_norm handler's kernel. */
+void tpu_hostrow_layer_norm(const float* x, const float* w, const float* b, float eps,
+                            float* y, int64_t rows, int64_t n);
 
 /* Registers the handlers when the client is XLA:CPU and neither
  * TORCHTPU_HOST_ROW nor TORCHTPU_HOST_GEMM is 0. Called once by the

@@ -75,11 +75,49 @@ static void test_kernel_matches_reference(void) {
   }
 }
 
+/* layer_norm rows against double-precision moments (float32 sums of rows
+ * near 2000 round the mean by ~1e-5 relative: 1e-4), with and without
+ * weight and bias, rows far from zero (cancellation), n around the vector
+ * width. */
+static void test_layer_norm_matches_reference(void) {
+  static const int64_t kLens[] = {1, 7, 8, 19, 64, 512};
+  for (size_t l = 0; l < sizeof kLens / sizeof kLens[0]; l++) {
+    int64_t n = kLens[l], rows = 3;
+    float* x = malloc(sizeof(float) * (size_t)(rows * n));
+    float* w = malloc(sizeof(float) * (size_t)n);
+    float* b = malloc(sizeof(float) * (size_t)n);
+    float* y = malloc(sizeof(float) * (size_t)(rows * n));
+    for (int64_t i = 0; i < rows * n; i++) x[i] = (float)((i * 29 % 83) - 41) / 7.0f + (i / n) * 1000.0f;
+    for (int64_t i = 0; i < n; i++) w[i] = (float)(i % 5) / 2 - 1, b[i] = (float)(i % 3) - 1;
+    for (int form = 0; form < 3; form++) {
+      const float* wp = form >= 1 ? w : NULL;
+      const float* bp = form == 2 ? b : NULL;
+      tpu_hostrow_layer_norm(x, wp, bp, 1e-5f, y, rows, n);
+      int wrong = 0;
+      for (int64_t r = 0; r < rows; r++) {
+        double s = 0, ss = 0;
+        for (int64_t i = 0; i < n; i++) s += x[r * n + i];
+        double mean = s / n;
+        for (int64_t i = 0; i < n; i++) ss += (x[r * n + i] - mean) * (x[r * n + i] - mean);
+        double rstd = 1 / sqrt(ss / n + 1e-5);
+        for (int64_t i = 0; i < n; i++) {
+          double want = (x[r * n + i] - mean) * rstd * (wp ? wp[i] : 1) + (bp ? bp[i] : 0);
+          if (fabs(y[r * n + i] - want) > 1e-4 * (1 + fabs(want)) && wrong++ < 2)
+            fprintf(stderr, "  n=%lld form %d row %lld [%lld]: got %.9g want %.9g\n",
+                    (long long)n, form, (long long)r, (long long)i, y[r * n + i], want);
+        }
+      }
+      CHECK_EQ(wrong, 0);
+    }
+    free(x), free(w), free(b), free(y);
+  }
+}
+
 static bool rewrites_to(const char* kind, const char* type, const char* target) {
   char line[512];
   snprintf(line, sizeof line,
            "    %%7 = \"stablehlo.multiply\"(%%5, %%6) {mhlo.frontend_attributes = "
-           "{torchtpu_row = \"%s %%2\"}} : (%s, %s) -> %s\n",
+           "{torchtpu_row = \"%s\"}} : (%s, %s) -> %s\n",
            kind, type, type, type);
   char* out = NULL;
   size_t len = 0;
@@ -88,7 +126,7 @@ static bool rewrites_to(const char* kind, const char* type, const char* target) 
     tpu_status_free(s);
     return false;
   }
-  bool ok = target ? out && strstr(out, target) && strstr(out, "%7 = \"stablehlo.custom_call\"(%2)") &&
+  bool ok = target ? out && strstr(out, target) && strstr(out, "%7 = \"stablehlo.custom_call\"(%2") &&
                          !strstr(out, "multiply") && strlen(out) == len && out[len - 1] == '\n'
                    : out == NULL;
   free(out);
@@ -96,16 +134,30 @@ static bool rewrites_to(const char* kind, const char* type, const char* target) 
 }
 
 static void test_rewrite_picks_marked_float_rows(void) {
-  CHECK(rewrites_to("softmax", "tensor<16x4x64x64xf32>", "\"torchtpu_row_softmax\""));
-  CHECK(rewrites_to("log_softmax", "tensor<128x512xf32>", "\"torchtpu_row_log_softmax\""));
-  CHECK(rewrites_to("safe_softmax", "tensor<64x64xf32>", "\"torchtpu_row_safe_softmax\""));
-  CHECK(rewrites_to("softmax", "tensor<16x4x64x64xf32>",
+  CHECK(rewrites_to("softmax %2", "tensor<16x4x64x64xf32>", "\"torchtpu_row_softmax\""));
+  CHECK(rewrites_to("log_softmax %2", "tensor<128x512xf32>", "\"torchtpu_row_log_softmax\""));
+  CHECK(rewrites_to("safe_softmax %2", "tensor<64x64xf32>", "\"torchtpu_row_safe_softmax\""));
+  CHECK(rewrites_to("softmax %2", "tensor<16x4x64x64xf32>",
                     "result_layouts = [dense<[3, 2, 1, 0]> : tensor<4xindex>]"));
   /* What stays XLA's: other dtypes, small tensors, kinds not known. */
-  CHECK(rewrites_to("softmax", "tensor<128x512xf64>", NULL));
-  CHECK(rewrites_to("softmax", "tensor<128x512xbf16>", NULL));
-  CHECK(rewrites_to("softmax", "tensor<8x64xf32>", NULL));
-  CHECK(rewrites_to("sparsemax", "tensor<128x512xf32>", NULL));
+  CHECK(rewrites_to("softmax %2", "tensor<128x512xf64>", NULL));
+  CHECK(rewrites_to("softmax %2", "tensor<128x512xbf16>", NULL));
+  CHECK(rewrites_to("softmax %2", "tensor<8x64xf32>", NULL));
+  CHECK(rewrites_to("sparsemax %2", "tensor<128x512xf32>", NULL));
+  /* layer_norm: weight and bias over the last k dims, eps and n as the
+   * handler's attributes; no bias without a weight. */
+  CHECK(rewrites_to("layer_norm %2 %arg1 %arg2 1 1e-05", "tensor<16x64x64xf32>",
+                    "(%2, %arg1, %arg2) {api_version = 4 : i32, backend_config = {eps = "
+                    "1.000000000e-05 : f32, n = 64 : i64}, call_target_name = "
+                    "\"torchtpu_row_layer_norm\""));
+  CHECK(rewrites_to("layer_norm %2 %arg1 %arg2 2 1e-05", "tensor<16x64x64xf32>",
+                    ": (tensor<16x64x64xf32>, tensor<64x64xf32>, tensor<64x64xf32>) -> "));
+  CHECK(rewrites_to("layer_norm %2 - - 1 1e-05", "tensor<16x64x64xf32>",
+                    "(%2) {api_version = 4 : i32, backend_config = {eps = 1.000000000e-05 : "
+                    "f32, n = 64 : i64}"));
+  CHECK(rewrites_to("layer_norm %2 - %arg2 1 1e-05", "tensor<16x64x64xf32>", NULL));
+  CHECK(rewrites_to("layer_norm %2 %arg1 %arg2 4 1e-05", "tensor<16x64x64xf32>", NULL));
+  CHECK(rewrites_to("layer_norm %2 %arg1", "tensor<16x64x64xf32>", NULL));
   /* Unmarked text is not copied. */
   char* out = NULL;
   size_t len = 0;
@@ -158,6 +210,39 @@ static void test_custom_calls_compute_rows(void) {
   }
 }
 
+/* A program whose marked op is x * x made layer_norm(x, w, b) over rows
+ * of 64 (attributes eps and n through the FFI), in parts on the pool. */
+static void test_custom_call_layer_norm(void) {
+  enum { R = 512, N = 64 };
+  static const char kText[] =
+      "module @m {\n  func.func public @main(%arg0: tensor<512x64xf32>, %arg1: tensor<64xf32>, "
+      "%arg2: tensor<64xf32>) -> (tensor<512x64xf32>) {\n"
+      "    %0 = \"stablehlo.multiply\"(%arg0, %arg0) {mhlo.frontend_attributes = "
+      "{torchtpu_row = \"layer_norm %arg0 %arg1 %arg2 1 0.001\"}} : (tensor<512x64xf32>, "
+      "tensor<512x64xf32>) -> tensor<512x64xf32>\n"
+      "    \"func.return\"(%0) : (tensor<512x64xf32>) -> ()\n  }\n}\n";
+  static float x[R * N], w[N], b[N], got[R * N], want[R * N];
+  for (int i = 0; i < R * N; i++) x[i] = (float)((i * 13 % 97) - 48) / 5.0f;
+  for (int i = 0; i < N; i++) w[i] = (float)(i % 7) / 3, b[i] = (float)(i % 4) - 2;
+  tpu_hostrow_layer_norm(x, w, b, 0.001f, want, R, N);
+  tpu_program_t* p = NULL;
+  tpu_buffer_t *in[3] = {0}, *res = NULL;
+  int64_t xd[2] = {R, N}, wd[1] = {N};
+  tpu_client_t* c = tpu_runtime_client();
+  tpu_status_t s = tpu_program_get(kText, sizeof kText - 1, &p);
+  if (!s) s = tpu_buffer_from_host(c, 0, x, TPU_DTYPE_FLOAT32, xd, 2, NULL, &in[0]);
+  if (!s) s = tpu_buffer_from_host(c, 0, w, TPU_DTYPE_FLOAT32, wd, 1, NULL, &in[1]);
+  if (!s) s = tpu_buffer_from_host(c, 0, b, TPU_DTYPE_FLOAT32, wd, 1, NULL, &in[2]);
+  if (!s) s = tpu_program_execute(p, 0, in, 3, &res);
+  if (!s) s = tpu_buffer_to_host(res, got, sizeof got);
+  for (int i = 0; i < 3; i++) tpu_buffer_destroy(in[i]);
+  tpu_buffer_destroy(res);
+  CHECK_OK(s);
+  int wrong = 0;
+  for (int i = 0; i < R * N; i++) wrong += got[i] != want[i];
+  CHECK_EQ(wrong, 0);
+}
+
 static void test_setup(void) {
   tpu_status_t s = tpu_runtime_init(NULL);
   if (s) {
@@ -167,6 +252,6 @@ static void test_setup(void) {
   CHECK(tpu_runtime_is_initialized());
 }
 
-TPU_TEST_MAIN(TPU_TEST(test_kernel_matches_reference),
+TPU_TEST_MAIN(TPU_TEST(test_kernel_matches_reference), TPU_TEST(test_layer_norm_matches_reference),
               TPU_TEST(test_rewrite_picks_marked_float_rows), TPU_TEST(test_setup),
-              TPU_TEST(test_custom_calls_compute_rows))
+              TPU_TEST(test_custom_calls_compute_rows), TPU_TEST(test_custom_call_layer_norm))
