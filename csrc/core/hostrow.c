@@ -154,12 +154,14 @@ void tpu_hostrow_compute(tpu_hostrow_kind_t kind, const float* x, float* y, int6
 }
 
 static void norm_scalar(const float* x, const float* w, const float* b, float eps, float* y,
-                        int64_t n) {
+                        float* mean_out, float* rstd_out, int64_t n) {
   float s = 0, ss = 0;
   for (int64_t i = 0; i < n; i++) s += x[i];
   float mean = s / (float)n;
   for (int64_t i = 0; i < n; i++) ss += (x[i] - mean) * (x[i] - mean);
   float rstd = 1.0f / sqrtf(ss / (float)n + eps);
+  *mean_out = mean;
+  *rstd_out = rstd;
   for (int64_t i = 0; i < n; i++) {
     float v = (x[i] - mean) * rstd;
     if (w) v *= w[i];
@@ -172,6 +174,7 @@ static void norm_scalar(const float* x, const float* w, const float* b, float ep
  * lower/nn.c's moments: no cancellation for rows far from zero. */
 __attribute__((target("avx2,fma"))) static void norm_avx2(const float* x, const float* w,
                                                           const float* b, float eps, float* y,
+                                                          float* mean_out, float* rstd_out,
                                                           int64_t n) {
   int64_t nv = n & ~(int64_t)7, i;
   __m256 s8 = _mm256_setzero_ps();
@@ -187,6 +190,8 @@ __attribute__((target("avx2,fma"))) static void norm_avx2(const float* x, const 
   float ss = hsum8(q8);
   for (i = nv; i < n; i++) ss += (x[i] - mean) * (x[i] - mean);
   float rstd = 1.0f / sqrtf(ss / (float)n + eps);
+  *mean_out = mean;
+  *rstd_out = rstd;
   __m256 vr = _mm256_set1_ps(rstd);
   for (i = 0; i < nv; i += 8) {
     __m256 v = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm), vr);
@@ -203,11 +208,14 @@ __attribute__((target("avx2,fma"))) static void norm_avx2(const float* x, const 
 }
 
 void tpu_hostrow_layer_norm(const float* x, const float* w, const float* b, float eps,
-                            float* y, int64_t rows, int64_t n) {
+                            float* y, float* mean, float* rstd, int64_t rows, int64_t n) {
   bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   for (int64_t r = 0; r < rows; r++) {
-    if (avx2 && n >= 8) norm_avx2(x + r * n, w, b, eps, y + r * n, n);
-    else norm_scalar(x + r * n, w, b, eps, y + r * n, n);
+    float m, rs;
+    if (avx2 && n >= 8) norm_avx2(x + r * n, w, b, eps, y + r * n, &m, &rs, n);
+    else norm_scalar(x + r * n, w, b, eps, y + r * n, &m, &rs, n);
+    if (mean) mean[r] = m;
+    if (rstd) rstd[r] = rs;
   }
 }
 
@@ -220,7 +228,7 @@ typedef struct {
   int kind; /* a tpu_hostrow_kind_t, or kLayerNorm */
   const float *x, *w, *b;
   float eps;
-  float* y;
+  float *y, *mean, *rstd;
   int64_t rows, n;
   int parts;
 } rows_job_t;
@@ -231,7 +239,8 @@ static void rows_part(void* ctx, int part) {
   const rows_job_t* j = ctx;
   int64_t lo = j->rows * part / j->parts, hi = j->rows * (part + 1) / j->parts;
   if (j->kind == kLayerNorm)
-    tpu_hostrow_layer_norm(j->x + lo * j->n, j->w, j->b, j->eps, j->y + lo * j->n, hi - lo, j->n);
+    tpu_hostrow_layer_norm(j->x + lo * j->n, j->w, j->b, j->eps, j->y + lo * j->n, j->mean + lo,
+                           j->rstd + lo, hi - lo, j->n);
   else
     tpu_hostrow_compute(j->kind, j->x + lo * j->n, j->y + lo * j->n, hi - lo, j->n);
 }
@@ -287,15 +296,15 @@ static bool scalar_attr(const XLA_FFI_CallFrame* frame, const char* name, XLA_FF
   return false;
 }
 
-/* layer_norm(x[, w[, b]]) {eps: f32, n: i64}: rows of n. */
+/* layer_norm(x[, w[, b]]) {eps: f32, n: i64} -> (y, mean, rstd): rows
+ * of n; mean and rstd one float a row. */
 static XLA_FFI_Error* layer_norm_handler(XLA_FFI_CallFrame* frame) {
   if (tpu_hostffi_answer_metadata(frame)) return NULL;
   if (frame->stage != XLA_FFI_ExecutionStage_EXECUTE) return NULL;
   float eps;
   int64_t n;
   int64_t nargs = frame->args.size;
-  if (nargs < 1 || nargs > 3 || frame->rets.size != 1 ||
-      frame->rets.types[0] != XLA_FFI_RetType_BUFFER ||
+  if (nargs < 1 || nargs > 3 || frame->rets.size != 3 ||
       !scalar_attr(frame, "eps", XLA_FFI_DataType_F32, &eps) ||
       !scalar_attr(frame, "n", XLA_FFI_DataType_S64, &n) || n < 1)
     return tpu_hostffi_error(frame, "torchtpu host layer_norm: expected x[, w[, b]], eps, n");
@@ -307,23 +316,34 @@ static XLA_FFI_Error* layer_norm_handler(XLA_FFI_CallFrame* frame) {
     if (in[i]->dtype != XLA_FFI_DataType_F32)
       return tpu_hostffi_error(frame, "torchtpu host layer_norm: expected float32");
   }
-  const XLA_FFI_Buffer* y = frame->rets.rets[0];
-  int64_t numel = 1;
-  for (int64_t d = 0; d < y->rank; d++) numel *= y->dims[d];
+  const XLA_FFI_Buffer* out[3];
+  int64_t count[3];
+  for (int i = 0; i < 3; i++) {
+    if (frame->rets.types[i] != XLA_FFI_RetType_BUFFER)
+      return tpu_hostffi_error(frame, "torchtpu host layer_norm: expected buffers");
+    out[i] = frame->rets.rets[i];
+    count[i] = 1;
+    for (int64_t d = 0; d < out[i]->rank; d++) count[i] *= out[i]->dims[d];
+    if (out[i]->dtype != XLA_FFI_DataType_F32)
+      return tpu_hostffi_error(frame, "torchtpu host layer_norm: expected float32");
+  }
+  int64_t numel = count[0];
   for (int i = 1; i < nargs; i++) {
     int64_t wn = 1;
     for (int64_t d = 0; d < in[i]->rank; d++) wn *= in[i]->dims[d];
     if (wn != n) return tpu_hostffi_error(frame, "torchtpu host layer_norm: weight size != n");
   }
-  if (y->dtype != XLA_FFI_DataType_F32 || numel % n)
-    return tpu_hostffi_error(frame, "torchtpu host layer_norm: result does not match");
+  if (numel % n || count[1] != numel / n || count[2] != numel / n)
+    return tpu_hostffi_error(frame, "torchtpu host layer_norm: results do not match");
   if (numel == 0) return NULL;
   rows_job_t j = {.kind = kLayerNorm,
                   .x = in[0]->data,
                   .w = in[1] ? in[1]->data : NULL,
                   .b = in[2] ? in[2]->data : NULL,
                   .eps = eps,
-                  .y = y->data,
+                  .y = out[0]->data,
+                  .mean = out[1]->data,
+                  .rstd = out[2]->data,
                   .rows = numel / n,
                   .n = n};
   run_job(frame, &j);
@@ -368,7 +388,7 @@ static const char kMark[] = "torchtpu_row = \"";
 
 /* The marker's words (kind, operands, ...): up to kMaxWords, each
  * [word[i], word[i] + len[i]); the count, or -1 when it is not one. */
-enum { kMaxWords = 6 };
+enum { kMaxWords = 8 };
 static int marker_words(const char* mark, const char* eol, const char** word, size_t* len) {
   const char* p = mark + sizeof kMark - 1;
   const char* quote = memchr(p, '"', (size_t)(eol - p));
@@ -396,76 +416,189 @@ static void append_layout(tpu_strbuf_t* sb, int rank) {
   tpu_strbuf_appendf(sb, "]> : tensor<%dxindex>", rank);
 }
 
-/* The custom call for marked line [line, eol), appended to sb; false
- * (nothing appended) when the line is not one to rewrite. */
-static bool rewrite_line(tpu_strbuf_t* sb, const char* line, const char* eol) {
-  const char* mark = memmem(line, (size_t)(eol - line), kMark, sizeof kMark - 1);
-  const char* op = memmem(line, (size_t)(eol - line), " = \"stablehlo.", 14);
+/* The result type of line [line, eol) ("... -> T" at its end). */
+static bool result_type(const char* line, const char* eol, tpu_hlo_type_t* t) {
   const char* arrow = NULL;
   for (const char* p = line; (p = memmem(p, (size_t)(eol - p), ") -> ", 5)); p += 5) arrow = p;
-  if (!mark || !op || !arrow || op > mark) return false;
+  if (!arrow) return false;
+  tpu_status_t s = tpu_hlo_parse_type(arrow + 5, (size_t)(eol - arrow - 5), t);
+  if (s) tpu_status_free(s);
+  return !s;
+}
+
+/* Whether line [line, eol) defines the value [name, name + len). */
+static bool defines(const char* line, const char* eol, const char* name, size_t len) {
+  while (line < eol && *line == ' ') line++;
+  return (size_t)(eol - line) > len + 3 && memcmp(line, name, len) == 0 &&
+         memcmp(line + len, " = ", 3) == 0;
+}
+
+/* One marked line to rewrite. A layer_norm is marked on the last of its
+ * three results (rstd, an identity reshape emitted after the output and
+ * the mean's identity): the call, made there, defines all three, and the
+ * lines that defined the other two (nothing reads them before) are
+ * dropped. */
+typedef struct {
+  const char* line;
+  const char* eol;
+  int kind, nops;
   const char* word[kMaxWords];
   size_t len[kMaxWords];
-  int nw = marker_words(mark, eol, word, len);
-  if (nw < 2 || word[1][0] != '%') return false;
-  int kind = -1;
+  tpu_hlo_type_t t, w, m; /* input/output, weight, mean/rstd */
+  int64_t n;
+  double eps;
+} plan_t;
+
+/* Fills p for marked line [line, eol) of the function [fn, fn_end); false
+ * when it is not one to rewrite. */
+static bool plan_line(plan_t* p, const char* fn, const char* fn_end, const char* line,
+                      const char* eol) {
+  const char* mark = memmem(line, (size_t)(eol - line), kMark, sizeof kMark - 1);
+  const char* op = memmem(line, (size_t)(eol - line), " = \"stablehlo.", 14);
+  if (!mark || !op || op > mark) return false;
+  *p = (plan_t){.line = line, .eol = eol, .kind = -1, .nops = 1};
+  int nw = marker_words(mark, eol, p->word, p->len);
+  if (nw < 2 || p->word[1][0] != '%') return false;
   for (int k = 0; k <= kLayerNorm; k++)
-    if (word_is(word[0], len[0], k < kLayerNorm ? kNames[k] : "layer_norm")) kind = k;
-  tpu_hlo_type_t t;
-  const char* type = arrow + 5;
-  tpu_status_t s = tpu_hlo_parse_type(type, (size_t)(eol - type), &t);
-  if (s) {
-    tpu_status_free(s);
-    return false;
+    if (word_is(p->word[0], p->len[0], k < kLayerNorm ? kNames[k] : "layer_norm")) p->kind = k;
+  if (p->kind < 0 || nw != (p->kind == kLayerNorm ? 8 : 2)) return false;
+  if (p->kind != kLayerNorm) {
+    return result_type(line, eol, &p->t) && p->t.dtype == TPU_DTYPE_FLOAT32 && p->t.rank >= 1 &&
+           tpu_hlo_type_numel(&p->t) >= kMinElems;
   }
-  if (kind < 0 || nw != (kind == kLayerNorm ? 6 : 2) || t.dtype != TPU_DTYPE_FLOAT32 ||
-      t.rank < 1 || tpu_hlo_type_numel(&t) < kMinElems)
-    return false;
-  /* layer_norm: the weight's and bias's names (or -), the normalized dims'
-   * count k, eps; they are float32 over the last k dims. */
-  int nops = 1;
-  tpu_hlo_type_t wt = t;
-  int64_t n = 1;
-  double eps = 0;
-  if (kind == kLayerNorm) {
-    char num[64];
-    if (len[4] >= sizeof num || len[5] >= sizeof num) return false;
-    memcpy(num, word[4], len[4]);
-    num[len[4]] = '\0';
-    int k = atoi(num);
-    memcpy(num, word[5], len[5]);
-    num[len[5]] = '\0';
-    eps = strtod(num, NULL);
-    bool has_w = !word_is(word[2], len[2], "-"), has_b = !word_is(word[3], len[3], "-");
-    if (k < 1 || k > t.rank || (has_b && !has_w)) return false;
-    nops = 1 + has_w + has_b;
-    wt.rank = k;
-    for (int d = 0; d < k; d++) n *= wt.dims[d] = t.dims[t.rank - k + d];
+  /* layer_norm x w|- b|- k eps y mean: the output's type from its line */
+  if (!result_type(line, eol, &p->m) || p->m.dtype != TPU_DTYPE_FLOAT32) return false;
+  bool found = false;
+  for (const char* l = fn; l < line && !found;) {
+    const char* e = memchr(l, '\n', (size_t)(fn_end - l));
+    if (!e) e = fn_end;
+    if (defines(l, e, p->word[6], p->len[6])) found = result_type(l, e, &p->t);
+    l = e + 1;
   }
-  tpu_strbuf_append_n(sb, line, (size_t)(op + 3 - line));
-  tpu_strbuf_append(sb, "\"stablehlo.custom_call\"(");
-  for (int i = 0; i < nops; i++) {
+  char num[64];
+  if (!found || p->t.dtype != TPU_DTYPE_FLOAT32 || tpu_hlo_type_numel(&p->t) < kMinElems ||
+      p->len[4] >= sizeof num || p->len[5] >= sizeof num)
+    return false;
+  memcpy(num, p->word[4], p->len[4]);
+  num[p->len[4]] = '\0';
+  int k = atoi(num);
+  memcpy(num, p->word[5], p->len[5]);
+  num[p->len[5]] = '\0';
+  p->eps = strtod(num, NULL);
+  bool has_w = !word_is(p->word[2], p->len[2], "-"), has_b = !word_is(p->word[3], p->len[3], "-");
+  if (k < 1 || k > p->t.rank || (has_b && !has_w)) return false;
+  p->nops = 1 + has_w + has_b;
+  p->w = p->t;
+  p->w.rank = k;
+  p->n = 1;
+  for (int d = 0; d < k; d++) p->n *= p->w.dims[d] = p->t.dims[p->t.rank - k + d];
+  return tpu_hlo_type_numel(&p->m) * p->n == tpu_hlo_type_numel(&p->t);
+}
+
+/* The custom call of plan p (and, for layer_norm, the identities naming
+ * its three results), replacing p's line. */
+static void append_call(tpu_strbuf_t* sb, const plan_t* p) {
+  const char* op = memmem(p->line, (size_t)(p->eol - p->line), " = \"stablehlo.", 14);
+  bool ln = p->kind == kLayerNorm;
+  const char* name = p->line;
+  while (*name == ' ') name++;
+  int indent = (int)(name - p->line);
+  int name_len = (int)(op - name);
+  if (ln) tpu_strbuf_appendf(sb, "%*s%%ln%.*s:3", indent, "", name_len - 1, name + 1);
+  else tpu_strbuf_append_n(sb, p->line, (size_t)(op - p->line));
+  tpu_strbuf_append(sb, ln ? " = \"stablehlo.custom_call\"(" : " = \"stablehlo.custom_call\"(");
+  for (int i = 0; i < p->nops; i++) {
     if (i) tpu_strbuf_append(sb, ", ");
-    tpu_strbuf_append_n(sb, word[1 + i], len[1 + i]);
+    tpu_strbuf_append_n(sb, p->word[1 + i], p->len[1 + i]);
   }
   tpu_strbuf_append(sb, ") {api_version = 4 : i32, ");
-  if (kind == kLayerNorm)
-    tpu_strbuf_appendf(sb, "backend_config = {eps = %.9e : f32, n = %lld : i64}, ", eps,
-                       (long long)n);
-  tpu_strbuf_appendf(sb, "call_target_name = \"%s\", operand_layouts = [", kTargets[kind]);
-  for (int i = 0; i < nops; i++) {
+  if (ln)
+    tpu_strbuf_appendf(sb, "backend_config = {eps = %.9e : f32, n = %lld : i64}, ", p->eps,
+                       (long long)p->n);
+  tpu_strbuf_appendf(sb, "call_target_name = \"%s\", operand_layouts = [", kTargets[p->kind]);
+  for (int i = 0; i < p->nops; i++) {
     if (i) tpu_strbuf_append(sb, ", ");
-    append_layout(sb, i ? wt.rank : t.rank);
+    append_layout(sb, i ? p->w.rank : p->t.rank);
   }
   tpu_strbuf_append(sb, "], result_layouts = [");
-  append_layout(sb, t.rank);
+  append_layout(sb, p->t.rank);
+  if (ln) {
+    tpu_strbuf_append(sb, ", ");
+    append_layout(sb, p->m.rank);
+    tpu_strbuf_append(sb, ", ");
+    append_layout(sb, p->m.rank);
+  }
   tpu_strbuf_append(sb, "]} : (");
-  for (int i = 0; i < nops; i++) {
+  for (int i = 0; i < p->nops; i++) {
     if (i) tpu_strbuf_append(sb, ", ");
-    tpu_hlo_type_append(sb, i ? &wt : &t);
+    tpu_hlo_type_append(sb, i ? &p->w : &p->t);
   }
   tpu_strbuf_append(sb, ") -> ");
-  tpu_hlo_type_append(sb, &t);
+  if (!ln) {
+    tpu_hlo_type_append(sb, &p->t);
+    return;
+  }
+  tpu_strbuf_append(sb, "(");
+  tpu_hlo_type_append(sb, &p->t);
+  tpu_strbuf_append(sb, ", ");
+  tpu_hlo_type_append(sb, &p->m);
+  tpu_strbuf_append(sb, ", ");
+  tpu_hlo_type_append(sb, &p->m);
+  tpu_strbuf_append(sb, ")\n");
+  /* y, mean, rstd under their names (identity reshapes XLA folds) */
+  const char* names[3] = {p->word[6], p->word[7], name};
+  size_t lens[3] = {p->len[6], p->len[7], (size_t)name_len};
+  for (int i = 0; i < 3; i++) {
+    const tpu_hlo_type_t* t = i ? &p->m : &p->t;
+    tpu_strbuf_appendf(sb, "%*s%.*s = \"stablehlo.reshape\"(%%ln%.*s#%d) : (", indent, "",
+                       (int)lens[i], names[i], name_len - 1, name + 1, i);
+    tpu_hlo_type_append(sb, t);
+    tpu_strbuf_append(sb, ") -> ");
+    tpu_hlo_type_append(sb, t);
+    if (i < 2) tpu_strbuf_append(sb, "\n");
+  }
+}
+
+/* Rewrites function [fn, fn_end) into sb; whether anything changed. */
+static bool rewrite_function(tpu_strbuf_t* sb, const char* fn, const char* fn_end) {
+  enum { kMaxPlans = 256 };
+  plan_t* plans = NULL;
+  int np = 0;
+  for (const char* line = fn; line < fn_end;) {
+    const char* eol = memchr(line, '\n', (size_t)(fn_end - line));
+    if (!eol) eol = fn_end;
+    if (np < kMaxPlans && memmem(line, (size_t)(eol - line), kMark, sizeof kMark - 1)) {
+      if (!plans) plans = malloc(kMaxPlans * sizeof *plans);
+      if (plans && plan_line(&plans[np], fn, fn_end, line, eol)) np++;
+    }
+    line = eol + 1;
+  }
+  if (!np) {
+    free(plans);
+    return false;
+  }
+  const char* copied = fn;
+  int next = 0;
+  for (const char* line = fn; line < fn_end;) {
+    const char* eol = memchr(line, '\n', (size_t)(fn_end - line));
+    if (!eol) eol = fn_end;
+    bool drop = false;
+    for (int i = next; i < np && !drop; i++)
+      if (plans[i].kind == kLayerNorm)
+        drop = defines(line, eol, plans[i].word[6], plans[i].len[6]) ||
+               defines(line, eol, plans[i].word[7], plans[i].len[7]);
+    if (drop || (next < np && plans[next].line == line)) {
+      tpu_strbuf_append_n(sb, copied, (size_t)(line - copied));
+      if (drop) copied = eol < fn_end ? eol + 1 : eol;
+      else {
+        append_call(sb, &plans[next++]);
+        copied = eol;
+      }
+    }
+    line = eol + 1;
+  }
+  tpu_strbuf_append_n(sb, copied, (size_t)(fn_end - copied));
+  free(plans);
   return true;
 }
 
@@ -475,32 +608,24 @@ tpu_status_t tpu_hostrow_rewrite(const char* text, size_t len, char** out_text,
   *out_len = 0;
   const char* end = text + len;
   if (!memmem(text, len, kMark, sizeof kMark - 1)) return NULL;
+  /* Function by function: SSA names are per function (a fused program
+   * has one function per op). */
   tpu_strbuf_t sb = {0};
-  const char* copied = text; /* text before this is in sb */
   bool changed = false;
-  for (const char* line = text; line < end;) {
-    const char* eol = memchr(line, '\n', (size_t)(end - line));
-    if (!eol) eol = end;
-    if (memmem(line, (size_t)(eol - line), kMark, sizeof kMark - 1)) {
-      size_t mark = sb.len;
-      tpu_strbuf_append_n(&sb, copied, (size_t)(line - copied));
-      if (rewrite_line(&sb, line, eol)) {
-        changed = true;
-        copied = eol;
-      } else { /* keep the line as it is */
-        sb.len = mark;
-        if (sb.data) sb.data[mark] = '\0';
-      }
-    }
-    line = eol + 1;
+  const char* fn = text;
+  while (fn < end) {
+    const char* next = memmem(fn + 1, (size_t)(end - fn - 1), "\n  func.func", 12);
+    const char* fn_end = next ? next + 1 : end;
+    if (rewrite_function(&sb, fn, fn_end)) changed = true;
+    else tpu_strbuf_append_n(&sb, fn, (size_t)(fn_end - fn));
+    fn = fn_end;
   }
   if (!changed) {
     tpu_strbuf_free(&sb);
     return NULL;
   }
-  tpu_strbuf_append_n(&sb, copied, (size_t)(end - copied));
   char* out = tpu_strbuf_take(&sb, out_len);
-  if (!out) return tpu_status_oom("rewriting a program's softmaxes");
+  if (!out) return tpu_status_oom("rewriting a program's softmaxes and layer_norms");
   *out_text = out;
   return NULL;
 }

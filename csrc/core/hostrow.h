@@ -51,10 +51,11 @@ void tpu_hostrow_compute(tpu_hostrow_kind_t kind, const float* x, float* y, int6
                          int64_t n);
 
 /* y = (x - mean) * rstd [* w] [+ b] over each row of n floats (mean and
- * biased variance of the row, rstd = 1 / sqrt(var + eps)); w and b, of n
+ * biased variance of the row, rstd = 1 / sqrt(var + eps)), and each row's
+ * mean and rstd (one float a row; NULL: not wanted); w and b, of n
  * floats, may be NULL. The layer_norm handler's kernel. */
 void tpu_hostrow_layer_norm(const float* x, const float* w, const float* b, float eps,
-                            float* y, int64_t rows, int64_t n);
+                            float* y, float* mean, float* rstd, int64_t rows, int64_t n);
 
 /* Registers the handlers when the client is XLA:CPU and neither
  * TORCHTPU_HOST_ROW nor TORCHTPU_HOST_GEMM is 0. Called once by the

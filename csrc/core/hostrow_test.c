@@ -92,16 +92,18 @@ static void test_layer_norm_matches_reference(void) {
     for (int form = 0; form < 3; form++) {
       const float* wp = form >= 1 ? w : NULL;
       const float* bp = form == 2 ? b : NULL;
-      tpu_hostrow_layer_norm(x, wp, bp, 1e-5f, y, rows, n);
+      float mean[3], rstd[3];
+      tpu_hostrow_layer_norm(x, wp, bp, 1e-5f, y, mean, rstd, rows, n);
       int wrong = 0;
       for (int64_t r = 0; r < rows; r++) {
         double s = 0, ss = 0;
         for (int64_t i = 0; i < n; i++) s += x[r * n + i];
-        double mean = s / n;
-        for (int64_t i = 0; i < n; i++) ss += (x[r * n + i] - mean) * (x[r * n + i] - mean);
-        double rstd = 1 / sqrt(ss / n + 1e-5);
+        double m = s / n;
+        for (int64_t i = 0; i < n; i++) ss += (x[r * n + i] - m) * (x[r * n + i] - m);
+        double rs = 1 / sqrt(ss / n + 1e-5);
+        wrong += fabs(mean[r] - m) > 1e-5 * (1 + fabs(m)) || fabs(rstd[r] - rs) > 1e-4 * rs;
         for (int64_t i = 0; i < n; i++) {
-          double want = (x[r * n + i] - mean) * rstd * (wp ? wp[i] : 1) + (bp ? bp[i] : 0);
+          double want = (x[r * n + i] - m) * rs * (wp ? wp[i] : 1) + (bp ? bp[i] : 0);
           if (fabs(y[r * n + i] - want) > 1e-4 * (1 + fabs(want)) && wrong++ < 2)
             fprintf(stderr, "  n=%lld form %d row %lld [%lld]: got %.9g want %.9g\n",
                     (long long)n, form, (long long)r, (long long)i, y[r * n + i], want);
@@ -144,20 +146,6 @@ static void test_rewrite_picks_marked_float_rows(void) {
   CHECK(rewrites_to("softmax %2", "tensor<128x512xbf16>", NULL));
   CHECK(rewrites_to("softmax %2", "tensor<8x64xf32>", NULL));
   CHECK(rewrites_to("sparsemax %2", "tensor<128x512xf32>", NULL));
-  /* layer_norm: weight and bias over the last k dims, eps and n as the
-   * handler's attributes; no bias without a weight. */
-  CHECK(rewrites_to("layer_norm %2 %arg1 %arg2 1 1e-05", "tensor<16x64x64xf32>",
-                    "(%2, %arg1, %arg2) {api_version = 4 : i32, backend_config = {eps = "
-                    "1.000000000e-05 : f32, n = 64 : i64}, call_target_name = "
-                    "\"torchtpu_row_layer_norm\""));
-  CHECK(rewrites_to("layer_norm %2 %arg1 %arg2 2 1e-05", "tensor<16x64x64xf32>",
-                    ": (tensor<16x64x64xf32>, tensor<64x64xf32>, tensor<64x64xf32>) -> "));
-  CHECK(rewrites_to("layer_norm %2 - - 1 1e-05", "tensor<16x64x64xf32>",
-                    "(%2) {api_version = 4 : i32, backend_config = {eps = 1.000000000e-05 : "
-                    "f32, n = 64 : i64}"));
-  CHECK(rewrites_to("layer_norm %2 - %arg2 1 1e-05", "tensor<16x64x64xf32>", NULL));
-  CHECK(rewrites_to("layer_norm %2 %arg1 %arg2 4 1e-05", "tensor<16x64x64xf32>", NULL));
-  CHECK(rewrites_to("layer_norm %2 %arg1", "tensor<16x64x64xf32>", NULL));
   /* Unmarked text is not copied. */
   char* out = NULL;
   size_t len = 0;
@@ -210,36 +198,101 @@ static void test_custom_calls_compute_rows(void) {
   }
 }
 
-/* A program whose marked op is x * x made layer_norm(x, w, b) over rows
- * of 64 (attributes eps and n through the FFI), in parts on the pool. */
+/* The layer_norm marker on the last of the op's three results: one call
+ * defining all three under their names, the lines that defined the other
+ * two gone; or, when not eligible, the text as it was. */
+static bool ln_rewrites_to(const char* words, const char* type, const char* want1,
+                           const char* want2) {
+  char text[1024];
+  snprintf(text, sizeof text,
+           "  func.func public @main(%%arg0: %s, %%arg1: tensor<64xf32>, %%arg2: tensor<64xf32>) {\n"
+           "    %%5 = \"stablehlo.add\"(%%3, %%4) : (%s, %s) -> %s\n"
+           "    %%6 = \"stablehlo.reshape\"(%%1) : (tensor<16x64x1xf32>) -> tensor<16x64x1xf32>\n"
+           "    %%7 = \"stablehlo.reshape\"(%%2) {mhlo.frontend_attributes = {torchtpu_row = "
+           "\"%s\"}} : (tensor<16x64x1xf32>) -> tensor<16x64x1xf32>\n"
+           "  }\n",
+           type, type, type, type, words);
+  char* out = NULL;
+  size_t len = 0;
+  tpu_status_t s = tpu_hostrow_rewrite(text, strlen(text), &out, &len);
+  if (s) {
+    tpu_status_free(s);
+    return false;
+  }
+  bool ok = want1 ? out && strstr(out, want1) && (!want2 || strstr(out, want2)) &&
+                        !strstr(out, "\"stablehlo.add\"") && !strstr(out, "reshape\"(%1)") &&
+                        strstr(out, "    %5 = \"stablehlo.reshape\"(%ln7#0) : (") &&
+                        strstr(out, "    %6 = \"stablehlo.reshape\"(%ln7#1) : (") &&
+                        strstr(out, "    %7 = \"stablehlo.reshape\"(%ln7#2) : (") &&
+                        strlen(out) == len
+                  : out == NULL;
+  if (!ok && out) fprintf(stderr, "%s", out);
+  free(out);
+  return ok;
+}
+
+static void test_rewrite_layer_norm(void) {
+  const char* t = "tensor<16x64x64xf32>";
+  CHECK(ln_rewrites_to("layer_norm %0 %arg1 %arg2 1 1e-05 %5 %6", t,
+                       "    %ln7:3 = \"stablehlo.custom_call\"(%0, %arg1, %arg2) {api_version = "
+                       "4 : i32, backend_config = {eps = 1.000000000e-05 : f32, n = 64 : i64}, "
+                       "call_target_name = \"torchtpu_row_layer_norm\"",
+                       ": (tensor<16x64x64xf32>, tensor<64xf32>, tensor<64xf32>) -> "
+                       "(tensor<16x64x64xf32>, tensor<16x64x1xf32>, tensor<16x64x1xf32>)\n"));
+  CHECK(ln_rewrites_to("layer_norm %0 - - 1 1e-05 %5 %6", t, "custom_call\"(%0) {",
+                       "n = 64 : i64"));
+  /* What stays XLA's: bias without weight, k past the rank, mean and
+   * rstd not one a row, words missing, small tensors. */
+  CHECK(ln_rewrites_to("layer_norm %0 - %arg2 1 1e-05 %5 %6", t, NULL, NULL));
+  CHECK(ln_rewrites_to("layer_norm %0 %arg1 %arg2 4 1e-05 %5 %6", t, NULL, NULL));
+  CHECK(ln_rewrites_to("layer_norm %0 %arg1 %arg2 2 1e-05 %5 %6", t, NULL, NULL));
+  CHECK(ln_rewrites_to("layer_norm %0 %arg1 %arg2 1 1e-05 %5", t, NULL, NULL));
+  CHECK(ln_rewrites_to("layer_norm %0 %arg1 %arg2 1 1e-05 %9 %6", t, NULL, NULL));
+  CHECK(ln_rewrites_to("layer_norm %0 %arg1 %arg2 1 1e-05 %5 %6", "tensor<16x64x2xf32>", NULL,
+                       NULL));
+}
+
+/* A program whose marked op is a slice of x made (y, mean, rstd) =
+ * layer_norm(x, w, b) over rows of 64 (attributes eps and n through the
+ * FFI), in parts on the pool. */
 static void test_custom_call_layer_norm(void) {
   enum { R = 512, N = 64 };
   static const char kText[] =
       "module @m {\n  func.func public @main(%arg0: tensor<512x64xf32>, %arg1: tensor<64xf32>, "
-      "%arg2: tensor<64xf32>) -> (tensor<512x64xf32>) {\n"
-      "    %0 = \"stablehlo.multiply\"(%arg0, %arg0) {mhlo.frontend_attributes = "
-      "{torchtpu_row = \"layer_norm %arg0 %arg1 %arg2 1 0.001\"}} : (tensor<512x64xf32>, "
+      "%arg2: tensor<64xf32>) -> (tensor<512x64xf32>, tensor<512x1xf32>, tensor<512x1xf32>) {\n"
+      "    %0 = \"stablehlo.multiply\"(%arg0, %arg0) : (tensor<512x64xf32>, "
       "tensor<512x64xf32>) -> tensor<512x64xf32>\n"
-      "    \"func.return\"(%0) : (tensor<512x64xf32>) -> ()\n  }\n}\n";
+      "    %1 = \"stablehlo.slice\"(%arg0) {start_indices = array<i64: 0, 0>, limit_indices = "
+      "array<i64: 512, 1>, strides = array<i64: 1, 1>} : (tensor<512x64xf32>) -> "
+      "tensor<512x1xf32>\n"
+      "    %2 = \"stablehlo.reshape\"(%1) : (tensor<512x1xf32>) -> tensor<512x1xf32>\n"
+      "    %3 = \"stablehlo.reshape\"(%1) {mhlo.frontend_attributes = {torchtpu_row = "
+      "\"layer_norm %arg0 %arg1 %arg2 1 0.001 %0 %2\"}} : (tensor<512x1xf32>) -> "
+      "tensor<512x1xf32>\n"
+      "    \"func.return\"(%0, %2, %3) : (tensor<512x64xf32>, tensor<512x1xf32>, "
+      "tensor<512x1xf32>) -> ()\n  }\n}\n";
   static float x[R * N], w[N], b[N], got[R * N], want[R * N];
+  static float mean[R], rstd[R], got_mean[R], got_rstd[R];
   for (int i = 0; i < R * N; i++) x[i] = (float)((i * 13 % 97) - 48) / 5.0f;
   for (int i = 0; i < N; i++) w[i] = (float)(i % 7) / 3, b[i] = (float)(i % 4) - 2;
-  tpu_hostrow_layer_norm(x, w, b, 0.001f, want, R, N);
+  tpu_hostrow_layer_norm(x, w, b, 0.001f, want, mean, rstd, R, N);
   tpu_program_t* p = NULL;
-  tpu_buffer_t *in[3] = {0}, *res = NULL;
+  tpu_buffer_t *in[3] = {0}, *res[3] = {0};
   int64_t xd[2] = {R, N}, wd[1] = {N};
   tpu_client_t* c = tpu_runtime_client();
   tpu_status_t s = tpu_program_get(kText, sizeof kText - 1, &p);
   if (!s) s = tpu_buffer_from_host(c, 0, x, TPU_DTYPE_FLOAT32, xd, 2, NULL, &in[0]);
   if (!s) s = tpu_buffer_from_host(c, 0, w, TPU_DTYPE_FLOAT32, wd, 1, NULL, &in[1]);
   if (!s) s = tpu_buffer_from_host(c, 0, b, TPU_DTYPE_FLOAT32, wd, 1, NULL, &in[2]);
-  if (!s) s = tpu_program_execute(p, 0, in, 3, &res);
-  if (!s) s = tpu_buffer_to_host(res, got, sizeof got);
-  for (int i = 0; i < 3; i++) tpu_buffer_destroy(in[i]);
-  tpu_buffer_destroy(res);
+  if (!s) s = tpu_program_execute(p, 0, in, 3, res);
+  if (!s) s = tpu_buffer_to_host(res[0], got, sizeof got);
+  if (!s) s = tpu_buffer_to_host(res[1], got_mean, sizeof got_mean);
+  if (!s) s = tpu_buffer_to_host(res[2], got_rstd, sizeof got_rstd);
+  for (int i = 0; i < 3; i++) tpu_buffer_destroy(in[i]), tpu_buffer_destroy(res[i]);
   CHECK_OK(s);
   int wrong = 0;
   for (int i = 0; i < R * N; i++) wrong += got[i] != want[i];
+  for (int i = 0; i < R; i++) wrong += got_mean[i] != mean[i] || got_rstd[i] != rstd[i];
   CHECK_EQ(wrong, 0);
 }
 
@@ -253,5 +306,6 @@ static void test_setup(void) {
 }
 
 TPU_TEST_MAIN(TPU_TEST(test_kernel_matches_reference), TPU_TEST(test_layer_norm_matches_reference),
-              TPU_TEST(test_rewrite_picks_marked_float_rows), TPU_TEST(test_setup),
+              TPU_TEST(test_rewrite_picks_marked_float_rows), TPU_TEST(test_rewrite_layer_norm),
+              TPU_TEST(test_setup),
               TPU_TEST(test_custom_calls_compute_rows), TPU_TEST(test_custom_call_layer_norm))

@@ -214,14 +214,15 @@ static tpu_hlo_value_t stddev(tpu_hlo_builder_t* b, tpu_hlo_value_t var, double 
   return tpu_emit_unary(b, "stablehlo.sqrt", tpu_emit_add(b, var, tpu_emit_splat(b, var, eps)));
 }
 
-/* The attribute marking native_layer_norm's output for the CPU plugin's
- * host kernel (core/hostrow.h), or NULL: float32 input (after the
+/* The attribute marking native_layer_norm's last result for the CPU
+ * plugin's host kernel (core/hostrow.h), or NULL: float32 input (after the
  * accumulation convert), weight and bias float32 when present, no bias
- * without a weight. */
+ * without a weight. y and mean are the other results' values. */
 static const char* layer_norm_mark(tpu_lower_ctx_t* ctx, tpu_hlo_value_t x, int k, double eps,
-                                   char* buf, size_t cap) {
+                                   tpu_hlo_value_t y, tpu_hlo_value_t mean, char* buf,
+                                   size_t cap) {
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
-  char names[3][32] = {"-", "-", "-"};
+  char names[5][32] = {"-", "-", "-", "-", "-"};
   tpu_hlo_value_name(b, x, names[0], sizeof names[0]);
   for (int i = 0; i < 2; i++) {
     if (!is_tensor(ctx, 2 + i)) continue;
@@ -229,11 +230,19 @@ static const char* layer_norm_mark(tpu_lower_ctx_t* ctx, tpu_hlo_value_t x, int 
     if (type_of(b, v).dtype != TPU_DTYPE_FLOAT32) return NULL;
     tpu_hlo_value_name(b, v, names[1 + i], sizeof names[1 + i]);
   }
+  tpu_hlo_value_name(b, y, names[3], sizeof names[3]);
+  tpu_hlo_value_name(b, mean, names[4], sizeof names[4]);
   if (type_of(b, x).dtype != TPU_DTYPE_FLOAT32 || (names[1][0] == '-' && names[2][0] != '-'))
     return NULL;
-  snprintf(buf, cap, "mhlo.frontend_attributes = {torchtpu_row = \"layer_norm %s %s %s %d %.9g\"}",
-           names[0], names[1], names[2], k, eps);
+  snprintf(buf, cap,
+           "mhlo.frontend_attributes = {torchtpu_row = \"layer_norm %s %s %s %d %.9g %s %s\"}",
+           names[0], names[1], names[2], k, eps, names[3], names[4]);
   return buf;
+}
+
+/* v as a new value of the same type: a reshape XLA folds away. */
+static tpu_hlo_value_t same(tpu_hlo_builder_t* b, tpu_hlo_value_t v, const char* attrs) {
+  return tpu_hlo_op(b, "stablehlo.reshape", &v, 1, type_of(b, v), attrs);
 }
 
 /* native_layer_norm(input, normalized_shape, weight?, bias?, eps)
@@ -250,20 +259,14 @@ static tpu_status_t lower_layer_norm(tpu_lower_ctx_t* ctx) {
   tpu_hlo_value_t mean, var, rstd;
   double eps = float_arg(ctx, 4, 1e-5);
   tpu_hlo_value_t xc = moments(b, x, dims, k, eps, &mean, &var, &rstd);
-  bool has_w = is_tensor(ctx, 2), has_b = is_tensor(ctx, 3);
-  char buf[192];
-  const char* mark = layer_norm_mark(ctx, x, k, eps, buf, sizeof buf);
-  tpu_hlo_value_t sd = expand_back(b, stddev(b, var, eps), &xt, dims, k);
-  tpu_hlo_value_t y = tpu_hlo_op(b, "stablehlo.divide", (tpu_hlo_value_t[]){xc, sd}, 2, xt,
-                                 has_w || has_b ? NULL : mark);
-  if (has_w)
-    y = tpu_hlo_op(b, "stablehlo.multiply",
-                   (tpu_hlo_value_t[]){y, tpu_emit_cast_to(b, tpu_lower_tensor(ctx, 2), &xt)}, 2,
-                   xt, has_b ? NULL : mark);
-  if (has_b)
-    y = tpu_hlo_op(b, "stablehlo.add",
-                   (tpu_hlo_value_t[]){y, tpu_emit_cast_to(b, tpu_lower_tensor(ctx, 3), &xt)}, 2,
-                   xt, mark);
+  tpu_hlo_value_t y = tpu_emit_div(b, xc, expand_back(b, stddev(b, var, eps), &xt, dims, k));
+  if (is_tensor(ctx, 2)) y = tpu_emit_mul(b, y, tpu_emit_cast_to(b, tpu_lower_tensor(ctx, 2), &xt));
+  if (is_tensor(ctx, 3)) y = tpu_emit_add(b, y, tpu_emit_cast_to(b, tpu_lower_tensor(ctx, 3), &xt));
+  /* The three results named last, in this order, for the host kernel's
+   * rewrite: its call defines them where the mark is. */
+  mean = same(b, mean, NULL);
+  char buf[224];
+  rstd = same(b, rstd, layer_norm_mark(ctx, x, k, eps, y, mean, buf, sizeof buf));
   set_out(ctx, 0, y);
   set_out(ctx, 1, mean);
   set_out(ctx, 2, rstd);
