@@ -15,14 +15,16 @@
 
 static atomic_bool g_registered;
 
-static const char* const kNames[TPU_HOSTROW_NUM_KINDS] = {"softmax", "log_softmax",
-                                                          "safe_softmax"};
-static const char* const kTargets[TPU_HOSTROW_NUM_KINDS + 1] = {
-    "torchtpu_row_softmax", "torchtpu_row_log_softmax", "torchtpu_row_safe_softmax",
-    "torchtpu_row_layer_norm"};
+/* The handlers' targets and the markers' kind words, by target: the
+ * softmaxes' kinds, then layer_norm and the softmaxes' gradients. */
+static const char* const kTargets[TPU_HOSTROW_NUM_KINDS + 3] = {
+    "torchtpu_row_softmax",    "torchtpu_row_log_softmax",    "torchtpu_row_safe_softmax",
+    "torchtpu_row_layer_norm", "torchtpu_row_softmax_bwd", "torchtpu_row_log_softmax_bwd"};
+static const char* const kWords[TPU_HOSTROW_NUM_KINDS + 3] = {
+    "softmax", "log_softmax", "safe_softmax", "layer_norm", "softmax_bwd", "log_softmax_bwd"};
 
 const char* tpu_hostrow_kind_name(tpu_hostrow_kind_t kind) {
-  return kind >= 0 && kind < TPU_HOSTROW_NUM_KINDS ? kNames[kind] : "?";
+  return kind >= 0 && kind < TPU_HOSTROW_NUM_KINDS ? kWords[kind] : "?";
 }
 
 bool tpu_hostrow_active(void) { return atomic_load(&g_registered); }
@@ -63,7 +65,7 @@ static void row_scalar(tpu_hostrow_kind_t kind, const float* x, float* y, int64_
 /* exp of 8 floats, Cephes' expf: x = n ln2 + r with |r| <= ln2/2, exp(r)
  * by its degree-7 polynomial, times 2^n made in the exponent bits. Within
  * 2 ulp of expf; x < -87.3 (results below FLT_MIN, exp(-inf) = 0 among
- * them) gives 0; NaN stays NaN. Only called with x <= 0. */
+ * them) gives 0, x past 88.72 inf; NaN stays NaN. */
 __attribute__((target("avx2,fma"))) static inline __m256 exp8(__m256 x) {
   const __m256 lo = _mm256_set1_ps(-87.33654f);
   __m256 tiny = _mm256_cmp_ps(x, lo, _CMP_LT_OQ); /* false for NaN */
@@ -81,7 +83,9 @@ __attribute__((target("avx2,fma"))) static inline __m256 exp8(__m256 x) {
   p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
   __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
   __m256 v = _mm256_mul_ps(p, _mm256_castsi256_ps(e));
-  return _mm256_andnot_ps(tiny, v);
+  v = _mm256_andnot_ps(tiny, v);
+  __m256 huge = _mm256_cmp_ps(x, _mm256_set1_ps(88.72283f), _CMP_GT_OQ);
+  return _mm256_blendv_ps(v, _mm256_set1_ps(INFINITY), huge);
 }
 
 __attribute__((target("avx2,fma"))) static inline float hsum8(__m256 v) {
@@ -219,6 +223,42 @@ void tpu_hostrow_layer_norm(const float* x, const float* w, const float* b, floa
   }
 }
 
+/* The softmaxes' gradients over one row: softmax y * (g - sum(g * y)),
+ * log_softmax g - exp(y) * sum(g), as lower/nn.c's forms. */
+static void bwd_scalar(bool log, const float* g, const float* y, float* out, int64_t n) {
+  float s = 0;
+  for (int64_t i = 0; i < n; i++) s += log ? g[i] : g[i] * y[i];
+  for (int64_t i = 0; i < n; i++) out[i] = log ? g[i] - expf(y[i]) * s : y[i] * (g[i] - s);
+}
+
+__attribute__((target("avx2,fma"))) static void bwd_avx2(bool log, const float* g,
+                                                         const float* y, float* out, int64_t n) {
+  int64_t nv = n & ~(int64_t)7, i;
+  __m256 s8 = _mm256_setzero_ps();
+  for (i = 0; i < nv; i += 8) {
+    __m256 gv = _mm256_loadu_ps(g + i);
+    s8 = log ? _mm256_add_ps(s8, gv) : _mm256_fmadd_ps(gv, _mm256_loadu_ps(y + i), s8);
+  }
+  float s = hsum8(s8);
+  for (i = nv; i < n; i++) s += log ? g[i] : g[i] * y[i];
+  __m256 vs = _mm256_set1_ps(s);
+  for (i = 0; i < nv; i += 8) {
+    __m256 gv = _mm256_loadu_ps(g + i), yv = _mm256_loadu_ps(y + i);
+    _mm256_storeu_ps(out + i, log ? _mm256_fnmadd_ps(exp8(yv), vs, gv)
+                                  : _mm256_mul_ps(yv, _mm256_sub_ps(gv, vs)));
+  }
+  for (i = nv; i < n; i++) out[i] = log ? g[i] - expf(y[i]) * s : y[i] * (g[i] - s);
+}
+
+void tpu_hostrow_softmax_backward(bool log, const float* g, const float* y, float* out,
+                                  int64_t rows, int64_t n) {
+  bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  for (int64_t r = 0; r < rows; r++) {
+    if (avx2 && n >= 8) bwd_avx2(log, g + r * n, y + r * n, out + r * n, n);
+    else bwd_scalar(log, g + r * n, y + r * n, out + r * n, n);
+  }
+}
+
 /* ---- the FFI handlers ------------------------------------------------------- */
 
 /* Parts of at least this many elements (about 10 us of work each). */
@@ -233,12 +273,16 @@ typedef struct {
   int parts;
 } rows_job_t;
 
-enum { kLayerNorm = TPU_HOSTROW_NUM_KINDS };
+/* Targets past the softmaxes' kinds. */
+enum { kLayerNorm = TPU_HOSTROW_NUM_KINDS, kSoftmaxBwd, kLogSoftmaxBwd, kNumTargets };
 
 static void rows_part(void* ctx, int part) {
   const rows_job_t* j = ctx;
   int64_t lo = j->rows * part / j->parts, hi = j->rows * (part + 1) / j->parts;
-  if (j->kind == kLayerNorm)
+  if (j->kind == kSoftmaxBwd || j->kind == kLogSoftmaxBwd) /* x: the gradient, w: the output */
+    tpu_hostrow_softmax_backward(j->kind == kLogSoftmaxBwd, j->x + lo * j->n, j->w + lo * j->n,
+                                 j->y + lo * j->n, hi - lo, j->n);
+  else if (j->kind == kLayerNorm)
     tpu_hostrow_layer_norm(j->x + lo * j->n, j->w, j->b, j->eps, j->y + lo * j->n, j->mean + lo,
                            j->rstd + lo, hi - lo, j->n);
   else
@@ -278,6 +322,41 @@ static XLA_FFI_Error* run_rows(XLA_FFI_CallFrame* frame, tpu_hostrow_kind_t kind
   rows_job_t j = {.kind = kind, .x = x->data, .y = y->data, .rows = rows, .n = n};
   run_job(frame, &j);
   return NULL;
+}
+
+/* softmax_bwd / log_softmax_bwd(g, y): rows of the last dim. */
+static XLA_FFI_Error* run_bwd(XLA_FFI_CallFrame* frame, int kind) {
+  if (tpu_hostffi_answer_metadata(frame)) return NULL;
+  if (frame->stage != XLA_FFI_ExecutionStage_EXECUTE) return NULL;
+  if (frame->args.size != 2 || frame->rets.size != 1 ||
+      frame->args.types[0] != XLA_FFI_ArgType_BUFFER ||
+      frame->args.types[1] != XLA_FFI_ArgType_BUFFER ||
+      frame->rets.types[0] != XLA_FFI_RetType_BUFFER)
+    return tpu_hostffi_error(frame, "torchtpu host softmax backward: expected two buffers in, one out");
+  const XLA_FFI_Buffer* g = frame->args.args[0];
+  const XLA_FFI_Buffer* y = frame->args.args[1];
+  const XLA_FFI_Buffer* out = frame->rets.rets[0];
+  int64_t r = out->rank, rows = 1;
+  if (r < 1 || g->rank != r || y->rank != r || g->dtype != XLA_FFI_DataType_F32 ||
+      y->dtype != XLA_FFI_DataType_F32 || out->dtype != XLA_FFI_DataType_F32)
+    return tpu_hostffi_error(frame, "torchtpu host softmax backward: expected float32 alike");
+  for (int64_t d = 0; d < r; d++) {
+    if (g->dims[d] != out->dims[d] || y->dims[d] != out->dims[d])
+      return tpu_hostffi_error(frame, "torchtpu host softmax backward: shapes differ");
+    if (d < r - 1) rows *= out->dims[d];
+  }
+  int64_t n = out->dims[r - 1];
+  if (rows == 0 || n == 0) return NULL;
+  rows_job_t j = {.kind = kind, .x = g->data, .w = y->data, .y = out->data, .rows = rows, .n = n};
+  run_job(frame, &j);
+  return NULL;
+}
+
+static XLA_FFI_Error* softmax_bwd_handler(XLA_FFI_CallFrame* f) {
+  return run_bwd(f, kSoftmaxBwd);
+}
+static XLA_FFI_Error* log_softmax_bwd_handler(XLA_FFI_CallFrame* f) {
+  return run_bwd(f, kLogSoftmaxBwd);
 }
 
 /* The float32 scalar or int64 attribute `name`; false when absent. */
@@ -359,9 +438,10 @@ static XLA_FFI_Error* log_softmax_handler(XLA_FFI_CallFrame* f) {
 static XLA_FFI_Error* safe_softmax_handler(XLA_FFI_CallFrame* f) {
   return run_rows(f, TPU_HOSTROW_SAFE_SOFTMAX);
 }
-/* The softmaxes by kind, then layer_norm. */
-static XLA_FFI_Handler* const kHandlers[kLayerNorm + 1] = {
-    softmax_handler, log_softmax_handler, safe_softmax_handler, layer_norm_handler};
+/* The softmaxes by kind, then layer_norm and the softmaxes' gradients. */
+static XLA_FFI_Handler* const kHandlers[kNumTargets] = {
+    softmax_handler,    log_softmax_handler,     safe_softmax_handler,
+    layer_norm_handler, softmax_bwd_handler, log_softmax_bwd_handler};
 
 /* Compiled once before the rewrite is turned on (tpu_hostffi_register). */
 static const char kProbe[] =
@@ -378,7 +458,7 @@ void tpu_hostrow_register(tpu_client_t* client) {
       tpu_env_get_int("TORCHTPU_HOST_GEMM", 1) == 0)
     return;
   atomic_store(&g_registered, tpu_hostffi_register(client, kTargets, kHandlers,
-                                                   kLayerNorm + 1, kProbe,
+                                                   kNumTargets, kProbe,
                                                    "host softmax"));
 }
 
@@ -459,9 +539,12 @@ static bool plan_line(plan_t* p, const char* fn, const char* fn_end, const char*
   *p = (plan_t){.line = line, .eol = eol, .kind = -1, .nops = 1};
   int nw = marker_words(mark, eol, p->word, p->len);
   if (nw < 2 || p->word[1][0] != '%') return false;
-  for (int k = 0; k <= kLayerNorm; k++)
-    if (word_is(p->word[0], p->len[0], k < kLayerNorm ? kNames[k] : "layer_norm")) p->kind = k;
-  if (p->kind < 0 || nw != (p->kind == kLayerNorm ? 8 : 2)) return false;
+  for (int k = 0; k < kNumTargets; k++)
+    if (word_is(p->word[0], p->len[0], kWords[k])) p->kind = k;
+  bool bwd = p->kind == kSoftmaxBwd || p->kind == kLogSoftmaxBwd;
+  if (p->kind < 0 || nw != (p->kind == kLayerNorm ? 8 : bwd ? 3 : 2)) return false;
+  if (bwd && p->word[2][0] != '%') return false;
+  p->nops = bwd ? 2 : 1;
   if (p->kind != kLayerNorm) {
     return result_type(line, eol, &p->t) && p->t.dtype == TPU_DTYPE_FLOAT32 && p->t.rank >= 1 &&
            tpu_hlo_type_numel(&p->t) >= kMinElems;
@@ -518,7 +601,7 @@ static void append_call(tpu_strbuf_t* sb, const plan_t* p) {
   tpu_strbuf_appendf(sb, "call_target_name = \"%s\", operand_layouts = [", kTargets[p->kind]);
   for (int i = 0; i < p->nops; i++) {
     if (i) tpu_strbuf_append(sb, ", ");
-    append_layout(sb, i ? p->w.rank : p->t.rank);
+    append_layout(sb, i && ln ? p->w.rank : p->t.rank);
   }
   tpu_strbuf_append(sb, "], result_layouts = [");
   append_layout(sb, p->t.rank);
@@ -531,7 +614,7 @@ static void append_call(tpu_strbuf_t* sb, const plan_t* p) {
   tpu_strbuf_append(sb, "]} : (");
   for (int i = 0; i < p->nops; i++) {
     if (i) tpu_strbuf_append(sb, ", ");
-    tpu_hlo_type_append(sb, i ? &p->w : &p->t);
+    tpu_hlo_type_append(sb, i && ln ? &p->w : &p->t);
   }
   tpu_strbuf_append(sb, ") -> ");
   if (!ln) {

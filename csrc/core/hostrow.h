@@ -10,7 +10,10 @@
  * float32 operand the softmax is over its last dim of), or
  *   torchtpu_row = "layer_norm <input> <weight|-> <bias|-> <k> <eps>"
  * on native_layer_norm's output (normalized over the last k dims; float32
- * weight and bias of those dims, or - when absent). Just before a
+ * weight and bias of those dims, or - when absent; on its rstd, the last
+ * result, see hostrow.c), or
+ *   torchtpu_row = "<softmax_bwd|log_softmax_bwd> <grad> <output>"
+ * on _softmax_backward_data's / _log_softmax_backward_data's result. Just before a
  * one-device program is compiled on the CPU plugin, tpu_hostrow_rewrite
  * turns each marked line into a typed-FFI custom call whose handler
  * computes the rows in one pass each with AVX2; XLA drops the generic ops
@@ -56,6 +59,12 @@ void tpu_hostrow_compute(tpu_hostrow_kind_t kind, const float* x, float* y, int6
  * floats, may be NULL. The layer_norm handler's kernel. */
 void tpu_hostrow_layer_norm(const float* x, const float* w, const float* b, float eps,
                             float* y, float* mean, float* rstd, int64_t rows, int64_t n);
+
+/* The softmaxes' gradients over each row of n floats: out = y * (g -
+ * sum(g * y)) for softmax's output y, g - exp(y) * sum(g) for (log) the
+ * log_softmax's. The backward handlers' kernel. */
+void tpu_hostrow_softmax_backward(bool log, const float* g, const float* y, float* out,
+                                  int64_t rows, int64_t n);
 
 /* Registers the handlers when the client is XLA:CPU and neither
  * TORCHTPU_HOST_ROW nor TORCHTPU_HOST_GEMM is 0. Called once by the

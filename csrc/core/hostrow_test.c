@@ -115,6 +115,38 @@ static void test_layer_norm_matches_reference(void) {
   }
 }
 
+/* The softmaxes' gradients against double-precision sums. */
+static void test_softmax_backward_matches_reference(void) {
+  static const int64_t kLens[] = {1, 7, 8, 19, 64, 500};
+  for (size_t l = 0; l < sizeof kLens / sizeof kLens[0]; l++) {
+    int64_t n = kLens[l], rows = 3;
+    float* g = malloc(sizeof(float) * (size_t)(rows * n));
+    float* y = malloc(sizeof(float) * (size_t)(rows * n));
+    float* out = malloc(sizeof(float) * (size_t)(rows * n));
+    for (int64_t i = 0; i < rows * n; i++) {
+      g[i] = (float)((i * 29 % 83) - 41) / 17.0f;
+      y[i] = (float)((i * 13 % 31) + 1) / 40.0f; /* softmax-like: (0, 1) */
+    }
+    for (int log = 0; log < 2; log++) {
+      if (log)
+        for (int64_t i = 0; i < rows * n; i++) y[i] = logf(y[i]);
+      tpu_hostrow_softmax_backward(log, g, y, out, rows, n);
+      int wrong = 0;
+      for (int64_t r = 0; r < rows; r++) {
+        double sum = 0;
+        for (int64_t i = 0; i < n; i++) sum += log ? g[r * n + i] : (double)g[r * n + i] * y[r * n + i];
+        for (int64_t i = 0; i < n; i++) {
+          int64_t k = r * n + i;
+          double want = log ? g[k] - exp((double)y[k]) * sum : y[k] * (g[k] - sum);
+          wrong += fabs(out[k] - want) > 1e-5 * (1 + fabs(want));
+        }
+      }
+      CHECK_EQ(wrong, 0);
+    }
+    free(g), free(y), free(out);
+  }
+}
+
 static bool rewrites_to(const char* kind, const char* type, const char* target) {
   char line[512];
   snprintf(line, sizeof line,
@@ -146,6 +178,15 @@ static void test_rewrite_picks_marked_float_rows(void) {
   CHECK(rewrites_to("softmax %2", "tensor<128x512xbf16>", NULL));
   CHECK(rewrites_to("softmax %2", "tensor<8x64xf32>", NULL));
   CHECK(rewrites_to("sparsemax %2", "tensor<128x512xf32>", NULL));
+  /* the gradients: two operands */
+  CHECK(rewrites_to("softmax_bwd %2 %arg1", "tensor<16x4x64x64xf32>",
+                    "custom_call\"(%2, %arg1) {api_version = 4 : i32, call_target_name = "
+                    "\"torchtpu_row_softmax_bwd\", operand_layouts = [dense<[3, 2, 1, 0]> : "
+                    "tensor<4xindex>, dense<[3, 2, 1, 0]> : tensor<4xindex>]"));
+  CHECK(rewrites_to("log_softmax_bwd %2 %3", "tensor<128x512xf32>",
+                    ": (tensor<128x512xf32>, tensor<128x512xf32>) -> tensor<128x512xf32>"));
+  CHECK(rewrites_to("softmax_bwd %2", "tensor<128x512xf32>", NULL));
+  CHECK(rewrites_to("softmax_bwd %2 -", "tensor<128x512xf32>", NULL));
   /* Unmarked text is not copied. */
   char* out = NULL;
   size_t len = 0;
@@ -296,6 +337,41 @@ static void test_custom_call_layer_norm(void) {
   CHECK_EQ(wrong, 0);
 }
 
+/* A program whose marked op is g * y made the softmax's and the
+ * log_softmax's gradient, in parts on the pool. */
+static void test_custom_call_softmax_backward(void) {
+  enum { R = 1024, N = 64 };
+  static float g[R * N], y[R * N], got[R * N], want[R * N];
+  for (int i = 0; i < R * N; i++) g[i] = (float)((i * 13 % 97) - 48) / 5.0f, y[i] = (float)(i % 9) / 10;
+  for (int log = 0; log < 2; log++) {
+    char text[1024];
+    snprintf(text, sizeof text,
+             "module @m {\n  func.func public @main(%%arg0: tensor<1024x64xf32>, %%arg1: "
+             "tensor<1024x64xf32>) -> (tensor<1024x64xf32>) {\n"
+             "    %%0 = \"stablehlo.multiply\"(%%arg0, %%arg1) {mhlo.frontend_attributes = "
+             "{torchtpu_row = \"%s %%arg0 %%arg1\"}} : (tensor<1024x64xf32>, "
+             "tensor<1024x64xf32>) -> tensor<1024x64xf32>\n"
+             "    \"func.return\"(%%0) : (tensor<1024x64xf32>) -> ()\n  }\n}\n",
+             log ? "log_softmax_bwd" : "softmax_bwd");
+    tpu_hostrow_softmax_backward(log, g, y, want, R, N);
+    tpu_program_t* p = NULL;
+    tpu_buffer_t *in[2] = {0}, *res = NULL;
+    int64_t d[2] = {R, N};
+    tpu_client_t* c = tpu_runtime_client();
+    tpu_status_t s = tpu_program_get(text, strlen(text), &p);
+    if (!s) s = tpu_buffer_from_host(c, 0, g, TPU_DTYPE_FLOAT32, d, 2, NULL, &in[0]);
+    if (!s) s = tpu_buffer_from_host(c, 0, y, TPU_DTYPE_FLOAT32, d, 2, NULL, &in[1]);
+    if (!s) s = tpu_program_execute(p, 0, in, 2, &res);
+    if (!s) s = tpu_buffer_to_host(res, got, sizeof got);
+    for (int i = 0; i < 2; i++) tpu_buffer_destroy(in[i]);
+    tpu_buffer_destroy(res);
+    CHECK_OK(s);
+    int wrong = 0;
+    for (int i = 0; i < R * N; i++) wrong += got[i] != want[i];
+    CHECK_EQ(wrong, 0);
+  }
+}
+
 static void test_setup(void) {
   tpu_status_t s = tpu_runtime_init(NULL);
   if (s) {
@@ -306,6 +382,8 @@ static void test_setup(void) {
 }
 
 TPU_TEST_MAIN(TPU_TEST(test_kernel_matches_reference), TPU_TEST(test_layer_norm_matches_reference),
+              TPU_TEST(test_softmax_backward_matches_reference),
               TPU_TEST(test_rewrite_picks_marked_float_rows), TPU_TEST(test_rewrite_layer_norm),
               TPU_TEST(test_setup),
-              TPU_TEST(test_custom_calls_compute_rows), TPU_TEST(test_custom_call_layer_norm))
+              TPU_TEST(test_custom_calls_compute_rows), TPU_TEST(test_custom_call_layer_norm),
+              TPU_TEST(test_custom_call_softmax_backward))

@@ -172,12 +172,22 @@ static tpu_status_t lower_softmax_bwd(tpu_lower_ctx_t* ctx) {
   tpu_hlo_type_t t = type_of(b, g);
   int64_t d = wrap_dim(int_arg(ctx, 2, -1), tpu_lower_arg(ctx, 0)->type.rank);
   tpu_hlo_value_t r;
+  /* marked for the CPU plugin's host kernel (core/hostrow.h) over the
+   * last dim, naming the gradient and the output */
+  char buf[128], gn[32], yn[32];
+  tpu_hlo_value_name(b, g, gn, sizeof gn);
+  tpu_hlo_value_name(b, y, yn, sizeof yn);
+  snprintf(buf, sizeof buf, "mhlo.frontend_attributes = {torchtpu_row = \"%s %s %s\"}",
+           log ? "log_softmax_bwd" : "softmax_bwd", gn, yn);
+  const char* mark = d == t.rank - 1 ? buf : NULL;
   if (log) {
     tpu_hlo_value_t s = expand_back(b, sum_dims(b, g, &d, 1), &t, &d, 1);
-    r = tpu_emit_sub(b, g, tpu_emit_mul(b, tpu_emit_unary(b, "stablehlo.exponential", y), s));
+    tpu_hlo_value_t e = tpu_emit_mul(b, tpu_emit_unary(b, "stablehlo.exponential", y), s);
+    r = tpu_hlo_op(b, "stablehlo.subtract", (tpu_hlo_value_t[]){g, e}, 2, t, mark);
   } else {
     tpu_hlo_value_t s = expand_back(b, sum_dims(b, tpu_emit_mul(b, g, y), &d, 1), &t, &d, 1);
-    r = tpu_emit_mul(b, y, tpu_emit_sub(b, g, s));
+    r = tpu_hlo_op(b, "stablehlo.multiply", (tpu_hlo_value_t[]){y, tpu_emit_sub(b, g, s)}, 2, t,
+                   mark);
   }
   set_out(ctx, 0, r);
   return NULL;
