@@ -155,3 +155,20 @@ def same_as_cpu(fn, exact=True, dtype=None, warns=False):
         assert got_warn == want_warn, (got_warn, want_warn)
     assert_close(to_cpu(got), want, dtype, exact)
     return got
+
+
+def check_host_kernel_switch(code, flag, metric):
+    """Runs `code` (which checks its results against CPU and prints
+    torchtpu's metric `metric` last) in fresh strict processes with env
+    `flag` = 0 and = 1: it must pass in both, and the metric (programs
+    compiled with the host kernels) be 0 exactly when the flag is 0."""
+    import os
+    import subprocess
+    import sys
+    code += f"print(torchtpu.metrics.metrics().get({metric!r}, 0))\n"
+    for value, used in (("0", False), ("1", True)):
+        env = dict(os.environ, TORCHTPU_EAGER_MODE="strict", **{flag: value})
+        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                           text=True, timeout=300)
+        assert r.returncode == 0, r.stderr[-3000:]
+        assert (int(r.stdout.split()[-1]) > 0) == used, (flag, value, r.stdout)

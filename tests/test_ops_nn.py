@@ -10,7 +10,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import torchtpu  # noqa: F401
-from op_testing import assert_close, check, make, no_fallback, to_tpu
+from op_testing import (assert_close, check, check_host_kernel_switch, make, no_fallback,
+                        to_tpu)
 
 FLOATS = [torch.float32, torch.bfloat16]
 
@@ -91,23 +92,19 @@ def test_softmaxes_the_host_kernel_leaves_to_xla():
 
 
 def test_host_row_off_computes_the_same():
-    """TORCHTPU_HOST_ROW=0 leaves softmaxes to XLA: no custom call, and the
-    same values (to rounding) as with it."""
-    import os
-    import subprocess
-    import sys
-    code = ("import torch, torchtpu\n"
-            "x = torch.randn(64, 4, 64, generator=torch.Generator().manual_seed(0)) * 5\n"
-            "x[0, 0] = float('-inf')\n"
-            "for f in (torch.softmax, torch.log_softmax):\n"
-            "    torch.testing.assert_close(f(x.to('tpu'), -1).cpu(), f(x, -1), equal_nan=True)\n"
-            "print(torchtpu.metrics.metrics().get('host_row_programs', 0))\n")
-    for flag, used in (("0", False), ("1", True)):
-        env = dict(os.environ, TORCHTPU_HOST_ROW=flag, TORCHTPU_EAGER_MODE="strict")
-        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
-                           text=True, timeout=300)
-        assert r.returncode == 0, r.stderr[-3000:]
-        assert (int(r.stdout.split()[-1]) > 0) == used, (flag, r.stdout)
+    """TORCHTPU_HOST_ROW=0 leaves softmaxes and layer_norm to XLA: no custom
+    call, and the same values (to rounding) as with it."""
+    check_host_kernel_switch(
+        "import torch, torchtpu\n"
+        "import torch.nn.functional as F\n"
+        "x = torch.randn(64, 4, 64, generator=torch.Generator().manual_seed(0)) * 5\n"
+        "x[0, 0] = float('-inf')\n"
+        "for f in (torch.softmax, torch.log_softmax):\n"
+        "    torch.testing.assert_close(f(x.to('tpu'), -1).cpu(), f(x, -1), equal_nan=True)\n"
+        "y = x.clone(); y[0, 0] = 1\n"
+        "torch.testing.assert_close(F.layer_norm(y.to('tpu'), (64,)).cpu(),\n"
+        "                           F.layer_norm(y, (64,)), rtol=1e-5, atol=1e-5)\n",
+        "TORCHTPU_HOST_ROW", "host_row_programs")
 
 
 @pytest.mark.parametrize("dtype", FLOATS)

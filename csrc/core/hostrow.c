@@ -265,7 +265,7 @@ void tpu_hostrow_softmax_backward(bool log, const float* g, const float* y, floa
 enum { kPartElems = 16384, kMinElems = 4096 };
 
 typedef struct {
-  int kind; /* a tpu_hostrow_kind_t, or kLayerNorm */
+  int kind; /* a tpu_hostrow_kind_t, or one of the targets past them */
   const float *x, *w, *b;
   float eps;
   float *y, *mean, *rstd;
