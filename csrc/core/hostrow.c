@@ -299,64 +299,56 @@ static void run_job(XLA_FFI_CallFrame* frame, rows_job_t* j) {
   tpu_hostffi_parallel(frame, j->parts, rows_part, j);
 }
 
-static XLA_FFI_Error* run_rows(XLA_FFI_CallFrame* frame, tpu_hostrow_kind_t kind) {
+/* The softmaxes (x) and their gradients (g, y): float32 operands shaped
+ * as the result, rows of its last dim. */
+static XLA_FFI_Error* run_rows(XLA_FFI_CallFrame* frame, int kind) {
   if (tpu_hostffi_answer_metadata(frame)) return NULL;
   if (frame->stage != XLA_FFI_ExecutionStage_EXECUTE) return NULL;
-  if (frame->args.size != 1 || frame->rets.size != 1 ||
-      frame->args.types[0] != XLA_FFI_ArgType_BUFFER ||
+  int64_t nargs = kind == kSoftmaxBwd || kind == kLogSoftmaxBwd ? 2 : 1;
+  if (frame->args.size != nargs || frame->rets.size != 1 ||
       frame->rets.types[0] != XLA_FFI_RetType_BUFFER)
-    return tpu_hostffi_error(frame, "torchtpu host softmax: expected one buffer in, one out");
-  const XLA_FFI_Buffer* x = frame->args.args[0];
-  const XLA_FFI_Buffer* y = frame->rets.rets[0];
-  if (x->dtype != XLA_FFI_DataType_F32 || y->dtype != XLA_FFI_DataType_F32 || x->rank < 1 ||
-      y->rank != x->rank)
-    return tpu_hostffi_error(frame, "torchtpu host softmax: expected float32 tensors alike");
-  int64_t rows = 1;
-  for (int64_t d = 0; d < x->rank; d++) {
-    if (x->dims[d] != y->dims[d])
-      return tpu_hostffi_error(frame, "torchtpu host softmax: result shape differs");
-    if (d < x->rank - 1) rows *= x->dims[d];
-  }
-  int64_t n = x->dims[x->rank - 1];
-  if (rows == 0 || n == 0) return NULL;
-  rows_job_t j = {.kind = kind, .x = x->data, .y = y->data, .rows = rows, .n = n};
-  run_job(frame, &j);
-  return NULL;
-}
-
-/* softmax_bwd / log_softmax_bwd(g, y): rows of the last dim. */
-static XLA_FFI_Error* run_bwd(XLA_FFI_CallFrame* frame, int kind) {
-  if (tpu_hostffi_answer_metadata(frame)) return NULL;
-  if (frame->stage != XLA_FFI_ExecutionStage_EXECUTE) return NULL;
-  if (frame->args.size != 2 || frame->rets.size != 1 ||
-      frame->args.types[0] != XLA_FFI_ArgType_BUFFER ||
-      frame->args.types[1] != XLA_FFI_ArgType_BUFFER ||
-      frame->rets.types[0] != XLA_FFI_RetType_BUFFER)
-    return tpu_hostffi_error(frame, "torchtpu host softmax backward: expected two buffers in, one out");
-  const XLA_FFI_Buffer* g = frame->args.args[0];
-  const XLA_FFI_Buffer* y = frame->args.args[1];
+    return tpu_hostffi_error(frame, "torchtpu host softmax: expected its buffers in, one out");
   const XLA_FFI_Buffer* out = frame->rets.rets[0];
   int64_t r = out->rank, rows = 1;
-  if (r < 1 || g->rank != r || y->rank != r || g->dtype != XLA_FFI_DataType_F32 ||
-      y->dtype != XLA_FFI_DataType_F32 || out->dtype != XLA_FFI_DataType_F32)
-    return tpu_hostffi_error(frame, "torchtpu host softmax backward: expected float32 alike");
-  for (int64_t d = 0; d < r; d++) {
-    if (g->dims[d] != out->dims[d] || y->dims[d] != out->dims[d])
-      return tpu_hostffi_error(frame, "torchtpu host softmax backward: shapes differ");
-    if (d < r - 1) rows *= out->dims[d];
+  if (r < 1 || out->dtype != XLA_FFI_DataType_F32)
+    return tpu_hostffi_error(frame, "torchtpu host softmax: expected a float32 result");
+  for (int64_t i = 0; i < nargs; i++) {
+    const XLA_FFI_Buffer* in = frame->args.args[i];
+    if (frame->args.types[i] != XLA_FFI_ArgType_BUFFER || in->dtype != XLA_FFI_DataType_F32 ||
+        in->rank != r)
+      return tpu_hostffi_error(frame, "torchtpu host softmax: expected float32 tensors alike");
+    for (int64_t d = 0; d < r; d++)
+      if (in->dims[d] != out->dims[d])
+        return tpu_hostffi_error(frame, "torchtpu host softmax: shapes differ");
   }
+  for (int64_t d = 0; d < r - 1; d++) rows *= out->dims[d];
   int64_t n = out->dims[r - 1];
   if (rows == 0 || n == 0) return NULL;
-  rows_job_t j = {.kind = kind, .x = g->data, .w = y->data, .y = out->data, .rows = rows, .n = n};
+  /* the gradients: x is g, w is y */
+  rows_job_t j = {.kind = kind,
+                  .x = ((const XLA_FFI_Buffer*)frame->args.args[0])->data,
+                  .w = nargs == 2 ? ((const XLA_FFI_Buffer*)frame->args.args[1])->data : NULL,
+                  .y = out->data,
+                  .rows = rows,
+                  .n = n};
   run_job(frame, &j);
   return NULL;
 }
 
+static XLA_FFI_Error* softmax_handler(XLA_FFI_CallFrame* f) {
+  return run_rows(f, TPU_HOSTROW_SOFTMAX);
+}
+static XLA_FFI_Error* log_softmax_handler(XLA_FFI_CallFrame* f) {
+  return run_rows(f, TPU_HOSTROW_LOG_SOFTMAX);
+}
+static XLA_FFI_Error* safe_softmax_handler(XLA_FFI_CallFrame* f) {
+  return run_rows(f, TPU_HOSTROW_SAFE_SOFTMAX);
+}
 static XLA_FFI_Error* softmax_bwd_handler(XLA_FFI_CallFrame* f) {
-  return run_bwd(f, kSoftmaxBwd);
+  return run_rows(f, kSoftmaxBwd);
 }
 static XLA_FFI_Error* log_softmax_bwd_handler(XLA_FFI_CallFrame* f) {
-  return run_bwd(f, kLogSoftmaxBwd);
+  return run_rows(f, kLogSoftmaxBwd);
 }
 
 /* The float32 scalar or int64 attribute `name`; false when absent. */
@@ -429,15 +421,6 @@ static XLA_FFI_Error* layer_norm_handler(XLA_FFI_CallFrame* frame) {
   return NULL;
 }
 
-static XLA_FFI_Error* softmax_handler(XLA_FFI_CallFrame* f) {
-  return run_rows(f, TPU_HOSTROW_SOFTMAX);
-}
-static XLA_FFI_Error* log_softmax_handler(XLA_FFI_CallFrame* f) {
-  return run_rows(f, TPU_HOSTROW_LOG_SOFTMAX);
-}
-static XLA_FFI_Error* safe_softmax_handler(XLA_FFI_CallFrame* f) {
-  return run_rows(f, TPU_HOSTROW_SAFE_SOFTMAX);
-}
 /* The softmaxes by kind, then layer_norm and the softmaxes' gradients. */
 static XLA_FFI_Handler* const kHandlers[kNumTargets] = {
     softmax_handler,    log_softmax_handler,     safe_softmax_handler,

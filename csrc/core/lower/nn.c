@@ -87,16 +87,16 @@ static softmax_parts_t softmax_parts(tpu_hlo_builder_t* b, tpu_hlo_value_t x, in
   return p;
 }
 
-/* The attribute marking the op that gives softmax `kind` of x over its
- * last dim, for the CPU plugin's host kernel (core/hostrow.h); NULL (no
- * mark) when d is not the last dim. */
-static const char* row_mark(tpu_hlo_builder_t* b, tpu_hlo_value_t x, int64_t d,
-                            tpu_hostrow_kind_t kind, char* buf, size_t cap) {
-  if (d != type_of(b, x).rank - 1) return NULL;
-  char name[32];
-  tpu_hlo_value_name(b, x, name, sizeof name);
-  snprintf(buf, cap, "mhlo.frontend_attributes = {torchtpu_row = \"%s %s\"}",
-           tpu_hostrow_kind_name(kind), name);
+/* The attribute marking the op that gives `word` (a kind of the CPU
+ * plugin's host kernels, core/hostrow.h) of operands v[0..n) over their
+ * last dim d, naming them; NULL (no mark) when d is not the last dim. */
+static const char* row_mark(tpu_hlo_builder_t* b, const char* word, const tpu_hlo_value_t* v,
+                            int n, int64_t d, char* buf, size_t cap) {
+  if (d != type_of(b, v[0]).rank - 1) return NULL;
+  char names[2][32] = {"", ""};
+  for (int i = 0; i < n && i < 2; i++) tpu_hlo_value_name(b, v[i], names[i], sizeof names[i]);
+  snprintf(buf, cap, "mhlo.frontend_attributes = {torchtpu_row = \"%s %s%s%s\"}", word,
+           names[0], n > 1 ? " " : "", names[1]);
   return buf;
 }
 
@@ -123,8 +123,8 @@ static tpu_status_t lower_softmax(tpu_lower_ctx_t* ctx) {
   softmax_parts_t p = softmax_parts(b, x, d);
   tpu_hlo_type_t xt = type_of(b, x);
   char buf[96];
-  const char* mark =
-      row_mark(b, x, d, log ? TPU_HOSTROW_LOG_SOFTMAX : TPU_HOSTROW_SOFTMAX, buf, sizeof buf);
+  tpu_hostrow_kind_t kind = log ? TPU_HOSTROW_LOG_SOFTMAX : TPU_HOSTROW_SOFTMAX;
+  const char* mark = row_mark(b, tpu_hostrow_kind_name(kind), &x, 1, d, buf, sizeof buf);
   tpu_hlo_value_t r;
   if (log) {
     tpu_hlo_value_t operands[2] = {
@@ -157,7 +157,8 @@ static tpu_status_t lower_safe_softmax(tpu_lower_ctx_t* ctx) {
   char buf[96];
   tpu_hlo_value_t operands[3] = {all_masked, tpu_emit_splat(b, r, 0), r};
   set_out(ctx, 0, tpu_hlo_op(b, "stablehlo.select", operands, 3, xt,
-                             row_mark(b, x, d, TPU_HOSTROW_SAFE_SOFTMAX, buf, sizeof buf)));
+                             row_mark(b, tpu_hostrow_kind_name(TPU_HOSTROW_SAFE_SOFTMAX), &x, 1,
+                                      d, buf, sizeof buf)));
   return NULL;
 }
 
@@ -172,14 +173,9 @@ static tpu_status_t lower_softmax_bwd(tpu_lower_ctx_t* ctx) {
   tpu_hlo_type_t t = type_of(b, g);
   int64_t d = wrap_dim(int_arg(ctx, 2, -1), tpu_lower_arg(ctx, 0)->type.rank);
   tpu_hlo_value_t r;
-  /* marked for the CPU plugin's host kernel (core/hostrow.h) over the
-   * last dim, naming the gradient and the output */
-  char buf[128], gn[32], yn[32];
-  tpu_hlo_value_name(b, g, gn, sizeof gn);
-  tpu_hlo_value_name(b, y, yn, sizeof yn);
-  snprintf(buf, sizeof buf, "mhlo.frontend_attributes = {torchtpu_row = \"%s %s %s\"}",
-           log ? "log_softmax_bwd" : "softmax_bwd", gn, yn);
-  const char* mark = d == t.rank - 1 ? buf : NULL;
+  char buf[128];
+  const char* mark = row_mark(b, log ? "log_softmax_bwd" : "softmax_bwd",
+                              (tpu_hlo_value_t[]){g, y}, 2, d, buf, sizeof buf);
   if (log) {
     tpu_hlo_value_t s = expand_back(b, sum_dims(b, g, &d, 1), &t, &d, 1);
     tpu_hlo_value_t e = tpu_emit_mul(b, tpu_emit_unary(b, "stablehlo.exponential", y), s);
