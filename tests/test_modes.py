@@ -306,6 +306,63 @@ def test_defer_compile_error_is_raised_at_the_flush_naming_the_op(defer):
     assert (-(x + 1)).cpu().tolist() == [[-2.0] * 3] * 3
 
 
+@pytest.mark.parametrize("mode", ["strict", "defer_and_fuse"])
+def test_lost_contents_read_by_an_op_raise(defer, mode):
+    """A tensor whose deferred run failed has no contents: an op reading it
+    raises naming why, in either mode, rather than reading zeros."""
+    x = torch.ones(3, 3, device="tpu")
+    torchtpu.flush()
+    assert torchtpu._C._override_lowering_for_testing("aten::neg", "!invalid_program")
+    try:
+        z = torch.neg(x + 1)
+        with pytest.raises(RuntimeError, match="deferred op aten::neg"):
+            (z * 2).cpu()
+    finally:
+        torchtpu._C._override_lowering_for_testing(None, "")
+        torchtpu._C._eager_cache_clear()
+    torchtpu.set_eager_mode(mode)
+    with pytest.raises(RuntimeError, match="lost.*aten::neg"):
+        (z + 1).cpu()
+    z.fill_(4.0)  # a whole overwrite makes it usable again
+    assert (z + 1).cpu().tolist() == [[5.0] * 3] * 3
+
+
+def test_defer_never_written_storages_are_zeros_made_in_the_run(defer):
+    """torch.ones / full / arange / out= write into storages nothing wrote
+    yet (empty): the run makes their zeros itself instead of a zero fill
+    program per storage, with the results CPU gives; a read of an empty
+    storage sees what Strict gives."""
+    a = torch.randn(64)
+    x = a.to("tpu")
+    torchtpu.flush()
+    execs = metric("executions")
+    with no_fallback():
+        ones = torch.ones(64, device="tpu")
+        full = torch.full((8, 8), 2.5, dtype=torch.bfloat16, device="tpu")
+        rng = torch.arange(5, 69, device="tpu")
+        mask = torch.ones(4096, dtype=torch.bool, device="tpu")
+        cz = torch.full((4,), 1 + 2j, dtype=torch.complex64, device="tpu")
+        half = torch.full((3,), -1.5, dtype=torch.float16, device="tpu")
+        none = torch.ones(0, device="tpu")
+        out = torch.empty(64, device="tpu")
+        torch.mul(x, 3, out=out)
+        unset = torch.empty(64, device="tpu") + 1  # reads never-written contents
+        y = (x + ones) * rng + out + full.float().sum() + mask.sum()
+    assert metric("executions") == execs  # recorded, not run
+    torch.testing.assert_close(y.cpu(), (a + 1) * torch.arange(5, 69) + a * 3 + 160.0 + 4096)
+    assert metric("executions") == execs + 1  # one program, no zero fills
+    assert rng.cpu().tolist() == list(range(5, 69))
+    assert cz.cpu().tolist() == [1 + 2j] * 4
+    assert half.cpu().tolist() == [-1.5] * 3
+    assert none.cpu().shape == (0,)
+    torchtpu.set_eager_mode("strict")
+    assert unset.cpu().tolist() == (torch.empty(64, device="tpu") + 1).cpu().tolist()
+    torchtpu.set_eager_mode("defer_and_fuse")
+    # One op alone in a run, its operand made in the run.
+    lone = torch.full((5,), 7, dtype=torch.int32, device="tpu")
+    assert lone.cpu().tolist() == [7] * 5
+
+
 def test_defer_failed_op_loses_only_what_depends_on_it(defer):
     """An op of a run that fails at run time (out of memory: topk of a 2**23
     x 2**23 broadcast) raises at the flush naming it; a parameter updated in

@@ -166,6 +166,12 @@ static tpu_status_t blame(const trace_t* tr, tpu_status_t fused_error) {
                              tr->num_ops, tr->ops[0].op->name);
 }
 
+/* A one-op run uses that op's own program, which takes every operand as
+ * an argument: not when the run makes one of them (zeros). */
+static bool own_program(const trace_t* tr) {
+  return tr->num_ops == 1 && tr->num_zeros == 0;
+}
+
 /* The program for this run with these kept values, compiled on a miss. */
 static tpu_status_t fused_get(const trace_t* tr, const int* kept, int num_kept, fused_t** out) {
   /* Key: per op its identity and where each operand comes from; then the
@@ -180,7 +186,11 @@ static tpu_status_t fused_get(const trace_t* tr, const int* kept, int num_kept, 
     const op_rec_t* o = &tr->ops[i];
     key[k++] = (int64_t)(intptr_t)o->op;
     key[k++] = o->op->num_params;
-    for (int p = 0; p < o->op->num_params; p++) key[k++] = tr->params[o->first_param + p];
+    for (int p = 0; p < o->op->num_params; p++) {
+      /* Zeros are made in the program, an input is passed: another one. */
+      int v = tr->params[o->first_param + p];
+      key[k++] = tr->values[v].op == VALUE_ZEROS ? -1 - (int64_t)v : v;
+    }
   }
   key[k++] = num_kept;
   for (int i = 0; i < num_kept; i++) key[k++] = kept[i];
@@ -213,7 +223,7 @@ static tpu_status_t fused_get(const trace_t* tr, const int* kept, int num_kept, 
   }
   tpu_status_t status = NULL;
   tpu_program_t* program = NULL;
-  if (tr->num_ops == 1) {
+  if (own_program(tr)) {
     /* One op: its own program (Strict mode's), results picked by index. */
     const tpu_defer_op_t* op = tr->ops[0].op;
     const char* label = tpu_runtime_op_label();
@@ -270,6 +280,7 @@ static void trace_reset(trace_t* tr) {
   for (int i = 0; i < tr->num_inputs; i++)
     if (tr->inputs[i].owned) tpu_buffer_destroy(tr->inputs[i].buffer);
   tr->num_values = tr->num_inputs = tr->num_ops = tr->num_params = tr->num_members = 0;
+  tr->num_zeros = 0;
   if (tr->repeat) tpu_repeat_reset(tr->repeat);
 }
 
@@ -298,12 +309,27 @@ static tpu_status_t replay(trace_t* tr, const int* kept, tpu_storage_t* const* k
     first_result[o] = at;
     at += tr->ops[o].op->num_results;
   }
+  tpu_status_t first = NULL;
   for (int v = 0; v < nv; v++) {
     const value_t* val = &tr->values[v];
-    if (val->op < 0) bufs[v] = tr->inputs[val->index].buffer;
-    else result_value[first_result[val->op] + val->index] = v;
+    if (val->op == VALUE_INPUT) {
+      bufs[v] = tr->inputs[val->index].buffer;
+    } else if (val->op == VALUE_ZEROS) {
+      /* Uploaded: this path is for failures, not speed. */
+      size_t nbytes = (size_t)tpu_hlo_type_numel(&val->type) * tpu_dtype_size(val->type.dtype);
+      void* zeros = calloc(1, nbytes + 1);
+      tpu_status_t s = zeros ? tpu_buffer_from_host(tpu_runtime_client(), tr->device, zeros,
+                                                    val->type.dtype, val->type.dims,
+                                                    val->type.rank, NULL, &bufs[v])
+                             : tpu_status_oom(NULL);
+      free(zeros);
+      owned[v] = bufs[v] != NULL;
+      if (s && !first) first = s;
+      else tpu_status_free(s);
+    } else {
+      result_value[first_result[val->op] + val->index] = v;
+    }
   }
-  tpu_status_t first = NULL;
   tpu_buffer_t* args[64];
   tpu_buffer_t* res[64];
   for (int o = 0; o < tr->num_ops; o++) {
@@ -393,7 +419,8 @@ static tpu_status_t flush_locked(trace_t* tr, tpu_defer_reason_t reason) {
     snprintf(name, sizeof name, "defer_flush::%s", tpu_defer_reason_name(reason));
     tpu_metrics_add(name, 1);
   }
-  tpu_metrics_add("defer_values_elided", (int64_t)(tr->num_values - tr->num_inputs) - num_kept);
+  tpu_metrics_add("defer_values_elided",
+                  (int64_t)(tr->num_values - tr->num_inputs - tr->num_zeros) - num_kept);
   if (num_kept == 0) goto done; /* nothing observable: nothing to run */
   fused_t* f = NULL;
   status = fused_get(tr, kept, num_kept, &f);
@@ -403,7 +430,7 @@ static tpu_status_t flush_locked(trace_t* tr, tpu_defer_reason_t reason) {
     goto done;
   }
   int nargs = tr->num_inputs;
-  if (tr->num_ops == 1) {
+  if (own_program(tr)) {
     /* The op's own program takes its parameters, which may name one input
      * twice. */
     const op_rec_t* o = &tr->ops[0];
@@ -543,6 +570,20 @@ static tpu_status_t operand_value(trace_t* tr, const tpu_hlo_type_t* type,
   }
   int v = tpu_storage_defer_value(operand->storage);
   if (v >= 0) {
+    *out = v;
+    return NULL;
+  }
+  /* Contents never written (PyTorch's empty; torch.ones is empty + fill_):
+   * zeros made inside the program, as Strict's zero fill would have
+   * uploaded none either, but without running a program of their own
+   * first. Not for lost contents: reading those must raise. */
+  if (!tpu_storage_buffer(operand->storage) && !tpu_storage_is_lost(operand->storage) &&
+      tpu_storage_nbytes(operand->storage) ==
+          (size_t)tpu_hlo_type_numel(type) * tpu_dtype_size(type->dtype)) {
+    v = new_value(tr, type, VALUE_ZEROS, 0);
+    if (v < 0 || member_add(tr, operand->storage) < 0) return oom();
+    tr->num_zeros++;
+    tpu_storage_set_defer_value(operand->storage, v);
     *out = v;
     return NULL;
   }

@@ -10,9 +10,15 @@
 #include "defer.h"
 #include "repeat.h"
 
+/* value_t.op of a value no op of the run produced. */
+enum {
+  VALUE_INPUT = -1, /* a program argument: inputs[index] */
+  VALUE_ZEROS = -2, /* contents never written: zeros made in the program */
+};
+
 typedef struct {
   tpu_hlo_type_t type;
-  int op;    /* producing op, or -1 for an input */
+  int op;    /* producing op, or VALUE_INPUT / VALUE_ZEROS */
   int index; /* result index of that op, or input index */
 } value_t;
 
@@ -46,6 +52,7 @@ typedef struct {
   int num_params, cap_params;
   member_t* members;
   int num_members, cap_members;
+  int num_zeros; /* VALUE_ZEROS values */
   tpu_repeat_t* repeat;
 } trace_t;
 

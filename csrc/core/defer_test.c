@@ -277,7 +277,48 @@ static void test_a_broken_op_is_named_and_only_its_results_lost(void) {
   tpu_storage_release(bad);
 }
 
+static void test_never_written_contents_are_zeros_made_in_the_run(void) {
+  CHECK_OK(setup());
+  tpu_storage_t *x = filled(1), *e = empty(), *out = empty(), *out2 = empty();
+  CHECK(x && e && out && out2);
+  for (int round = 0; round < 2; round++) {
+    /* Alone (its own program cannot serve: no argument for e), then in a
+     * run of two. */
+    int64_t execs = tpu_metrics_get("executions");
+    CHECK_OK(add(e, x, out));
+    if (round) CHECK_OK(add(out, e, out2));
+    float got[N];
+    CHECK_OK(tpu_storage_read_bytes(round ? out2 : out, got, sizeof got));
+    CHECK_EQ(tpu_metrics_get("executions"), execs + 1); /* no zero fill of its own */
+    for (int i = 0; i < N; i++) CHECK_EQ(got[i], (float)(1 + i));
+    CHECK(tpu_storage_buffer(e) == NULL); /* read, not written: still empty */
+  }
+  /* A run that fails is replayed op by op: its zeros are uploaded then. */
+  tpu_storage_t* bad = empty();
+  CHECK_OK(add(e, x, out));
+  tpu_defer_operand_t p[1] = {{.storage = out}};
+  CHECK_OK(tpu_defer_record(0, &g_bad.op, p, &bad));
+  float got[N];
+  tpu_status_t st = tpu_storage_read_bytes(bad, got, sizeof got);
+  CHECK(st != NULL);
+  tpu_status_free(st);
+  CHECK_OK(tpu_storage_read_bytes(out, got, sizeof got));
+  for (int i = 0; i < N; i++) CHECK_EQ(got[i], (float)(1 + i));
+  tpu_storage_release(bad);
+  /* The same structure with written contents is another program. */
+  tpu_storage_t* five = filled(5);
+  CHECK_OK(add(five, x, out));
+  CHECK_OK(tpu_storage_read_bytes(out, got, sizeof got));
+  for (int i = 0; i < N; i++) CHECK_EQ(got[i], (float)(6 + 2 * i));
+  tpu_storage_release(x);
+  tpu_storage_release(e);
+  tpu_storage_release(out);
+  tpu_storage_release(out2);
+  tpu_storage_release(five);
+}
+
 TPU_TEST_MAIN(TPU_TEST(test_record_then_flush_on_read), TPU_TEST(test_same_structure_reuses_the_program),
               TPU_TEST(test_in_place_writes_and_reads_of_inputs), TPU_TEST(test_loop_and_cap_cuts),
               TPU_TEST(test_value_read_as_another_dtype_flushes_first),
-              TPU_TEST(test_a_broken_op_is_named_and_only_its_results_lost))
+              TPU_TEST(test_a_broken_op_is_named_and_only_its_results_lost),
+              TPU_TEST(test_never_written_contents_are_zeros_made_in_the_run))

@@ -23,13 +23,39 @@ static void append_function(tpu_strbuf_t* sb, const tpu_defer_op_t* op, int inde
 
 static void append_value(tpu_strbuf_t* sb, const trace_t* tr, int v) {
   const value_t* val = &tr->values[v];
-  if (val->op < 0) {
+  if (val->op == VALUE_INPUT) {
     tpu_strbuf_appendf(sb, "%%arg%d", val->index);
+    return;
+  }
+  if (val->op == VALUE_ZEROS) {
+    tpu_strbuf_appendf(sb, "%%z%d", v);
     return;
   }
   const op_rec_t* o = &tr->ops[val->op];
   if (o->op->num_results == 1) tpu_strbuf_appendf(sb, "%%c%d", val->op);
   else tpu_strbuf_appendf(sb, "%%c%d#%d", val->op, val->index);
+}
+
+/* %z<v> = zeros of the value's type. Bool as a word, empty tensors as
+ * no elements, the rest as one element's bytes in hex (a splat; exact
+ * for every float and complex type). */
+static void append_zeros(tpu_strbuf_t* sb, const trace_t* tr, int v) {
+  const tpu_hlo_type_t* type = &tr->values[v].type;
+  int64_t numel = tpu_hlo_type_numel(type);
+  tpu_strbuf_appendf(sb, "    %%z%d = \"stablehlo.constant\"() {value = dense<", v);
+  if (numel == 0) {
+  } else if (type->dtype == TPU_DTYPE_BOOL) {
+    tpu_strbuf_append(sb, "false");
+  } else {
+    tpu_strbuf_append(sb, "\"0x");
+    tpu_strbuf_append_char(sb, '0', 2 * tpu_dtype_size(type->dtype));
+    tpu_strbuf_append(sb, "\"");
+  }
+  tpu_strbuf_append(sb, "> : ");
+  tpu_hlo_type_append(sb, type);
+  tpu_strbuf_append(sb, "} : () -> ");
+  tpu_hlo_type_append(sb, type);
+  tpu_strbuf_append(sb, "\n");
 }
 
 /* "%a, %b" for values vs[0..n) of the run, or (as_types) their types. */
@@ -73,7 +99,7 @@ char* tpu_defer_fused_text(const trace_t* tr, const int* kept, int num_kept, siz
   }
   tpu_strbuf_append(&sb, "  func.func public @main(");
   for (int i = 0; i < tr->num_values; i++) {
-    if (tr->values[i].op >= 0) continue;
+    if (tr->values[i].op != VALUE_INPUT) continue;
     if (tr->values[i].index) tpu_strbuf_append(&sb, ", ");
     tpu_strbuf_appendf(&sb, "%%arg%d: ", tr->values[i].index);
     tpu_hlo_type_append(&sb, &tr->values[i].type);
@@ -81,6 +107,8 @@ char* tpu_defer_fused_text(const trace_t* tr, const int* kept, int num_kept, siz
   tpu_strbuf_append(&sb, ") -> (");
   append_values(&sb, tr, kept, num_kept, true);
   tpu_strbuf_append(&sb, ") {\n");
+  for (int v = 0; v < tr->num_values; v++)
+    if (tr->values[v].op == VALUE_ZEROS) append_zeros(&sb, tr, v);
   for (int i = 0; i < tr->num_ops; i++) {
     const op_rec_t* o = &tr->ops[i];
     const tpu_defer_op_t* op = o->op;

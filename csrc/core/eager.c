@@ -571,9 +571,10 @@ static tpu_status_t flat_buffer(tpu_storage_t* storage, int device, tpu_dtype_t 
   TPU_RETURN_IF_ERROR(tpu_storage_settle(storage));
   tpu_buffer_t* current = tpu_storage_buffer(storage);
   bool fits = (size_t)n * tpu_dtype_size(dtype) == tpu_storage_nbytes(storage);
-  bool failed =
-      unread && (tpu_storage_is_lost(storage) || (current && tpu_buffer_poll_failed(current)));
-  if (fits && (failed || !current)) {
+  bool lost = tpu_storage_is_lost(storage);
+  bool failed = unread && (lost || (current && tpu_buffer_poll_failed(current)));
+  /* Lost contents the op reads are not zeros: tpu_storage_buffer_as raises. */
+  if (fits && (failed || (!current && !lost))) {
     tpu_buffer_t* z = NULL;
     TPU_RETURN_IF_ERROR(zeros_buffer(device, dtype, n, &z));
     TPU_RETURN_IF_ERROR(tpu_storage_set_buffer(storage, z));
@@ -662,13 +663,14 @@ static tpu_status_t record_deferred(tpu_eager_entry_t* e, const tpu_eager_call_t
   }
   tpu_storage_t* rng = NULL;
   if (e->needs_rng) status = tpu_rng_storage(call->device, &rng);
-  /* Storages never written (PyTorch's empty) and not in the run: zeros made
-   * on the device, as Strict does; and, as there, lost or failed contents
-   * that the op only overwrites. */
+  /* Lost or failed contents not in the run that the op only overwrites:
+   * zeros, as in Strict. Storages never written are the run's to fill
+   * (defer.c makes their zeros inside the fused program). */
   for (int i = 0; i < s->count && !status; i++) {
     tpu_storage_t* st = s->storages[i];
     bool unread = e->slot_unread && e->slot_unread[i];
-    if (tpu_storage_defer_value(st) < 0 && (!tpu_storage_buffer(st) || unread)) {
+    if (tpu_storage_defer_value(st) < 0 && unread &&
+        (tpu_storage_buffer(st) || tpu_storage_is_lost(st))) {
       tpu_buffer_t* ignored = NULL;
       status = flat_buffer(st, call->device, s->dtypes[i], s->numels[i], unread, &ignored);
     }
