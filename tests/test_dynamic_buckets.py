@@ -154,6 +154,45 @@ def test_padding_is_masked_or_the_graph_declines(case):
         assert declined and not delta(before, "bucket_compiles")
 
 
+@pytest.mark.parametrize("dims", ["one", "all"])
+def test_reductions_over_padding_keep_cpus_infinite_rows(dims):
+    """Max-like reductions and softmax over a padded dim, with rows all -inf
+    (max -inf, argmax 0, logsumexp -inf, softmax NaN on CPU: the padding's
+    finite fill must not win them), all +inf (for the min-like ones), one
+    -inf, a +inf and a NaN; forward and backward."""
+    def f(x):
+        if dims == "all":
+            # amax / amin of the all-infinite rows: forward only (their
+            # tie-split gradient counts the padding: _extreme_input)
+            return (x[1:2].amax().detach(), x[5:6].amin().detach(), x[1:2].logsumexp((0, 1)),
+                    x[1:3].amax((0, 1)))
+        return (x.softmax(-1), x.log_softmax(1), torch.softmax(x * 2, -1, dtype=torch.float64),
+                x.t().softmax(0), x.amax(1).detach(), x.argmax(1), x.max(1).values,
+                x.amin(-1).detach(), x.argmin(1), x.min(1).values, x.logsumexp(1),
+                x[2:5].amax(1), x[2:5].amin(1))
+
+    fn = torch.compile(f, backend="tpu", dynamic=True)
+    before = counters()
+    for t in (5, 7, 6):
+        x = torch.randn(6, t)
+        x[1] = float("-inf")
+        x[5] = float("inf")
+        x[2, 0] = float("-inf")
+        x[3, 1] = float("inf")
+        x[4, 2] = float("nan")
+        xt = x.to("tpu").requires_grad_()
+        xc = x.clone().requires_grad_()
+        got, want = fn(xt), f(xc)
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g.cpu(), w.detach(), rtol=1e-5, atol=1e-5, equal_nan=True)
+        def loss(outs):  # a NaN-free part of each float output
+            return sum(o[4:5].sum() if o.dim() else o for o in outs if o.is_floating_point())
+        loss(got).backward()
+        loss(want).backward()
+        torch.testing.assert_close(xt.grad.cpu(), xc.grad, rtol=1e-5, atol=1e-5, equal_nan=True)
+    assert delta(before, "bucket_compiles") and not delta(before, "bucket_declined")
+
+
 def test_python_size_outputs_are_the_true_sizes():
     fn = torch.compile(lambda x: (x.shape[1] + 1, x.sum(1)), backend="tpu", dynamic=True)
     for t in (5, 7):

@@ -794,7 +794,11 @@ class _Rewriter:
 
     def _mask_reduce(self, n, name, dims, keep):
         src = n.args[0]
-        x = self._masked(src, _REDUCE_FILL[name])
+        fill = _REDUCE_FILL[name]
+        if fill in ("min", "max") and _val(src).is_floating_point():
+            x = self._extreme_input(src, dims, fill)
+        else:
+            x = self._masked(src, fill)
         if name != "mean":
             return self._with_args(n, {0: _Raw(x)})
         # mean: the masked sum over the count of valid elements
@@ -805,6 +809,29 @@ class _Rewriter:
                                                             dtype=torch.bool))
         count = self._call(torch.sum, full, dims, keep)
         return self._call(torch.div, total, self._call(torch.Tensor.to, count, dtype))
+
+    def _extreme_input(self, src, dims, fill):
+        """Float padding filled with the dtype's lowest (fill "min") or
+        highest value, so it never wins a max (min) nor takes softmax mass;
+        but where every valid element of a reduced slice is -inf (+inf),
+        with -inf (+inf), so the slice gives CPU's answer: max -inf,
+        argmax its first index, logsumexp -inf, softmax NaN forward and
+        backward (a finite fill would win them all). Slices of padding
+        alone keep the finite fill. Known gap: amax / amin split their
+        gradient among tied elements, and in such a slice the padding ties
+        too (the valid elements get g / (n + padding), CPU g / n)."""
+        m = self.mask(src)
+        x = self.env[src]
+        dev = self._device(src)
+        dtype = _val(src).dtype
+        inf = self._call(torch.scalar_tensor, float("-inf") if fill == "min" else float("inf"),
+                         dtype=dtype, device=dev)
+        finite = self._call(torch.scalar_tensor, self._fill(src, fill), dtype=dtype, device=dev)
+        valid_extreme = self._call(torch.amax if fill == "min" else torch.amin,
+                                   self._call(torch.where, m, x, inf), dims, True)
+        has_valid = self._call(torch.any, m, dims, True)
+        all_inf = self._call(torch.logical_and, self._call(torch.eq, valid_extreme, inf), has_valid)
+        return self._call(torch.where, m, x, self._call(torch.where, all_inf, inf, finite))
 
     def _mask_contract(self, n):
         a, b = n.args[0], n.args[1]
