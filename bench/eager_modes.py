@@ -76,7 +76,7 @@ def main():
             times[t.mode].append((time.perf_counter() - t0) / STEPS)
             compiles[t.mode] += metric("compiles") - c0
             # Strict: every execution is one program. Deferred: the fused runs
-            # plus the few executions outside them (zero-filling new storages).
+            # plus any execution outside them (a lost storage's zero fill).
             programs[t.mode] += metric("executions") - e0
     torchtpu.set_eager_mode("strict")
     n = ROUNDS * STEPS
