@@ -564,7 +564,7 @@ static tpu_status_t zeros_buffer(int device, tpu_dtype_t dtype, int64_t n, tpu_b
 
 /* The storage's buffer as flat [n] of dtype. `unread`: the program only
  * overwrites it, so contents that were lost or are known failed give way
- * to zeros (the op's result is then clean: a whole overwrite repairs). */
+ * to zeros (a whole overwrite repairs); lost ones it reads raise. */
 static tpu_status_t flat_buffer(tpu_storage_t* storage, int device, tpu_dtype_t dtype, int64_t n,
                                 bool unread, tpu_buffer_t** out) {
   /* Contents a deferred run is still computing: run it first. */
@@ -573,7 +573,6 @@ static tpu_status_t flat_buffer(tpu_storage_t* storage, int device, tpu_dtype_t 
   bool fits = (size_t)n * tpu_dtype_size(dtype) == tpu_storage_nbytes(storage);
   bool lost = tpu_storage_is_lost(storage);
   bool failed = unread && (lost || (current && tpu_buffer_poll_failed(current)));
-  /* Lost contents the op reads are not zeros: tpu_storage_buffer_as raises. */
   if (fits && (failed || (!current && !lost))) {
     tpu_buffer_t* z = NULL;
     TPU_RETURN_IF_ERROR(zeros_buffer(device, dtype, n, &z));
@@ -669,8 +668,7 @@ static tpu_status_t record_deferred(tpu_eager_entry_t* e, const tpu_eager_call_t
   for (int i = 0; i < s->count && !status; i++) {
     tpu_storage_t* st = s->storages[i];
     bool unread = e->slot_unread && e->slot_unread[i];
-    if (tpu_storage_defer_value(st) < 0 && unread &&
-        (tpu_storage_buffer(st) || tpu_storage_is_lost(st))) {
+    if (tpu_storage_defer_value(st) < 0 && unread && (tpu_storage_buffer(st) || tpu_storage_is_lost(st))) {
       tpu_buffer_t* ignored = NULL;
       status = flat_buffer(st, call->device, s->dtypes[i], s->numels[i], unread, &ignored);
     }
