@@ -33,6 +33,15 @@ from . import spmd as _spmd
 # An FX node's value id among _C._Graph.add_node's arguments.
 _GraphValue = _C._GraphValue
 
+
+class _Number:
+    """A graph node whose value is a Python int (an op's SymInt result in
+    a static graph): arguments that read it get the number."""
+    __slots__ = ("value",)
+
+    def __init__(self, value):
+        self.value = value
+
 _warned = set()
 
 
@@ -125,6 +134,8 @@ class _Builder:
         """The node's value for each argument of its schema, FX nodes as
         graph values: the C++ builder classifies them by the schema."""
         def ref(a):
+            if isinstance(a, torch.fx.Node) and isinstance(self.ids.get(a), _Number):
+                return self.ids[a].value
             return _GraphValue(self._value(a)) if isinstance(a, torch.fx.Node) else a
 
         out = []
@@ -238,14 +249,18 @@ class _Builder:
             # a mask built from Python numbers) is computed on the device
             # like the rest: eager would have used it as a run-time value.
             # Only a graph output must come back on the CPU (below).
-            specs = [_spec(v, allow_cpu=True) for v in vals if v is not None]
+            # A number among the results (the fused attention's max_q,
+            # max_k) is a constant of this static graph, as in eager.
+            specs = [_spec(v, allow_cpu=True) for v in vals
+                     if v is not None and not isinstance(v, int)]
             args = self._args(n)
             try:
                 ids = graph.add_node(name, args, specs)
             except (RuntimeError, TypeError, ValueError) as e:
                 raise _Unsupported(str(e)) from None
             it = iter(ids)
-            full = [next(it) if v is not None else None for v in vals]
+            full = [_Number(v) if isinstance(v, int) else next(it) if v is not None else None
+                    for v in vals]
             self.ids[n] = full if multi else full[0]
             self._check_divisor(graph, n, name)
             self._check_pow_exponent(n, name)
@@ -257,7 +272,9 @@ class _Builder:
         # as it is, beside the program's tensors.
         self.out_consts = {}
         for k, o in enumerate(outputs):
-            if isinstance(o, (bool, int, float)):
+            if isinstance(o, torch.fx.Node) and isinstance(self.ids.get(o), _Number):
+                self.out_consts[k] = self.ids[o].value
+            elif isinstance(o, (bool, int, float)):
                 self.out_consts[k] = o
             elif o is not None and not isinstance(o, torch.fx.Node):
                 raise _Unsupported(f"a non-tensor output ({type(o).__name__})")

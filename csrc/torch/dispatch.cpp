@@ -504,7 +504,13 @@ struct OutputPlan {
   std::vector<Resize> resizes;
   // For building the result stack: per schema return, the output indices.
   std::vector<std::vector<int>> per_return;
+  // Per schema return: the number an int return (SymInt max_q of the fused
+  // attention) gives, from the meta kernel; per_return holds kIntReturn.
+  std::vector<int64_t> ints;
 };
+
+// per_return's mark for an int return (ReturnPlan::ints holds its value).
+constexpr int kIntReturn = -2;
 
 // Which argument (and list element) an alias set names, or -1.
 int find_alias_arg(const c10::FunctionSchema& schema, const c10::AliasInfo& info) {
@@ -967,6 +973,7 @@ bool plan_outputs(const c10::OperatorHandle& op, const torch::jit::Stack& inputs
     plan->outputs.push_back(o);
     return true;
   };
+  plan->ints.assign(returns.size(), 0);
   for (size_t r = 0; r < returns.size(); r++) {
     plan->per_return.emplace_back();
     int alias = returns[r].alias_info() ? find_alias_arg(schema, *returns[r].alias_info()) : -1;
@@ -993,6 +1000,11 @@ bool plan_outputs(const c10::OperatorHandle& op, const torch::jit::Stack& inputs
       // An undefined tensor (e.g. a backward op's output_mask says skip):
       // no engine output; the result is undefined too.
       plan->per_return.back().push_back(-1);
+    } else if (v.isInt() && returns[r].real_type()->kind() == TypeKind::SymIntType) {
+      // A size the op reports (attention's max_q / max_k): a function of
+      // the shapes, which the cache key holds.
+      plan->per_return.back().push_back(kIntReturn);
+      plan->ints[r] = v.toInt();
     } else {
       *why = "non-tensor return";
       return false;
@@ -1056,6 +1068,7 @@ at::Tensor make_fresh(const tpu_eager_output_t& o, int device) {
 // entry (tpu_eager_entry_user) so a cache hit reads it without a lookup.
 struct ReturnPlan {
   std::vector<std::vector<int>> per_return;  // output indices; -1 = undefined
+  std::vector<int64_t> ints;                 // the numbers of kIntReturn returns
   std::vector<bool> is_list;
 };
 
@@ -1691,6 +1704,7 @@ bool try_run_on_device(const c10::OperatorHandle& op, torch::jit::Stack* stack) 
     if (!tpu_eager_entry_is_fallback(entry)) {
       auto fresh_plan = std::make_unique<ReturnPlan>();
       fresh_plan->per_return = std::move(outputs.per_return);
+      fresh_plan->ints = std::move(outputs.ints);
       for (const auto& r : op.schema().returns())
         fresh_plan->is_list.push_back(is_list(classify(r)));
       plan = static_cast<const ReturnPlan*>(
@@ -1779,6 +1793,8 @@ bool try_run_on_device(const c10::OperatorHandle& op, torch::jit::Stack* stack) 
       tensors.reserve(idx.size());
       for (int o : idx) tensors.push_back(tensor_of(o));
       results.emplace_back(std::move(tensors));
+    } else if (idx.at(0) == kIntReturn) {
+      results.emplace_back(plan->ints[r]);
     } else {
       results.emplace_back(tensor_of(idx.at(0)));  // may be undefined (a masked output)
     }

@@ -18,6 +18,7 @@
   TPU_FAMILY(pnorm) \
   TPU_FAMILY(linalg) \
   TPU_FAMILY(nn) \
+  TPU_FAMILY(attention) \
   TPU_FAMILY(loss) \
   TPU_FAMILY(rnn) \
   TPU_FAMILY(conv) \

@@ -15,6 +15,7 @@ static inline tpu_lower_arg_t f32(int rank, const int64_t* dims) {
 
 static inline bool close_to(double got, double want, double tol) {
   if (isnan(want)) return isnan(got);
+  if (isinf(want)) return got == want;
   return fabs(got - want) <= tol * (1 + fabs(want));
 }
 
