@@ -204,6 +204,43 @@ def test_nanogpt_style_model_trains_under_default_torch_compile_like_eager():
     torch.testing.assert_close(compiled_logits, cpu_logits, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_compiled_sdpa_is_the_fused_op_compiled_whole_as_cpu(causal):
+    """Under AOTAutograd, SDPA of tpu tensors traces to the fused op and its
+    backward (the device's backend choice), and backend="tpu" compiles both
+    graphs whole (their SymInt results max_q / max_k are constants of the
+    static graph): output and gradients as CPU's."""
+    from torch._functorch.aot_autograd import aot_function
+
+    def f(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal) * 2
+
+    seen = []
+
+    def record(gm, _):
+        seen.extend(str(n.target) for n in gm.graph.nodes)
+        return gm
+
+    g = torch.Generator().manual_seed(0)
+    cpu = [torch.randn(2, 3, 6, 8, generator=g).requires_grad_() for _ in range(3)]
+    dev = [t.detach().to("tpu").requires_grad_() for t in cpu]
+    aot_function(f, record, record)(*dev).sum().backward()
+    assert "aten._scaled_dot_product_fused_attention_overrideable.default" in seen
+    assert "aten._scaled_dot_product_fused_attention_overrideable_backward.default" in seen
+    for t in dev:
+        t.grad = None
+    before = counters()
+    want = f(*cpu)
+    want.backward(torch.ones_like(want))
+    got = torch.compile(f, backend="tpu")(*dev)
+    got.backward(torch.ones_like(got))
+    assert delta(before, "compile_graphs_eager") == 0
+    assert graphs_built(before) >= 2
+    torch.testing.assert_close(got.cpu(), want.detach(), rtol=1e-5, atol=1e-5)
+    for d, c in zip(dev, cpu):
+        torch.testing.assert_close(d.grad.cpu(), c.grad, rtol=1e-5, atol=1e-5)
+
+
 class ConvNet(nn.Module):
     def __init__(self, p):
         super().__init__()

@@ -1,6 +1,6 @@
 """nn family on the tpu device vs CPU: softmax, normalizations, losses,
-embedding backward, dropout, attention (through its math path), RNN cells and
-modules."""
+embedding backward, dropout, attention (fused, and the math path where the
+fused op does not serve), RNN cells and modules."""
 import contextlib
 import copy
 
@@ -399,6 +399,108 @@ def test_scaled_dot_product_attention_masks(mask_kind):
         mask = make((5, 6), seed=3)
     check(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=mask.to(q.device)),
           q, k, v, grad=True)
+
+
+FUSED = "ScaledDotProductFusedAttentionOverrideableBackward0"
+
+
+def _sdpa_backend(out):
+    """Which op computed an SDPA result: its autograd node's name."""
+    return type(out.grad_fn).__name__
+
+
+@pytest.mark.parametrize("case", ["plain", "causal_more_keys", "causal_more_queries", "scale",
+                                  "three_d", "bool_mask_masked_row", "float_mask_broadcast",
+                                  "mask_grad", "bf16_causal", "f64", "strided_views"])
+@pytest.mark.parametrize("mode", ["strict", "defer_and_fuse"])
+def test_sdpa_runs_as_one_fused_op_as_cpu(case, mode):
+    """F.scaled_dot_product_attention picks the fused op on tpu (csrc/torch/
+    attention.cpp, core/lower/attention.c): values and the gradients of q, k,
+    v (and of a float mask that requires grad) as on CPU, with causal top-
+    left alignment for L != S, an explicit scale, 3-D inputs, a fully masked
+    row (zeros, zero gradients), masks broadcast over batch and heads, bf16
+    and float64, and q/k/v as strided views of one projection."""
+    dtype = {"bf16_causal": torch.bfloat16, "f64": torch.float64}.get(case, torch.float32)
+    L, S = {"causal_more_keys": (5, 7), "causal_more_queries": (7, 5)}.get(case, (6, 6))
+    shape = (3, L, 8) if case == "three_d" else (2, 3, L, 8)
+    kshape = shape[:-2] + (S, 8)
+    q, k, v = make(shape, dtype), make(kshape, dtype, seed=1), make(kshape, dtype, seed=2)
+    kwargs, mask = {}, None
+    if case.startswith("causal") or case == "bf16_causal":
+        kwargs["is_causal"] = True
+    if case == "scale":
+        kwargs["scale"] = 0.3
+    if case == "bool_mask_masked_row":
+        mask = torch.rand(L, S, generator=torch.Generator().manual_seed(3)) > 0.3
+        mask[:, 0] = True
+        mask[2] = False  # every key of query 2 masked out
+    if case == "float_mask_broadcast":
+        mask = make((3, 1, S), seed=3)
+    inputs = [q, k, v]
+    if case == "mask_grad":
+        inputs.append(make((L, S), seed=4))
+    if case == "strided_views":
+        qkv = make((2, L, 3 * 24), seed=5)
+
+        def fn(x):
+            a, b, c = x.split(24, dim=2)
+            a, b, c = (z.view(2, L, 3, 8).transpose(1, 2) for z in (a, b, c))
+            return F.scaled_dot_product_attention(a, b, c, is_causal=True)
+        inputs = [qkv]
+    else:
+        def fn(q, k, v, m=None):
+            m = m if m is not None else (mask.to(q.device) if mask is not None else None)
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=m, **kwargs)
+    with torchtpu.eager_mode(mode):
+        got = check(fn, *inputs, grad=True, dtype=dtype)
+    assert _sdpa_backend(got) == FUSED
+    if case == "bool_mask_masked_row":
+        assert got[:, :, 2].abs().sum().item() == 0
+
+
+def test_sdpa_keeps_the_math_path_where_the_fused_op_does_not_serve():
+    """Grouped-query attention, dropout, broadcast batch dims and an
+    sdpa_kernel(MATH) context take PyTorch's math path, as CPU does for what
+    its flash kernel refuses; with neither backend enabled the call raises
+    CPU's RuntimeError."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    q, kv = make((1, 4, 5, 8)), make((1, 2, 5, 8), seed=1)
+    got = check(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, enable_gqa=True),
+                q, kv, kv, grad=True)
+    assert _sdpa_backend(got) != FUSED
+    x = make((2, 2, 5, 8))
+    got = check(lambda q, k, v: F.scaled_dot_product_attention(q, k, v),
+                x, make((1, 2, 5, 8), seed=1), make((1, 2, 5, 8), seed=2), grad=True)
+    assert _sdpa_backend(got) != FUSED
+    with sdpa_kernel([SDPBackend.MATH]):
+        got = check(lambda q: F.scaled_dot_product_attention(q, q, q, is_causal=True), x,
+                    grad=True)
+    assert _sdpa_backend(got) != FUSED
+    t = to_tpu(x).requires_grad_()
+    out = F.scaled_dot_product_attention(t, t, t, dropout_p=0.5)
+    assert _sdpa_backend(out) != FUSED and out.shape == x.shape
+    for where in (x, to_tpu(x)):
+        with sdpa_kernel([SDPBackend.EFFICIENT_ATTENTION]), pytest.raises(
+                RuntimeError, match="No viable backend"):
+            F.scaled_dot_product_attention(where, where, where)
+
+
+def test_sdpa_fused_op_under_the_debug_shadow_check():
+    """Debug mode's shadow check runs the fused forward and backward again
+    on the CPU (the reference kernels attention.cpp registers there) and
+    finds them equal; the results match CPU's SDPA."""
+    before = torchtpu.metrics.metrics().get("shadow_checked_ops", 0)
+    q, k, v = make((2, 2, 6, 8)), make((2, 2, 6, 8), seed=1), make((2, 2, 6, 8), seed=2)
+    previous = torchtpu.get_eager_mode()
+    torchtpu.set_eager_mode("debug")  # process-wide: the backward runs on autograd's thread
+    try:
+        with torchtpu.debug.shadow():
+            got = check(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+                        q, k, v, grad=True)
+    finally:
+        torchtpu.set_eager_mode(previous)
+    assert _sdpa_backend(got) == FUSED
+    assert torchtpu.metrics.metrics()["shadow_checked_ops"] >= before + 2
 
 
 def test_transformer_encoder_layer_forward_backward():

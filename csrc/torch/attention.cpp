@@ -13,7 +13,7 @@
 // Everything else keeps the math path, as CPU does for what its flash
 // kernel refuses: dropout (the math path draws the mask from the device
 // generator), grouped-query attention, broadcast batch dims, empty
-// sequences, masks that need grad... And as on CPU and CUDA,
+// sequences... And as on CPU and CUDA,
 // torch.nn.attention.sdpa_kernel decides: without OVERRIDEABLE enabled the
 // math path serves, and with neither an error names the cause.
 //
@@ -62,7 +62,7 @@ bool fused_serves(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
   if (q.sym_numel() == 0 || k.sym_numel() == 0 || v.sym_numel() == 0) return false;
   if (mask && mask->defined()) {
     const at::Tensor& m = *mask;
-    if (m.dim() > r || m.requires_grad()) return false;
+    if (m.dim() > r) return false;
     if (m.scalar_type() != at::kBool && m.scalar_type() != q.scalar_type()) return false;
     const c10::SymInt full[4] = {r == 4 ? q.sym_size(0) : c10::SymInt(0), q.sym_size(-3),
                                  q.sym_size(-2), k.sym_size(-2)};
