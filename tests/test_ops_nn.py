@@ -458,6 +458,36 @@ def test_sdpa_runs_as_one_fused_op_as_cpu(case, mode):
         assert got[:, :, 2].abs().sum().item() == 0
 
 
+def test_host_attention_off_computes_the_same():
+    """On the CPU plugin SDPA's fused forward and backward run as the host
+    kernel (core/hostattn.h); TORCHTPU_HOST_ATTN=0 leaves them to XLA. Both
+    give CPU's values and gradients: causal with more queries than keys, a
+    bias masking a whole row, and the demo's strided q/k/v views."""
+    check_host_kernel_switch(
+        "import torch, torchtpu\n"
+        "import torch.nn.functional as F\n"
+        "g = torch.Generator().manual_seed(0)\n"
+        "def run(dev, q, k, v, **kw):\n"
+        "    q, k, v = (t.detach().to(dev).requires_grad_() for t in (q, k, v))\n"
+        "    o = F.scaled_dot_product_attention(q, k, v, **kw)\n"
+        "    o.backward(torch.ones_like(o))\n"
+        "    return [t.cpu() for t in (o, q.grad, k.grad, v.grad)]\n"
+        "mask = torch.randn(2, 1, 19, 13, generator=g)\n"
+        "mask[0, 0, 3] = float('-inf')\n"
+        "qkv = torch.randn(4, 64, 3 * 64, generator=g)\n"
+        "views = [z.view(4, 64, 4, 16).transpose(1, 2) for z in qkv.split(64, dim=2)]\n"
+        "for args, kw in (([torch.randn(2, 3, 19, 8, generator=g), torch.randn(2, 3, 13, 8, generator=g),\n"
+        "                   torch.randn(2, 3, 13, 5, generator=g)], dict(is_causal=True)),\n"
+        "                 ([torch.randn(2, 3, 19, 8, generator=g), torch.randn(2, 3, 13, 8, generator=g),\n"
+        "                   torch.randn(2, 3, 13, 5, generator=g)], dict(attn_mask=mask)),\n"
+        "                 (views, dict(is_causal=True))):\n"
+        "    if 'attn_mask' in kw: kw_t = dict(attn_mask=kw['attn_mask'].to('tpu'))\n"
+        "    else: kw_t = kw\n"
+        "    for got, want in zip(run('tpu', *args, **kw_t), run('cpu', *args, **kw)):\n"
+        "        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)\n",
+        "TORCHTPU_HOST_ATTN", "host_attn_programs")
+
+
 def test_sdpa_keeps_the_math_path_where_the_fused_op_does_not_serve():
     """Grouped-query attention, dropout, broadcast batch dims and an
     sdpa_kernel(MATH) context take PyTorch's math path, as CPU does for what

@@ -66,6 +66,12 @@ static const tpu_env_var_t kEnvVars[] = {
      "custom call (csrc/core/hostgemm.h): about twice as fast as XLA:CPU's "
      "own dots on a training step's shapes. 0 leaves every dot to XLA.",
      "experimental"},
+    {"TORCHTPU_HOST_ATTN", "1",
+     "CPU plugin only: 1 computes a single-device program's float32 "
+     "scaled_dot_product_attention (forward and backward) in host code, one "
+     "(batch, head) at a time with its scores in cache, as XLA custom calls "
+     "(csrc/core/hostattn.h). 0 (or TORCHTPU_HOST_GEMM=0) leaves it to XLA.",
+     "experimental"},
     {"TORCHTPU_HOST_ROW", "1",
      "CPU plugin only: 1 computes a single-device program's float32 "
      "softmax, log_softmax, _safe_softmax and their gradients over the last "

@@ -139,3 +139,46 @@ bool tpu_hostffi_register(tpu_client_t* client, const char* const* targets,
   tpu_status_free(s);
   return false;
 }
+
+bool tpu_hostffi_scalar_attr(const XLA_FFI_CallFrame* frame, const char* name,
+                             XLA_FFI_DataType dtype, void* out) {
+  for (int64_t i = 0; i < frame->attrs.size; i++) {
+    const XLA_FFI_ByteSpan* key = frame->attrs.names[i];
+    if (frame->attrs.types[i] != XLA_FFI_AttrType_SCALAR || key->len != strlen(name) ||
+        memcmp(key->ptr, name, key->len) != 0)
+      continue;
+    const XLA_FFI_Scalar* v = frame->attrs.attrs[i];
+    if (v->dtype != dtype) return false;
+    memcpy(out, v->value, dtype == XLA_FFI_DataType_F32 ? 4 : 8);
+    return true;
+  }
+  return false;
+}
+
+int tpu_hostffi_marker_words(const char* p, const char* eol, const char** word, size_t* len,
+                             int max) {
+  const char* quote = memchr(p, '"', (size_t)(eol - p));
+  if (!quote) return -1;
+  int n = 0;
+  while (p < quote) {
+    const char* e = memchr(p, ' ', (size_t)(quote - p));
+    if (!e) e = quote;
+    if (e == p || n == max) return -1;
+    word[n] = p;
+    len[n++] = (size_t)(e - p);
+    p = e < quote ? e + 1 : e;
+  }
+  return n;
+}
+
+void tpu_hostffi_append_layout(tpu_strbuf_t* sb, int rank) {
+  tpu_strbuf_append(sb, "dense<[");
+  for (int d = rank - 1; d >= 0; d--) tpu_strbuf_appendf(sb, "%d%s", d, d ? ", " : "");
+  tpu_strbuf_appendf(sb, "]> : tensor<%dxindex>", rank);
+}
+
+bool tpu_hostffi_defines(const char* line, const char* eol, const char* name, size_t len) {
+  while (line < eol && *line == ' ') line++;
+  return (size_t)(eol - line) > len + 3 && memcmp(line, name, len) == 0 &&
+         memcmp(line + len, " = ", 3) == 0;
+}

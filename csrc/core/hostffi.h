@@ -5,7 +5,10 @@
 #define TORCHTPU_CORE_HOSTFFI_H_
 
 #include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 
+#include "hlo/strbuf.h"
 #include "pjrt/pjrt.h"
 #include "xla/ffi/api/c_api.h"
 
@@ -39,5 +42,26 @@ void tpu_hostffi_parallel(const XLA_FFI_CallFrame* frame, int parts,
 bool tpu_hostffi_register(tpu_client_t* client, const char* const* targets,
                           XLA_FFI_Handler* const* handlers, int n, const char* probe,
                           const char* what);
+
+/* The float32 scalar or int64 attribute `name` of the call (its
+ * backend_config dictionary) into *out; false when absent or of another
+ * type. */
+bool tpu_hostffi_scalar_attr(const XLA_FFI_CallFrame* frame, const char* name,
+                             XLA_FFI_DataType dtype, void* out);
+
+/* ---- the program-text rewrites' pieces ---- */
+
+/* A marker's space-separated words, from p (just after its opening quote)
+ * to the closing quote before eol: up to max, each [word[i], word[i] +
+ * len[i]). The count, or -1 when it is not one (no closing quote, an empty
+ * word, more than max). */
+int tpu_hostffi_marker_words(const char* p, const char* eol, const char** word, size_t* len,
+                             int max);
+
+/* "dense<[r-1, ..., 0]> : tensor<rxindex>": row-major, for a handler. */
+void tpu_hostffi_append_layout(tpu_strbuf_t* sb, int rank);
+
+/* Whether line [line, eol) defines the value [name, name + len). */
+bool tpu_hostffi_defines(const char* line, const char* eol, const char* name, size_t len);
 
 #endif

@@ -284,12 +284,6 @@ static bool gemm_form(const char* as, const char* ae, const tpu_hlo_type_t t[3],
   return k >= 2 && t[2].dims[r - 2] * t[2].dims[r - 1] * k >= 4096;
 }
 
-static void append_layout(tpu_strbuf_t* sb, int rank) {
-  tpu_strbuf_append(sb, "dense<[");
-  for (int d = rank - 1; d >= 0; d--) tpu_strbuf_appendf(sb, "%d%s", d, d ? ", " : "");
-  tpu_strbuf_appendf(sb, "]> : tensor<%dxindex>", rank);
-}
-
 static const char kDot[] = "\"stablehlo.dot_general\"(";
 
 /* Where each SSA value %N of the function being read is defined: its
@@ -443,11 +437,11 @@ static bool rewrite_line(tpu_strbuf_t* sb, const defs_t* d, const char* line, co
   tpu_strbuf_append_n(sb, name[1], len[1]);
   tpu_strbuf_appendf(sb, ") {api_version = 4 : i32, call_target_name = \"%s\", operand_layouts = [",
                      kTargets[trans[0] * 2 + trans[1]]);
-  append_layout(sb, t[0].rank);
+  tpu_hostffi_append_layout(sb, t[0].rank);
   tpu_strbuf_append(sb, ", ");
-  append_layout(sb, t[1].rank);
+  tpu_hostffi_append_layout(sb, t[1].rank);
   tpu_strbuf_append(sb, "], result_layouts = [");
-  append_layout(sb, t[2].rank);
+  tpu_hostffi_append_layout(sb, t[2].rank);
   tpu_strbuf_append(sb, "]} : (");
   tpu_hlo_type_append(sb, &t[0]);
   tpu_strbuf_append(sb, ", ");

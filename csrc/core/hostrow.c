@@ -12,6 +12,7 @@
 #include "hlo/strbuf.h"
 #include "hlo/type.h"
 #include "hostffi.h"
+#include "hostsimd.h"
 
 static atomic_bool g_registered;
 
@@ -60,46 +61,6 @@ static void row_scalar(tpu_hostrow_kind_t kind, const float* x, float* y, int64_
   }
   float inv = 1.0f / s;
   for (int64_t i = 0; i < n; i++) y[i] = expf(x[i] - m) * inv;
-}
-
-/* exp of 8 floats, Cephes' expf: x = n ln2 + r with |r| <= ln2/2, exp(r)
- * by its degree-7 polynomial, times 2^n made in the exponent bits. Within
- * 2 ulp of expf; x < -87.3 (results below FLT_MIN, exp(-inf) = 0 among
- * them) gives 0, x past 88.72 inf; NaN stays NaN. */
-__attribute__((target("avx2,fma"))) static inline __m256 exp8(__m256 x) {
-  const __m256 lo = _mm256_set1_ps(-87.33654f);
-  __m256 tiny = _mm256_cmp_ps(x, lo, _CMP_LT_OQ); /* false for NaN */
-  x = _mm256_blendv_ps(x, lo, tiny);
-  __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                             _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-  p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-  __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-  __m256 v = _mm256_mul_ps(p, _mm256_castsi256_ps(e));
-  v = _mm256_andnot_ps(tiny, v);
-  __m256 huge = _mm256_cmp_ps(x, _mm256_set1_ps(88.72283f), _CMP_GT_OQ);
-  return _mm256_blendv_ps(v, _mm256_set1_ps(INFINITY), huge);
-}
-
-__attribute__((target("avx2,fma"))) static inline float hsum8(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
-__attribute__((target("avx2,fma"))) static inline float hmax8(__m256 v) {
-  __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_max_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_max_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
 }
 
 /* One row in 8-float vectors (n >= 8), the tail scalar. The row stays in
@@ -351,22 +312,6 @@ static XLA_FFI_Error* log_softmax_bwd_handler(XLA_FFI_CallFrame* f) {
   return run_rows(f, kLogSoftmaxBwd);
 }
 
-/* The float32 scalar or int64 attribute `name`; false when absent. */
-static bool scalar_attr(const XLA_FFI_CallFrame* frame, const char* name, XLA_FFI_DataType dtype,
-                        void* out) {
-  for (int64_t i = 0; i < frame->attrs.size; i++) {
-    const XLA_FFI_ByteSpan* key = frame->attrs.names[i];
-    if (frame->attrs.types[i] != XLA_FFI_AttrType_SCALAR || key->len != strlen(name) ||
-        memcmp(key->ptr, name, key->len) != 0)
-      continue;
-    const XLA_FFI_Scalar* v = frame->attrs.attrs[i];
-    if (v->dtype != dtype) return false;
-    memcpy(out, v->value, dtype == XLA_FFI_DataType_F32 ? 4 : 8);
-    return true;
-  }
-  return false;
-}
-
 /* layer_norm(x[, w[, b]]) {eps: f32, n: i64} -> (y, mean, rstd): rows
  * of n; mean and rstd one float a row. */
 static XLA_FFI_Error* layer_norm_handler(XLA_FFI_CallFrame* frame) {
@@ -376,8 +321,8 @@ static XLA_FFI_Error* layer_norm_handler(XLA_FFI_CallFrame* frame) {
   int64_t n;
   int64_t nargs = frame->args.size;
   if (nargs < 1 || nargs > 3 || frame->rets.size != 3 ||
-      !scalar_attr(frame, "eps", XLA_FFI_DataType_F32, &eps) ||
-      !scalar_attr(frame, "n", XLA_FFI_DataType_S64, &n) || n < 1)
+      !tpu_hostffi_scalar_attr(frame, "eps", XLA_FFI_DataType_F32, &eps) ||
+      !tpu_hostffi_scalar_attr(frame, "n", XLA_FFI_DataType_S64, &n) || n < 1)
     return tpu_hostffi_error(frame, "torchtpu host layer_norm: expected x[, w[, b]], eps, n");
   const XLA_FFI_Buffer* in[3] = {NULL, NULL, NULL};
   for (int64_t i = 0; i < nargs; i++) {
@@ -449,34 +394,14 @@ void tpu_hostrow_register(tpu_client_t* client) {
 
 static const char kMark[] = "torchtpu_row = \"";
 
-/* The marker's words (kind, operands, ...): up to kMaxWords, each
- * [word[i], word[i] + len[i]); the count, or -1 when it is not one. */
+/* The marker's words (kind, operands, ...): up to kMaxWords. */
 enum { kMaxWords = 8 };
 static int marker_words(const char* mark, const char* eol, const char** word, size_t* len) {
-  const char* p = mark + sizeof kMark - 1;
-  const char* quote = memchr(p, '"', (size_t)(eol - p));
-  if (!quote) return -1;
-  int n = 0;
-  while (p < quote) {
-    const char* e = memchr(p, ' ', (size_t)(quote - p));
-    if (!e) e = quote;
-    if (e == p || n == kMaxWords) return -1;
-    word[n] = p;
-    len[n++] = (size_t)(e - p);
-    p = e < quote ? e + 1 : e;
-  }
-  return n;
+  return tpu_hostffi_marker_words(mark + sizeof kMark - 1, eol, word, len, kMaxWords);
 }
 
 static bool word_is(const char* w, size_t len, const char* s) {
   return len == strlen(s) && memcmp(w, s, len) == 0;
-}
-
-/* "dense<[r-1, ..., 0]> : tensor<rxindex>": row-major, for the handler. */
-static void append_layout(tpu_strbuf_t* sb, int rank) {
-  tpu_strbuf_append(sb, "dense<[");
-  for (int d = rank - 1; d >= 0; d--) tpu_strbuf_appendf(sb, "%d%s", d, d ? ", " : "");
-  tpu_strbuf_appendf(sb, "]> : tensor<%dxindex>", rank);
 }
 
 /* The result type of line [line, eol) ("... -> T" at its end). */
@@ -487,13 +412,6 @@ static bool result_type(const char* line, const char* eol, tpu_hlo_type_t* t) {
   tpu_status_t s = tpu_hlo_parse_type(arrow + 5, (size_t)(eol - arrow - 5), t);
   if (s) tpu_status_free(s);
   return !s;
-}
-
-/* Whether line [line, eol) defines the value [name, name + len). */
-static bool defines(const char* line, const char* eol, const char* name, size_t len) {
-  while (line < eol && *line == ' ') line++;
-  return (size_t)(eol - line) > len + 3 && memcmp(line, name, len) == 0 &&
-         memcmp(line + len, " = ", 3) == 0;
 }
 
 /* One marked line to rewrite. A layer_norm is marked on the last of its
@@ -538,7 +456,7 @@ static bool plan_line(plan_t* p, const char* fn, const char* fn_end, const char*
   for (const char* l = fn; l < line && !found;) {
     const char* e = memchr(l, '\n', (size_t)(fn_end - l));
     if (!e) e = fn_end;
-    if (defines(l, e, p->word[6], p->len[6])) found = result_type(l, e, &p->t);
+    if (tpu_hostffi_defines(l, e, p->word[6], p->len[6])) found = result_type(l, e, &p->t);
     l = e + 1;
   }
   char num[64];
@@ -584,15 +502,15 @@ static void append_call(tpu_strbuf_t* sb, const plan_t* p) {
   tpu_strbuf_appendf(sb, "call_target_name = \"%s\", operand_layouts = [", kTargets[p->kind]);
   for (int i = 0; i < p->nops; i++) {
     if (i) tpu_strbuf_append(sb, ", ");
-    append_layout(sb, i && ln ? p->w.rank : p->t.rank);
+    tpu_hostffi_append_layout(sb, i && ln ? p->w.rank : p->t.rank);
   }
   tpu_strbuf_append(sb, "], result_layouts = [");
-  append_layout(sb, p->t.rank);
+  tpu_hostffi_append_layout(sb, p->t.rank);
   if (ln) {
     tpu_strbuf_append(sb, ", ");
-    append_layout(sb, p->m.rank);
+    tpu_hostffi_append_layout(sb, p->m.rank);
     tpu_strbuf_append(sb, ", ");
-    append_layout(sb, p->m.rank);
+    tpu_hostffi_append_layout(sb, p->m.rank);
   }
   tpu_strbuf_append(sb, "]} : (");
   for (int i = 0; i < p->nops; i++) {
@@ -651,8 +569,8 @@ static bool rewrite_function(tpu_strbuf_t* sb, const char* fn, const char* fn_en
     bool drop = false;
     for (int i = next; i < np && !drop; i++)
       if (plans[i].kind == kLayerNorm)
-        drop = defines(line, eol, plans[i].word[6], plans[i].len[6]) ||
-               defines(line, eol, plans[i].word[7], plans[i].len[7]);
+        drop = tpu_hostffi_defines(line, eol, plans[i].word[6], plans[i].len[6]) ||
+               tpu_hostffi_defines(line, eol, plans[i].word[7], plans[i].len[7]);
     if (drop || (next < np && plans[next].line == line)) {
       tpu_strbuf_append_n(sb, copied, (size_t)(line - copied));
       if (drop) copied = eol < fn_end ? eol + 1 : eol;

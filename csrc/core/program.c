@@ -12,6 +12,7 @@
 #include "env.h"
 #include "hash.h"
 #include "hlo/signature.h"
+#include "hostattn.h"
 #include "hostgemm.h"
 #include "hostrow.h"
 #include "metrics.h"
@@ -222,14 +223,23 @@ tpu_status_t tpu_program_get(const char* mlir, size_t mlir_len,
   tpu_trace_begin(&span, TPU_TRACE_COMPILE, label ? label : "a program");
   /* The cache keys on the text compiled, so rewritten programs never meet
    * a process that compiles dots with XLA (TORCHTPU_HOST_GEMM=0). */
+  /* Attention first: its marked generic form holds dots the gemm rewrite
+   * would otherwise turn into calls XLA then drops. */
+  char* attn_text = NULL;
+  size_t attn_len = 0;
+  tpu_status_t compiled = tpu_hostattn_active()
+                              ? tpu_hostattn_rewrite(mlir, mlir_len, &attn_text, &attn_len)
+                              : NULL;
+  if (attn_text) TPU_METRICS_BUMP("host_attn_programs", 1);
+  const char* source = attn_text ? attn_text : mlir;
+  size_t source_len = attn_text ? attn_len : mlir_len;
   char* gemm_text = NULL;
   size_t gemm_len = 0;
-  tpu_status_t compiled = tpu_hostgemm_active()
-                              ? tpu_hostgemm_rewrite(mlir, mlir_len, &gemm_text, &gemm_len)
-                              : NULL;
+  if (!compiled && tpu_hostgemm_active())
+    compiled = tpu_hostgemm_rewrite(source, source_len, &gemm_text, &gemm_len);
   if (gemm_text) TPU_METRICS_BUMP("host_gemm_programs", 1);
-  const char* rewritten = gemm_text ? gemm_text : mlir;
-  size_t rewritten_len = gemm_text ? gemm_len : mlir_len;
+  const char* rewritten = gemm_text ? gemm_text : source;
+  size_t rewritten_len = gemm_text ? gemm_len : source_len;
   char* row_text = NULL;
   size_t row_len = 0;
   if (!compiled && tpu_hostrow_active())
@@ -239,6 +249,7 @@ tpu_status_t tpu_program_get(const char* mlir, size_t mlir_len,
     compiled = tpu_diskcache_load_or_compile(client, row_text ? row_text : rewritten,
                                              row_text ? row_len : rewritten_len, &options,
                                              &executable);
+  free(attn_text);
   free(gemm_text);
   free(row_text);
   tpu_trace_end(&span);

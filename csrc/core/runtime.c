@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "env.h"
+#include "hostattn.h"
 #include "hostgemm.h"
 #include "hostrow.h"
 #include "hostheap.h"
@@ -236,6 +237,7 @@ tpu_status_t tpu_runtime_init(const char* fallback_plugin_path) {
   }
   tpu_hostgemm_register(client);
   tpu_hostrow_register(client);
+  tpu_hostattn_register(client);
   g_default_device =
       visible_count > 0 ? 0 : local_rank_device(tpu_client_device_count(client));
   g_plugin = plugin;

@@ -5,6 +5,8 @@
 #include <math.h>
 #include <string.h>
 
+#include "../hostattn.h"
+#include "../metrics.h"
 #include "../testing.h"
 #include "nn_testing.h"
 
@@ -59,6 +61,7 @@ static void reference(const float* q, const float* k, const float* v, const floa
 }
 
 static void run_case(bool with_bias, bool causal, bool explicit_scale) {
+  int64_t host_before = tpu_metrics_get("host_attn_programs");
   int64_t qd[4] = {B, H, L, D}, kd[4] = {B, H, S, D}, vd[4] = {B, H, S, DV};
   int64_t od[4] = {B, H, L, DV}, ld[3] = {B, H, L}, bd[2] = {L, S};
   float q[H * L * D], k[H * S * D], v[H * S * DV], g[H * L * DV], bias[L * S];
@@ -111,6 +114,10 @@ static void run_case(bool with_bias, bool causal, bool explicit_scale) {
   check_all(r[2], &want.dv[0][0][0], H * S * DV, 1e-5);
   if (with_bias) check_all(r[3], &want.dbias[0][0], L * S, 1e-5);
   for (int i = 0; i < nb; i++) free(r[i]);
+  /* On the CPU plugin the forward (and the backward without a bias
+   * gradient) ran as the host kernel; elsewhere as XLA's program. */
+  int64_t host = tpu_metrics_get("host_attn_programs") - host_before;
+  CHECK(host == (tpu_hostattn_active() ? (with_bias ? 1 : 2) : 0));
 }
 
 static void test_attention_with_a_masked_row(void) { run_case(true, false, false); }
