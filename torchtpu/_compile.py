@@ -1423,13 +1423,23 @@ def _partition_for_spmd(joint, joint_inputs, *, num_fwd_outputs, **kwargs):
     default partition (a recompute would redraw, rewrite, or need sizes)."""
     from torch._functorch import partitioners as P
     nodes = list(joint.graph.nodes)
+
+    def seeded(n):
+        # SDPA's fused op is tagged as drawing random numbers for its
+        # dropout; the device only chooses it without dropout
+        # (csrc/torch/attention.cpp), so it recomputes exactly.
+        if n.target is torch.ops.aten._scaled_dot_product_fused_attention_overrideable.default:
+            p = n.args[4] if len(n.args) > 4 else n.kwargs.get("dropout_p", 0.0)
+            return p != 0.0
+        return torch.Tag.nondeterministic_seeded in n.target.tags
+
     plain = all(
         n.op in ("placeholder", "output", "get_attr") or (
             n.op == "call_function" and (
                 n.target is operator.getitem or (
                     isinstance(n.target, torch._ops.OpOverload)
                     and not n.target._schema.is_mutable
-                    and torch.Tag.nondeterministic_seeded not in n.target.tags)))
+                    and not seeded(n))))
         for n in nodes)
     symbolic = any(P.is_sym_node(n) for n in nodes)
     if not plain or symbolic:

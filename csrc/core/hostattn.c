@@ -289,21 +289,25 @@ static void job_part(void* ctx, int part) {
   if (!ok) atomic_store(&j->failed, true);
 }
 
-/* Buffer i of the call's arguments, float32 of `rank` dims, or NULL. */
-static const XLA_FFI_Buffer* f32_arg(const XLA_FFI_CallFrame* f, int64_t i, int64_t rank) {
-  if (i >= f->args.size || f->args.types[i] != XLA_FFI_ArgType_BUFFER) return NULL;
-  const XLA_FFI_Buffer* b = f->args.args[i];
+/* A float32 buffer of `rank` dims (the call's argument i, or result i
+ * when ret), or NULL. */
+static const XLA_FFI_Buffer* f32_buf(const XLA_FFI_CallFrame* f, bool ret, int64_t i,
+                                     int64_t rank) {
+  if (i >= (ret ? f->rets.size : f->args.size)) return NULL;
+  if (ret ? f->rets.types[i] != XLA_FFI_RetType_BUFFER : f->args.types[i] != XLA_FFI_ArgType_BUFFER)
+    return NULL;
+  const XLA_FFI_Buffer* b = ret ? f->rets.rets[i] : f->args.args[i];
   return b->dtype == XLA_FFI_DataType_F32 && b->rank == rank ? b : NULL;
 }
 
-static const XLA_FFI_Buffer* f32_ret(const XLA_FFI_CallFrame* f, int64_t i, int64_t rank) {
-  if (i >= f->rets.size || f->rets.types[i] != XLA_FFI_RetType_BUFFER) return NULL;
-  const XLA_FFI_Buffer* b = f->rets.rets[i];
-  return b->dtype == XLA_FFI_DataType_F32 && b->rank == rank ? b : NULL;
-}
-
-static bool dims_are(const XLA_FFI_Buffer* b, int64_t d0, int64_t d1, int64_t d2) {
-  return b && b->dims[0] == d0 && b->dims[1] == d1 && (b->rank < 3 || b->dims[2] == d2);
+/* Whether b is [batch..., d0(, d1)] with q's batch dims (nb of them);
+ * d1 < 0: no last dim. */
+static bool dims_are(const XLA_FFI_Buffer* b, const XLA_FFI_Buffer* q, int64_t nb, int64_t d0,
+                     int64_t d1) {
+  if (!b) return false;
+  for (int64_t i = 0; i < nb; i++)
+    if (b->dims[i] != q->dims[i]) return false;
+  return b->dims[nb] == d0 && (d1 < 0 || b->dims[nb + 1] == d1);
 }
 
 /* fwd(q, k, v[, bias]) {causal, scale} -> (out, lse);
@@ -320,36 +324,43 @@ static XLA_FFI_Error* run(XLA_FFI_CallFrame* f, bool backward) {
       !tpu_hostffi_scalar_attr(f, "causal", XLA_FFI_DataType_S64, &causal) ||
       !tpu_hostffi_scalar_attr(f, "scale", XLA_FFI_DataType_F32, &scale))
     return tpu_hostffi_error(f, kBad);
-  const XLA_FFI_Buffer *q = f32_arg(f, 0, 3), *k = f32_arg(f, 1, 3), *v = f32_arg(f, 2, 3);
-  if (!q || !k || !v) return tpu_hostffi_error(f, kBad);
-  tpu_hostattn_t a = {.bh = q->dims[0], .l = q->dims[1], .d = q->dims[2], .s = k->dims[1],
-                      .dv = v->dims[2], .causal = causal != 0, .scale = scale,
+  /* q, k, v, out, bias: [batch..., rows, cols] of one rank; lse one less */
+  const XLA_FFI_Buffer* q = f->args.size ? f->args.args[0] : NULL;
+  int64_t r = q && f->args.types[0] == XLA_FFI_ArgType_BUFFER ? q->rank : 0;
+  if (r < 3 || !(q = f32_buf(f, false, 0, r))) return tpu_hostffi_error(f, kBad);
+  const XLA_FFI_Buffer *k = f32_buf(f, false, 1, r), *v = f32_buf(f, false, 2, r);
+  const int64_t nb = r - 2;
+  if (!k || !v) return tpu_hostffi_error(f, kBad);
+  tpu_hostattn_t a = {.bh = 1, .l = q->dims[nb], .d = q->dims[nb + 1], .s = k->dims[nb],
+                      .dv = v->dims[nb + 1], .causal = causal != 0, .scale = scale,
                       .q = q->data, .k = k->data, .v = v->data};
-  if (!dims_are(k, a.bh, a.s, a.d) || !dims_are(v, a.bh, a.s, a.dv))
+  for (int64_t i = 0; i < nb; i++) a.bh *= q->dims[i];
+  if (!dims_are(k, q, nb, a.s, a.d) || !dims_are(v, q, nb, a.s, a.dv))
     return tpu_hostffi_error(f, kBad);
   if (bias) {
-    const XLA_FFI_Buffer* m = f32_arg(f, 3, 3);
-    if (!dims_are(m, a.bh, a.l, a.s)) return tpu_hostffi_error(f, kBad);
+    const XLA_FFI_Buffer* m = f32_buf(f, false, 3, r);
+    if (!dims_are(m, q, nb, a.l, a.s)) return tpu_hostffi_error(f, kBad);
     a.bias = m->data;
   }
-  const XLA_FFI_Buffer* r[3];
   if (backward) {
-    const XLA_FFI_Buffer *g = f32_arg(f, base + bias, 3), *o = f32_arg(f, base + bias + 1, 3),
-                         *lse = f32_arg(f, base + bias + 2, 2);
-    if (!dims_are(g, a.bh, a.l, a.dv) || !dims_are(o, a.bh, a.l, a.dv) ||
-        !dims_are(lse, a.bh, a.l, 0))
+    const XLA_FFI_Buffer *g = f32_buf(f, false, base + bias, r),
+                         *o = f32_buf(f, false, base + bias + 1, r),
+                         *lse = f32_buf(f, false, base + bias + 2, r - 1);
+    if (!dims_are(g, q, nb, a.l, a.dv) || !dims_are(o, q, nb, a.l, a.dv) ||
+        !dims_are(lse, q, nb, a.l, -1))
       return tpu_hostffi_error(f, kBad);
     a.g = g->data, a.fwd_out = o->data, a.fwd_lse = lse->data;
-    r[0] = f32_ret(f, 0, 3), r[1] = f32_ret(f, 1, 3), r[2] = f32_ret(f, 2, 3);
-    if (f->rets.size != 3 || !dims_are(r[0], a.bh, a.l, a.d) ||
-        !dims_are(r[1], a.bh, a.s, a.d) || !dims_are(r[2], a.bh, a.s, a.dv))
+    const XLA_FFI_Buffer *dq = f32_buf(f, true, 0, r), *dk = f32_buf(f, true, 1, r),
+                         *dv = f32_buf(f, true, 2, r);
+    if (f->rets.size != 3 || !dims_are(dq, q, nb, a.l, a.d) || !dims_are(dk, q, nb, a.s, a.d) ||
+        !dims_are(dv, q, nb, a.s, a.dv))
       return tpu_hostffi_error(f, kBad);
-    a.dq = r[0]->data, a.dk = r[1]->data, a.dvv = r[2]->data;
+    a.dq = dq->data, a.dk = dk->data, a.dvv = dv->data;
   } else {
-    r[0] = f32_ret(f, 0, 3), r[1] = f32_ret(f, 1, 2);
-    if (f->rets.size != 2 || !dims_are(r[0], a.bh, a.l, a.dv) || !dims_are(r[1], a.bh, a.l, 0))
+    const XLA_FFI_Buffer *o = f32_buf(f, true, 0, r), *lse = f32_buf(f, true, 1, r - 1);
+    if (f->rets.size != 2 || !dims_are(o, q, nb, a.l, a.dv) || !dims_are(lse, q, nb, a.l, -1))
       return tpu_hostffi_error(f, kBad);
-    a.out = r[0]->data, a.lse = r[1]->data;
+    a.out = o->data, a.lse = lse->data;
   }
   if (a.bh == 0 || a.l == 0) return NULL;
   job_t j = {.a = &a, .backward = backward};
@@ -400,7 +411,8 @@ typedef struct {
   int nw;
   const char* word[kMaxWords];
   size_t len[kMaxWords];
-  int64_t bh, l, s, d, dv;
+  int nb;                           /* batch dims */
+  int64_t batch[TPU_HLO_MAX_RANK], l, s, d, dv;
 } plan_t;
 
 static bool word_int(const char* w, size_t len, int64_t* out) {
@@ -424,8 +436,16 @@ static bool plan_line(plan_t* p, const char* line, const char* eol) {
   bool fwd = p->len[0] == 3 && memcmp(p->word[0], "fwd", 3) == 0;
   if (!(fwd && p->nw == 13) && !(p->backward && p->nw == 17)) return false;
   int dims = p->nw - 5;
-  return word_int(p->word[dims], p->len[dims], &p->bh) &&
-         word_int(p->word[dims + 1], p->len[dims + 1], &p->l) &&
+  /* the batch dims, "16x4" */
+  const char *w = p->word[dims], *end = w + p->len[dims];
+  while (w < end) {
+    const char* x = memchr(w, 'x', (size_t)(end - w));
+    if (!x) x = end;
+    if (p->nb == TPU_HLO_MAX_RANK - 2 || !word_int(w, (size_t)(x - w), &p->batch[p->nb++]))
+      return false;
+    w = x < end ? x + 1 : x;
+  }
+  return p->nb > 0 && word_int(p->word[dims + 1], p->len[dims + 1], &p->l) &&
          word_int(p->word[dims + 2], p->len[dims + 2], &p->s) &&
          word_int(p->word[dims + 3], p->len[dims + 3], &p->d) &&
          word_int(p->word[dims + 4], p->len[dims + 4], &p->dv);
@@ -433,9 +453,14 @@ static bool plan_line(plan_t* p, const char* line, const char* eol) {
 
 static bool has_bias(const plan_t* p) { return !(p->len[4] == 1 && p->word[4][0] == '-'); }
 
-static tpu_hlo_type_t f32_type(int rank, int64_t d0, int64_t d1, int64_t d2) {
-  int64_t dims[3] = {d0, d1, d2};
-  return tpu_hlo_type_make(TPU_DTYPE_FLOAT32, rank, dims);
+/* float32 [batch..., d0(, d1)]; d1 < 0: no last dim. */
+static tpu_hlo_type_t f32_type(const plan_t* p, int64_t d0, int64_t d1) {
+  int64_t dims[TPU_HLO_MAX_RANK];
+  int n = 0;
+  for (int i = 0; i < p->nb; i++) dims[n++] = p->batch[i];
+  dims[n++] = d0;
+  if (d1 >= 0) dims[n++] = d1;
+  return tpu_hlo_type_make(TPU_DTYPE_FLOAT32, n, dims);
 }
 
 /* The call of plan p and the identity reshapes naming its results,
@@ -445,9 +470,9 @@ static void append_call(tpu_strbuf_t* sb, const plan_t* p) {
   const char* name = p->line;
   while (*name == ' ') name++;
   int indent = (int)(name - p->line), name_len = (int)(op - name);
-  tpu_hlo_type_t q = f32_type(3, p->bh, p->l, p->d), k = f32_type(3, p->bh, p->s, p->d),
-                 v = f32_type(3, p->bh, p->s, p->dv), m = f32_type(3, p->bh, p->l, p->s),
-                 o = f32_type(3, p->bh, p->l, p->dv), lse = f32_type(2, p->bh, p->l, 0);
+  tpu_hlo_type_t q = f32_type(p, p->l, p->d), k = f32_type(p, p->s, p->d),
+                 v = f32_type(p, p->s, p->dv), m = f32_type(p, p->l, p->s),
+                 o = f32_type(p, p->l, p->dv), lse = f32_type(p, p->l, -1);
   /* operands: q k v [bias] (then g out lse); results */
   const tpu_hlo_type_t* in[7] = {&q, &k, &v};
   int word[7] = {1, 2, 3}, n = 3;

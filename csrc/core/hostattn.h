@@ -10,20 +10,24 @@
  * accumulated row by row.
  *
  * The lowering emits the generic StableHLO everywhere and marks it, as
- * hostrow does: the forward's logsumexp [BH, L] (an identity reshape) with
+ * hostrow does: the forward's logsumexp [B..., L] (an identity reshape)
+ * with
  *   mhlo.frontend_attributes = {torchtpu_attn = "fwd <q> <k> <v> <bias|->
- *     <out> <causal> <scale> <BH> <L> <S> <D> <DV>"}
- * (q [BH, L, D], k [BH, S, D], v [BH, S, DV], the bias broadcast to
- * [BH, L, S], out the identity reshape of the output [BH, L, DV] before
- * it), and the backward's grad_value with
+ *     <out> <causal> <scale> <B> <L> <S> <D> <DV>"}
+ * (q [B..., L, D], k [B..., S, D], v [B..., S, DV], the bias broadcast to
+ * [B..., L, S], out the identity reshape of the output [B..., L, DV] just
+ * before; <B> the batch dims as one word, "16x4"), and the backward's
+ * grad_value with
  *   torchtpu_attn = "bwd <q> <k> <v> <bias|-> <g> <out> <lse> <dq> <dk>
- *     <causal> <scale> <BH> <L> <S> <D> <DV>"
- * (dq, dk: the identity reshapes before it). Just before a one-device
+ *     <causal> <scale> <B> <L> <S> <D> <DV>"
+ * (dq, dk: the identity reshapes just before it). Just before a one-device
  * program is compiled on the CPU plugin, tpu_hostattn_rewrite turns each
  * marked line into a typed-FFI custom call defining all its results, and
  * drops the lines that defined the other results; XLA drops the generic
  * ops no longer read. Every other plugin, and XLA's partitioner, ignore
- * the attribute. Values are float32 (halves are converted before).
+ * the attribute (values keep their shapes, so a batch-sharded attention
+ * partitions as before). Values are float32 (halves are converted
+ * before).
  *
  * TORCHTPU_HOST_ATTN=0 (or TORCHTPU_HOST_GEMM=0) leaves attention to XLA. */
 #ifndef TORCHTPU_CORE_HOSTATTN_H_
@@ -40,7 +44,8 @@
 extern "C" {
 #endif
 
-/* One attention over bh (batch x head) slices, row-major float32:
+/* One attention over bh (the batch dims' product) slices, row-major
+ * float32:
  * q [bh, l, d], k [bh, s, d], v [bh, s, dv], bias [bh, l, s] or NULL.
  * Scores are q k^T * scale + bias, keys after a query's position -inf
  * when causal (top-left aligned); a row with every score -inf gives a

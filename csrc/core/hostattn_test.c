@@ -169,6 +169,19 @@ static void test_rewrite_text(void) {
   CHECK(strstr(out, "%2 = \"stablehlo.reshape\"(%arg0)") == NULL);
   CHECK(strstr(out, "torchtpu_attn = ") == NULL);
   free(out);
+  /* batch dims kept: [2, 5, L, D] operands, no merged reshape */
+  const char* four =
+      "  func.func public @main() {\n"
+      "    %7 = \"stablehlo.reshape\"(%6) : (tensor<2x5x3x4xf32>) -> tensor<2x5x3x4xf32>\n"
+      "    %8 = \"stablehlo.reshape\"(%5) {mhlo.frontend_attributes = {torchtpu_attn = "
+      "\"fwd %1 %2 %3 %4 %7 0 0.25 2x5 3 6 4 4\"}} : (tensor<2x5x3xf32>) -> tensor<2x5x3xf32>\n";
+  CHECK_OK(tpu_hostattn_rewrite(four, strlen(four), &out, &len));
+  CHECK(out != NULL);
+  if (!out) return;
+  CHECK_STR_CONTAINS(out, "(%1, %2, %3, %4) {api_version");
+  CHECK_STR_CONTAINS(out, ": (tensor<2x5x3x4xf32>, tensor<2x5x6x4xf32>, tensor<2x5x6x4xf32>, "
+                          "tensor<2x5x3x6xf32>) -> (tensor<2x5x3x4xf32>, tensor<2x5x3xf32>)");
+  free(out);
   const char* plain = "module @m {\n}\n";
   CHECK_OK(tpu_hostattn_rewrite(plain, strlen(plain), &out, &len));
   CHECK(out == NULL);

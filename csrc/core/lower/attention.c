@@ -133,23 +133,20 @@ static void set_shaped(tpu_lower_ctx_t* ctx, int i, tpu_hlo_value_t v) {
 
 /* ---- the host kernel's marks (core/hostattn.h) ---- */
 
-/* The dims the host kernel reads: [BH, L, D] q, S keys, DV value dims. */
-typedef struct {
-  int64_t bh, l, s, d, dv;
-} flat_t;
-
-static flat_t flat_of(tpu_hlo_builder_t* b, tpu_hlo_value_t q, tpu_hlo_value_t v) {
+/* The dims the marks carry: the batch dims as one word ("16x4"), L, S,
+ * D, DV. Values keep their shapes: the kernel reads the leading dims as
+ * one (a reshape merging them would stop XLA's SPMD partitioner from
+ * keeping a batch-sharded attention sharded). */
+static void mark_dims(tpu_hlo_builder_t* b, tpu_hlo_value_t q, tpu_hlo_value_t v, char* buf,
+                      size_t cap) {
   tpu_hlo_type_t qt = type_of(b, q), vt = type_of(b, v);
-  flat_t f = {1, qt.dims[qt.rank - 2], vt.dims[vt.rank - 2], qt.dims[qt.rank - 1],
-              vt.dims[vt.rank - 1]};
-  for (int d = 0; d < qt.rank - 2; d++) f.bh *= qt.dims[d];
-  return f;
-}
-
-static tpu_hlo_value_t flat3(tpu_hlo_builder_t* b, tpu_hlo_value_t x, int64_t d0, int64_t d1,
-                             int64_t d2) {
-  int64_t dims[3] = {d0, d1, d2};
-  return tpu_emit_reshape(b, x, dims, d2 < 0 ? 2 : 3);
+  size_t len = 0;
+  buf[0] = '\0';
+  for (int d = 0; d < qt.rank - 2; d++)
+    len += (size_t)snprintf(buf + len, cap - len, "%s%lld", d ? "x" : "", (long long)qt.dims[d]);
+  snprintf(buf + len, cap - len, " %lld %lld %lld %lld", (long long)qt.dims[qt.rank - 2],
+           (long long)vt.dims[vt.rank - 2], (long long)qt.dims[qt.rank - 1],
+           (long long)vt.dims[vt.rank - 1]);
 }
 
 /* An identity reshape of x (its own line, carrying attrs or none). */
@@ -157,18 +154,16 @@ static tpu_hlo_value_t named(tpu_hlo_builder_t* b, tpu_hlo_value_t x, const char
   return tpu_hlo_op(b, "stablehlo.reshape", &x, 1, type_of(b, x), attrs);
 }
 
-/* The marker's operand words: q k v bias|- (flattened; the bias broadcast
- * to the scores' shape), into buf. */
-static void mark_operands(tpu_lower_ctx_t* ctx, const flat_t* f, tpu_hlo_value_t q,
-                          tpu_hlo_value_t k, tpu_hlo_value_t v, int bias_arg,
-                          const tpu_hlo_type_t* full, char* buf, size_t cap) {
+/* The marker's operand words: q k v bias|- (the bias broadcast to the
+ * scores' shape), into buf. */
+static void mark_operands(tpu_lower_ctx_t* ctx, tpu_hlo_value_t q, tpu_hlo_value_t k,
+                          tpu_hlo_value_t v, int bias_arg, const tpu_hlo_type_t* full, char* buf,
+                          size_t cap) {
   tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
-  tpu_hlo_value_t ops[4] = {flat3(b, q, f->bh, f->l, f->d), flat3(b, k, f->bh, f->s, f->d),
-                            flat3(b, v, f->bh, f->s, f->dv)};
+  tpu_hlo_value_t ops[4] = {q, k, v};
   int n = 3;
   if (is_tensor(ctx, bias_arg))
-    ops[n++] = flat3(b, tpu_emit_cast_to(b, tpu_lower_tensor(ctx, bias_arg), full), f->bh, f->l,
-                     f->s);
+    ops[n++] = tpu_emit_cast_to(b, tpu_lower_tensor(ctx, bias_arg), full);
   size_t len = 0;
   buf[0] = '\0';
   for (int i = 0; i < 4; i++) {
@@ -213,18 +208,16 @@ static tpu_status_t lower_sdpa(tpu_lower_ctx_t* ctx) {
   o = tpu_emit_mul(b, o, per_row(b, inv, &ot));
   tpu_hlo_value_t lse = tpu_emit_add(b, m, tpu_emit_unary(b, "stablehlo.log", sum));
   if (full.dtype == TPU_DTYPE_FLOAT32) {
-    /* The host kernel's mark: out and lse flattened, named in order. */
-    flat_t f = flat_of(b, q, v);
-    char ops[160], name[32], attrs[400];
-    mark_operands(ctx, &f, q, k, v, FWD_BIAS, &full, ops, sizeof ops);
-    o = named(b, flat3(b, o, f.bh, f.l, f.dv), NULL);
+    /* The host kernel's mark: out and lse named in order. */
+    char ops[160], name[32], dims[96], attrs[400];
+    mark_operands(ctx, q, k, v, FWD_BIAS, &full, ops, sizeof ops);
+    mark_dims(b, q, v, dims, sizeof dims);
+    o = named(b, o, NULL);
     tpu_hlo_value_name(b, o, name, sizeof name);
     snprintf(attrs, sizeof attrs,
-             "mhlo.frontend_attributes = {torchtpu_attn = \"fwd %s %s %d %.9g %lld %lld %lld "
-             "%lld %lld\"}",
-             ops, name, causal, scale, (long long)f.bh, (long long)f.l, (long long)f.s,
-             (long long)f.d, (long long)f.dv);
-    lse = named(b, flat3(b, lse, f.bh, f.l, -1), attrs);
+             "mhlo.frontend_attributes = {torchtpu_attn = \"fwd %s %s %d %.9g %s\"}", ops,
+             name, causal, scale, dims);
+    lse = named(b, lse, attrs);
   }
   set_shaped(ctx, 0, o);
   set_shaped(ctx, 1, lse);
@@ -292,26 +285,24 @@ static tpu_status_t lower_sdpa_bwd(tpu_lower_ctx_t* ctx) {
   tpu_hlo_value_t dq = bdot(b, dss, k, r - 2, r - 1, r - 2), dk = bdot(b, dss, q, r - 2, r - 2, r - 2);
   if (full.dtype == TPU_DTYPE_FLOAT32 && tpu_lower_num_outputs(ctx) == 3) {
     /* The host kernel's mark (no bias gradient): dq, dk, dv named in order. */
-    flat_t f = flat_of(b, q, v);
-    char ops[160], rest[128], names[2][32], attrs[512];
-    mark_operands(ctx, &f, q, k, v, BWD_BIAS, &full, ops, sizeof ops);
-    tpu_hlo_value_t in[3] = {flat3(b, g, f.bh, f.l, f.dv), flat3(b, out, f.bh, f.l, f.dv),
-                             flat3(b, tpu_emit_reshape(b, lse, lt.dims, lt.rank), f.bh, f.l, -1)};
+    char ops[160], rest[128], names[2][32], dims[96], attrs[640];
+    mark_operands(ctx, q, k, v, BWD_BIAS, &full, ops, sizeof ops);
+    mark_dims(b, q, v, dims, sizeof dims);
+    tpu_hlo_value_t in[3] = {g, out, tpu_emit_reshape(b, tpu_lower_tensor(ctx, BWD_LSE), lt.dims,
+                                                      lt.rank)};
     size_t len = 0;
     for (int i = 0; i < 3; i++) {
       tpu_hlo_value_name(b, in[i], names[0], sizeof names[0]);
       len += (size_t)snprintf(rest + len, sizeof rest - len, " %s", names[0]);
     }
-    dq = named(b, flat3(b, dq, f.bh, f.l, f.d), NULL);
-    dk = named(b, flat3(b, dk, f.bh, f.s, f.d), NULL);
+    dq = named(b, dq, NULL);
+    dk = named(b, dk, NULL);
     tpu_hlo_value_name(b, dq, names[0], sizeof names[0]);
     tpu_hlo_value_name(b, dk, names[1], sizeof names[1]);
     snprintf(attrs, sizeof attrs,
-             "mhlo.frontend_attributes = {torchtpu_attn = \"bwd %s%s %s %s %d %.9g %lld %lld "
-             "%lld %lld %lld\"}",
-             ops, rest, names[0], names[1], causal, scale, (long long)f.bh, (long long)f.l,
-             (long long)f.s, (long long)f.d, (long long)f.dv);
-    dv = named(b, flat3(b, dv, f.bh, f.s, f.dv), attrs);
+             "mhlo.frontend_attributes = {torchtpu_attn = \"bwd %s%s %s %s %d %.9g %s\"}", ops,
+             rest, names[0], names[1], causal, scale, dims);
+    dv = named(b, dv, attrs);
   }
   set_shaped(ctx, 0, dq);
   set_shaped(ctx, 1, dk);
