@@ -538,65 +538,21 @@ static bool defined_by(const plan_t* p, const char* line, const char* eol) {
          tpu_hostffi_defines(line, eol, p->word[9], p->len[9]);
 }
 
-/* Rewrites function [fn, fn_end) into sb; whether anything changed. */
-static bool rewrite_function(tpu_strbuf_t* sb, const char* fn, const char* fn_end) {
-  enum { kMaxPlans = 64 };
-  plan_t plans[kMaxPlans];
-  int np = 0;
-  for (const char* line = fn; line < fn_end;) {
-    const char* eol = memchr(line, '\n', (size_t)(fn_end - line));
-    if (!eol) eol = fn_end;
-    if (np < kMaxPlans && memmem(line, (size_t)(eol - line), kMark, sizeof kMark - 1) &&
-        plan_line(&plans[np], line, eol))
-      np++;
-    line = eol + 1;
-  }
-  if (!np) return false;
-  const char* copied = fn;
-  int next = 0;
-  for (const char* line = fn; line < fn_end;) {
-    const char* eol = memchr(line, '\n', (size_t)(fn_end - line));
-    if (!eol) eol = fn_end;
-    bool drop = false;
-    for (int i = next; i < np && !drop; i++) drop = defined_by(&plans[i], line, eol);
-    if (drop || (next < np && plans[next].line == line)) {
-      tpu_strbuf_append_n(sb, copied, (size_t)(line - copied));
-      if (drop) {
-        copied = eol < fn_end ? eol + 1 : eol;
-      } else {
-        append_call(sb, &plans[next++]);
-        copied = eol;
-      }
-    }
-    line = eol + 1;
-  }
-  tpu_strbuf_append_n(sb, copied, (size_t)(fn_end - copied));
-  return true;
+static bool plan_any(void* plan, const char* fn, const char* fn_end, const char* line,
+                     const char* eol) {
+  return plan_line(plan, line, eol);
 }
+
+static bool drops(const void* plan, const char* line, const char* eol) {
+  return defined_by(plan, line, eol);
+}
+
+static void append_any(tpu_strbuf_t* sb, const void* plan) { append_call(sb, plan); }
 
 tpu_status_t tpu_hostattn_rewrite(const char* text, size_t len, char** out_text,
                                   size_t* out_len) {
-  *out_text = NULL;
-  *out_len = 0;
-  const char* end = text + len;
-  if (!memmem(text, len, kMark, sizeof kMark - 1)) return NULL;
-  tpu_strbuf_t sb = {0};
-  bool changed = false;
-  /* Function by function: SSA names are per function (a fused program
-   * has one function per op). */
-  for (const char* fn = text; fn < end;) {
-    const char* next = memmem(fn + 1, (size_t)(end - fn - 1), "\n  func.func", 12);
-    const char* fn_end = next ? next + 1 : end;
-    if (rewrite_function(&sb, fn, fn_end)) changed = true;
-    else tpu_strbuf_append_n(&sb, fn, (size_t)(fn_end - fn));
-    fn = fn_end;
-  }
-  if (!changed) {
-    tpu_strbuf_free(&sb);
-    return NULL;
-  }
-  char* out = tpu_strbuf_take(&sb, out_len);
-  if (!out) return tpu_status_oom("rewriting a program's attentions");
-  *out_text = out;
-  return NULL;
+  static const tpu_hostffi_rewriter_t kRewriter = {
+      .mark = kMark, .plan_size = sizeof(plan_t), .plan_line = plan_any, .drops = drops,
+      .append = append_any, .what = "rewriting a program's attentions"};
+  return tpu_hostffi_rewrite(&kRewriter, text, len, out_text, out_len);
 }

@@ -182,3 +182,74 @@ bool tpu_hostffi_defines(const char* line, const char* eol, const char* name, si
   return (size_t)(eol - line) > len + 3 && memcmp(line, name, len) == 0 &&
          memcmp(line + len, " = ", 3) == 0;
 }
+
+/* One function [fn, fn_end) into sb; whether a line of it was rewritten. */
+static bool rewrite_function(const tpu_hostffi_rewriter_t* r, tpu_strbuf_t* sb, const char* fn,
+                             const char* fn_end) {
+  enum { kMaxPlans = 256 };
+  char* plans = NULL;
+  int np = 0;
+  size_t mark_len = strlen(r->mark);
+  for (const char* line = fn; line < fn_end;) {
+    const char* eol = memchr(line, '\n', (size_t)(fn_end - line));
+    if (!eol) eol = fn_end;
+    if (np < kMaxPlans && memmem(line, (size_t)(eol - line), r->mark, mark_len)) {
+      if (!plans) plans = malloc(kMaxPlans * r->plan_size);
+      if (plans && r->plan_line(plans + (size_t)np * r->plan_size, fn, fn_end, line, eol)) np++;
+    }
+    line = eol + 1;
+  }
+  if (!np) {
+    free(plans);
+    return false;
+  }
+#define PLAN(i) (plans + (size_t)(i) * r->plan_size)
+  const char* copied = fn;
+  int next = 0;
+  for (const char* line = fn; line < fn_end;) {
+    const char* eol = memchr(line, '\n', (size_t)(fn_end - line));
+    if (!eol) eol = fn_end;
+    bool drop = false;
+    for (int i = next; i < np && !drop && r->drops; i++) drop = r->drops(PLAN(i), line, eol);
+    bool planned = next < np && *(const char* const*)PLAN(next) == line;
+    if (drop || planned) {
+      tpu_strbuf_append_n(sb, copied, (size_t)(line - copied));
+      if (drop) {
+        copied = eol < fn_end ? eol + 1 : eol;
+      } else {
+        r->append(sb, PLAN(next++));
+        copied = eol;
+      }
+    }
+    line = eol + 1;
+  }
+#undef PLAN
+  tpu_strbuf_append_n(sb, copied, (size_t)(fn_end - copied));
+  free(plans);
+  return true;
+}
+
+tpu_status_t tpu_hostffi_rewrite(const tpu_hostffi_rewriter_t* r, const char* text, size_t len,
+                                 char** out_text, size_t* out_len) {
+  *out_text = NULL;
+  *out_len = 0;
+  const char* end = text + len;
+  if (!memmem(text, len, r->mark, strlen(r->mark))) return NULL;
+  tpu_strbuf_t sb = {0};
+  bool changed = false;
+  for (const char* fn = text; fn < end;) {
+    const char* next = memmem(fn + 1, (size_t)(end - fn - 1), "\n  func.func", 12);
+    const char* fn_end = next ? next + 1 : end;
+    if (rewrite_function(r, &sb, fn, fn_end)) changed = true;
+    else tpu_strbuf_append_n(&sb, fn, (size_t)(fn_end - fn));
+    fn = fn_end;
+  }
+  if (!changed) {
+    tpu_strbuf_free(&sb);
+    return NULL;
+  }
+  char* out = tpu_strbuf_take(&sb, out_len);
+  if (!out) return tpu_status_oom(r->what);
+  *out_text = out;
+  return NULL;
+}

@@ -10,6 +10,7 @@
 
 #include "hlo/strbuf.h"
 #include "pjrt/pjrt.h"
+#include "status.h"
 #include "xla/ffi/api/c_api.h"
 
 /* Most parts a handler cuts its work into. */
@@ -63,5 +64,27 @@ void tpu_hostffi_append_layout(tpu_strbuf_t* sb, int rank);
 
 /* Whether line [line, eol) defines the value [name, name + len). */
 bool tpu_hostffi_defines(const char* line, const char* eol, const char* name, size_t len);
+
+/* A rewrite of marked lines (hostrow's, hostattn's), function by function
+ * (SSA names are per function: a fused program has one function per op).
+ * Each line holding `mark` is offered to plan_line, which fills a plan of
+ * plan_size bytes (its line first: `const char* line` must be the plan's
+ * first member) or declines; each planned line is replaced by append's
+ * text, and a line that `drops` says defines a result of a plan still
+ * ahead (a call defining several results) is left out. */
+typedef struct tpu_hostffi_rewriter_s {
+  const char* mark;
+  size_t plan_size;
+  bool (*plan_line)(void* plan, const char* fn, const char* fn_end, const char* line,
+                    const char* eol);
+  bool (*drops)(const void* plan, const char* line, const char* eol); /* may be NULL */
+  void (*append)(tpu_strbuf_t* sb, const void* plan);
+  const char* what; /* the out-of-memory error's words: "rewriting ..." */
+} tpu_hostffi_rewriter_t;
+
+/* The text rewritten by r: *out_text NULL when no line was; else a
+ * malloc'ed copy (*out_len bytes, NUL-terminated) the caller frees. */
+tpu_status_t tpu_hostffi_rewrite(const tpu_hostffi_rewriter_t* r, const char* text, size_t len,
+                                 char** out_text, size_t* out_len);
 
 #endif

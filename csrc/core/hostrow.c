@@ -543,73 +543,24 @@ static void append_call(tpu_strbuf_t* sb, const plan_t* p) {
   }
 }
 
-/* Rewrites function [fn, fn_end) into sb; whether anything changed. */
-static bool rewrite_function(tpu_strbuf_t* sb, const char* fn, const char* fn_end) {
-  enum { kMaxPlans = 256 };
-  plan_t* plans = NULL;
-  int np = 0;
-  for (const char* line = fn; line < fn_end;) {
-    const char* eol = memchr(line, '\n', (size_t)(fn_end - line));
-    if (!eol) eol = fn_end;
-    if (np < kMaxPlans && memmem(line, (size_t)(eol - line), kMark, sizeof kMark - 1)) {
-      if (!plans) plans = malloc(kMaxPlans * sizeof *plans);
-      if (plans && plan_line(&plans[np], fn, fn_end, line, eol)) np++;
-    }
-    line = eol + 1;
-  }
-  if (!np) {
-    free(plans);
-    return false;
-  }
-  const char* copied = fn;
-  int next = 0;
-  for (const char* line = fn; line < fn_end;) {
-    const char* eol = memchr(line, '\n', (size_t)(fn_end - line));
-    if (!eol) eol = fn_end;
-    bool drop = false;
-    for (int i = next; i < np && !drop; i++)
-      if (plans[i].kind == kLayerNorm)
-        drop = tpu_hostffi_defines(line, eol, plans[i].word[6], plans[i].len[6]) ||
-               tpu_hostffi_defines(line, eol, plans[i].word[7], plans[i].len[7]);
-    if (drop || (next < np && plans[next].line == line)) {
-      tpu_strbuf_append_n(sb, copied, (size_t)(line - copied));
-      if (drop) copied = eol < fn_end ? eol + 1 : eol;
-      else {
-        append_call(sb, &plans[next++]);
-        copied = eol;
-      }
-    }
-    line = eol + 1;
-  }
-  tpu_strbuf_append_n(sb, copied, (size_t)(fn_end - copied));
-  free(plans);
-  return true;
+/* A layer_norm's call also defines its output and mean: their lines go. */
+static bool drops(const void* plan, const char* line, const char* eol) {
+  const plan_t* p = plan;
+  return p->kind == kLayerNorm && (tpu_hostffi_defines(line, eol, p->word[6], p->len[6]) ||
+                                   tpu_hostffi_defines(line, eol, p->word[7], p->len[7]));
 }
+
+static bool plan_any(void* plan, const char* fn, const char* fn_end, const char* line,
+                     const char* eol) {
+  return plan_line(plan, fn, fn_end, line, eol);
+}
+
+static void append_any(tpu_strbuf_t* sb, const void* plan) { append_call(sb, plan); }
 
 tpu_status_t tpu_hostrow_rewrite(const char* text, size_t len, char** out_text,
                                  size_t* out_len) {
-  *out_text = NULL;
-  *out_len = 0;
-  const char* end = text + len;
-  if (!memmem(text, len, kMark, sizeof kMark - 1)) return NULL;
-  /* Function by function: SSA names are per function (a fused program
-   * has one function per op). */
-  tpu_strbuf_t sb = {0};
-  bool changed = false;
-  const char* fn = text;
-  while (fn < end) {
-    const char* next = memmem(fn + 1, (size_t)(end - fn - 1), "\n  func.func", 12);
-    const char* fn_end = next ? next + 1 : end;
-    if (rewrite_function(&sb, fn, fn_end)) changed = true;
-    else tpu_strbuf_append_n(&sb, fn, (size_t)(fn_end - fn));
-    fn = fn_end;
-  }
-  if (!changed) {
-    tpu_strbuf_free(&sb);
-    return NULL;
-  }
-  char* out = tpu_strbuf_take(&sb, out_len);
-  if (!out) return tpu_status_oom("rewriting a program's softmaxes and layer_norms");
-  *out_text = out;
-  return NULL;
+  static const tpu_hostffi_rewriter_t kRewriter = {
+      .mark = kMark, .plan_size = sizeof(plan_t), .plan_line = plan_any, .drops = drops,
+      .append = append_any, .what = "rewriting a program's softmaxes and layer_norms"};
+  return tpu_hostffi_rewrite(&kRewriter, text, len, out_text, out_len);
 }
