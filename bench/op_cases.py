@@ -20,12 +20,18 @@ def _softmax(x, y):
     return torch.softmax(x, -1)
 
 
+def _causal_sdpa(x, kv):
+    return F.scaled_dot_product_attention(x, kv[0], kv[1], is_causal=True)
+
+
 # name, shape, op(x, y), ops per round, rounds
 CASES = (("tiny add [1]", (1,), torch.add, 200, 40),
          ("matmul 64x64", (64, 64), torch.mm, 100, 30),
          ("matmul 512x512", (512, 512), torch.mm, 5, 15),
          ("softmax 128x512", (128, 512), _softmax, 50, 30),
-         ("layer_norm 128x512", (128, 512), _layer_norm, 50, 30))
+         ("layer_norm 128x512", (128, 512), _layer_norm, 50, 30),
+         # the demo's causal attention: batch 16, 4 heads, 64 tokens, head dim 16
+         ("sdpa 16x4x64x16", (16, 4, 64, 16), _causal_sdpa, 20, 20))
 
 
 def inputs(name, shape, seed=0):
@@ -36,6 +42,8 @@ def inputs(name, shape, seed=0):
         y = torch.linalg.qr(torch.randn(*shape, generator=g)).Q.contiguous()
     elif name.startswith("layer_norm"):
         y = (torch.randn(shape[-1], generator=g), torch.randn(shape[-1], generator=g))
+    elif "sdpa" in name:
+        y = (torch.randn(*shape, generator=g), torch.randn(*shape, generator=g))
     else:
         y = torch.randn(*shape, generator=g)
     return x, y

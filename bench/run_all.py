@@ -509,7 +509,7 @@ def summary_rows(res):
     xops = (res.get("xla") or {}).get("per_op") or {}
     tr = res.get("train") or {}
     for c in ("tiny add [1]", "matmul 64x64", "matmul 512x512", "softmax 128x512",
-              "layer_norm 128x512"):
+              "layer_norm 128x512", "sdpa 16x4x64x16"):
         if c in ops:
             u, r = ops[c]["us"], ops[c]["ratio_to_cpu"]
             v = (f"strict {fmt_us(u['tpu_strict'])} ({r['tpu_strict']:.2f}x), defer "

@@ -1,8 +1,8 @@
 """Runtime overheads as a PyTorch user sees them, beside PyTorch on CPU in
-the same run: a cache-hit tiny add, a 64x64 and 512x512 matmul, softmax and
-layer_norm (bench/op_cases.py: chains of ops), in strict and defer_and_fuse
-eager modes, and copy bandwidth through .to("tpu") / .cpu(). Medians over
-repeated runs.
+the same run: a cache-hit tiny add, a 64x64 and 512x512 matmul, softmax,
+layer_norm and the demo's causal attention (bench/op_cases.py: chains of
+ops), in strict and defer_and_fuse eager modes, and copy bandwidth
+through .to("tpu") / .cpu(). Medians over repeated runs.
 
 Usage: python bench/runtime_overhead.py [--json PATH] [--no-demo]"""
 import argparse
