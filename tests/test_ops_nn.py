@@ -410,14 +410,14 @@ def _sdpa_backend(out):
 
 
 @pytest.mark.parametrize("case", ["plain", "causal_more_keys", "causal_more_queries", "scale",
-                                  "three_d", "bool_mask_masked_row", "float_mask_broadcast",
+                                  "scale_one", "three_d", "bool_mask_masked_row", "float_mask_broadcast",
                                   "mask_grad", "bf16_causal", "f64", "strided_views"])
 @pytest.mark.parametrize("mode", ["strict", "defer_and_fuse"])
 def test_sdpa_runs_as_one_fused_op_as_cpu(case, mode):
     """F.scaled_dot_product_attention picks the fused op on tpu (csrc/torch/
     attention.cpp, core/lower/attention.c): values and the gradients of q, k,
     v (and of a float mask that requires grad) as on CPU, with causal top-
-    left alignment for L != S, an explicit scale, 3-D inputs, a fully masked
+    left alignment for L != S, an explicit scale (1.0 too), 3-D inputs, a fully masked
     row (zeros, zero gradients), masks broadcast over batch and heads, bf16
     and float64, and q/k/v as strided views of one projection."""
     dtype = {"bf16_causal": torch.bfloat16, "f64": torch.float64}.get(case, torch.float32)
@@ -430,6 +430,8 @@ def test_sdpa_runs_as_one_fused_op_as_cpu(case, mode):
         kwargs["is_causal"] = True
     if case == "scale":
         kwargs["scale"] = 0.3
+    if case == "scale_one":  # T5's: a whole number the host kernel's call must read as a float
+        kwargs["scale"] = 1.0
     if case == "bool_mask_masked_row":
         mask = torch.rand(L, S, generator=torch.Generator().manual_seed(3)) > 0.3
         mask[:, 0] = True

@@ -215,7 +215,7 @@ static tpu_status_t lower_sdpa(tpu_lower_ctx_t* ctx) {
     o = named(b, o, NULL);
     tpu_hlo_value_name(b, o, name, sizeof name);
     snprintf(attrs, sizeof attrs,
-             "mhlo.frontend_attributes = {torchtpu_attn = \"fwd %s %s %d %.9g %s\"}", ops,
+             "mhlo.frontend_attributes = {torchtpu_attn = \"fwd %s %s %d %.9e %s\"}", ops,
              name, causal, scale, dims);
     lse = named(b, lse, attrs);
   }
@@ -300,7 +300,7 @@ static tpu_status_t lower_sdpa_bwd(tpu_lower_ctx_t* ctx) {
     tpu_hlo_value_name(b, dq, names[0], sizeof names[0]);
     tpu_hlo_value_name(b, dk, names[1], sizeof names[1]);
     snprintf(attrs, sizeof attrs,
-             "mhlo.frontend_attributes = {torchtpu_attn = \"bwd %s%s %s %s %d %.9g %s\"}", ops,
+             "mhlo.frontend_attributes = {torchtpu_attn = \"bwd %s%s %s %s %d %.9e %s\"}", ops,
              rest, names[0], names[1], causal, scale, dims);
     dv = named(b, dv, attrs);
   }
