@@ -125,6 +125,26 @@ static bool make_plan(const tpu_view_t* v, plan_t* p) {
   return true;
 }
 
+/* The start indices in the plan's block dims (block[], kept limit[] of
+ * each) that put the offset's remainder below the outer stride inside the
+ * block: true when each start + limit fits its block dim. */
+static bool shifted_starts(const tpu_view_t* v, const plan_t* p, const int64_t* block,
+                           int64_t* limit, int64_t* start) {
+  int64_t r = v->offset % v->strides[p->order[0]];
+  start[0] = 0;
+  for (int i = 1; i <= p->m; i++) {
+    int64_t stride = i < p->m ? v->strides[p->order[i]] : 1;
+    start[i] = r / stride;
+    r %= stride;
+    if (start[i] + limit[i] > block[i]) {
+      memset(start, 0, sizeof *start * (size_t)(p->m + 1));
+      return false;
+    }
+  }
+  for (int i = 1; i <= p->m; i++) limit[i] += start[i];
+  return true;
+}
+
 tpu_hlo_value_t tpu_view_emit_read(tpu_hlo_builder_t* b, tpu_hlo_value_t flat,
                                    const tpu_view_t* v) {
   tpu_hlo_type_t out = tpu_hlo_type_make(v->dtype, v->rank, v->sizes);
@@ -157,8 +177,17 @@ tpu_hlo_value_t tpu_view_emit_read(tpu_hlo_builder_t* b, tpu_hlo_value_t flat,
     limit[n] = 1;
     step[n++] = 1;
     int64_t slab_len = v->sizes[p.order[0]] * v->strides[p.order[0]];
-    tpu_hlo_value_t slab = slice1(b, pad_to(b, flat, v->offset + slab_len), v->offset,
-                                  v->offset + slab_len);
+    /* The slab starts at the offset, or, when that would run past the
+     * storage's end (k and v of a fused qkv split: offset 256, the slab
+     * the whole [8,128,12,64] block), at the offset rounded down to the
+     * outer stride, the remainder becoming start indices of the inner
+     * block dims: a plain slice of the storage, where padding the storage
+     * and slicing it again costs XLA a copy of the whole storage. */
+    int64_t base = v->offset;
+    if (v->offset + slab_len > flat_len(b, flat) &&
+        shifted_starts(v, &p, block, limit, start))
+      base = v->offset - v->offset % v->strides[p.order[0]];
+    tpu_hlo_value_t slab = slice1(b, pad_to(b, flat, base + slab_len), base, base + slab_len);
     tpu_hlo_value_t x = tpu_emit_slice(b, tpu_emit_reshape(b, slab, block, n), start, limit, step);
     int64_t kept[TPU_HLO_MAX_RANK];
     for (int i = 0; i < p.m; i++) kept[i] = v->sizes[p.order[i]];

@@ -3,6 +3,7 @@
 #include "view.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "program.h"
 #include "runtime.h"
@@ -85,6 +86,10 @@ static const struct {
     {"unfold (overlapping)", 2, {5, 4}, {2, 1}, 0, false},
     {"scalar", 0, {0}, {0}, 17, true},
     {"expanded scalar", 2, {3, 4}, {0, 0}, 9, false},
+    /* Slabs from the offset would pass the storage's end: */
+    {"last split of rows (v of qkv)", 3, {2, 2, 4}, {32, 16, 1}, 12, true},
+    {"split with heads outermost", 3, {2, 2, 4}, {4, 32, 1}, 8, true},
+    {"row-wrapping tail (padded)", 2, {2, 4}, {30, 2}, 26, true},
 };
 
 static void test_reads_match_strided_indexing(void) {
@@ -156,6 +161,40 @@ static void test_overlapping_windows_write_keeps_changed_values(void) {
   }
 }
 
+/* The text of a read of `v` from flat [N]. */
+static void read_text(const tpu_view_t* v, char** out) {
+  *out = NULL;
+  tpu_hlo_builder_t* b = NULL;
+  CHECK_OK(tpu_hlo_builder_create(&b));
+  int64_t n = N;
+  tpu_hlo_value_t flat = tpu_hlo_arg(b, tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 1, &n), NULL);
+  tpu_hlo_value_t r = tpu_view_emit_read(b, flat, v);
+  tpu_hlo_return(b, &r, 1);
+  char* text = NULL;
+  size_t len = 0;
+  tpu_status_t s = tpu_hlo_builder_finish(b, &text, &len);
+  tpu_hlo_builder_destroy(b);
+  CHECK_OK(s);
+  *out = text;
+}
+
+/* k and v of a fused qkv split read as slices of the storage: no padded
+ * copy of the whole storage (XLA materialises pad + slice), while a view
+ * whose rows wrap still needs the pad. */
+static void test_split_views_read_without_padding(void) {
+  int64_t sizes[3] = {2, 2, 4}, strides[3] = {32, 16, 1};
+  tpu_view_t tail = view(3, sizes, strides, 12);
+  char* text = NULL;
+  read_text(&tail, &text);
+  CHECK(text && strstr(text, "stablehlo.pad") == NULL);
+  free(text);
+  int64_t wsizes[2] = {2, 4}, wstrides[2] = {30, 2};
+  tpu_view_t wrap = view(2, wsizes, wstrides, 26);
+  read_text(&wrap, &text);
+  CHECK(text && strstr(text, "stablehlo.pad") != NULL);
+  free(text);
+}
+
 static void test_cleanup(void) {
   tpu_program_cache_clear();
   tpu_runtime_shutdown();
@@ -164,4 +203,5 @@ static void test_cleanup(void) {
 TPU_TEST_MAIN(TPU_TEST(test_reads_match_strided_indexing),
               TPU_TEST(test_writes_touch_exactly_the_view),
               TPU_TEST(test_expanded_write_keeps_changed_values),
-              TPU_TEST(test_overlapping_windows_write_keeps_changed_values), TPU_TEST(test_cleanup))
+              TPU_TEST(test_overlapping_windows_write_keeps_changed_values),
+              TPU_TEST(test_split_views_read_without_padding), TPU_TEST(test_cleanup))
