@@ -1442,13 +1442,8 @@ static void record_target_check(c10::ArrayRef<c10::IValue> inputs) {
   if (t_target_checks.size() > 64) t_target_checks.pop_front();
 }
 
-static void check_pending_target_errors() {
-  if (!t_target_bad.defined()) return;
-  at::Tensor bad = std::move(t_target_bad);
-  t_target_bad = at::Tensor();
-  std::deque<PendingTargetCheck> kept;
-  kept.swap(t_target_checks);
-  if (!bad.item<bool>()) return;
+// Raises the error of a failed target check (its flag read true).
+static void raise_target_errors(const std::deque<PendingTargetCheck>& kept) {
   for (const PendingTargetCheck& c : kept) {
     at::Tensor host = c.target.cpu().reshape(-1).to(at::kLong);
     const int64_t* v = host.const_data_ptr<int64_t>();
@@ -1820,18 +1815,7 @@ struct PendingGraphCheck {
 static std::mutex g_graph_checks_lock;
 static std::vector<PendingGraphCheck> g_graph_checks;
 
-static void check_pending_graph_errors() {
-  std::vector<PendingGraphCheck> pending;
-  {
-    std::lock_guard<std::mutex> lock(g_graph_checks_lock);
-    pending.swap(g_graph_checks);  // taken first: reading a flag is a host read
-  }
-  if (pending.empty()) return;
-  if (pending.size() > 1) {
-    std::vector<at::Tensor> flags;
-    for (const PendingGraphCheck& c : pending) flags.push_back(c.bad.reshape({1}));
-    if (!at::cat(flags).any().item<bool>()) return;
-  }
+static void raise_graph_errors(const std::vector<PendingGraphCheck>& pending) {
   for (const PendingGraphCheck& c : pending) {
     if (!c.bad.item<bool>()) continue;
     TORCH_CHECK_INDEX(c.kind != 1, c.message);
@@ -1848,21 +1832,50 @@ void push_graph_check(const at::Tensor& bad, int kind, const std::string& messag
     n = g_graph_checks.size();
   }
   // Nothing reads results for a long time: check now rather than grow.
-  if (n > 64) check_pending_graph_errors();
+  if (n > 64) check_pending_index_errors();
+}
+
+static void raise_index_errors(const std::vector<PendingIndexCheck>& pending);
+
+// Whether any of the flags is true: one host read per device in the common
+// case. A deferred run's host read waits only for what it reads (copy.cpp
+// reads these flags with the value it is for), so the flags go together:
+// read one by one, the first would wait for the rest of the run.
+static bool any_flag(const std::vector<at::Tensor>& flags) {
+  if (flags.empty()) return false;
+  bool one_device = true;
+  for (const at::Tensor& f : flags) one_device = one_device && f.device() == flags[0].device();
+  if (flags.size() == 1) return flags[0].item<bool>();
+  if (one_device) return at::cat(flags).any().item<bool>();
+  for (const at::Tensor& f : flags)
+    if (f.item<bool>()) return true;
+  return false;
 }
 
 void check_pending_index_errors() {
-  check_pending_graph_errors();
-  check_pending_target_errors();
-  if (t_pending_index_checks.empty()) return;
   // Taken first: reading a flag is itself a host read.
+  std::vector<PendingGraphCheck> graph;
+  {
+    std::lock_guard<std::mutex> lock(g_graph_checks_lock);
+    graph.swap(g_graph_checks);
+  }
+  at::Tensor target_bad = std::move(t_target_bad);
+  t_target_bad = at::Tensor();
+  std::deque<PendingTargetCheck> targets;
+  targets.swap(t_target_checks);
   std::vector<PendingIndexCheck> pending;
   pending.swap(t_pending_index_checks);
-  if (pending.size() > 1) {  // one read for them all in the common case
-    std::vector<at::Tensor> flags;
-    for (const PendingIndexCheck& c : pending) flags.push_back(c.bad);
-    if (!at::stack(flags).any().item<bool>()) return;
-  }
+  std::vector<at::Tensor> flags;
+  for (const PendingGraphCheck& c : graph) flags.push_back(c.bad.reshape({1}));
+  if (target_bad.defined()) flags.push_back(target_bad.reshape({1}));
+  for (const PendingIndexCheck& c : pending) flags.push_back(c.bad.reshape({1}));
+  if (!any_flag(flags)) return;
+  raise_graph_errors(graph);
+  if (target_bad.defined() && target_bad.item<bool>()) raise_target_errors(targets);
+  raise_index_errors(pending);
+}
+
+static void raise_index_errors(const std::vector<PendingIndexCheck>& pending) {
   for (const PendingIndexCheck& c : pending) {
     if (!c.bad.item<bool>()) continue;
     TORCH_CHECK_INDEX(c.message != IndexMessage::kInSelf, "index out of range in self");
