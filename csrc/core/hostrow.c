@@ -142,17 +142,36 @@ __attribute__((target("avx2,fma"))) static void norm_avx2(const float* x, const 
                                                           float* mean_out, float* rstd_out,
                                                           int64_t n) {
   int64_t nv = n & ~(int64_t)7, i;
-  __m256 s8 = _mm256_setzero_ps();
-  for (i = 0; i < nv; i += 8) s8 = _mm256_add_ps(s8, _mm256_loadu_ps(x + i));
-  float s = hsum8(s8);
+  /* Four accumulators per sum, in registers: one would wait out the
+   * add's latency on every vector (a 128x512 layer_norm took 30 us). */
+  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  for (i = 0; i + 32 <= nv; i += 32) {
+    a0 = _mm256_add_ps(a0, _mm256_loadu_ps(x + i));
+    a1 = _mm256_add_ps(a1, _mm256_loadu_ps(x + i + 8));
+    a2 = _mm256_add_ps(a2, _mm256_loadu_ps(x + i + 16));
+    a3 = _mm256_add_ps(a3, _mm256_loadu_ps(x + i + 24));
+  }
+  for (; i < nv; i += 8) a0 = _mm256_add_ps(a0, _mm256_loadu_ps(x + i));
+  float s = hsum8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
   for (i = nv; i < n; i++) s += x[i];
   float mean = s / (float)n;
-  __m256 vm = _mm256_set1_ps(mean), q8 = _mm256_setzero_ps();
-  for (i = 0; i < nv; i += 8) {
-    __m256 d = _mm256_sub_ps(_mm256_loadu_ps(x + i), vm);
-    q8 = _mm256_fmadd_ps(d, d, q8);
+  __m256 vm = _mm256_set1_ps(mean);
+  a0 = a1 = a2 = a3 = _mm256_setzero_ps();
+  for (i = 0; i + 32 <= nv; i += 32) {
+    __m256 d0 = _mm256_sub_ps(_mm256_loadu_ps(x + i), vm);
+    __m256 d1 = _mm256_sub_ps(_mm256_loadu_ps(x + i + 8), vm);
+    __m256 d2 = _mm256_sub_ps(_mm256_loadu_ps(x + i + 16), vm);
+    __m256 d3 = _mm256_sub_ps(_mm256_loadu_ps(x + i + 24), vm);
+    a0 = _mm256_fmadd_ps(d0, d0, a0);
+    a1 = _mm256_fmadd_ps(d1, d1, a1);
+    a2 = _mm256_fmadd_ps(d2, d2, a2);
+    a3 = _mm256_fmadd_ps(d3, d3, a3);
   }
-  float ss = hsum8(q8);
+  for (; i < nv; i += 8) {
+    __m256 d = _mm256_sub_ps(_mm256_loadu_ps(x + i), vm);
+    a0 = _mm256_fmadd_ps(d, d, a0);
+  }
+  float ss = hsum8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
   for (i = nv; i < n; i++) ss += (x[i] - mean) * (x[i] - mean);
   float rstd = 1.0f / sqrtf(ss / (float)n + eps);
   *mean_out = mean;
@@ -195,12 +214,25 @@ static void bwd_scalar(bool log, const float* g, const float* y, float* out, int
 __attribute__((target("avx2,fma"))) static void bwd_avx2(bool log, const float* g,
                                                          const float* y, float* out, int64_t n) {
   int64_t nv = n & ~(int64_t)7, i;
-  __m256 s8 = _mm256_setzero_ps();
-  for (i = 0; i < nv; i += 8) {
-    __m256 gv = _mm256_loadu_ps(g + i);
-    s8 = log ? _mm256_add_ps(s8, gv) : _mm256_fmadd_ps(gv, _mm256_loadu_ps(y + i), s8);
+  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0; /* four: see norm_avx2 */
+  if (log) {
+    for (i = 0; i + 32 <= nv; i += 32) {
+      a0 = _mm256_add_ps(a0, _mm256_loadu_ps(g + i));
+      a1 = _mm256_add_ps(a1, _mm256_loadu_ps(g + i + 8));
+      a2 = _mm256_add_ps(a2, _mm256_loadu_ps(g + i + 16));
+      a3 = _mm256_add_ps(a3, _mm256_loadu_ps(g + i + 24));
+    }
+    for (; i < nv; i += 8) a0 = _mm256_add_ps(a0, _mm256_loadu_ps(g + i));
+  } else {
+    for (i = 0; i + 32 <= nv; i += 32) {
+      a0 = _mm256_fmadd_ps(_mm256_loadu_ps(g + i), _mm256_loadu_ps(y + i), a0);
+      a1 = _mm256_fmadd_ps(_mm256_loadu_ps(g + i + 8), _mm256_loadu_ps(y + i + 8), a1);
+      a2 = _mm256_fmadd_ps(_mm256_loadu_ps(g + i + 16), _mm256_loadu_ps(y + i + 16), a2);
+      a3 = _mm256_fmadd_ps(_mm256_loadu_ps(g + i + 24), _mm256_loadu_ps(y + i + 24), a3);
+    }
+    for (; i < nv; i += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(g + i), _mm256_loadu_ps(y + i), a0);
   }
-  float s = hsum8(s8);
+  float s = hsum8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
   for (i = nv; i < n; i++) s += log ? g[i] : g[i] * y[i];
   __m256 vs = _mm256_set1_ps(s);
   for (i = 0; i < nv; i += 8) {
@@ -222,8 +254,12 @@ void tpu_hostrow_softmax_backward(bool log, const float* g, const float* y, floa
 
 /* ---- the FFI handlers ------------------------------------------------------- */
 
-/* Parts of at least this many elements (about 10 us of work each). */
-enum { kPartElems = 16384, kMinElems = 4096 };
+/* Parts of at least this many elements (15-40 us of work each). Handing
+ * a part to a pool thread costs waking it, and in Strict mode that thread
+ * takes the core the host needs for the next op: with parts of 16384
+ * (4 us of a layer_norm) a stream of 128x512 layer_norms ran at 27-49 us
+ * an op, on one thread at 23. */
+enum { kPartElems = 65536, kMinElems = 4096 };
 
 typedef struct {
   int kind; /* a tpu_hostrow_kind_t, or one of the targets past them */
