@@ -121,9 +121,30 @@ KERNEL static void tile_tn(const float* p, int64_t ldp, int nr, int64_t n, const
 #undef CALL
 }
 
+/* exp_shift's 16-float vectors (AVX-512: half the instructions for the
+ * exps, a quarter of the kernel's time), the last 8 in AVX2. */
+__attribute__((target("avx512f,avx2,fma"))) static float exp_shift_wide(float* x, int64_t n,
+                                                                       float m) {
+  __m512 vm = _mm512_set1_ps(m), acc = _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    __m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(x + i), vm));
+    _mm512_storeu_ps(x + i, e);
+    acc = _mm512_add_ps(acc, e);
+  }
+  float sum = hsum16(acc);
+  if (i < n) {
+    __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), _mm256_set1_ps(m)));
+    _mm256_storeu_ps(x + i, e);
+    sum += hsum8(e);
+  }
+  return sum;
+}
+
 /* e = exp(x - m) in place over n floats (a multiple of 8); returns
  * their sum. */
 KERNEL static float exp_shift(float* x, int64_t n, float m) {
+  if (tpu_hostffi_wide()) return exp_shift_wide(x, n, m);
   __m256 vm = _mm256_set1_ps(m), acc = _mm256_setzero_ps();
   for (int64_t i = 0; i < n; i += 8) {
     __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm));

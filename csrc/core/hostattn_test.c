@@ -3,6 +3,7 @@
  * queries and the other way round, a bias that masks whole rows, a NaN
  * score), and the text rewrite of a marked forward and backward. */
 #include "hostattn.h"
+#include "hostffi.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -187,5 +188,13 @@ static void test_rewrite_text(void) {
   CHECK(out == NULL);
 }
 
+/* On an AVX-512 CPU the tests above ran the wide exps: the AVX2 ones too. */
+static void test_avx2_forms_match_double_precision(void) {
+  tpu_hostffi_set_wide(false);
+  test_kernel_matches_double_precision();
+  test_nan_and_masked_rows();
+  tpu_hostffi_set_wide(true);
+}
+
 TPU_TEST_MAIN(TPU_TEST(test_kernel_matches_double_precision), TPU_TEST(test_nan_and_masked_rows),
-              TPU_TEST(test_rewrite_text))
+              TPU_TEST(test_avx2_forms_match_double_precision), TPU_TEST(test_rewrite_text))

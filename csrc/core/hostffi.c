@@ -10,6 +10,18 @@
 
 #include "env.h"
 
+static atomic_bool g_wide_off;
+
+bool tpu_hostffi_wide(void) {
+  static atomic_int supported = -1; /* every thread finds the same */
+  if (supported < 0)
+    supported = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx2") &&
+                __builtin_cpu_supports("fma");
+  return supported && !atomic_load_explicit(&g_wide_off, memory_order_relaxed);
+}
+
+void tpu_hostffi_set_wide(bool allowed) { atomic_store(&g_wide_off, !allowed); }
+
 XLA_FFI_Error* tpu_hostffi_error(const XLA_FFI_CallFrame* frame, const char* message) {
   XLA_FFI_Error_Create_Args args = {.struct_size = XLA_FFI_Error_Create_Args_STRUCT_SIZE,
                                     .message = message,

@@ -28,6 +28,12 @@ bool tpu_hostffi_answer_metadata(XLA_FFI_CallFrame* frame);
  * [1, TPU_HOSTFFI_MAX_PARTS]; 1 when unknown. */
 int tpu_hostffi_threads(const XLA_FFI_CallFrame* frame);
 
+/* Whether the host kernels may use their AVX-512 forms: the CPU has
+ * AVX-512F (and AVX2+FMA) and tests have not turned them off
+ * (tpu_hostffi_set_wide(false) runs the AVX2 forms, to test both). */
+bool tpu_hostffi_wide(void);
+void tpu_hostffi_set_wide(bool allowed);
+
 /* Runs work(ctx, i) for every i in [0, parts): parts are offered to the
  * pool's threads, and this thread takes whichever no pool thread has
  * started (all of them when the pool is busy: no thread is ever added).

@@ -109,11 +109,64 @@ __attribute__((target("avx2,fma"))) static void row_avx2(tpu_hostrow_kind_t kind
   for (i = nv; i < n; i++) y[i] *= 1.0f / s;
 }
 
+#define WIDE __attribute__((target("avx512f,avx2,fma")))
+
+/* The lanes [0, left) of 16 (all when left >= 16). */
+WIDE static __mmask16 lanes16(int64_t left) {
+  return left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1);
+}
+
+/* row_avx2's passes in 16-float vectors, the tail in masked ones: the
+ * exp pass is most of a softmax, and AVX-512 does it in half the
+ * instructions (128x512 on one thread: 44 us in AVX2). */
+WIDE static void row_avx512(tpu_hostrow_kind_t kind, const float* x, float* y, int64_t n) {
+  __m512 m0 = _mm512_set1_ps(-INFINITY), m1 = m0;
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    m0 = _mm512_max_ps(m0, _mm512_loadu_ps(x + i));
+    m1 = _mm512_max_ps(m1, _mm512_loadu_ps(x + i + 16));
+  }
+  for (; i < n; i += 16) {
+    __mmask16 k = lanes16(n - i);
+    m0 = _mm512_mask_max_ps(m0, k, m0, _mm512_maskz_loadu_ps(k, x + i));
+  }
+  float m = hmax16(_mm512_max_ps(m0, m1));
+  if (kind == TPU_HOSTROW_SAFE_SOFTMAX && m == -INFINITY && all_minus_inf(x, n)) {
+    memset(y, 0, (size_t)n * sizeof *y);
+    return;
+  }
+  __m512 vm = _mm512_set1_ps(m), s16 = _mm512_setzero_ps();
+  bool store = kind != TPU_HOSTROW_LOG_SOFTMAX;
+  for (i = 0; i < n; i += 16) {
+    __mmask16 k = lanes16(n - i);
+    __m512 e = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + i), vm));
+    if (store) _mm512_mask_storeu_ps(y + i, k, e);
+    s16 = _mm512_mask_add_ps(s16, k, s16, e);
+  }
+  float s = hsum16(s16);
+  if (!store) {
+    __m512 ls = _mm512_set1_ps(logf(s));
+    for (i = 0; i < n; i += 16) {
+      __mmask16 k = lanes16(n - i);
+      __m512 v = _mm512_sub_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + i), vm), ls);
+      _mm512_mask_storeu_ps(y + i, k, v);
+    }
+    return;
+  }
+  __m512 inv = _mm512_set1_ps(1.0f / s);
+  for (i = 0; i < n; i += 16) {
+    __mmask16 k = lanes16(n - i);
+    _mm512_mask_storeu_ps(y + i, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, y + i), inv));
+  }
+}
+
 void tpu_hostrow_compute(tpu_hostrow_kind_t kind, const float* x, float* y, int64_t rows,
                          int64_t n) {
   bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  bool wide = tpu_hostffi_wide();
   for (int64_t r = 0; r < rows; r++) {
-    if (avx2 && n >= 8) row_avx2(kind, x + r * n, y + r * n, n);
+    if (wide && n >= 16) row_avx512(kind, x + r * n, y + r * n, n);
+    else if (avx2 && n >= 8) row_avx2(kind, x + r * n, y + r * n, n);
     else row_scalar(kind, x + r * n, y + r * n, n);
   }
 }
@@ -243,11 +296,36 @@ __attribute__((target("avx2,fma"))) static void bwd_avx2(bool log, const float* 
   for (i = nv; i < n; i++) out[i] = log ? g[i] - expf(y[i]) * s : y[i] * (g[i] - s);
 }
 
+/* bwd_avx2 in 16-float vectors, the tail masked. */
+WIDE static void bwd_avx512(bool log, const float* g, const float* y, float* out, int64_t n) {
+  __m512 a0 = _mm512_setzero_ps(), a1 = a0;
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    __m512 g0 = _mm512_loadu_ps(g + i), g1 = _mm512_loadu_ps(g + i + 16);
+    a0 = log ? _mm512_add_ps(a0, g0) : _mm512_fmadd_ps(g0, _mm512_loadu_ps(y + i), a0);
+    a1 = log ? _mm512_add_ps(a1, g1) : _mm512_fmadd_ps(g1, _mm512_loadu_ps(y + i + 16), a1);
+  }
+  for (; i < n; i += 16) {
+    __mmask16 k = lanes16(n - i);
+    __m512 gv = _mm512_maskz_loadu_ps(k, g + i);
+    a0 = log ? _mm512_add_ps(a0, gv) : _mm512_fmadd_ps(gv, _mm512_maskz_loadu_ps(k, y + i), a0);
+  }
+  __m512 vs = _mm512_set1_ps(hsum16(_mm512_add_ps(a0, a1)));
+  for (i = 0; i < n; i += 16) {
+    __mmask16 k = lanes16(n - i);
+    __m512 gv = _mm512_maskz_loadu_ps(k, g + i), yv = _mm512_maskz_loadu_ps(k, y + i);
+    _mm512_mask_storeu_ps(out + i, k, log ? _mm512_fnmadd_ps(exp16(yv), vs, gv)
+                                          : _mm512_mul_ps(yv, _mm512_sub_ps(gv, vs)));
+  }
+}
+
 void tpu_hostrow_softmax_backward(bool log, const float* g, const float* y, float* out,
                                   int64_t rows, int64_t n) {
   bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  bool wide = tpu_hostffi_wide();
   for (int64_t r = 0; r < rows; r++) {
-    if (avx2 && n >= 8) bwd_avx2(log, g + r * n, y + r * n, out + r * n, n);
+    if (wide && n >= 16) bwd_avx512(log, g + r * n, y + r * n, out + r * n, n);
+    else if (avx2 && n >= 8) bwd_avx2(log, g + r * n, y + r * n, out + r * n, n);
     else bwd_scalar(log, g + r * n, y + r * n, out + r * n, n);
   }
 }

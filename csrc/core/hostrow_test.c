@@ -7,6 +7,7 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "hostffi.h"
 #include "program.h"
 #include "runtime.h"
 #include "testing.h"
@@ -381,8 +382,17 @@ static void test_setup(void) {
   CHECK(tpu_runtime_is_initialized());
 }
 
+/* On an AVX-512 CPU the tests above ran the wide forms: the AVX2 ones too. */
+static void test_avx2_forms_match_reference(void) {
+  tpu_hostffi_set_wide(false);
+  test_kernel_matches_reference();
+  test_softmax_backward_matches_reference();
+  tpu_hostffi_set_wide(true);
+}
+
 TPU_TEST_MAIN(TPU_TEST(test_kernel_matches_reference), TPU_TEST(test_layer_norm_matches_reference),
               TPU_TEST(test_softmax_backward_matches_reference),
+              TPU_TEST(test_avx2_forms_match_reference),
               TPU_TEST(test_rewrite_picks_marked_float_rows), TPU_TEST(test_rewrite_layer_norm),
               TPU_TEST(test_setup),
               TPU_TEST(test_custom_calls_compute_rows), TPU_TEST(test_custom_call_layer_norm),
