@@ -13,9 +13,9 @@ enum { N = 64 };
 
 /* Runs a program over flat [N] f32 = 0..N-1 (and optionally a value input
  * of the view's shape) returning one output of `out_n` floats. */
-static tpu_status_t run_values(const tpu_view_t* v, bool write, const float* custom, float* out,
-                               int64_t out_n) {
-  TPU_RETURN_IF_ERROR(tpu_runtime_init(NULL));
+/* The text of a program reading view v from flat [N] (or, write, writing
+ * a value input of the view's shape into it). */
+static tpu_status_t view_text(const tpu_view_t* v, bool write, char** text, size_t* len) {
   tpu_hlo_builder_t* b = NULL;
   TPU_RETURN_IF_ERROR(tpu_hlo_builder_create(&b));
   int64_t n = N;
@@ -24,13 +24,20 @@ static tpu_status_t run_values(const tpu_view_t* v, bool write, const float* cus
   if (write) value = tpu_hlo_arg(b, tpu_hlo_type_make(TPU_DTYPE_FLOAT32, v->rank, v->sizes), NULL);
   tpu_hlo_value_t r = write ? tpu_view_emit_write(b, flat, v, value) : tpu_view_emit_read(b, flat, v);
   tpu_hlo_return(b, &r, 1);
+  tpu_status_t s = tpu_hlo_builder_finish(b, text, len);
+  tpu_hlo_builder_destroy(b);
+  return s;
+}
+
+static tpu_status_t run_values(const tpu_view_t* v, bool write, const float* custom, float* out,
+                               int64_t out_n) {
+  TPU_RETURN_IF_ERROR(tpu_runtime_init(NULL));
+  int64_t n = N;
   char* text = NULL;
   size_t len = 0;
-  tpu_status_t s = tpu_hlo_builder_finish(b, &text, &len);
-  tpu_hlo_builder_destroy(b);
-  TPU_RETURN_IF_ERROR(s);
+  TPU_RETURN_IF_ERROR(view_text(v, write, &text, &len));
   tpu_program_t* program = NULL;
-  s = tpu_program_get(text, len, &program);
+  tpu_status_t s = tpu_program_get(text, len, &program);
   free(text);
   TPU_RETURN_IF_ERROR(s);
   float host[N], values[N];
@@ -161,23 +168,6 @@ static void test_overlapping_windows_write_keeps_changed_values(void) {
   }
 }
 
-/* The text of a read of `v` from flat [N]. */
-static void read_text(const tpu_view_t* v, char** out) {
-  *out = NULL;
-  tpu_hlo_builder_t* b = NULL;
-  CHECK_OK(tpu_hlo_builder_create(&b));
-  int64_t n = N;
-  tpu_hlo_value_t flat = tpu_hlo_arg(b, tpu_hlo_type_make(TPU_DTYPE_FLOAT32, 1, &n), NULL);
-  tpu_hlo_value_t r = tpu_view_emit_read(b, flat, v);
-  tpu_hlo_return(b, &r, 1);
-  char* text = NULL;
-  size_t len = 0;
-  tpu_status_t s = tpu_hlo_builder_finish(b, &text, &len);
-  tpu_hlo_builder_destroy(b);
-  CHECK_OK(s);
-  *out = text;
-}
-
 /* k and v of a fused qkv split read as slices of the storage: no padded
  * copy of the whole storage (XLA materialises pad + slice), while a view
  * whose rows wrap still needs the pad. */
@@ -185,12 +175,13 @@ static void test_split_views_read_without_padding(void) {
   int64_t sizes[3] = {2, 2, 4}, strides[3] = {32, 16, 1};
   tpu_view_t tail = view(3, sizes, strides, 12);
   char* text = NULL;
-  read_text(&tail, &text);
+  size_t len = 0;
+  CHECK_OK(view_text(&tail, false, &text, &len));
   CHECK(text && strstr(text, "stablehlo.pad") == NULL);
   free(text);
   int64_t wsizes[2] = {2, 4}, wstrides[2] = {30, 2};
   tpu_view_t wrap = view(2, wsizes, wstrides, 26);
-  read_text(&wrap, &text);
+  CHECK_OK(view_text(&wrap, false, &text, &len));
   CHECK(text && strstr(text, "stablehlo.pad") != NULL);
   free(text);
 }
