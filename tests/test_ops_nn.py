@@ -178,6 +178,73 @@ def test_layer_norm_big_enough_for_the_host_kernel_as_cpu(shape, k, mode):
     assert_close(cf(*to_tpu([x, w, b])).cpu(), F.layer_norm(x * 2, ns, w, b))
 
 
+def _layer_norm_grads(x, ns, w, b, g):
+    """(dx, dweight, dbias) of layer_norm(x, ns, w, b) for output gradient
+    g, on x's device; the parameters' gradients left out when absent."""
+    leaves = [t.detach().requires_grad_() for t in (x, w, b) if t is not None]
+    it = iter(leaves)
+    xx, ww, bb = next(it), next(it) if w is not None else None, next(it) if b is not None else None
+    return torch.autograd.grad(F.layer_norm(xx, ns, ww, bb), leaves, g)
+
+
+@pytest.mark.parametrize("mode", ["strict", "defer_and_fuse"])
+@pytest.mark.parametrize("shape,k", [((16, 64, 64), 1), ((128, 512), 1), ((4, 32, 8, 16), 2),
+                                     ((300, 17), 1)])
+def test_layer_norm_backward_host_kernel_as_float64(shape, k, mode):
+    """On the CPU plugin, a float32 layer_norm backward of 4096+ elements
+    runs as the host kernel (core/hostnorm.h): dx, dweight and dbias
+    against a float64 CPU reference (the weight's and bias's gradients sum
+    over up to 1024 rows: CPU's own float32 sums are no closer), with
+    weight and bias, weight only, neither; a bfloat16 input (computed in
+    float32) against float32 CPU; inside a fused run (the mode set for the
+    process: the backward runs on autograd's thread)."""
+    ns = shape[-k:]
+    x, g = make(shape) + 1, make(shape, seed=3)
+    w, b = make(ns, seed=1), make(ns, seed=2)
+    before = torchtpu.metrics.metrics().get("host_norm_programs", 0)
+    previous = torchtpu.get_eager_mode()
+    torchtpu.set_eager_mode(mode)
+    try:
+        for ww, bb in ((w, b), (w, None), (None, None)):
+            got = _layer_norm_grads(*to_tpu([x * 1.5, ns, ww, bb, g]))
+            want = _layer_norm_grads(*[t.double() if isinstance(t, torch.Tensor) else t
+                                       for t in (x * 1.5, ns, ww, bb, g)])
+            assert len(got) == len(want)
+            for a, e in zip(got, want):
+                torch.testing.assert_close(a.cpu().double(), e, atol=2e-5, rtol=2e-5)
+        half = _layer_norm_grads(*to_tpu([x.bfloat16(), ns, w.bfloat16(), b.bfloat16(),
+                                          g.bfloat16()]))
+        ref = _layer_norm_grads(*[t.bfloat16().float() if isinstance(t, torch.Tensor) else t
+                                  for t in (x, ns, w, b, g)])
+        for a, e in zip(half, ref):
+            assert a.dtype == torch.bfloat16
+            # bfloat16 results of sums over up to 1024 rows: a few ulps of
+            # the largest terms
+            torch.testing.assert_close(a.cpu().float(), e, atol=0.25, rtol=2e-2)
+    finally:
+        torchtpu.set_eager_mode(previous)
+    assert torchtpu.metrics.metrics().get("host_norm_programs", 0) > before
+
+
+def test_layer_norm_backward_host_kernel_off_computes_the_same():
+    """TORCHTPU_HOST_ROW=0 leaves layer_norm's backward to XLA: no custom
+    call, and the same gradients (to rounding) as with it."""
+    check_host_kernel_switch(
+        "import torch, torchtpu\n"
+        "import torch.nn.functional as F\n"
+        "gen = torch.Generator().manual_seed(0)\n"
+        "x, g = torch.randn(64, 4, 64, generator=gen), torch.randn(64, 4, 64, generator=gen)\n"
+        "w, b = torch.randn(64, generator=gen), torch.randn(64, generator=gen)\n"
+        "def grads(x, w, b, g):\n"
+        "    t = [v.detach().requires_grad_() for v in (x, w, b)]\n"
+        "    return torch.autograd.grad(F.layer_norm(t[0], (64,), t[1], t[2]), t, g)\n"
+        "got = grads(*[v.to('tpu') for v in (x, w, b)], g.to('tpu'))\n"
+        "want = grads(x.double(), w.double(), b.double(), g.double())\n"
+        "for a, e in zip(got, want):\n"
+        "    torch.testing.assert_close(a.cpu().double(), e, rtol=2e-5, atol=2e-5)\n",
+        "TORCHTPU_HOST_ROW", "host_norm_programs")
+
+
 def test_layer_norm_noncontiguous():
     x = make((5, 8), noncontiguous=True)
     w, b = make((5,), seed=1), make((5,), seed=2)

@@ -75,8 +75,9 @@ static const tpu_env_var_t kEnvVars[] = {
     {"TORCHTPU_HOST_ROW", "1",
      "CPU plugin only: 1 computes a single-device program's float32 "
      "softmax, log_softmax, _safe_softmax and their gradients over the last "
-     "dim, and layer_norm, in host code (AVX2, one pass a row) as XLA custom "
-     "calls (csrc/core/hostrow.h): 2-4x faster than XLA:CPU's forms. 0 (or "
+     "dim, and layer_norm and its backward, in host code (AVX2, one pass a "
+     "row) as XLA custom calls (csrc/core/hostrow.h, hostnorm.h): 2-4x "
+     "faster than XLA:CPU's forms. 0 (or "
      "TORCHTPU_HOST_GEMM=0) leaves them to XLA.",
      "experimental"},
     {"TORCHTPU_LOG", "",

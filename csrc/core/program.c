@@ -14,6 +14,7 @@
 #include "hlo/signature.h"
 #include "hostattn.h"
 #include "hostgemm.h"
+#include "hostnorm.h"
 #include "hostrow.h"
 #include "metrics.h"
 #include "runtime.h"
@@ -245,13 +246,20 @@ tpu_status_t tpu_program_get(const char* mlir, size_t mlir_len,
   if (!compiled && tpu_hostrow_active())
     compiled = tpu_hostrow_rewrite(rewritten, rewritten_len, &row_text, &row_len);
   if (row_text) TPU_METRICS_BUMP("host_row_programs", 1);
+  if (row_text) rewritten = row_text, rewritten_len = row_len;
+  char* norm_text = NULL;
+  size_t norm_len = 0;
+  if (!compiled && tpu_hostnorm_active())
+    compiled = tpu_hostnorm_rewrite(rewritten, rewritten_len, &norm_text, &norm_len);
+  if (norm_text) TPU_METRICS_BUMP("host_norm_programs", 1);
   if (!compiled)
-    compiled = tpu_diskcache_load_or_compile(client, row_text ? row_text : rewritten,
-                                             row_text ? row_len : rewritten_len, &options,
+    compiled = tpu_diskcache_load_or_compile(client, norm_text ? norm_text : rewritten,
+                                             norm_text ? norm_len : rewritten_len, &options,
                                              &executable);
   free(attn_text);
   free(gemm_text);
   free(row_text);
+  free(norm_text);
   tpu_trace_end(&span);
   TPU_RETURN_IF_ERROR(compiled);
   tpu_program_t* program = calloc(1, sizeof *program);

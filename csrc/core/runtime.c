@@ -13,6 +13,7 @@
 #include "env.h"
 #include "hostattn.h"
 #include "hostgemm.h"
+#include "hostnorm.h"
 #include "hostrow.h"
 #include "hostheap.h"
 #include "lower/emit.h"
@@ -237,6 +238,7 @@ tpu_status_t tpu_runtime_init(const char* fallback_plugin_path) {
   }
   tpu_hostgemm_register(client);
   tpu_hostrow_register(client);
+  tpu_hostnorm_register(client);
   tpu_hostattn_register(client);
   g_default_device =
       visible_count > 0 ? 0 : local_rank_device(tpu_client_device_count(client));

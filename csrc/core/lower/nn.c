@@ -293,6 +293,53 @@ static tpu_hlo_value_t norm_dx(tpu_hlo_builder_t* b, tpu_hlo_value_t gw, tpu_hlo
   return tpu_emit_mul(b, rstd_full, tpu_emit_sub(b, tpu_emit_sub(b, gw, a), tpu_emit_mul(b, xhat, c)));
 }
 
+/* v's elements as a [rows] value, always a line of its own (the rewrite
+ * reads its type there). */
+static tpu_hlo_value_t rows_of(tpu_hlo_builder_t* b, tpu_hlo_value_t v, int64_t rows) {
+  tpu_hlo_type_t t = type_of(b, v);
+  t.rank = 1;
+  t.dims[0] = rows;
+  return tpu_hlo_op(b, "stablehlo.reshape", &v, 1, t, NULL);
+}
+
+/* Names the gradients (dx, dw, db) by identities, the last marked for the
+ * CPU plugin's host kernel (core/hostnorm.h), when the operands are
+ * float32 (after the accumulation convert), mean and rstd (as the
+ * op's arguments, not broadcast) one a row and the weight of the
+ * normalized shape. */
+static void layer_norm_bwd_mark(tpu_lower_ctx_t* ctx, tpu_hlo_value_t g, tpu_hlo_value_t x,
+                                tpu_hlo_value_t mean, tpu_hlo_value_t rstd,
+                                const tpu_hlo_value_t* w, int k, tpu_hlo_value_t* grads) {
+  tpu_hlo_builder_t* b = tpu_lower_builder(ctx);
+  tpu_hlo_type_t xt = type_of(b, x), gt = type_of(b, grads[2]);
+  int64_t n = tpu_hlo_type_numel(&gt), total = tpu_hlo_type_numel(&xt);
+  if (xt.dtype != TPU_DTYPE_FLOAT32 || type_of(b, g).dtype != TPU_DTYPE_FLOAT32 || n < 1 ||
+      total % n || gt.rank != k)
+    return;
+  tpu_hlo_type_t mt = type_of(b, mean), rt = type_of(b, rstd);
+  if (tpu_hlo_type_numel(&mt) != total / n || tpu_hlo_type_numel(&rt) != total / n) return;
+  tpu_hlo_value_t wf = {0};
+  if (w) {
+    wf = tpu_emit_convert(b, *w, TPU_DTYPE_FLOAT32);
+    tpu_hlo_type_t wt = type_of(b, wf);
+    if (!tpu_hlo_type_equal(&wt, &gt)) return;
+  }
+  mean = tpu_emit_convert(b, mean, TPU_DTYPE_FLOAT32);
+  rstd = tpu_emit_convert(b, rstd, TPU_DTYPE_FLOAT32);
+  char names[7][32];
+  tpu_hlo_value_t m = rows_of(b, mean, total / n), r = rows_of(b, rstd, total / n);
+  grads[0] = same(b, grads[0], NULL);
+  grads[1] = same(b, grads[1], NULL);
+  tpu_hlo_value_t v[7] = {g, x, m, r, w ? wf : g, grads[0], grads[1]};
+  for (int i = 0; i < 7; i++) tpu_hlo_value_name(b, v[i], names[i], sizeof names[i]);
+  if (!w) snprintf(names[4], sizeof names[4], "-");
+  char buf[320];
+  snprintf(buf, sizeof buf,
+           "mhlo.frontend_attributes = {torchtpu_norm = \"layer_norm_bwd %s %s %s %s %s %s %s\"}",
+           names[0], names[1], names[2], names[3], names[4], names[5], names[6]);
+  grads[2] = same(b, grads[2], buf);
+}
+
 /* native_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd,
  * weight?, bias?, output_mask) -> (dx, dweight, dbias). */
 static tpu_status_t lower_layer_norm_bwd(tpu_lower_ctx_t* ctx) {
@@ -310,11 +357,17 @@ static tpu_status_t lower_layer_norm_bwd(tpu_lower_ctx_t* ctx) {
   tpu_hlo_value_t mean = tpu_emit_cast_to(b, tpu_lower_tensor(ctx, 3), &xt);
   tpu_hlo_value_t rstd = tpu_emit_cast_to(b, tpu_lower_tensor(ctx, 4), &xt);
   tpu_hlo_value_t xhat = tpu_emit_mul(b, tpu_emit_sub(b, x, mean), rstd);
-  tpu_hlo_value_t gw = g;
-  if (is_tensor(ctx, 5)) gw = tpu_emit_mul(b, g, tpu_emit_cast_to(b, tpu_lower_tensor(ctx, 5), &xt));
-  set_grad(ctx, 7, 0, norm_dx(b, gw, xhat, rstd, dims, k));
-  set_grad(ctx, 7, 1, sum_dims(b, tpu_emit_mul(b, g, xhat), outer, axis));
-  set_grad(ctx, 7, 2, sum_dims(b, g, outer, axis));
+  tpu_hlo_value_t gw = g, w = {0};
+  if (is_tensor(ctx, 5)) {
+    w = tpu_lower_tensor(ctx, 5);
+    gw = tpu_emit_mul(b, g, tpu_emit_cast_to(b, w, &xt));
+  }
+  tpu_hlo_value_t grads[3] = {norm_dx(b, gw, xhat, rstd, dims, k),
+                              sum_dims(b, tpu_emit_mul(b, g, xhat), outer, axis),
+                              sum_dims(b, g, outer, axis)};
+  layer_norm_bwd_mark(ctx, g, x, tpu_lower_tensor(ctx, 3), tpu_lower_tensor(ctx, 4),
+                      is_tensor(ctx, 5) ? &w : NULL, k, grads);
+  for (int i = 0; i < 3; i++) set_grad(ctx, 7, i, grads[i]);
   return NULL;
 }
 
