@@ -527,6 +527,39 @@ def test_sdpa_runs_as_one_fused_op_as_cpu(case, mode):
         assert got[:, :, 2].abs().sum().item() == 0
 
 
+@pytest.mark.parametrize("mode", ["strict", "defer_and_fuse"])
+@pytest.mark.parametrize("out", ["heads_last", "as_is", "mixed"])
+def test_sdpa_host_kernel_reads_views_in_place(mode, out):
+    """The host attention reads q, k, v where a view read's chain (split,
+    view, transpose of one projection) says they are, in the projection's
+    buffer, and writes a result the program transposes to [B, L, H, D] next
+    straight in that layout (core/hostview.h): values and the projection's
+    gradient as on CPU, causal and not, with odd sizes; the output used as
+    [B, L, H*D] or as it is; one of q, k, v an ordinary tensor. The mode is
+    the process's, so the backward runs in it too."""
+    B, T, H, D = 3, 33, 3, 8
+    qkv = make((B, T, 3 * H * D), seed=5)
+    other = make((B, H, T, D), seed=6)
+
+    def fn(x, o=None):
+        q, k, v = (z.view(B, T, H, D).transpose(1, 2) for z in x.split(H * D, dim=2))
+        if o is not None:
+            q = o * 1.5
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        b = F.scaled_dot_product_attention(k, q, v) * 0.5
+        if out == "as_is":
+            return a + b
+        return (a + b).transpose(1, 2).reshape(B, T, H * D)
+    before = torchtpu.metrics.metrics().get("host_attn_strided", 0)
+    previous = torchtpu.get_eager_mode()
+    torchtpu.set_eager_mode(mode)
+    try:
+        check(fn, *([qkv, other] if out == "mixed" else [qkv]), grad=True)
+    finally:
+        torchtpu.set_eager_mode(previous)
+    assert torchtpu.metrics.metrics().get("host_attn_strided", 0) > before
+
+
 def test_host_attention_off_computes_the_same():
     """On the CPU plugin SDPA's fused forward and backward run as the host
     kernel (core/hostattn.h); TORCHTPU_HOST_ATTN=0 leaves them to XLA. Both

@@ -50,8 +50,20 @@ extern "C" {
  * Scores are q k^T * scale + bias, keys after a query's position -inf
  * when causal (top-left aligned); a row with every score -inf gives a
  * zero output, zero gradients and a logsumexp of -inf. */
+/* Where an operand's element (slice b, row i, column c) lives: at its
+ * pointer + (b / heads) * batch + (b % heads) * head + i * row + c. A
+ * zero layout (row 0) is the operand's row-major [bh, rows, cols]. */
+typedef struct tpu_hostattn_layout_s {
+  int64_t batch, head, row;
+} tpu_hostattn_layout_t;
+
 typedef struct tpu_hostattn_s {
   int64_t bh, l, s, d, dv;
+  /* the last batch dim (the heads), for the layouts; 0 counts as 1 */
+  int64_t heads;
+  /* q, k, v, g, the forward's out (backward), out (forward), dq, dk, dv;
+   * lse, fwd_lse and bias are always row-major */
+  tpu_hostattn_layout_t lq, lk, lv, lg, lo, lout, ldq, ldk, ldv;
   const float *q, *k, *v, *bias;
   bool causal;
   float scale;

@@ -188,6 +188,125 @@ static void test_rewrite_text(void) {
   CHECK(out == NULL);
 }
 
+/* Layouts: q, k, v read from one packed [B, L, 3, H, D] projection, g and
+ * the forward's out from [B, L, H, D], every result written [B, L, H,
+ * D]: the same numbers, bit for bit, as the row-major run (each slice's
+ * arithmetic is the same, only where it reads and writes moves). */
+static void test_strided_layouts_match_contiguous(void) {
+  if (!avx2()) return;
+  enum { B = 2, H = 3, L = 17, D = 5 };
+  const int64_t bh = B * H, n = bh * L * D;
+  float* qkv = malloc(sizeof(float) * (size_t)(3 * n));
+  float* g_blhd = malloc(sizeof(float) * (size_t)n);
+  float* mem = calloc((size_t)(16 * n), sizeof(float));
+  float *q = mem, *k = q + n, *v = k + n, *g = v + n, *out = g + n, *dq = out + n, *dk = dq + n,
+        *dv = dk + n, *s_out = dv + n, *s_dq = s_out + n, *s_dk = s_dq + n, *s_dv = s_dk + n;
+  float lse[B * H * L], s_lse[B * H * L];
+  fill(qkv, 3 * n, 7);
+  fill(g_blhd, n, 8);
+  /* element (b, h, l, d) of q/k/v (which 0..2) and of a [B, L, H, D] */
+#define PACKED(which, b, h, l, d) (((((b) * L + (l)) * 3 + (which)) * H + (h)) * D + (d))
+#define BLHD(b, h, l, d) ((((b) * L + (l)) * H + (h)) * D + (d))
+#define BHLD(b, h, l, d) ((((b) * H + (h)) * L + (l)) * D + (d))
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < H; h++)
+      for (int l = 0; l < L; l++)
+        for (int d = 0; d < D; d++) {
+          q[BHLD(b, h, l, d)] = qkv[PACKED(0, b, h, l, d)];
+          k[BHLD(b, h, l, d)] = qkv[PACKED(1, b, h, l, d)];
+          v[BHLD(b, h, l, d)] = qkv[PACKED(2, b, h, l, d)];
+          g[BHLD(b, h, l, d)] = g_blhd[BLHD(b, h, l, d)];
+        }
+  tpu_hostattn_t a = {.bh = bh, .l = L, .s = L, .d = D, .dv = D, .causal = true, .scale = 0.3f,
+                      .q = q, .k = k, .v = v, .g = g, .out = out, .lse = lse, .fwd_out = out,
+                      .fwd_lse = lse, .dq = dq, .dk = dk, .dvv = dv};
+  CHECK(tpu_hostattn_forward(&a, 0, bh));
+  CHECK(tpu_hostattn_backward(&a, 0, bh));
+  const tpu_hostattn_layout_t packed = {L * 3 * H * D, D, 3 * H * D}, blhd = {L * H * D, D, H * D};
+  tpu_hostattn_t s = {.bh = bh, .heads = H, .l = L, .s = L, .d = D, .dv = D, .causal = true,
+                      .scale = 0.3f, .q = qkv, .k = qkv + H * D, .v = qkv + 2 * H * D,
+                      .g = g_blhd, .out = s_out, .lse = s_lse, .fwd_out = s_out,
+                      .fwd_lse = s_lse, .dq = s_dq, .dk = s_dk, .dvv = s_dv,
+                      .lq = packed, .lk = packed, .lv = packed, .lg = blhd, .lo = blhd,
+                      .lout = blhd, .ldq = blhd, .ldk = blhd, .ldv = blhd};
+  /* two parts, as the pool cuts it */
+  CHECK(tpu_hostattn_forward(&s, 0, 2) && tpu_hostattn_forward(&s, 2, bh));
+  CHECK(tpu_hostattn_backward(&s, 0, 3) && tpu_hostattn_backward(&s, 3, bh));
+  int wrong = 0;
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < H; h++)
+      for (int l = 0; l < L; l++) {
+        wrong += s_lse[(b * H + h) * L + l] != lse[(b * H + h) * L + l];
+        for (int d = 0; d < D; d++)
+          wrong += s_out[BLHD(b, h, l, d)] != out[BHLD(b, h, l, d)] ||
+                   s_dq[BLHD(b, h, l, d)] != dq[BHLD(b, h, l, d)] ||
+                   s_dk[BLHD(b, h, l, d)] != dk[BHLD(b, h, l, d)] ||
+                   s_dv[BLHD(b, h, l, d)] != dv[BHLD(b, h, l, d)];
+      }
+#undef PACKED
+#undef BLHD
+#undef BHLD
+  CHECK_EQ(wrong, 0);
+  free(qkv), free(g_blhd), free(mem);
+}
+
+/* The strided form: q, k, v seen through a view read's chain to the
+ * projection's value, their views in the attributes; a result the program
+ * transposes to [B, L, H, D] next is made so and named by the inverse
+ * transpose; a bias keeps the plain form. */
+/* The rewrite of a program whose attention reads q, k, v as the demo's
+ * view reads, its bias word `bias`. */
+static char* rewrite_views(const char* bias) {
+  static const char kView[] =
+      "    %%%d = \"stablehlo.reshape\"(%%arg0) : (tensor<196608xf32>) -> "
+      "tensor<16x64x12x16x1xf32>\n"
+      "    %%%d = \"stablehlo.slice\"(%%%d) {start_indices = array<i64: 0, 0, %d, 0, 0>, "
+      "limit_indices = array<i64: 16, 64, %d, 16, 1>, strides = array<i64: 1, 1, 1, 1, 1>} : "
+      "(tensor<16x64x12x16x1xf32>) -> tensor<16x64x4x16x1xf32>\n"
+      "    %%%d = \"stablehlo.reshape\"(%%%d) : (tensor<16x64x4x16x1xf32>) -> "
+      "tensor<16x64x4x16xf32>\n"
+      "    %%%d = \"stablehlo.transpose\"(%%%d) {permutation = array<i64: 0, 2, 1, 3>} : "
+      "(tensor<16x64x4x16xf32>) -> tensor<16x4x64x16xf32>\n";
+  char text[8192];
+  int n = snprintf(text, sizeof text, "  func.func private @f1(%%arg0: tensor<196608xf32>) {\n");
+  for (int i = 0; i < 3; i++)
+    n += snprintf(text + n, sizeof text - (size_t)n, kView, 10 * i, 10 * i + 1, 10 * i, 4 * i,
+                  4 * i + 4, 10 * i + 2, 10 * i + 1, 10 * i + 3, 10 * i + 2);
+  n += snprintf(text + n, sizeof text - (size_t)n,
+                "    %%40 = \"stablehlo.reshape\"(%%3) : (tensor<16x4x64x16xf32>) -> "
+                "tensor<16x4x64x16xf32>\n"
+                "    %%41 = \"stablehlo.reshape\"(%%39) {mhlo.frontend_attributes = "
+                "{torchtpu_attn = \"fwd %%3 %%13 %%23 %s %%40 1 0.25 16x4 64 64 16 16\"}} : "
+                "(tensor<16x4x64xf32>) -> tensor<16x4x64xf32>\n"
+                "    %%42 = \"stablehlo.transpose\"(%%40) {permutation = array<i64: 0, 2, 1, 3>} "
+                ": (tensor<16x4x64x16xf32>) -> tensor<16x64x4x16xf32>\n  }\n",
+                bias);
+  char* out = NULL;
+  size_t len = 0;
+  tpu_status_t st = tpu_hostattn_rewrite(text, strlen(text), &out, &len);
+  if (st) tpu_status_free(st);
+  return st ? NULL : out;
+}
+
+static void test_rewrite_strided(void) {
+  char* out = rewrite_views("-");
+  CHECK(out != NULL);
+  if (!out) return;
+  CHECK_STR_CONTAINS(out, "%attn41:2 = \"stablehlo.custom_call\"(%arg0, %arg0, %arg0) {");
+  CHECK_STR_CONTAINS(out, "dims = array<i64: 16, 4, 64, 64, 16, 16>, outs = array<i64: 4096, "
+                          "16, 64>, scale = 0.25 : f32, views = array<i64: 0, 12288, 16, 192, 64, "
+                          "12288, 16, 192, 128, 12288, 16, 192>}");
+  CHECK_STR_CONTAINS(out, ": (tensor<196608xf32>, tensor<196608xf32>, tensor<196608xf32>) -> "
+                          "(tensor<16x64x4x16xf32>, tensor<16x4x64xf32>)\n");
+  CHECK_STR_CONTAINS(out, "%40 = \"stablehlo.transpose\"(%attn41#0) {permutation = array<i64: 0, "
+                          "2, 1, 3>} : (tensor<16x64x4x16xf32>) -> tensor<16x4x64x16xf32>\n");
+  free(out);
+  /* a bias: the plain form, q, k, v as they are */
+  out = rewrite_views("%9");
+  CHECK(out && strstr(out, "custom_call\"(%3, %13, %23, %9) {") && !strstr(out, "views ="));
+  free(out);
+}
+
 /* On an AVX-512 CPU the tests above ran the wide exps: the AVX2 ones too. */
 static void test_avx2_forms_match_double_precision(void) {
   tpu_hostffi_set_wide(false);
@@ -197,4 +316,5 @@ static void test_avx2_forms_match_double_precision(void) {
 }
 
 TPU_TEST_MAIN(TPU_TEST(test_kernel_matches_double_precision), TPU_TEST(test_nan_and_masked_rows),
-              TPU_TEST(test_avx2_forms_match_double_precision), TPU_TEST(test_rewrite_text))
+              TPU_TEST(test_avx2_forms_match_double_precision), TPU_TEST(test_rewrite_text),
+              TPU_TEST(test_strided_layouts_match_contiguous), TPU_TEST(test_rewrite_strided))

@@ -167,6 +167,21 @@ bool tpu_hostffi_scalar_attr(const XLA_FFI_CallFrame* frame, const char* name,
   return false;
 }
 
+int tpu_hostffi_int_array_attr(const XLA_FFI_CallFrame* frame, const char* name, int64_t* out,
+                               int max) {
+  for (int64_t i = 0; i < frame->attrs.size; i++) {
+    const XLA_FFI_ByteSpan* key = frame->attrs.names[i];
+    if (frame->attrs.types[i] != XLA_FFI_AttrType_ARRAY || key->len != strlen(name) ||
+        memcmp(key->ptr, name, key->len) != 0)
+      continue;
+    const XLA_FFI_Array* a = frame->attrs.attrs[i];
+    if (a->dtype != XLA_FFI_DataType_S64 || a->size > (size_t)max) return -1;
+    memcpy(out, a->data, a->size * sizeof(int64_t));
+    return (int)a->size;
+  }
+  return -1;
+}
+
 int tpu_hostffi_marker_words(const char* p, const char* eol, const char** word, size_t* len,
                              int max) {
   const char* quote = memchr(p, '"', (size_t)(eol - p));

@@ -56,6 +56,11 @@ bool tpu_hostffi_register(tpu_client_t* client, const char* const* targets,
 bool tpu_hostffi_scalar_attr(const XLA_FFI_CallFrame* frame, const char* name,
                              XLA_FFI_DataType dtype, void* out);
 
+/* The int64 array attribute `name` (array<i64: ...>) into out: its
+ * length, or -1 when absent, of another type or longer than max. */
+int tpu_hostffi_int_array_attr(const XLA_FFI_CallFrame* frame, const char* name, int64_t* out,
+                               int max);
+
 /* ---- the program-text rewrites' pieces ---- */
 
 /* A marker's space-separated words, from p (just after its opening quote)
