@@ -343,6 +343,18 @@ static void job_part(void* ctx, int part) {
   if (!ok) atomic_store(&j->failed, true);
 }
 
+/* a's slices, cut in parts across the pool. */
+static XLA_FFI_Error* run_slices(const XLA_FFI_CallFrame* f, const tpu_hostattn_t* a,
+                                 bool backward) {
+  job_t j = {.a = a, .backward = backward};
+  int threads = tpu_hostffi_threads(f);
+  j.parts = a->bh < threads ? (int)a->bh : threads;
+  atomic_init(&j.failed, false);
+  tpu_hostffi_parallel(f, j.parts, job_part, &j);
+  if (atomic_load(&j.failed)) return tpu_hostffi_error(f, "torchtpu host attention: out of memory");
+  return NULL;
+}
+
 /* A float32 buffer of `rank` dims (the call's argument i, or result i
  * when ret), or NULL. */
 static const XLA_FFI_Buffer* f32_buf(const XLA_FFI_CallFrame* f, bool ret, int64_t i,
@@ -445,13 +457,7 @@ static XLA_FFI_Error* run_strided(XLA_FFI_CallFrame* f, bool backward, const int
   } else {
     a.out = out_p[0], a.lse = lse->data;
   }
-  job_t j = {.a = &a, .backward = backward};
-  int threads = tpu_hostffi_threads(f);
-  j.parts = a.bh < threads ? (int)a.bh : threads;
-  atomic_init(&j.failed, false);
-  tpu_hostffi_parallel(f, j.parts, job_part, &j);
-  if (atomic_load(&j.failed)) return tpu_hostffi_error(f, "torchtpu host attention: out of memory");
-  return NULL;
+  return run_slices(f, &a, backward);
 }
 
 /* fwd(q, k, v[, bias]) {causal, scale} -> (out, lse);
@@ -515,13 +521,7 @@ static XLA_FFI_Error* run(XLA_FFI_CallFrame* f, bool backward) {
     a.out = o->data, a.lse = lse->data;
   }
   if (a.bh == 0 || a.l == 0) return NULL;
-  job_t j = {.a = &a, .backward = backward};
-  int threads = tpu_hostffi_threads(f);
-  j.parts = a.bh < threads ? (int)a.bh : threads;
-  atomic_init(&j.failed, false);
-  tpu_hostffi_parallel(f, j.parts, job_part, &j);
-  if (atomic_load(&j.failed)) return tpu_hostffi_error(f, "torchtpu host attention: out of memory");
-  return NULL;
+  return run_slices(f, &a, backward);
 }
 
 static XLA_FFI_Error* fwd_handler(XLA_FFI_CallFrame* f) { return run(f, false); }

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "env.h"
+#include "hlo/signature.h"
 
 static atomic_bool g_wide_off;
 
@@ -202,6 +203,28 @@ void tpu_hostffi_append_layout(tpu_strbuf_t* sb, int rank) {
   tpu_strbuf_append(sb, "dense<[");
   for (int d = rank - 1; d >= 0; d--) tpu_strbuf_appendf(sb, "%d%s", d, d ? ", " : "");
   tpu_strbuf_appendf(sb, "]> : tensor<%dxindex>", rank);
+}
+
+bool tpu_hostffi_result_type(const char* line, const char* eol, tpu_hlo_type_t* t) {
+  const char* arrow = NULL;
+  for (const char* p = line; (p = memmem(p, (size_t)(eol - p), ") -> ", 5)); p += 5) arrow = p;
+  if (!arrow) return false;
+  tpu_status_t s = tpu_hlo_parse_type(arrow + 5, (size_t)(eol - arrow - 5), t);
+  if (s) tpu_status_free(s);
+  return !s;
+}
+
+void tpu_hostffi_append_results(tpu_strbuf_t* sb, int indent, const char* prefix,
+                                const char* call, int call_len, const char* const* names,
+                                const size_t* lens, const tpu_hlo_type_t* const* types, int n) {
+  for (int i = 0; i < n; i++) {
+    tpu_strbuf_appendf(sb, "%*s%.*s = \"stablehlo.reshape\"(%%%s%.*s#%d) : (", indent, "",
+                       (int)lens[i], names[i], prefix, call_len, call, i);
+    tpu_hlo_type_append(sb, types[i]);
+    tpu_strbuf_append(sb, ") -> ");
+    tpu_hlo_type_append(sb, types[i]);
+    if (i < n - 1) tpu_strbuf_append(sb, "\n");
+  }
 }
 
 bool tpu_hostffi_defines(const char* line, const char* eol, const char* name, size_t len) {

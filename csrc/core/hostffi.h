@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "hlo/strbuf.h"
+#include "hlo/type.h"
 #include "pjrt/pjrt.h"
 #include "status.h"
 #include "xla/ffi/api/c_api.h"
@@ -72,6 +73,17 @@ int tpu_hostffi_marker_words(const char* p, const char* eol, const char** word, 
 
 /* "dense<[r-1, ..., 0]> : tensor<rxindex>": row-major, for a handler. */
 void tpu_hostffi_append_layout(tpu_strbuf_t* sb, int rank);
+
+/* The result type of line [line, eol) ("... -> T" at its end). */
+bool tpu_hostffi_result_type(const char* line, const char* eol, tpu_hlo_type_t* t);
+
+/* The lines naming results 0..n-1 of call `%<prefix><call>` (call the
+ * marked line's name without its %): `<names[i]> =
+ * "stablehlo.reshape"(%<prefix><call>#i)`, identities XLA folds; indent
+ * spaces before each, lines joined by newlines, none after the last. */
+void tpu_hostffi_append_results(tpu_strbuf_t* sb, int indent, const char* prefix,
+                                const char* call, int call_len, const char* const* names,
+                                const size_t* lens, const tpu_hlo_type_t* const* types, int n);
 
 /* Whether line [line, eol) defines the value [name, name + len). */
 bool tpu_hostffi_defines(const char* line, const char* eol, const char* name, size_t len);

@@ -251,15 +251,6 @@ typedef struct {
   bool has_w;
 } plan_t;
 
-/* The result type of line [line, eol) ("... -> T" at its end). */
-static bool result_type(const char* line, const char* eol, tpu_hlo_type_t* t) {
-  const char* arrow = NULL;
-  for (const char* p = line; (p = memmem(p, (size_t)(eol - p), ") -> ", 5)); p += 5) arrow = p;
-  if (!arrow) return false;
-  tpu_status_t s = tpu_hlo_parse_type(arrow + 5, (size_t)(eol - arrow - 5), t);
-  if (s) tpu_status_free(s);
-  return !s;
-}
 
 /* The type of value `w` (word i of p) from the line of [fn, p->line)
  * defining it. */
@@ -267,7 +258,7 @@ static bool type_of_word(const plan_t* p, int i, const char* fn, tpu_hlo_type_t*
   for (const char* l = fn; l < p->line;) {
     const char* e = memchr(l, '\n', (size_t)(p->line - l));
     if (!e) e = p->line;
-    if (tpu_hostffi_defines(l, e, p->word[i], p->len[i])) return result_type(l, e, t);
+    if (tpu_hostffi_defines(l, e, p->word[i], p->len[i])) return tpu_hostffi_result_type(l, e, t);
     l = e + 1;
   }
   return false;
@@ -288,7 +279,7 @@ static bool plan_line(void* plan, const char* fn, const char* fn_end, const char
   for (int i = kG; i <= kDw; i++)
     if (p->word[i][0] != '%' && !(i == kW && !p->has_w)) return false;
   tpu_hlo_type_t r;
-  if (!result_type(line, eol, &p->w) || !type_of_word(p, kDx, fn, &p->x) ||
+  if (!tpu_hostffi_result_type(line, eol, &p->w) || !type_of_word(p, kDx, fn, &p->x) ||
       !type_of_word(p, kMean, fn, &p->m) || !type_of_word(p, kRstd, fn, &r) ||
       !type_of_word(p, kDw, fn, &r) || !tpu_hlo_type_equal(&r, &p->w))
     return false;
@@ -344,16 +335,9 @@ static void append_call(tpu_strbuf_t* sb, const void* plan) {
   }
   tpu_strbuf_append(sb, ")\n");
   const char* names[3] = {p->word[kDx], p->word[kDw], name};
-  int lens[3] = {(int)p->len[kDx], (int)p->len[kDw], name_len};
-  for (int i = 0; i < 3; i++) {
-    const tpu_hlo_type_t* t = i ? &p->w : &p->x;
-    tpu_strbuf_appendf(sb, "%*s%.*s = \"stablehlo.reshape\"(%%lnb%.*s#%d) : (", indent, "",
-                       lens[i], names[i], name_len - 1, name + 1, i);
-    tpu_hlo_type_append(sb, t);
-    tpu_strbuf_append(sb, ") -> ");
-    tpu_hlo_type_append(sb, t);
-    if (i < 2) tpu_strbuf_append(sb, "\n");
-  }
+  size_t lens[3] = {p->len[kDx], p->len[kDw], (size_t)name_len};
+  const tpu_hlo_type_t* results[3] = {&p->x, &p->w, &p->w};
+  tpu_hostffi_append_results(sb, indent, "lnb", name + 1, name_len - 1, names, lens, results, 3);
 }
 
 /* The call also defines dx and dw: their lines go. */

@@ -518,15 +518,6 @@ static bool word_is(const char* w, size_t len, const char* s) {
   return len == strlen(s) && memcmp(w, s, len) == 0;
 }
 
-/* The result type of line [line, eol) ("... -> T" at its end). */
-static bool result_type(const char* line, const char* eol, tpu_hlo_type_t* t) {
-  const char* arrow = NULL;
-  for (const char* p = line; (p = memmem(p, (size_t)(eol - p), ") -> ", 5)); p += 5) arrow = p;
-  if (!arrow) return false;
-  tpu_status_t s = tpu_hlo_parse_type(arrow + 5, (size_t)(eol - arrow - 5), t);
-  if (s) tpu_status_free(s);
-  return !s;
-}
 
 /* One marked line to rewrite. A layer_norm is marked on the last of its
  * three results (rstd, an identity reshape emitted after the output and
@@ -561,16 +552,17 @@ static bool plan_line(plan_t* p, const char* fn, const char* fn_end, const char*
   if (bwd && p->word[2][0] != '%') return false;
   p->nops = bwd ? 2 : 1;
   if (p->kind != kLayerNorm) {
-    return result_type(line, eol, &p->t) && p->t.dtype == TPU_DTYPE_FLOAT32 && p->t.rank >= 1 &&
-           tpu_hlo_type_numel(&p->t) >= kMinElems;
+    return tpu_hostffi_result_type(line, eol, &p->t) && p->t.dtype == TPU_DTYPE_FLOAT32 &&
+           p->t.rank >= 1 && tpu_hlo_type_numel(&p->t) >= kMinElems;
   }
   /* layer_norm x w|- b|- k eps y mean: the output's type from its line */
-  if (!result_type(line, eol, &p->m) || p->m.dtype != TPU_DTYPE_FLOAT32) return false;
+  if (!tpu_hostffi_result_type(line, eol, &p->m) || p->m.dtype != TPU_DTYPE_FLOAT32) return false;
   bool found = false;
   for (const char* l = fn; l < line && !found;) {
     const char* e = memchr(l, '\n', (size_t)(fn_end - l));
     if (!e) e = fn_end;
-    if (tpu_hostffi_defines(l, e, p->word[6], p->len[6])) found = result_type(l, e, &p->t);
+    if (tpu_hostffi_defines(l, e, p->word[6], p->len[6]))
+      found = tpu_hostffi_result_type(l, e, &p->t);
     l = e + 1;
   }
   char num[64];
@@ -643,18 +635,11 @@ static void append_call(tpu_strbuf_t* sb, const plan_t* p) {
   tpu_strbuf_append(sb, ", ");
   tpu_hlo_type_append(sb, &p->m);
   tpu_strbuf_append(sb, ")\n");
-  /* y, mean, rstd under their names (identity reshapes XLA folds) */
+  /* y, mean, rstd under their names */
   const char* names[3] = {p->word[6], p->word[7], name};
   size_t lens[3] = {p->len[6], p->len[7], (size_t)name_len};
-  for (int i = 0; i < 3; i++) {
-    const tpu_hlo_type_t* t = i ? &p->m : &p->t;
-    tpu_strbuf_appendf(sb, "%*s%.*s = \"stablehlo.reshape\"(%%ln%.*s#%d) : (", indent, "",
-                       (int)lens[i], names[i], name_len - 1, name + 1, i);
-    tpu_hlo_type_append(sb, t);
-    tpu_strbuf_append(sb, ") -> ");
-    tpu_hlo_type_append(sb, t);
-    if (i < 2) tpu_strbuf_append(sb, "\n");
-  }
+  const tpu_hlo_type_t* types[3] = {&p->t, &p->m, &p->m};
+  tpu_hostffi_append_results(sb, indent, "ln", name + 1, name_len - 1, names, lens, types, 3);
 }
 
 /* A layer_norm's call also defines its output and mean: their lines go. */

@@ -128,7 +128,8 @@ static bool apply(const char* line, const char* eol, const char* op, size_t op_l
         int_array(line, eol, "strides", c, r) != r)
       return false;
     for (int d = 0; d < r; d++) {
-      if (a[d] < 0 || c[d] < 1 || b[d] > from->dims[d] || (b[d] - a[d] + c[d] - 1) / c[d] != t->dims[d])
+      if (a[d] < 0 || c[d] < 1 || b[d] > from->dims[d] ||
+          (b[d] - a[d] + c[d] - 1) / c[d] != t->dims[d])
         return false;
       v->offset += a[d] * v->strides[d];
       ns[d] = v->strides[d] * c[d];
