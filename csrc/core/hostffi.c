@@ -153,34 +153,32 @@ bool tpu_hostffi_register(tpu_client_t* client, const char* const* targets,
   return false;
 }
 
-bool tpu_hostffi_scalar_attr(const XLA_FFI_CallFrame* frame, const char* name,
-                             XLA_FFI_DataType dtype, void* out) {
+/* The call's attribute `name` of kind `type`, or NULL. */
+static const void* find_attr(const XLA_FFI_CallFrame* frame, const char* name,
+                             XLA_FFI_AttrType type) {
   for (int64_t i = 0; i < frame->attrs.size; i++) {
     const XLA_FFI_ByteSpan* key = frame->attrs.names[i];
-    if (frame->attrs.types[i] != XLA_FFI_AttrType_SCALAR || key->len != strlen(name) ||
-        memcmp(key->ptr, name, key->len) != 0)
-      continue;
-    const XLA_FFI_Scalar* v = frame->attrs.attrs[i];
-    if (v->dtype != dtype) return false;
-    memcpy(out, v->value, dtype == XLA_FFI_DataType_F32 ? 4 : 8);
-    return true;
+    if (frame->attrs.types[i] == type && key->len == strlen(name) &&
+        memcmp(key->ptr, name, key->len) == 0)
+      return frame->attrs.attrs[i];
   }
-  return false;
+  return NULL;
+}
+
+bool tpu_hostffi_scalar_attr(const XLA_FFI_CallFrame* frame, const char* name,
+                             XLA_FFI_DataType dtype, void* out) {
+  const XLA_FFI_Scalar* v = find_attr(frame, name, XLA_FFI_AttrType_SCALAR);
+  if (!v || v->dtype != dtype) return false;
+  memcpy(out, v->value, dtype == XLA_FFI_DataType_F32 ? 4 : 8);
+  return true;
 }
 
 int tpu_hostffi_int_array_attr(const XLA_FFI_CallFrame* frame, const char* name, int64_t* out,
                                int max) {
-  for (int64_t i = 0; i < frame->attrs.size; i++) {
-    const XLA_FFI_ByteSpan* key = frame->attrs.names[i];
-    if (frame->attrs.types[i] != XLA_FFI_AttrType_ARRAY || key->len != strlen(name) ||
-        memcmp(key->ptr, name, key->len) != 0)
-      continue;
-    const XLA_FFI_Array* a = frame->attrs.attrs[i];
-    if (a->dtype != XLA_FFI_DataType_S64 || a->size > (size_t)max) return -1;
-    memcpy(out, a->data, a->size * sizeof(int64_t));
-    return (int)a->size;
-  }
-  return -1;
+  const XLA_FFI_Array* a = find_attr(frame, name, XLA_FFI_AttrType_ARRAY);
+  if (!a || a->dtype != XLA_FFI_DataType_S64 || a->size > (size_t)max) return -1;
+  memcpy(out, a->data, a->size * sizeof(int64_t));
+  return (int)a->size;
 }
 
 int tpu_hostffi_marker_words(const char* p, const char* eol, const char** word, size_t* len,

@@ -12,6 +12,7 @@
 
 #include "program.h"
 #include "runtime.h"
+#include "runtime_testing.h"
 #include "testing.h"
 
 /* Inputs of rows x n: g, x, w, and each row's mean and rstd. */
@@ -104,64 +105,40 @@ static void test_kernel_matches_reference(void) {
     }
 }
 
-/* A program of x `xtype` whose mean and rstd (%1, %2) are [64], marked
- * with `words` on db's identity; returns the rewrite's text (NULL when it
- * left the program alone), or "ERR" when it failed. */
-static char* rewrite(const char* words, const char* xtype) {
+/* The rewrite of a program of x `xtype` (dx, %3), mean and rstd (%1, %2)
+ * [mean_rows] on lines of their own, the weight %arg2 [64] (dw %4), and
+ * db's identity %5 marked with `words`: its text, NULL when it left the
+ * program alone, "ERR" when it failed. */
+static char* rewrite(const char* xtype, int mean_rows, const char* words) {
   char text[2048];
   snprintf(text, sizeof text,
-           "  func.func public @main(%%arg0: %s, %%arg1: %s, %%arg2: tensor<64xf32>) {\n"
-           "    %%1 = \"stablehlo.reshape\"(%%arg2) : (tensor<64xf32>) -> tensor<64xf32>\n"
-           "    %%2 = \"stablehlo.reshape\"(%%arg2) : (tensor<64xf32>) -> tensor<64xf32>\n"
+           "  func.func public @main(%%arg0: %s, %%arg1: %s, %%arg2: tensor<64xf32>, %%arg3: "
+           "tensor<%dx1xf32>) {\n"
+           "    %%1 = \"stablehlo.reshape\"(%%arg3) : (tensor<%dx1xf32>) -> tensor<%dxf32>\n"
+           "    %%2 = \"stablehlo.reshape\"(%%arg3) : (tensor<%dx1xf32>) -> tensor<%dxf32>\n"
            "    %%3 = \"stablehlo.add\"(%%arg0, %%arg1) : (%s, %s) -> %s\n"
            "    %%4 = \"stablehlo.reshape\"(%%arg2) : (tensor<64xf32>) -> tensor<64xf32>\n"
            "    %%5 = \"stablehlo.reshape\"(%%4) {mhlo.frontend_attributes = {torchtpu_norm = "
            "\"%s\"}} : (tensor<64xf32>) -> tensor<64xf32>\n"
            "    \"func.return\"(%%3, %%4, %%5) : (%s, tensor<64xf32>, tensor<64xf32>) -> ()\n"
            "  }\n",
-           xtype, xtype, xtype, xtype, xtype, words, xtype);
+           xtype, xtype, mean_rows, mean_rows, mean_rows, mean_rows, mean_rows, xtype, xtype,
+           xtype, words, xtype);
   char* out = NULL;
   size_t len = 0;
   tpu_status_t s = tpu_hostnorm_rewrite(text, strlen(text), &out, &len);
-  if (s) {
+  if (s || (out && strlen(out) != len)) {
     tpu_status_free(s);
-    return strdup("ERR");
-  }
-  if (out && strlen(out) != len) {
     free(out);
     return strdup("ERR");
   }
   return out;
 }
 
-/* x [1024, 64]; mean and rstd [1024], one a row, on lines of their own;
- * the weight `w` a function argument or -. */
-static char* eligible_rewrite(const char* w) {
-  static const char kX[] = "tensor<1024x64xf32>";
-  char text[2048];
-  snprintf(text, sizeof text,
-           "  func.func public @main(%%arg0: %s, %%arg1: %s, %%arg2: tensor<64xf32>, %%arg3: "
-           "tensor<1024x1xf32>) {\n"
-           "    %%1 = \"stablehlo.reshape\"(%%arg3) : (tensor<1024x1xf32>) -> tensor<1024xf32>\n"
-           "    %%2 = \"stablehlo.reshape\"(%%arg3) : (tensor<1024x1xf32>) -> tensor<1024xf32>\n"
-           "    %%3 = \"stablehlo.add\"(%%arg0, %%arg1) : (%s, %s) -> %s\n"
-           "    %%4 = \"stablehlo.reshape\"(%%arg2) : (tensor<64xf32>) -> tensor<64xf32>\n"
-           "    %%5 = \"stablehlo.reshape\"(%%4) {mhlo.frontend_attributes = {torchtpu_norm = "
-           "\"layer_norm_bwd %%arg0 %%arg1 %%1 %%2 %s %%3 %%4\"}} : (tensor<64xf32>) -> "
-           "tensor<64xf32>\n"
-           "    \"func.return\"(%%3, %%4, %%5) : (%s, tensor<64xf32>, tensor<64xf32>) -> ()\n"
-           "  }\n",
-           kX, kX, kX, kX, kX, w, kX);
-  char* out = NULL;
-  size_t len = 0;
-  tpu_status_t s = tpu_hostnorm_rewrite(text, strlen(text), &out, &len);
-  if (s) tpu_status_free(s);
-  if (out && (s || strlen(out) != len)) free(out), out = NULL;
-  return out;
-}
+static const char kX[] = "tensor<1024x64xf32>";
 
 static void test_rewrite(void) {
-  char* out = eligible_rewrite("%arg2");
+  char* out = rewrite(kX, 1024, "layer_norm_bwd %arg0 %arg1 %1 %2 %arg2 %3 %4");
   CHECK(out != NULL);
   if (!out) return;
   CHECK_STR_CONTAINS(out,
@@ -183,7 +160,7 @@ static void test_rewrite(void) {
   CHECK(strstr(out, "%1 = \"stablehlo.reshape\"(%arg3)") != NULL);
   free(out);
   /* Without a weight: four operands. */
-  char* nw = eligible_rewrite("-");
+  char* nw = rewrite(kX, 1024, "layer_norm_bwd %arg0 %arg1 %1 %2 - %3 %4");
   CHECK(nw && strstr(nw, "custom_call\"(%arg0, %arg1, %1, %2) {"));
   free(nw);
 }
@@ -198,24 +175,17 @@ static void test_rewrite_declines(void) {
       "layer_norm_bwd %arg0 %arg1 %1 %2 %arg2 %3 %9",   /* dw undefined */
   };
   for (size_t i = 0; i < sizeof kWords / sizeof kWords[0]; i++) {
-    char* out = rewrite(kWords[i], "tensor<16x64xf32>");
+    char* out = rewrite("tensor<16x64xf32>", 16, kWords[i]);
     CHECK(out == NULL);
     free(out);
   }
   /* x of 1024 rows, but mean and rstd [64]: not one a row */
-  char* out = rewrite("layer_norm_bwd %arg0 %arg1 %1 %2 %arg2 %3 %4", "tensor<1024x64xf32>");
+  char* out = rewrite(kX, 64, "layer_norm_bwd %arg0 %arg1 %1 %2 %arg2 %3 %4");
   CHECK(out == NULL);
   free(out);
 }
 
-static void test_setup(void) {
-  tpu_status_t s = tpu_runtime_init(NULL);
-  if (s) {
-    fprintf(stderr, "runtime init failed: %s\n", tpu_status_message(s));
-    tpu_status_free(s);
-  }
-  CHECK(tpu_runtime_is_initialized());
-}
+static void test_setup(void) { CHECK(tpu_testing_start_devices(1)); }
 
 /* A program whose marked identity the plugin runs as the call: its three
  * results equal the kernel's, bit for bit, with the rows cut in parts on
