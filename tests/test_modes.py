@@ -143,6 +143,26 @@ def test_shadow_passes_correct_ops_and_counts_them():
     assert torchtpu.metrics.metrics()["shadow_checked_ops"] >= before + 4
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_shadow_accepts_the_meta_kernels_dtype_where_the_cpu_differs(dtype):
+    """native_layer_norm's mean and rstd are float32 for bfloat16/float16
+    input in PyTorch's meta kernel and on CUDA, and the device follows them;
+    the CPU kernel returns the input's dtype. The shadow check compares
+    their values instead of failing on the dtype."""
+    x = torch.randn(4, 6, 5, dtype=dtype)
+    w, b = torch.randn(5, dtype=dtype), torch.randn(5, dtype=dtype)
+    ref = torch.ops.aten.native_layer_norm(x, [5], w, b, 1e-5)
+    meta = torch.ops.aten.native_layer_norm(x.to("meta"), [5], w.to("meta"), b.to("meta"), 1e-5)
+    before = torchtpu.metrics.metrics().get("shadow_checked_ops", 0)
+    with torchtpu.eager_mode("debug"), torchtpu.debug.shadow():
+        got = torch.ops.aten.native_layer_norm(x.to("tpu"), [5], w.to("tpu"), b.to("tpu"), 1e-5)
+    assert torchtpu.metrics.metrics()["shadow_checked_ops"] == before + 1
+    assert [t.dtype for t in got] == [t.dtype for t in meta]
+    assert ref[1].dtype == dtype and got[1].dtype == torch.float32  # the case checked
+    for g, r in zip(got, ref):
+        torch.testing.assert_close(g.cpu().float(), r.float(), atol=2e-2, rtol=2e-2)
+
+
 def test_shadow_names_exactly_the_wrong_lowering():
     torchtpu._C._override_lowering_for_testing("aten::mul", "aten::add")
     try:
