@@ -3,6 +3,7 @@ synchronous execution with host-checked indices and errors naming the op
 and the user's line, the CPU shadow check, DeferAndFuse's runs (flush
 points, dead values, structural caching, compile-flat training, errors at
 the flush naming the op), and identical training losses in all modes."""
+import copy
 import os
 import sys
 import threading
@@ -161,6 +162,64 @@ def test_shadow_accepts_the_meta_kernels_dtype_where_the_cpu_differs(dtype):
     assert ref[1].dtype == dtype and got[1].dtype == torch.float32  # the case checked
     for g, r in zip(got, ref):
         torch.testing.assert_close(g.cpu().float(), r.float(), atol=2e-2, rtol=2e-2)
+
+
+def test_shadow_accepts_the_meta_kernels_shape_where_the_cpu_differs():
+    """Eval-mode native_batch_norm: save_mean/save_invstd are [0] on the CPU
+    and [C] in the meta kernel and on CUDA (the device's); the output itself
+    is still compared."""
+    x, w, b = torch.randn(4, 3, 5), torch.randn(3), torch.randn(3)
+    rm, rv = torch.randn(3), torch.rand(3) + 0.5
+    ref = torch.ops.aten.native_batch_norm(x, w, b, rm, rv, False, 0.1, 1e-5)
+    meta = torch.ops.aten.native_batch_norm(*(t.to("meta") for t in (x, w, b, rm, rv)),
+                                            False, 0.1, 1e-5)
+    before = torchtpu.metrics.metrics().get("shadow_checked_ops", 0)
+    with torchtpu.eager_mode("debug"), torchtpu.debug.shadow():
+        got = torch.ops.aten.native_batch_norm(*(t.to("tpu") for t in (x, w, b, rm, rv)),
+                                               False, 0.1, 1e-5)
+    assert torchtpu.metrics.metrics()["shadow_checked_ops"] == before + 1
+    assert [t.shape for t in got] == [t.shape for t in meta] != [t.shape for t in ref]
+    torch.testing.assert_close(got[0].cpu(), ref[0])
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_shadow_checks_norm_backwards_fed_float32_statistics(dtype):
+    """The backward gets the device forward's float32 mean/rstd; the CPU
+    kernel wants them in the data's dtype, so the reference runs with them
+    cast, and the gradients are compared."""
+    x = torch.randn(4, 6, 5)
+    w = torch.randn(5)
+    ref_x = x.clone().requires_grad_()
+    torch.nn.functional.layer_norm(ref_x, (5,), w).square().sum().backward()
+    torchtpu.set_eager_mode("debug")  # process-wide: the backward thread too
+    try:
+        with torchtpu.debug.shadow():
+            before = torchtpu.metrics.metrics().get("shadow_checked_ops", 0)
+            tx = x.to(dtype).to("tpu").requires_grad_()
+            y = torch.nn.functional.layer_norm(tx, (5,), w.to(dtype).to("tpu"))
+            y.float().square().sum().backward()
+            checked = torchtpu.metrics.metrics()["shadow_checked_ops"] - before
+    finally:
+        torchtpu.set_eager_mode("strict")
+    assert checked >= 2  # forward and native_layer_norm_backward at least
+    torch.testing.assert_close(tx.grad.cpu().float(), ref_x.grad, atol=0.15, rtol=0.05)
+
+
+def test_shadow_skips_ops_the_cpu_has_no_kernel_for():
+    """aten::_thnn_fused_lstm_cell is CUDA's only: the shadow check has no
+    reference, counts the op as skipped, and the device's result stands
+    (compared here with the CPU's LSTMCell, which does not use it)."""
+    torch.manual_seed(0)
+    cell = torch.nn.LSTMCell(4, 3)
+    x, h, c = torch.randn(2, 4), torch.randn(2, 3), torch.randn(2, 3)
+    ref = cell(x, (h, c))
+    dev_cell = copy.deepcopy(cell).to("tpu")
+    before = torchtpu.metrics.metrics().get("shadow_skipped_ops", 0)
+    with torchtpu.eager_mode("debug"), torchtpu.debug.shadow():
+        got = dev_cell(x.to("tpu"), (h.to("tpu"), c.to("tpu")))
+    assert torchtpu.metrics.metrics()["shadow_skipped_ops"] >= before + 1
+    for g, r in zip(got, ref):
+        torch.testing.assert_close(g.cpu(), r, atol=1e-5, rtol=1e-5)
 
 
 def test_shadow_names_exactly_the_wrong_lowering():
