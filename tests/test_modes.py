@@ -222,6 +222,32 @@ def test_shadow_skips_ops_the_cpu_has_no_kernel_for():
         torch.testing.assert_close(g.cpu(), r, atol=1e-5, rtol=1e-5)
 
 
+_CONJ_CASES = {
+    "conj_index_select": lambda z, i: torch.index_select(z.conj(), 0, i),
+    "neg_index_select": lambda z, i: torch.index_select(z.conj().imag, 0, i),
+    "conj_gather": lambda z, i: torch.gather(z.conj(), 0, i[:, None].expand(3, 5)),
+    "conj_mul": lambda z, i: z.conj() * 2,
+    "hfft": lambda z, i: torch.fft.hfft(z),
+}
+
+
+@pytest.mark.parametrize("shadow", [False, True])
+@pytest.mark.parametrize("case", sorted(_CONJ_CASES))
+def test_debug_host_copies_of_conjugate_and_negative_views(case, shadow):
+    """Debug mode's host copies (index checks, the shadow check) of a view
+    with the conjugate or negative bit: copying the view resolved it with a
+    clone that debug mode copied again, recursing until the stack ran out
+    (a segfault in hfft's shadow check). The bit is now set again on the
+    host copy."""
+    torch.manual_seed(0)
+    z, idx = torch.randn(4, 5, dtype=torch.complex64), torch.tensor([3, 0, 2])
+    ref = _CONJ_CASES[case](z, idx)
+    with torchtpu.eager_mode("debug"), torchtpu.debug.shadow(shadow):
+        got = _CONJ_CASES[case](z.to("tpu"), idx.to("tpu"))
+    torch.testing.assert_close(got.cpu().resolve_conj().resolve_neg(),
+                               ref.resolve_conj().resolve_neg(), atol=1e-5, rtol=1e-5)
+
+
 def test_shadow_names_exactly_the_wrong_lowering():
     torchtpu._C._override_lowering_for_testing("aten::mul", "aten::add")
     try:

@@ -157,6 +157,17 @@ c10::IValue to_host(const c10::IValue& v) {
     // An expanded tensor (fill_ / index_put_ allow one as self): a dense
     // copy, since copy_ into an expanded host tensor would raise.
     if (at::has_internal_overlap(t) == at::MemOverlap::Yes) return t.cpu();
+    // A conjugate or negative view (its bit set, data unchanged): the data
+    // copied as it is and the bit set again on the host. Copying the view
+    // itself would resolve it on the device, through a clone this kernel
+    // would shadow-check by copying the view again, without end.
+    if (t.is_conj() || t.is_neg()) {
+      at::Tensor raw = t.is_conj() ? t.conj() : t;
+      if (raw.is_neg()) raw = raw._neg_view();
+      at::Tensor host = to_host(raw).toTensor();
+      if (t.is_neg()) host = host._neg_view();
+      return t.is_conj() ? host.conj() : host;
+    }
     // A detached host copy with the same strides, so in-place kernels and
     // view semantics behave as they would have on the CPU.
     at::Tensor host = at::empty_strided(t.sizes(), t.strides(), t.options().device(at::kCPU));
