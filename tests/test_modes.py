@@ -7,6 +7,7 @@ import copy
 import os
 import sys
 import threading
+import warnings
 
 import pytest
 import torch
@@ -220,6 +221,101 @@ def test_shadow_skips_ops_the_cpu_has_no_kernel_for():
     assert torchtpu.metrics.metrics()["shadow_skipped_ops"] >= before + 1
     for g, r in zip(got, ref):
         torch.testing.assert_close(g.cpu(), r, atol=1e-5, rtol=1e-5)
+
+
+def _rank_deficient():
+    g = torch.Generator().manual_seed(3)
+    return torch.randn(5, 2, generator=g) @ torch.randn(2, 4, generator=g)  # rank 2
+
+
+def _not_all_spd():
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(3, 4, 4, generator=g)
+    a = x @ x.mT + 4 * torch.eye(4)
+    a[1, 2, 2] = -30.0  # the second matrix fails at its third minor
+    return a
+
+
+_DECOMPOSITIONS = {
+    # singular vectors of a repeated (zero) singular value: any rotation
+    "svd_rank_deficient": lambda d: torch.linalg.svd(_rank_deficient().to(d), full_matrices=False),
+    "svd_full_matrices": lambda d: torch.linalg.svd(_rank_deficient().to(d)).S,
+    "svd_values_only": lambda d: torch.linalg.svdvals(_rank_deficient().to(d)),
+    # a repeated eigenvalue (1 three times)
+    "eigh_repeated": lambda d: torch.linalg.eigh(torch.diag(torch.tensor([1., 1., 1., 3.])).to(d)),
+    # a batch element that is not positive-definite: its factor is unspecified
+    "cholesky_ex_failing": lambda d: torch.linalg.cholesky_ex(_not_all_spd().to(d)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_DECOMPOSITIONS))
+def test_shadow_compares_decompositions_where_they_are_defined(case):
+    """Singular vectors and eigenvectors compare as the matrix they make
+    again, and a failed factorization's unspecified factor is left out
+    (its info compares); each result is also checked against the CPU
+    here."""
+    ref = _DECOMPOSITIONS[case]("cpu")
+    before = torchtpu.metrics.metrics().get("shadow_checked_ops", 0)
+    with torchtpu.eager_mode("debug"), torchtpu.debug.shadow():
+        got = _DECOMPOSITIONS[case]("tpu")
+    assert torchtpu.metrics.metrics()["shadow_checked_ops"] > before
+    if case.startswith("svd_rank"):
+        torch.testing.assert_close(got.S.cpu(), ref.S, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close((got.U * got.S.unsqueeze(-2) @ got.Vh).cpu(), _rank_deficient(),
+                                   atol=1e-5, rtol=1e-5)
+    elif case == "eigh_repeated":
+        torch.testing.assert_close(got.eigenvalues.cpu(), ref.eigenvalues)
+        torch.testing.assert_close((got.eigenvectors * got.eigenvalues.unsqueeze(-2)
+                                    @ got.eigenvectors.mT).cpu(), torch.diag(ref.eigenvalues))
+    elif case == "cholesky_ex_failing":
+        assert got.info.tolist() == ref.info.tolist() == [0, 3, 0]
+        ok = ref.info == 0
+        torch.testing.assert_close(got.L.cpu()[ok], ref.L[ok], atol=1e-5, rtol=1e-5)
+    else:
+        torch.testing.assert_close(got.cpu(), ref, atol=1e-5, rtol=1e-5)
+
+
+def test_shadow_writes_into_expanded_self_like_the_device():
+    """masked_fill_ into an expanded tensor writes every alias of an
+    element; the shadow's host copy keeps the aliasing (a dense copy wrote
+    each alias apart and disagreed)."""
+    base = torch.arange(3.0)
+    mask = torch.tensor([[True, False, False]] * 4)
+    ref = base.clone().expand(4, 3).masked_fill_(mask, 7.0)
+    with torchtpu.eager_mode("debug"), torchtpu.debug.shadow():
+        got = base.to("tpu").expand(4, 3).masked_fill_(mask.to("tpu"), 7.0)
+    torch.testing.assert_close(got.cpu(), ref)
+
+
+@pytest.mark.parametrize("op", ["median", "nanmedian", "mode", "kthvalue"])
+def test_shadow_accepts_any_index_of_a_tie(op):
+    """With ties the index these return is implementation-defined: the
+    shadow check compares the input at the device's indices with the CPU's
+    values."""
+    x = torch.tensor([[2., 1., 2., 2., 3.], [5., 5., 4., 4., float("nan")]])
+    fn = {"median": lambda t: t.median(1), "nanmedian": lambda t: t.nanmedian(1),
+          "mode": lambda t: t.mode(1), "kthvalue": lambda t: t.kthvalue(3, 1)}[op]
+    ref = fn(x)
+    with torchtpu.eager_mode("debug"), torchtpu.debug.shadow():
+        got = fn(x.to("tpu"))
+    torch.testing.assert_close(got.values.cpu(), ref.values, equal_nan=True)
+    torch.testing.assert_close(x.gather(1, got.indices.cpu()[:, None])[:, 0], ref.values,
+                               equal_nan=True)
+
+
+def test_shadow_reference_run_warns_nothing_more():
+    """An op that warns (an out= tensor resized) warns once, as on the CPU,
+    not again from the shadow's CPU run."""
+    def run(device):
+        out = torch.empty(3, device=device)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            torch.arange(0, 5, out=out)
+        return [str(w.message).split(" (Triggered internally")[0] for w in caught]
+    want = run("cpu")
+    with torchtpu.eager_mode("debug"), torchtpu.debug.shadow():
+        got = run("tpu")
+    assert got == want and len(want) == 1
 
 
 _CONJ_CASES = {

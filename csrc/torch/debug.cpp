@@ -150,50 +150,64 @@ bool is_index_op(const std::string& base) {
   return false;
 }
 
-c10::IValue to_host(const c10::IValue& v) {
-  if (v.isTensor()) {
-    const at::Tensor& t = v.toTensor();
-    if (!t.defined() || !t.device().is_privateuseone()) return v;
-    // An expanded tensor (fill_ / index_put_ allow one as self): a dense
-    // copy, since copy_ into an expanded host tensor would raise.
-    if (at::has_internal_overlap(t) == at::MemOverlap::Yes) return t.cpu();
-    // A conjugate or negative view (its bit set, data unchanged): the data
-    // copied as it is and the bit set again on the host. Copying the view
-    // itself would resolve it on the device, through a clone this kernel
-    // would shadow-check by copying the view again, without end.
-    if (t.is_conj() || t.is_neg()) {
-      at::Tensor raw = t.is_conj() ? t.conj() : t;
-      if (raw.is_neg()) raw = raw._neg_view();
-      at::Tensor host = to_host(raw).toTensor();
-      if (t.is_neg()) host = host._neg_view();
-      return t.is_conj() ? host.conj() : host;
-    }
-    // A detached host copy with the same strides, so in-place kernels and
-    // view semantics behave as they would have on the CPU.
-    at::Tensor host = at::empty_strided(t.sizes(), t.strides(), t.options().device(at::kCPU));
-    host.copy_(t);
-    return host;
-  }
+// v with each tensor in it (a tensor, a list of tensors or of optional
+// tensors) replaced by fn(tensor), and a device argument naming ours by
+// `device`.
+template <typename F>
+c10::IValue map_tensors(const c10::IValue& v, F fn, c10::Device device) {
+  if (v.isTensor()) return v.toTensor().defined() ? c10::IValue(fn(v.toTensor())) : v;
   if (v.isTensorList()) {
     std::vector<at::Tensor> out;
-    for (const at::Tensor& t : v.toTensorVector()) out.push_back(to_host(t).toTensor());
+    for (const at::Tensor& t : v.toTensorVector()) out.push_back(fn(t));
     return out;
   }
-  if (v.isList()) {
+  if (v.isList() && v.toList().elementType()->kind() == c10::TypeKind::OptionalType) {
     auto list = v.toList();
-    if (list.elementType()->kind() == c10::TypeKind::OptionalType) {
-      c10::List<std::optional<at::Tensor>> out;
-      for (size_t i = 0; i < list.size(); i++) {
-        c10::IValue e = list.get(i);
-        if (e.isNone()) out.push_back(std::nullopt);
-        else out.push_back(to_host(e).toTensor());
-      }
-      return out;
+    c10::List<std::optional<at::Tensor>> out;
+    for (size_t i = 0; i < list.size(); i++) {
+      c10::IValue e = list.get(i);
+      if (e.isNone()) out.push_back(std::nullopt);
+      else out.push_back(fn(e.toTensor()));
     }
+    return out;
   }
-  if (v.isDevice() && v.toDevice().is_privateuseone()) return c10::Device(at::kCPU);
+  if (v.isDevice() && v.toDevice().is_privateuseone()) return device;
   return v;
 }
+
+at::Tensor host_copy(const at::Tensor& t) {
+  if (!t.defined() || !t.device().is_privateuseone()) return t;
+  // An expanded tensor (fill_ / index_put_ allow one as self): the
+  // elements it spans copied and viewed with its strides, so a write
+  // through one alias shows in the others as on the device (copy_ into
+  // an expanded host tensor would raise).
+  if (at::has_internal_overlap(t) == at::MemOverlap::Yes) {
+    int64_t span = 1;
+    for (int64_t d = 0; d < t.dim(); d++)
+      if (t.size(d) == 0) return t.cpu();
+      else span += (t.size(d) - 1) * t.stride(d);
+    at::Tensor flat = t.as_strided({span}, {1}, t.storage_offset()).cpu();
+    return flat.as_strided(t.sizes(), t.strides(), 0);
+  }
+  // A conjugate or negative view (its bit set, data unchanged): the data
+  // copied as it is and the bit set again on the host. Copying the view
+  // itself would resolve it on the device, through a clone this kernel
+  // would shadow-check by copying the view again, without end.
+  if (t.is_conj() || t.is_neg()) {
+    at::Tensor raw = t.is_conj() ? t.conj() : t;
+    if (raw.is_neg()) raw = raw._neg_view();
+    at::Tensor host = host_copy(raw);
+    if (t.is_neg()) host = host._neg_view();
+    return t.is_conj() ? host.conj() : host;
+  }
+  // A detached host copy with the same strides, so in-place kernels and
+  // view semantics behave as they would have on the CPU.
+  at::Tensor host = at::empty_strided(t.sizes(), t.strides(), t.options().device(at::kCPU));
+  host.copy_(t);
+  return host;
+}
+
+c10::IValue to_host(const c10::IValue& v) { return map_tensors(v, host_copy, at::kCPU); }
 
 torch::jit::Stack host_inputs(const torch::jit::Stack& stack, size_t n) {
   torch::jit::Stack out;
@@ -237,7 +251,7 @@ std::string describe_inputs(const torch::jit::Stack& inputs) {
 //  - shape: native_batch_norm's save_mean in eval mode is [0] on the CPU
 //    and [C] in the meta kernel; there are no values to compare.
 std::string compare(const at::Tensor& device, const at::Tensor& ref,
-                    const at::Tensor* meta = nullptr) {
+                    const at::Tensor* meta = nullptr, bool nonfinite_agree = false) {
   if (device.defined() != ref.defined()) return "one result is undefined";
   if (!device.defined()) return "";
   const bool has_meta = meta && meta->defined();
@@ -277,6 +291,8 @@ std::string compare(const at::Tensor& device, const at::Tensor& ref,
   // NaN where the CPU has NaN, the same infinities, the rest within tolerance.
   at::Tensor both_nan = g.isnan().logical_and(r.isnan());
   at::Tensor same_inf = g.isinf().logical_and(g.eq(r));
+  if (nonfinite_agree)  // any non-finite value for a non-finite one
+    same_inf = same_inf.logical_or(g.isfinite().logical_not().logical_and(r.isfinite().logical_not()));
   at::Tensor abs_err = (g - r).abs().masked_fill(both_nan.logical_or(same_inf), 0);
   at::Tensor bad = abs_err.gt(r.abs().mul(tol.rtol).add(tol.atol)).logical_or(
       abs_err.isnan());
@@ -297,35 +313,24 @@ std::vector<at::Tensor> tensors_in(const c10::IValue& v) {
 }
 
 c10::IValue to_meta(const c10::IValue& v) {
-  if (v.isTensor()) {
-    const at::Tensor& t = v.toTensor();
-    if (!t.defined()) return v;
-    return at::empty_strided(t.sizes(), t.strides(), t.options().device(at::kMeta));
-  }
-  if (v.isTensorList()) {
-    std::vector<at::Tensor> out;
-    for (const at::Tensor& t : v.toTensorVector()) out.push_back(to_meta(t).toTensor());
-    return out;
-  }
-  if (v.isList()) {
-    auto list = v.toList();
-    if (list.elementType()->kind() == c10::TypeKind::OptionalType) {
-      c10::List<std::optional<at::Tensor>> out;
-      for (size_t i = 0; i < list.size(); i++) {
-        c10::IValue e = list.get(i);
-        if (e.isNone()) out.push_back(std::nullopt);
-        else out.push_back(to_meta(e).toTensor());
-      }
-      return out;
-    }
-  }
-  if (v.isDevice() && v.toDevice().is_privateuseone()) return c10::Device(at::kMeta);
-  return v;
+  return map_tensors(
+      v,
+      [](const at::Tensor& t) {
+        return at::empty_strided(t.sizes(), t.strides(), t.options().device(at::kMeta));
+      },
+      at::kMeta);
 }
+
+// Swallows warnings: the device op gave the user its own already.
+struct SilentWarnings : c10::WarningHandler {
+  void process(const c10::Warning&) override {}
+};
 
 // The op's results from PyTorch's meta kernel for the device inputs, or
 // none when it has no meta kernel (the dtype check then stays the CPU's).
 torch::jit::Stack meta_results(const c10::OperatorHandle& op, const torch::jit::Stack& inputs) {
+  SilentWarnings silent;
+  c10::WarningUtils::WarningHandlerGuard quiet(&silent);
   torch::jit::Stack stack;
   for (const auto& v : inputs) stack.push_back(to_meta(v));
   try {
@@ -355,6 +360,8 @@ bool writes_an_argument(const c10::FunctionSchema& schema) {
 // device accepted.
 bool run_reference(const c10::OperatorHandle& op, const torch::jit::Stack& inputs,
                    torch::jit::Stack* out) {
+  SilentWarnings silent;
+  c10::WarningUtils::WarningHandlerGuard quiet(&silent);
   *out = inputs;
   try {
     op.callBoxed(out);
@@ -391,6 +398,80 @@ bool run_reference(const c10::OperatorHandle& op, const torch::jit::Stack& input
   }
 }
 
+int return_named(const c10::FunctionSchema& schema, const char* name) {
+  for (size_t i = 0; i < schema.returns().size(); i++)
+    if (schema.returns()[i].name() == name) return static_cast<int>(i);
+  return -1;
+}
+
+// Results a correct device may give otherwise than the CPU, made
+// comparable (dev and ref: the single-tensor results by index):
+//  - singular vectors (_linalg_svd's U, Vh) and eigenvectors (eigh's) are
+//    unique only up to each vector's sign, and within a repeated value up
+//    to any rotation: what compares is the matrix they make again (U diag(S)
+//    Vh, Q diag(L) Q^H, in U's or Q's place), the values as they are;
+//  - where a factorization failed (a nonzero `info`: not positive-definite,
+//    singular), its other results are unspecified (LAPACK leaves a partial
+//    factor, XLA NaN): only the batch elements whose info is 0 compare.
+void make_comparable(const c10::FunctionSchema& schema, const torch::jit::Stack& inputs,
+                     std::vector<at::Tensor>& dev, std::vector<at::Tensor>& ref) {
+  auto usable_any = [&](int i) {
+    return i >= 0 && i < static_cast<int>(dev.size()) && i < static_cast<int>(ref.size()) &&
+           dev[i].defined() && ref[i].defined() && dev[i].sizes() == ref[i].sizes();
+  };
+  auto usable = [&](int i) {
+    return i >= 0 && i < static_cast<int>(dev.size()) && i < static_cast<int>(ref.size()) &&
+           dev[i].defined() && ref[i].defined() && dev[i].numel() > 0 &&
+           dev[i].sizes() == ref[i].sizes() && dev[i].dim() >= 2;
+  };
+  int u = return_named(schema, "U"), vh = return_named(schema, "Vh"), sv = return_named(schema, "S");
+  int q = return_named(schema, "eigenvectors"), l = return_named(schema, "eigenvalues");
+  auto remade = [](const at::Tensor& left, const at::Tensor& values, const at::Tensor& right) {
+    int64_t k = values.size(-1);
+    return (left.cpu().narrow(-1, 0, k) * values.cpu().unsqueeze(-2).to(left.scalar_type())).matmul(
+        right.cpu().narrow(-2, 0, k));
+  };
+  if (schema.name() == "aten::_linalg_svd" && usable(u) && usable(vh) && sv >= 0) {
+    dev[u] = remade(dev[u], dev[sv], dev[vh]);
+    ref[u] = remade(ref[u], ref[sv], ref[vh]);
+    dev[vh] = ref[vh] = at::empty({0});
+  }
+  if (schema.name() == "aten::_linalg_eigh" && usable(q) && l >= 0) {
+    dev[q] = remade(dev[q], dev[l], dev[q].cpu().mH());
+    ref[q] = remade(ref[q], ref[l], ref[q].mH());
+  }
+  // median, nanmedian, mode, kthvalue: with ties, which index is
+  // implementation-defined; the input at the device's indices compares
+  // with the CPU's values.
+  int vals = return_named(schema, "values"), idx = return_named(schema, "indices");
+  const std::string& op = schema.name();
+  if ((op == "aten::median" || op == "aten::nanmedian" || op == "aten::mode" ||
+       op == "aten::kthvalue") && vals >= 0 && usable_any(idx) && !inputs.empty() &&
+      inputs[0].isTensor()) {
+    const at::Tensor& self = inputs[0].toTensor();
+    auto dim_arg = schema.argumentIndexWithName("dim");
+    auto keep_arg = schema.argumentIndexWithName("keepdim");
+    if (dim_arg && self.dim() > 0) {
+      int64_t dim = c10::maybe_wrap_dim(inputs[*dim_arg].toInt(), self.dim());
+      bool keep = keep_arg && inputs[*keep_arg].toBool();
+      at::Tensor i = dev[idx].cpu();
+      at::Tensor picked = self.gather(dim, keep ? i : i.unsqueeze(dim));
+      dev[idx] = keep ? picked : picked.squeeze(dim);
+      ref[idx] = ref[vals];
+    }
+  }
+  int info = return_named(schema, "info");
+  if (info < 0 || info >= static_cast<int>(ref.size()) || !ref[info].defined()) return;
+  at::Tensor ok = ref[info].eq(0);
+  if (ok.all().item<bool>()) return;
+  for (size_t r = 0; r < dev.size() && r < ref.size(); r++) {
+    if (static_cast<int>(r) == info || !dev[r].defined() || !ref[r].defined()) continue;
+    if (dev[r].dim() < ok.dim() || dev[r].sizes().slice(0, ok.dim()) != ok.sizes()) continue;
+    dev[r] = dev[r].cpu().index({ok});
+    ref[r] = ref[r].index({ok});
+  }
+}
+
 // The shadow run: `ref_stack` holds the CPU inputs (consumed), `results`
 // the device op's returns, `mutated` the device arguments it wrote.
 void shadow_compare(const c10::OperatorHandle& op, const std::string& name,
@@ -404,9 +485,19 @@ void shadow_compare(const c10::OperatorHandle& op, const std::string& name,
     return;
   }
   std::optional<torch::jit::Stack> meta;  // made at the first difference
+  std::vector<at::Tensor> dev_one, ref_one;   // single-tensor results, by index
   for (size_t r = 0; r < results.size() && r < ref_stack.size(); r++) {
-    auto dev = tensors_in(results[r]);
-    auto ref = tensors_in(ref_stack[r]);
+    dev_one.push_back(results[r].isTensor() ? results[r].toTensor() : at::Tensor());
+    ref_one.push_back(ref_stack[r].isTensor() ? ref_stack[r].toTensor() : at::Tensor());
+  }
+  make_comparable(schema, ref_inputs, dev_one, ref_one);
+  // Failed factorizations' leftovers (solving with a singular LU) hold
+  // infinities and NaNs in an order of operations' own way.
+  const bool linalg = schema.name().rfind("aten::linalg_", 0) == 0 ||
+                      schema.name().rfind("aten::_linalg_", 0) == 0;
+  for (size_t r = 0; r < results.size() && r < ref_stack.size(); r++) {
+    auto dev = dev_one[r].defined() ? std::vector<at::Tensor>{dev_one[r]} : tensors_in(results[r]);
+    auto ref = ref_one[r].defined() ? std::vector<at::Tensor>{ref_one[r]} : tensors_in(ref_stack[r]);
     for (size_t k = 0; k < dev.size() && k < ref.size(); k++) {
       std::vector<at::Tensor> m;
       if (dev[k].defined() && ref[k].defined() &&
@@ -414,7 +505,7 @@ void shadow_compare(const c10::OperatorHandle& op, const std::string& name,
         if (!meta) meta = meta_results(op, device_inputs);
         if (r < meta->size()) m = tensors_in((*meta)[r]);
       }
-      std::string diff = compare(dev[k], ref[k], k < m.size() ? &m[k] : nullptr);
+      std::string diff = compare(dev[k], ref[k], k < m.size() ? &m[k] : nullptr, linalg);
       TORCH_CHECK(diff.empty(), "torchtpu shadow check: ", name, " output ", r,
                   dev.size() > 1 ? "[" + std::to_string(k) + "]" : std::string(),
                   " differs from the CPU: ", diff, " (inputs: ", what, ")");
