@@ -27,7 +27,7 @@ LDLIBS := -ldl -lpthread -lm
 # Keep test objects between runs (they are intermediates of the test rule).
 .SECONDARY:
 
-.PHONY: all deps core ctest ctest-asan install test pytest pytest-debug test-debug pytest-defer test-defer demo bench info conformance models fuzz titan clean
+.PHONY: all deps core ctest ctest-asan install test pytest pytest-debug test-debug test-shadow pytest-defer test-defer demo bench info conformance models fuzz titan clean
 
 all: install
 
@@ -85,6 +85,17 @@ pytest-debug: install
 
 test-debug: install
 	TORCHTPU_EAGER_MODE=debug $(PY) -m pytest -q -p no:cacheprovider $(MODE_SUITES)
+
+# The op suites in debug mode with the CPU shadow check on (every op run
+# again on the CPU and compared): finds the first op that diverges. About
+# 8 minutes on 2 cores, so not in `make test`. (test_copy.py counts the
+# bytes reads move, which the shadow's own host copies add to.)
+SHADOW_SUITES := $(addprefix tests/test_,ops_nn.py ops_reduce.py ops_pointwise.py ops_shape.py \
+  ops_index.py ops_factory.py ops_conv.py ops_linalg.py ops_foreach.py views.py training.py amp.py \
+  dtypes.py ops.py)
+test-shadow: install
+	TORCHTPU_EAGER_MODE=debug TORCHTPU_DEBUG_SHADOW=1 $(PY) -m pytest -q -p no:cacheprovider \
+	  $(SHADOW_SUITES)
 
 # The same in defer_and_fuse (ops recorded and flushed as fused programs).
 # Run once (strict), to keep CI inside its time: test_compile.py,
