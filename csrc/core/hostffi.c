@@ -225,6 +225,22 @@ void tpu_hostffi_append_results(tpu_strbuf_t* sb, int indent, const char* prefix
   }
 }
 
+int tpu_hostffi_int_list(const char* p, const char* end, char close, int64_t* out, int cap) {
+  int n = 0;
+  while (p < end && *p != close) {
+    if (*p == ' ' || *p == ',') {
+      p++;
+      continue;
+    }
+    char* next;
+    long long v = strtoll(p, &next, 10);
+    if (next == p || n == cap) return -1;
+    out[n++] = v;
+    p = next;
+  }
+  return p < end ? n : -1;
+}
+
 bool tpu_hostffi_defines(const char* line, const char* eol, const char* name, size_t len) {
   while (line < eol && *line == ' ') line++;
   return (size_t)(eol - line) > len + 3 && memcmp(line, name, len) == 0 &&

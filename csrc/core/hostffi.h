@@ -85,6 +85,12 @@ void tpu_hostffi_append_results(tpu_strbuf_t* sb, int indent, const char* prefix
                                 const char* call, int call_len, const char* const* names,
                                 const size_t* lens, const tpu_hlo_type_t* const* types, int n);
 
+/* The integers in [p, end) up to the character `close` ("1, 2]" of
+ * "[1, 2]", " 1, 2>" of "array<i64: 1, 2>"), separated by commas and
+ * spaces, into out: their count, or -1 when something else comes first,
+ * there are more than cap, or `close` never comes. */
+int tpu_hostffi_int_list(const char* p, const char* end, char close, int64_t* out, int cap);
+
 /* Whether line [line, eol) defines the value [name, name + len). */
 bool tpu_hostffi_defines(const char* line, const char* eol, const char* name, size_t len);
 

@@ -209,20 +209,7 @@ void tpu_hostgemm_register(tpu_client_t* client) {
 /* Parses "[0, 1]" (or "[]") at p into dims; the count, or -1. */
 static int parse_dim_list(const char* p, const char* end, int64_t* dims, int cap) {
   if (p >= end || *p != '[') return -1;
-  int n = 0;
-  p++;
-  while (p < end && *p != ']') {
-    if (*p == ' ' || *p == ',') {
-      p++;
-      continue;
-    }
-    char* next;
-    long long v = strtoll(p, &next, 10);
-    if (next == p || n == cap) return -1;
-    dims[n++] = v;
-    p = next;
-  }
-  return p < end ? n : -1;
+  return tpu_hostffi_int_list(p + 1, end, ']', dims, cap);
 }
 
 /* The list after `key = ` inside the dot attribute [start, end); absent: 0. */

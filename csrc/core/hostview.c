@@ -65,16 +65,7 @@ static int int_array(const char* line, const char* eol, const char* key, int64_t
   p += sizeof kArr - 1;
   if (*p == '>') return 0;
   if (*p != ':') return -1;
-  int n = 0;
-  while (p < eol && *p != '>') {
-    p++; /* ':' or ',' */
-    char* end;
-    long long v = strtoll(p, &end, 10);
-    if (end == p || n == max) return -1;
-    out[n++] = v;
-    p = end;
-  }
-  return p < eol ? n : -1;
+  return tpu_hostffi_int_list(p + 1, eol, '>', out, max);
 }
 
 /* Strides of the same elements seen as new dims, or false when they are
