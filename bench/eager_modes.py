@@ -5,7 +5,15 @@ round by round, each with its own model from the same seed, so machine noise
 hits both alike; the figures are median step times over rounds and the
 median over rounds of the strict / defer_and_fuse time ratio. Also
 reports programs per step and compiles during the timed rounds, and checks
-that both modes computed the same losses."""
+that both modes computed the same losses.
+
+The same rounds also time what fusing can reach on this host (omit with
+--no-peers): the step under torch.compile(backend="tpu") (the whole
+forward and backward as one program, the optimizer as another), and
+PyTorch's own CPU eager and torch.compile(backend="inductor") on the
+plain CPU. Each gets the strict / peer ratio: a DeferAndFuse ratio above
+the compiled ones would mean fusing eager ops beats whole-graph
+compilers on the same cores."""
 import argparse
 import json
 import os
@@ -30,36 +38,55 @@ def metric(name):
     return torchtpu.metrics.metrics().get(name, 0)
 
 
+# name: (device, eager mode, torch.compile backend)
+CONTENDERS = {
+    "strict": ("tpu", "strict", None),
+    "defer_and_fuse": ("tpu", "defer_and_fuse", None),
+    "tpu_compile": ("tpu", "strict", "tpu"),
+    "cpu_eager": ("cpu", None, None),
+    "cpu_inductor": ("cpu", None, "inductor"),
+}
+PEERS = ("tpu_compile", "cpu_eager", "cpu_inductor")
+
+
 class Trainer:
     def __init__(self, mode, data, vocab):
         self.mode = mode
+        self.device, self.eager, backend = CONTENDERS[mode]
         torch.manual_seed(0)
-        with torchtpu.eager_mode(mode):
-            self.model = TinyGPT(len(vocab)).to("tpu")
+        with torchtpu.eager_mode(self.eager or "strict"):
+            self.model = TinyGPT(len(vocab)).to(self.device)
+        # capturable: a compiled step keeps its step counts on the device.
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=3e-3, weight_decay=0.01,
-                                     foreach=True)
+                                     foreach=True, capturable=self.device == "tpu" and bool(backend))
+        self.forward, self.opt_step = self.model, self.opt.step
+        if backend:
+            self.forward = torch.compile(self.model, backend=backend)
+            self.opt_step = torch.compile(self.opt.step, backend=backend)
         self.stream = batches(data, 16, 64, seed=0)
         self.losses = []
 
     def steps(self, n):
         # Process-wide: autograd's backward thread follows it too.
-        torchtpu.set_eager_mode(self.mode)
+        if self.eager:
+            torchtpu.set_eager_mode(self.eager)
         for _ in range(n):
             x, y = next(self.stream)
-            x, y = x.to("tpu"), y.to("tpu")
-            loss = self.model(x, y)
+            x, y = x.to(self.device), y.to(self.device)
+            loss = self.forward(x, y)
             self.opt.zero_grad(set_to_none=True)
             loss.backward()
-            self.opt.step()
+            self.opt_step()
             self.losses.append(loss.item())
 
+    def sync(self):
+        if self.device == "tpu":
+            torch.tpu.synchronize()
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--json", help="also write the figures to this JSON file")
-    args = ap.parse_args()
-    data, vocab = make_corpus()
-    trainers = [Trainer("strict", data, vocab), Trainer("defer_and_fuse", data, vocab)]
+
+def timed_rounds(trainers):
+    """ROUNDS rounds of STEPS steps per trainer, alternating: each one's
+    step times (s), programs and compiles."""
     for t in trainers:
         t.steps(WARMUP)
     times = {t.mode: [] for t in trainers}
@@ -67,17 +94,40 @@ def main():
     compiles = {t.mode: 0 for t in trainers}
     for _ in range(ROUNDS):
         for t in trainers:
-            c0, e0, d0 = metric("compiles"), metric("executions"), metric("defer_programs")
+            c0, e0 = metric("compiles"), metric("executions")
             t0 = time.perf_counter()
             t.steps(STEPS)
             # All of the round's work, not just up to the last loss: strict's
             # optimizer programs may still be running after loss.item().
-            torch.tpu.synchronize()
+            t.sync()
             times[t.mode].append((time.perf_counter() - t0) / STEPS)
             compiles[t.mode] += metric("compiles") - c0
             # Strict: every execution is one program. Deferred: the fused runs
             # plus any execution outside them (a lost storage's zero fill).
             programs[t.mode] += metric("executions") - e0
+    return times, programs, compiles
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--json", help="also write the figures to this JSON file")
+    ap.add_argument("--no-peers", action="store_true",
+                    help="only strict and defer_and_fuse (no compiled or CPU peers)")
+    args = ap.parse_args()
+    data, vocab = make_corpus()
+    trainers = [Trainer(name, data, vocab) for name in ("strict", "defer_and_fuse")]
+    times, programs, compiles = timed_rounds(trainers)
+    peers = {}
+    if not args.no_peers:
+        # Their own rounds, after the modes' (with strict again for the
+        # ratios): a CPU peer's OpenMP threads spin on after its steps and
+        # would slow whichever contender came next.
+        trainers += [Trainer(name, data, vocab) for name in PEERS]
+        ptimes, pprog, pcomp = timed_rounds([trainers[0]] + trainers[2:])
+        peers = {p: statistics.median(s / q for s, q in zip(ptimes["strict"], ptimes[p]))
+                 for p in PEERS}
+        for d, pd in ((times, ptimes), (programs, pprog), (compiles, pcomp)):
+            d.update({p: pd[p] for p in PEERS})
     torchtpu.set_eager_mode("strict")
     n = ROUNDS * STEPS
     print(f"TinyGPT training step (2 layers, dim 64, batch 16x64, AdamW), {ROUNDS} rounds "
@@ -85,16 +135,22 @@ def main():
     print(f"{'mode':<16}{'ms/step':>10}{'tokens/s':>11}{'programs/step':>15}{'compiles':>10}")
     for t in trainers:
         ms = statistics.median(times[t.mode]) * 1e3
+        tpu = t.device == "tpu"
         print(f"{t.mode:<16}{ms:>10.2f}{16 * 64 / ms * 1e3:>11,.0f}"
-              f"{programs[t.mode] / n:>15.1f}{compiles[t.mode]:>10}")
+              f"{programs[t.mode] / n if tpu else float('nan'):>15.1f}"
+              f"{compiles[t.mode] if tpu else '-':>10}")
     # Rounds of the two modes run back to back: the ratio within a round
     # pair cancels slow drifts of the machine; its median is the figure.
     ratio = statistics.median(s / d for s, d in zip(times["strict"], times["defer_and_fuse"]))
-    same = trainers[0].losses == trainers[1].losses
+    for p, r in peers.items():
+        print(f"strict / {p} (the peers' own rounds): {r:.2f}x")
+    # (strict's own, up to deferred's count: strict trains on with the peers)
+    strict_losses = trainers[0].losses[:len(trainers[1].losses)]
+    same = strict_losses == trainers[1].losses
     # Fused programs may round differently from one program per op (XLA
     # fuses across op boundaries); tests/test_modes.py pins the short run.
     rel = max(abs(a - b) / max(abs(a), 1e-12)
-              for a, b in zip(trainers[0].losses, trainers[1].losses))
+              for a, b in zip(strict_losses, trainers[1].losses))
     print(f"defer_and_fuse speed-up over strict (median of round ratios): {ratio:.2f}x "
           f"(target >= 1.5x); "
           f"losses identical: {same} (largest relative difference {rel:.1e})")
@@ -103,6 +159,7 @@ def main():
             json.dump({"ms_per_step": {m: statistics.median(v) * 1e3 for m, v in times.items()},
                        "programs_per_step": {m: programs[m] / n for m in programs},
                        "compiles": compiles, "strict/defer_and_fuse": ratio,
+                       **{f"strict/{p}": r for p, r in peers.items()},
                        "losses_identical": same, "rounds": ROUNDS, "steps": STEPS}, f, indent=1)
 
 
