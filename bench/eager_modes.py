@@ -7,13 +7,13 @@ median over rounds of the strict / defer_and_fuse time ratio. Also
 reports programs per step and compiles during the timed rounds, and checks
 that both modes computed the same losses.
 
-The same rounds also time what fusing can reach on this host (omit with
---no-peers): the step under torch.compile(backend="tpu") (the whole
-forward and backward as one program, the optimizer as another), and
-PyTorch's own CPU eager and torch.compile(backend="inductor") on the
-plain CPU. Each gets the strict / peer ratio: a DeferAndFuse ratio above
-the compiled ones would mean fusing eager ops beats whole-graph
-compilers on the same cores."""
+Rounds of their own then time what fusing and overlap can reach on this
+host (omit with --no-peers), each against strict again: defer_and_fuse
+reading the losses once per round instead of every step (the recording of
+a step overlaps the previous step's program: the most overlap can give),
+the step under torch.compile(backend="tpu") (the forward and backward as
+one program, the optimizer as another), and PyTorch's own CPU eager and
+torch.compile(backend="inductor") on the plain CPU."""
 import argparse
 import json
 import os
@@ -42,11 +42,20 @@ def metric(name):
 CONTENDERS = {
     "strict": ("tpu", "strict", None),
     "defer_and_fuse": ("tpu", "defer_and_fuse", None),
+    # The same, reading the losses once per round instead of every step:
+    # a step's recording then overlaps the previous step's program, the
+    # most that overlapping the host with the device can give.
+    "defer_no_read": ("tpu", "defer_and_fuse", None),
     "tpu_compile": ("tpu", "strict", "tpu"),
     "cpu_eager": ("cpu", None, None),
     "cpu_inductor": ("cpu", None, "inductor"),
 }
-PEERS = ("tpu_compile", "cpu_eager", "cpu_inductor")
+# Peers by phase: each phase's rounds alternate strict with its peers. A
+# CPU peer's threads spin on after its steps and slow the device contender
+# that follows (by up to 20% here), so the device peers have a phase of
+# their own, and the modes' headline rounds have neither.
+PHASES = (("defer_no_read", "tpu_compile"), ("cpu_eager", "cpu_inductor"))
+PEERS = tuple(p for phase in PHASES for p in phase)
 
 
 class Trainer:
@@ -70,6 +79,7 @@ class Trainer:
         # Process-wide: autograd's backward thread follows it too.
         if self.eager:
             torchtpu.set_eager_mode(self.eager)
+        losses = []
         for _ in range(n):
             x, y = next(self.stream)
             x, y = x.to(self.device), y.to(self.device)
@@ -77,7 +87,10 @@ class Trainer:
             self.opt.zero_grad(set_to_none=True)
             loss.backward()
             self.opt_step()
-            self.losses.append(loss.item())
+            losses.append(loss.detach())
+            if self.mode != "defer_no_read":
+                self.losses.append(losses.pop().item())
+        self.losses += [v.item() for v in losses]
 
     def sync(self):
         if self.device == "tpu":
@@ -117,17 +130,16 @@ def main():
     data, vocab = make_corpus()
     trainers = [Trainer(name, data, vocab) for name in ("strict", "defer_and_fuse")]
     times, programs, compiles = timed_rounds(trainers)
-    peers = {}
-    if not args.no_peers:
-        # Their own rounds, after the modes' (with strict again for the
-        # ratios): a CPU peer's OpenMP threads spin on after its steps and
-        # would slow whichever contender came next.
-        trainers += [Trainer(name, data, vocab) for name in PEERS]
-        ptimes, pprog, pcomp = timed_rounds([trainers[0]] + trainers[2:])
-        peers = {p: statistics.median(s / q for s, q in zip(ptimes["strict"], ptimes[p]))
-                 for p in PEERS}
+    peers, strict_in_peers = {}, {}
+    for phase in () if args.no_peers else PHASES:
+        ts = [Trainer(name, data, vocab) for name in phase]
+        trainers += ts
+        ptimes, pprog, pcomp = timed_rounds([trainers[0]] + ts)
+        peers.update({p: statistics.median(s / q for s, q in zip(ptimes["strict"], ptimes[p]))
+                      for p in phase})
+        strict_in_peers[phase] = statistics.median(ptimes["strict"]) * 1e3
         for d, pd in ((times, ptimes), (programs, pprog), (compiles, pcomp)):
-            d.update({p: pd[p] for p in PEERS})
+            d.update({p: pd[p] for p in phase})
     torchtpu.set_eager_mode("strict")
     n = ROUNDS * STEPS
     print(f"TinyGPT training step (2 layers, dim 64, batch 16x64, AdamW), {ROUNDS} rounds "
@@ -142,8 +154,9 @@ def main():
     # Rounds of the two modes run back to back: the ratio within a round
     # pair cancels slow drifts of the machine; its median is the figure.
     ratio = statistics.median(s / d for s, d in zip(times["strict"], times["defer_and_fuse"]))
-    for p, r in peers.items():
-        print(f"strict / {p} (the peers' own rounds): {r:.2f}x")
+    for phase, ms in strict_in_peers.items():
+        print(f"rounds of strict with {' and '.join(phase)}: strict {ms:.2f} ms/step; "
+              + ", ".join(f"strict / {p} {peers[p]:.2f}x" for p in phase))
     # (strict's own, up to deferred's count: strict trains on with the peers)
     strict_losses = trainers[0].losses[:len(trainers[1].losses)]
     same = strict_losses == trainers[1].losses
@@ -160,6 +173,7 @@ def main():
                        "programs_per_step": {m: programs[m] / n for m in programs},
                        "compiles": compiles, "strict/defer_and_fuse": ratio,
                        **{f"strict/{p}": r for p, r in peers.items()},
+                       "strict_ms_in_peer_rounds": {"+".join(k): v for k, v in strict_in_peers.items()},
                        "losses_identical": same, "rounds": ROUNDS, "steps": STEPS}, f, indent=1)
 
 
