@@ -180,3 +180,39 @@ print("flushes", torchtpu.metrics.metrics().get("defer_flushes", 0) - n0)
 """, mode="defer_and_fuse")
     assert "flushes 1" in out, out
     assert [p for _, p in found][-2:] == ["HIGH", "DEFAULT"], found
+
+
+@pytest.fixture
+def _flush_denormal_restored():
+    yield
+    torch.set_flush_denormal(False)
+
+
+@pytest.mark.parametrize("mode", ["strict", "defer_and_fuse"])
+def test_subnormals_compute_as_cpu_with_flush_denormal_and_move_unchanged(
+        mode, _flush_denormal_restored):
+    """XLA computes with flush-to-zero and denormals-are-zero (TPU
+    hardware's float32): the device's arithmetic on subnormals equals
+    CPU's under torch.set_flush_denormal(True), whatever the setting, and
+    data movement keeps their bits (README, Numerics that differ)."""
+    if not torch.set_flush_denormal(True):
+        pytest.skip("this CPU cannot flush denormals, so there is no CPU reference")
+    x = torch.tensor([1e-39, -1e-40, 0.0, 1e-30, -3.5, 2e-38])
+
+    def arith(v):
+        return [v > 0, v == 0, v.sign(), v * 1, v.double(), (v * 0.5).double(),
+                v.nonzero().flatten(), v.abs().max()]
+
+    with torchtpu.eager_mode(mode):
+        t = x.to("tpu")
+        for flush in (False, True):
+            torch.set_flush_denormal(flush)
+            got = [r.cpu() for r in arith(t)]
+            moved = [t.clone().cpu(), torch.cat([t, t])[:6].cpu(), t[1:3].cpu(), t.view(2, 3).cpu()]
+            torch.set_flush_denormal(True)
+            want = arith(x)
+            torch.set_flush_denormal(False)
+            for g, w in zip(got, want):
+                assert g.dtype == w.dtype and torch.equal(g, w), (flush, g, w)
+            for g, w in zip(moved, [x, x, x[1:3], x.view(2, 3)]):
+                assert torch.equal(g.view(torch.int32), w.reshape(g.shape).view(torch.int32))
