@@ -197,22 +197,31 @@ def test_subnormals_compute_as_cpu_with_flush_denormal_and_move_unchanged(
     data movement keeps their bits (README, Numerics that differ)."""
     if not torch.set_flush_denormal(True):
         pytest.skip("this CPU cannot flush denormals, so there is no CPU reference")
-    x = torch.tensor([1e-39, -1e-40, 0.0, 1e-30, -3.5, 2e-38])
+    inputs = [torch.tensor([1e-39, -1e-40, 0.0, 1e-30, -3.5, 2e-38]),
+              torch.tensor([1e-39, -1e-40, 0.0, 1e-30, -3.5, 2e-38], dtype=torch.bfloat16),
+              torch.tensor([1e-310, -4e-320, 0.0, 1e-300, -3.5, 2e-308], dtype=torch.float64),
+              # float16's subnormals are normal float32 numbers: they survive
+              torch.tensor([1e-6, -6e-8, 0.0, 3e-5, -3.5, 1e-7], dtype=torch.float16)]
 
     def arith(v):
         return [v > 0, v == 0, v.sign(), v * 1, v.double(), (v * 0.5).double(),
                 v.nonzero().flatten(), v.abs().max()]
 
     with torchtpu.eager_mode(mode):
-        t = x.to("tpu")
-        for flush in (False, True):
-            torch.set_flush_denormal(flush)
-            got = [r.cpu() for r in arith(t)]
-            moved = [t.clone().cpu(), torch.cat([t, t])[:6].cpu(), t[1:3].cpu(), t.view(2, 3).cpu()]
-            torch.set_flush_denormal(True)
-            want = arith(x)
-            torch.set_flush_denormal(False)
-            for g, w in zip(got, want):
-                assert g.dtype == w.dtype and torch.equal(g, w), (flush, g, w)
-            for g, w in zip(moved, [x, x, x[1:3], x.view(2, 3)]):
-                assert torch.equal(g.view(torch.int32), w.reshape(g.shape).view(torch.int32))
+        for x in inputs:
+            t = x.to("tpu")
+            for flush in (False, True):
+                torch.set_flush_denormal(flush)
+                got = [r.cpu() for r in arith(t)]
+                moved = [t.clone().cpu(), torch.cat([t, t])[:6].cpu(), t[1:3].cpu(),
+                         t.view(2, 3).cpu()]
+                torch.set_flush_denormal(True)
+                want = arith(x)
+                torch.set_flush_denormal(False)
+                for g, w in zip(got, want):
+                    assert g.dtype == w.dtype and torch.equal(g, w), (x.dtype, flush, g, w)
+                for g, w in zip(moved, [x, x, x[1:3], x.view(2, 3)]):
+                    assert g.dtype == w.dtype and g.shape == w.shape
+                    assert g.view(-1).tolist() == w.reshape(-1).tolist()
+                    # the same bits, zero's sign included
+                    assert torch.equal(g.view(-1).double().sign(), w.reshape(-1).double().sign())
