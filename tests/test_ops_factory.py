@@ -124,6 +124,44 @@ def test_tri_indices(name, row, col, offset):
     same_on_tpu(lambda d: f(row, col, offset, device=d), exact=True)
 
 
+@pytest.fixture
+def deterministic():
+    torch.use_deterministic_algorithms(True)
+    yield
+    torch.use_deterministic_algorithms(False)
+
+
+@pytest.mark.parametrize("mode", ["strict", "debug", "defer_and_fuse"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64, torch.complex64,
+                                   torch.int64, torch.int32, torch.uint8, torch.bool])
+def test_uninitialized_memory_is_filled_under_deterministic_algorithms(mode, dtype, deterministic):
+    """torch.use_deterministic_algorithms(True) makes CPU and CUDA fill what
+    empty / empty_like / empty_strided / new_empty and a growing resize_
+    hand out (NaN, or the dtype's largest value); the device gave zeros."""
+    import torchtpu
+
+    def made(d):
+        base = torch.zeros(2, 2, dtype=dtype, device=d)
+        grown = torch.zeros(4, dtype=dtype, device=d).resize_(3, 3)
+        out = torch.zeros(0, dtype=dtype, device=d)
+        return [torch.empty(3, 2, dtype=dtype, device=d), torch.empty_like(base),
+                torch.empty_strided((2, 3), (1, 2), dtype=dtype, device=d), base.new_empty(5),
+                grown, torch.empty(2, 3, dtype=dtype, device=d).t(), out.resize_(4)]
+
+    with torchtpu.eager_mode(mode):
+        for got, want in zip(made("tpu"), made("cpu")):
+            assert got.dtype == want.dtype and got.shape == want.shape
+            torch.testing.assert_close(got.cpu(), want, rtol=0, atol=0, equal_nan=True)
+        torch.utils.deterministic.fill_uninitialized_memory = False
+        try:
+            # no fill asked for: no program runs for an empty tensor
+            before = torchtpu.metrics.metrics().get("device_ops", 0)
+            torch.empty(3, dtype=dtype, device="tpu")
+            assert torchtpu.metrics.metrics().get("device_ops", 0) == before
+        finally:
+            torch.utils.deterministic.fill_uninitialized_memory = True
+
+
 def test_zeros_ones_full_like_use_no_fallback():
     x = torch.ones(3, 4, device="tpu")
     with no_fallback():

@@ -1,7 +1,10 @@
 // Tensor creation and metadata-only kernels: empty, views, resize_, set_.
 // Views only touch sizes/strides/offset, so PyTorch's generic kernels serve;
 // creation checks the dtype early so an unsupported one fails at the call.
+#include <ATen/Context.h>
 #include <ATen/EmptyTensor.h>
+#include <ATen/native/ResizeCommon.h>
+#include <ATen/native/TensorFactories.h>
 #include <ATen/ops/_reshape_alias_native.h>
 #include <ATen/ops/as_strided_native.h>
 #include <ATen/ops/set_native.h>
@@ -27,6 +30,22 @@ void check_options(std::optional<c10::Layout> layout,
   to_tpu_dtype_on_device(dtype);
 }
 
+// Under torch.use_deterministic_algorithms(True) (with
+// torch.utils.deterministic.fill_uninitialized_memory, its default), CPU and
+// CUDA fill the memory that empty, empty_strided and a growing resize_ hand
+// out with NaN (floats, complex) or the dtype's largest value (integers,
+// bool), so that reading it before writing shows. The same fills here, by
+// PyTorch's own helpers (a fill_ on the device).
+bool fill_uninitialized() {
+  const auto& ctx = at::globalContext();
+  return ctx.deterministicAlgorithms() && ctx.deterministicFillUninitializedMemory();
+}
+
+at::Tensor filled_if_deterministic(at::Tensor t) {
+  if (fill_uninitialized() && t.numel() > 0) at::native::fill_empty_deterministic_(t);
+  return t;
+}
+
 at::Tensor empty_memory_format(c10::IntArrayRef size,
                                std::optional<c10::ScalarType> dtype,
                                std::optional<c10::Layout> layout,
@@ -36,9 +55,9 @@ at::Tensor empty_memory_format(c10::IntArrayRef size,
   auto type = c10::dtype_or_default(dtype);
   check_options(layout, pin_memory, type);
   const c10::DeviceGuard guard(c10::device_or_default(device));
-  return at::detail::empty_generic(size, c10::GetAllocator(c10::kPrivateUse1),
-                                   c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
-                                   type, memory_format);
+  return filled_if_deterministic(at::detail::empty_generic(
+      size, c10::GetAllocator(c10::kPrivateUse1),
+      c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), type, memory_format));
 }
 
 at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
@@ -49,9 +68,9 @@ at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
   auto type = c10::dtype_or_default(dtype);
   check_options(layout, pin_memory, type);
   const c10::DeviceGuard guard(c10::device_or_default(device));
-  return at::detail::empty_strided_generic(
+  return filled_if_deterministic(at::detail::empty_strided_generic(
       size, stride, c10::GetAllocator(c10::kPrivateUse1),
-      c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), type);
+      c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), type));
 }
 
 at::Tensor as_strided(const at::Tensor& self, c10::SymIntArrayRef size,
@@ -92,7 +111,11 @@ const at::Tensor& resize_(const at::Tensor& self, c10::SymIntArrayRef size,
   if (impl->sizes() != sizes) impl->set_sizes_contiguous(sizes);
   if (memory_format && *memory_format != c10::MemoryFormat::Preserve)
     impl->empty_tensor_restride(*memory_format);
+  int64_t old_nbytes = static_cast<int64_t>(impl->storage().nbytes());
   ensure_storage_fits(self);
+  // The bytes the storage grew by, as CPU's resize_ fills them.
+  if (fill_uninitialized() && static_cast<int64_t>(impl->storage().nbytes()) > old_nbytes)
+    at::native::fill_resize_deterministic_(self, old_nbytes);
   return self;
 }
 
