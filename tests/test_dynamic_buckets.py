@@ -193,6 +193,35 @@ def test_reductions_over_padding_keep_cpus_infinite_rows(dims):
     assert delta(before, "bucket_compiles") and not delta(before, "bucket_declined")
 
 
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int8, torch.int16, torch.int64])
+def test_integer_inputs_weigh_padding_as_nothing(dtype):
+    """logsumexp, softmax and log_softmax of an integer input compute in
+    floating point, where the integer's lowest value is no -inf: padding
+    filled with uint8's 0 weighed exp(0) = 1 per padded position
+    (logsumexp of three uint8 ones gave log(3e + 1)), int8's -128 as much
+    as a valid -128. Rows of the dtype's extremes; min/max-like reductions
+    of the same inputs beside them."""
+    def f(x):
+        return (torch.logsumexp(x, 0), torch.logsumexp(x, 1), x.softmax(0, dtype=torch.float32),
+                x.log_softmax(1, dtype=torch.float64), x.amax(0), x.amin(1), x.argmax(0),
+                x.argmin(1), x.sum(0), x.any(1))
+
+    info = torch.iinfo(dtype)
+    fn = torch.compile(f, backend="tpu", dynamic=True)
+    before = counters()
+    for rows, cols in ((3, 5), (5, 7), (6, 3)):
+        g = torch.Generator().manual_seed(rows)
+        x = torch.randint(max(info.min, -20), min(info.max, 20) + 1, (rows, cols), generator=g,
+                          dtype=dtype)
+        x[0] = info.min
+        x[1] = info.max
+        x[:, -1] = info.min
+        for got, want in zip(fn(x.to("tpu")), f(x)):
+            assert got.dtype == want.dtype
+            torch.testing.assert_close(got.cpu(), want, rtol=1e-6, atol=1e-6)
+    assert delta(before, "bucket_compiles") and not delta(before, "bucket_declined")
+
+
 def test_python_size_outputs_are_the_true_sizes():
     fn = torch.compile(lambda x: (x.shape[1] + 1, x.sum(1)), backend="tpu", dynamic=True)
     for t in (5, 7):

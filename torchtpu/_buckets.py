@@ -64,6 +64,8 @@ _REDUCE_FILL = {"sum": 0, "nansum": 0, "mean": 0, "count_nonzero": 0, "prod": 1,
                 "amax": "min", "max": "min", "logsumexp": "min", "argmax": "min",
                 "softmax": "min", "log_softmax": "min", "amin": "max", "min": "max",
                 "argmin": "max", "all": True, "any": False}
+# reductions whose padding must weigh nothing, not just never win
+_WEIGHING = {"logsumexp", "softmax", "log_softmax"}
 # factories whose arguments may hold a size used as a value: positions and
 # keywords of those arguments (arange(end) alone is a size)
 _VALUE_ARGS = {"arange": ((0, 2), ("start", "step")), "full": ((1,), ("fill_value",)),
@@ -797,6 +799,14 @@ class _Rewriter:
         fill = _REDUCE_FILL[name]
         if fill in ("min", "max") and _val(src).is_floating_point():
             x = self._extreme_input(src, dims, fill)
+        elif name in _WEIGHING and not _val(src).is_floating_point():
+            # An integer input weighs in floating point (its result's
+            # dtype), where the integer's lowest value is no -inf: uint8's
+            # is 0, whose exp(0) = 1 counted once per padded position. So
+            # it is converted first and padded as a float.
+            dtype = _val(n).dtype
+            x = self._extreme_input(src, dims, fill,
+                                    self._call(torch.Tensor.to, self.env[src], dtype), dtype)
         else:
             x = self._masked(src, fill)
         if name != "mean":
@@ -810,7 +820,7 @@ class _Rewriter:
         count = self._call(torch.sum, full, dims, keep)
         return self._call(torch.div, total, self._call(torch.Tensor.to, count, dtype))
 
-    def _extreme_input(self, src, dims, fill):
+    def _extreme_input(self, src, dims, fill, x=None, dtype=None):
         """Float padding filled with the dtype's lowest (fill "min") or
         highest value, so it never wins a max (min) nor takes softmax mass;
         but where every valid element of a reduced slice is -inf (+inf),
@@ -819,14 +829,17 @@ class _Rewriter:
         backward (a finite fill would win them all). Slices of padding
         alone keep the finite fill. Known gap: amax / amin split their
         gradient among tied elements, and in such a slice the padding ties
-        too (the valid elements get g / (n + padding), CPU g / n)."""
+        too (the valid elements get g / (n + padding), CPU g / n). x, dtype:
+        src's value converted (default: src itself)."""
         m = self.mask(src)
-        x = self.env[src]
+        x = self.env[src] if x is None else x
         dev = self._device(src)
-        dtype = _val(src).dtype
+        dtype = _val(src).dtype if dtype is None else dtype
         inf = self._call(torch.scalar_tensor, float("-inf") if fill == "min" else float("inf"),
                          dtype=dtype, device=dev)
-        finite = self._call(torch.scalar_tensor, self._fill(src, fill), dtype=dtype, device=dev)
+        info = torch.finfo(dtype)
+        finite = self._call(torch.scalar_tensor, info.min if fill == "min" else info.max,
+                            dtype=dtype, device=dev)
         valid_extreme = self._call(torch.amax if fill == "min" else torch.amin,
                                    self._call(torch.where, m, x, inf), dims, True)
         has_valid = self._call(torch.any, m, dims, True)
