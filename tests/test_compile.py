@@ -1430,3 +1430,41 @@ def test_compiled_index_check_of_a_fused_graph_raises_at_the_next_read(mode):
                 out.cpu()
         # the next call is clean
         torch.testing.assert_close(cf(w, good.to("tpu")).cpu(), f(emb, good))
+
+
+@pytest.mark.parametrize("form", ["2d3d", "2d2d", "3d2d", "3d3d"])
+def test_grouped_mm_compiles_for_float32_like_cpu(form):
+    """torch.nn.functional.grouped_mm (transformers' MoE experts on "tpu")
+    under torch.compile: PyTorch's meta kernel took only bfloat16 off the
+    CPU, so float32 Mixtral failed in Dynamo. All four forms, an empty
+    group, and an inf in one group's operand that must not reach the other
+    groups (CPU multiplies each group alone); forward and both gradients."""
+    torch.manual_seed(0)
+    offs = torch.tensor([4, 4, 12, 16], dtype=torch.int32)
+    a, b = {"2d3d": (torch.randn(16, 16), torch.randn(4, 16, 8)),
+            "2d2d": (torch.randn(8, 16), torch.randn(16, 8)),
+            "3d2d": (torch.randn(4, 8, 16), torch.randn(16, 16)),
+            "3d3d": (torch.randn(4, 8, 16), torch.randn(4, 16, 8))}[form]
+    if form == "3d3d":
+        offs = None
+    elif form == "2d3d":
+        b[2, 3, 1] = float("inf")  # group 2's weight: rows 4..11 only
+    elif form == "2d2d":
+        b[13, 2] = float("inf")  # the contraction's group 3 (k 12..15)
+    else:
+        a[1, 2, 5] = float("inf")  # group 1 (columns 4..3: empty) must not leak
+    f = lambda x, y, o: F.grouped_mm(x, y, offs=o)  # noqa: E731
+    a.requires_grad_()
+    b.requires_grad_()
+    want = f(a, b, offs)
+    ta = a.detach().to("tpu").requires_grad_()
+    tb = b.detach().to("tpu").requires_grad_()
+    got = torch.compile(f, backend="tpu", fullgraph=True)(
+        ta, tb, None if offs is None else offs.to("tpu"))
+    torch.testing.assert_close(got.cpu(), want, rtol=1e-5, atol=1e-5)
+    # a loss of the finite outputs only: their gradients are finite on CPU
+    finite = want.isfinite()
+    (want * finite).nan_to_num(0).sum().backward()
+    (got * finite.to("tpu")).nan_to_num(0).sum().backward()
+    torch.testing.assert_close(ta.grad.cpu(), a.grad, rtol=1e-5, atol=1e-5, equal_nan=True)
+    torch.testing.assert_close(tb.grad.cpu(), b.grad, rtol=1e-5, atol=1e-5, equal_nan=True)

@@ -1282,6 +1282,39 @@ _KEEP_WHOLE = ("frac", "heaviside", "logaddexp", "logaddexp2", "trace", "mv", "d
                "nll_loss2d_backward")
 
 
+def _grouped_mm(mat_a, mat_b, offs=None, bias=None, out_dtype=None):
+    """aten::_grouped_mm in a compiled graph (transformers' MoE experts on
+    "tpu"; eager runs PyTorch's composite, one product per group after
+    reading offs on the host). Every group's product is made over the whole
+    ragged dim and the group's own range selected with where, never a
+    multiply by a 0/1 mask, so an inf in another group's rows or weights
+    cannot turn into NaN here: G times one product's FLOPs, no host read and
+    no shape that depends on offs. Rows past the last offset are 0."""
+    torch._check(bias is None, lambda: "grouped_mm: bias is not supported")
+    if mat_a.dim() == 3 and mat_b.dim() == 3:
+        return torch.bmm(mat_a, mat_b).to(out_dtype or mat_a.dtype)
+    ends = offs.to(torch.int64)
+    starts = torch.cat([ends.new_zeros(1), ends[:-1]])
+
+    def member(n):  # [G, n]: whether position j is in group g
+        pos = torch.arange(n, device=offs.device)
+        return (pos >= starts[:, None]) & (pos < ends[:, None])
+
+    zero = torch.zeros((), dtype=mat_a.dtype, device=mat_a.device)
+    if mat_a.dim() == 2 and mat_b.dim() == 3:  # [M, K] x [G, K, N], rows ragged -> [M, N]
+        full = torch.matmul(mat_a, mat_b)  # [G, M, N]
+        out = torch.where(member(mat_a.size(0))[:, :, None], full, zero).sum(0)
+    elif mat_a.dim() == 3:  # [G, M, K] x [K, N], columns ragged -> [M, N]
+        full = torch.matmul(mat_a, mat_b)  # [G, M, N]
+        out = torch.where(member(mat_b.size(1))[:, None, :], full, zero).sum(0)
+    else:  # [M, K] x [K, N], the contraction ragged -> [G, M, N]
+        m = member(mat_a.size(1))  # [G, K]
+        a = torch.where(m[:, None, :], mat_a, zero)  # [G, M, K]
+        b = torch.where(m[:, :, None], mat_b, zero)  # [G, K, N]
+        out = torch.bmm(a, b)
+    return out.to(out_dtype or mat_a.dtype)
+
+
 def _decompositions():
     global _DECOMPS
     if _DECOMPS is None:
@@ -1291,6 +1324,7 @@ def _decompositions():
         _DECOMPS = {op: _checking_cpu_kernel(op, fn) for op, fn in decomps.items()
                     if not (getattr(op, "overloadpacket", None) in keep
                             and _C._graph_op_supported(_op_name(op)))}
+        _DECOMPS[torch.ops.aten._grouped_mm.default] = _grouped_mm
     return _DECOMPS
 
 
