@@ -79,7 +79,7 @@ class Trainer:
         # Process-wide: autograd's backward thread follows it too.
         if self.eager:
             torchtpu.set_eager_mode(self.eager)
-        losses = []
+        unread = []  # defer_no_read's losses, read after the round's steps
         for _ in range(n):
             x, y = next(self.stream)
             x, y = x.to(self.device), y.to(self.device)
@@ -87,10 +87,11 @@ class Trainer:
             self.opt.zero_grad(set_to_none=True)
             loss.backward()
             self.opt_step()
-            losses.append(loss.detach())
-            if self.mode != "defer_no_read":
-                self.losses.append(losses.pop().item())
-        self.losses += [v.item() for v in losses]
+            if self.mode == "defer_no_read":
+                unread.append(loss.detach())
+            else:
+                self.losses.append(loss.item())
+        self.losses += [v.item() for v in unread]
 
     def sync(self):
         if self.device == "tpu":
